@@ -1,0 +1,3 @@
+module github.com/integrations-platform/integrations/migrations
+
+go 1.26

@@ -1,0 +1,294 @@
+// Package catalog reads the declarative catalog of applications, adapters and capabilities that a
+// platform team keeps in git, and applies it to the database in one transaction.
+//
+// The file is YAML. ${VAR} references are replaced from the environment before parsing, so that
+// keys and endpoints that differ per environment stay out of git; a missing variable is an error.
+// Keys are hashed before they are stored and never logged.
+package catalog
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/integrations-platform/integrations/pkg/db"
+	"github.com/integrations-platform/integrations/pkg/secret"
+)
+
+// Catalog is the whole file.
+type Catalog struct {
+	Applications []Application `yaml:"applications"`
+	Adapters     []Adapter     `yaml:"adapters"`
+	Capabilities []Capability  `yaml:"capabilities"`
+}
+
+// Application is a client application. Give exactly one of APIKey (usually "${SOME_VAR}") or
+// APIKeySHA256 (hex).
+type Application struct {
+	ID           string `yaml:"id"`
+	Name         string `yaml:"name"`
+	APIKey       string `yaml:"api_key"`
+	APIKeySHA256 string `yaml:"api_key_sha256"`
+}
+
+// Adapter is a provider integration reachable over gRPC. Give exactly one of Credential or
+// CredentialSHA256.
+type Adapter struct {
+	ID               string `yaml:"id"`
+	Name             string `yaml:"name"`
+	Endpoint         string `yaml:"endpoint"`
+	Credential       string `yaml:"credential"`
+	CredentialSHA256 string `yaml:"credential_sha256"`
+}
+
+// Capability is something an application can invoke, served by one adapter.
+type Capability struct {
+	Name        string   `yaml:"name"`
+	Adapter     string   `yaml:"adapter"`
+	Modes       []string `yaml:"modes"`
+	MaxAttempts int      `yaml:"max_attempts"`
+	AsyncBudget string   `yaml:"async_budget"`
+	RetryDelays []string `yaml:"retry_delays"`
+	Lease       string   `yaml:"lease"`
+	SyncTimeout string   `yaml:"sync_timeout"`
+}
+
+// Defaults (DESIGN.md §3).
+var (
+	DefaultRetryDelays = []time.Duration{time.Minute, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 6 * time.Hour}
+	DefaultMaxAttempts = 10
+	MaxAsyncBudget     = 24 * time.Hour
+	DefaultLease       = 5 * time.Minute
+	DefaultSyncTimeout = 30 * time.Second
+)
+
+var (
+	idPattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+	namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,127}$`)
+	varPattern  = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+)
+
+// Load reads and validates a catalog file.
+func Load(path string) (*Catalog, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read catalog: %w", err)
+	}
+	c, err := Parse(raw, os.LookupEnv)
+	if err != nil {
+		return nil, fmt.Errorf("catalog %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse expands ${VAR} references with lookup, decodes the YAML strictly and validates it.
+func Parse(raw []byte, lookup func(string) (string, bool)) (*Catalog, error) {
+	var missing []string
+	expanded := varPattern.ReplaceAllFunc(raw, func(m []byte) []byte {
+		name := string(varPattern.FindSubmatch(m)[1])
+		v, ok := lookup(name)
+		if !ok {
+			missing = append(missing, name)
+		}
+		return []byte(v)
+	})
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("environment variables not set: %s", strings.Join(missing, ", "))
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(expanded))
+	dec.KnownFields(true)
+	var c Catalog
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Validate checks every entry and names the one at fault.
+func (c *Catalog) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	seen := map[string]bool{}
+	for i, a := range c.Applications {
+		where := fmt.Sprintf("applications[%d]", i)
+		if !idPattern.MatchString(a.ID) {
+			bad("%s.id: %q must match %s", where, a.ID, idPattern)
+		}
+		if seen["app:"+a.ID] {
+			bad("%s.id: %q appears twice", where, a.ID)
+		}
+		seen["app:"+a.ID] = true
+		if err := checkSecret(a.APIKey, a.APIKeySHA256); err != nil {
+			bad("%s: api_key/api_key_sha256: %v", where, err)
+		}
+	}
+	for i, a := range c.Adapters {
+		where := fmt.Sprintf("adapters[%d]", i)
+		if !idPattern.MatchString(a.ID) {
+			bad("%s.id: %q must match %s", where, a.ID, idPattern)
+		}
+		if seen["adapter:"+a.ID] {
+			bad("%s.id: %q appears twice", where, a.ID)
+		}
+		seen["adapter:"+a.ID] = true
+		if a.Endpoint == "" {
+			bad("%s.endpoint: required (host:port of the adapter's gRPC server)", where)
+		}
+		if err := checkSecret(a.Credential, a.CredentialSHA256); err != nil {
+			bad("%s: credential/credential_sha256: %v", where, err)
+		}
+	}
+	for i, cp := range c.Capabilities {
+		where := fmt.Sprintf("capabilities[%d]", i)
+		if !namePattern.MatchString(cp.Name) {
+			bad("%s.name: %q must match %s", where, cp.Name, namePattern)
+		}
+		if seen["cap:"+cp.Name] {
+			bad("%s.name: %q appears twice", where, cp.Name)
+		}
+		seen["cap:"+cp.Name] = true
+		if !seen["adapter:"+cp.Adapter] {
+			bad("%s.adapter: %q is not an adapter of this catalog", where, cp.Adapter)
+		}
+		if len(cp.Modes) == 0 {
+			bad("%s.modes: required: async, sync or both", where)
+		}
+		for _, m := range cp.Modes {
+			if m != "async" && m != "sync" {
+				bad("%s.modes: %q is not async or sync", where, m)
+			}
+		}
+		if cp.MaxAttempts < 0 {
+			bad("%s.max_attempts: %d must be positive", where, cp.MaxAttempts)
+		}
+		if d, err := duration(cp.AsyncBudget, MaxAsyncBudget); err != nil || d <= 0 || d > MaxAsyncBudget {
+			bad("%s.async_budget: %q must be a duration in (0, %s]", where, cp.AsyncBudget, MaxAsyncBudget)
+		}
+		for j, s := range cp.RetryDelays {
+			if d, err := time.ParseDuration(s); err != nil || d <= 0 {
+				bad("%s.retry_delays[%d]: %q must be a positive duration", where, j, s)
+			}
+		}
+		if d, err := duration(cp.Lease, DefaultLease); err != nil || d <= 0 {
+			bad("%s.lease: %q must be a positive duration", where, cp.Lease)
+		}
+		if d, err := duration(cp.SyncTimeout, DefaultSyncTimeout); err != nil || d <= 0 {
+			bad("%s.sync_timeout: %q must be a positive duration", where, cp.SyncTimeout)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkSecret(clear, hash string) error {
+	switch {
+	case clear != "" && hash != "":
+		return errors.New("give one, not both")
+	case clear == "" && hash == "":
+		return errors.New("one is required")
+	case hash != "":
+		if b, err := hex.DecodeString(hash); err != nil || len(b) != sha256.Size {
+			return errors.New("sha256 must be 64 hex digits")
+		}
+	case len(clear) < 16:
+		return errors.New("a key must be at least 16 characters")
+	}
+	return nil
+}
+
+func hashOf(clear, hash string) []byte {
+	if hash != "" {
+		b, _ := hex.DecodeString(hash)
+		return b
+	}
+	return secret.Hash(clear)
+}
+
+
+func duration(s string, def time.Duration) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	return time.ParseDuration(s)
+}
+
+func millis(s string, def time.Duration) int64 {
+	d, _ := duration(s, def)
+	return d.Milliseconds()
+}
+
+// Apply upserts every entry in one transaction. Entries absent from the file are left alone:
+// executions refer to them.
+func Apply(ctx context.Context, pool *pgxpool.Pool, c *Catalog) error {
+	return db.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		for _, a := range c.Applications {
+			name := a.Name
+			if name == "" {
+				name = a.ID
+			}
+			if _, err := tx.Exec(ctx, `
+				INSERT INTO applications (id, name, api_key_hash) VALUES ($1, $2, $3)
+				ON CONFLICT (id) DO UPDATE SET name = excluded.name, api_key_hash = excluded.api_key_hash, updated_at = now()`,
+				a.ID, name, hashOf(a.APIKey, a.APIKeySHA256)); err != nil {
+				return fmt.Errorf("apply application %s: %w", a.ID, err)
+			}
+		}
+		for _, a := range c.Adapters {
+			name := a.Name
+			if name == "" {
+				name = a.ID
+			}
+			if _, err := tx.Exec(ctx, `
+				INSERT INTO adapters (id, name, endpoint, credential_hash) VALUES ($1, $2, $3, $4)
+				ON CONFLICT (id) DO UPDATE SET name = excluded.name, endpoint = excluded.endpoint,
+					credential_hash = excluded.credential_hash, updated_at = now()`,
+				a.ID, name, a.Endpoint, hashOf(a.Credential, a.CredentialSHA256)); err != nil {
+				return fmt.Errorf("apply adapter %s: %w", a.ID, err)
+			}
+		}
+		for _, cp := range c.Capabilities {
+			delays := make([]int64, 0, len(cp.RetryDelays))
+			for _, s := range cp.RetryDelays {
+				delays = append(delays, millis(s, 0))
+			}
+			if len(delays) == 0 {
+				for _, d := range DefaultRetryDelays {
+					delays = append(delays, d.Milliseconds())
+				}
+			}
+			maxAttempts := cp.MaxAttempts
+			if maxAttempts == 0 {
+				maxAttempts = DefaultMaxAttempts
+			}
+			modes := slices.Clone(cp.Modes)
+			slices.Sort(modes)
+			modes = slices.Compact(modes)
+			if _, err := tx.Exec(ctx, `
+				INSERT INTO capabilities (name, adapter_id, modes, max_attempts, async_budget_ms, retry_delays_ms, lease_ms, sync_timeout_ms)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+				ON CONFLICT (name) DO UPDATE SET adapter_id = excluded.adapter_id, modes = excluded.modes,
+					max_attempts = excluded.max_attempts, async_budget_ms = excluded.async_budget_ms,
+					retry_delays_ms = excluded.retry_delays_ms, lease_ms = excluded.lease_ms,
+					sync_timeout_ms = excluded.sync_timeout_ms, updated_at = now()`,
+				cp.Name, cp.Adapter, modes, maxAttempts, millis(cp.AsyncBudget, MaxAsyncBudget), delays,
+				millis(cp.Lease, DefaultLease), millis(cp.SyncTimeout, DefaultSyncTimeout)); err != nil {
+				return fmt.Errorf("apply capability %s: %w", cp.Name, err)
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,66 @@
+// Package config loads a service's settings from the environment. Every setting has a variable
+// named INTEGRATIONS_*, a documented default where one is safe, and validation that fails fast
+// with the variable's name.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// Common holds the settings every service shares.
+type Common struct {
+	LogLevel        string        `env:"INTEGRATIONS_LOG_LEVEL" envDefault:"info"`
+	DatabaseURL     string        `env:"INTEGRATIONS_DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/integrations?sslmode=disable"`
+	AMQPURL         string        `env:"INTEGRATIONS_AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	QueueScope      string        `env:"INTEGRATIONS_QUEUE_SCOPE" envDefault:"integrations"`
+	TimeScale       float64       `env:"INTEGRATIONS_TIME_SCALE" envDefault:"1"`
+	MetricsAddr     string        `env:"INTEGRATIONS_METRICS_ADDR"`
+	ShutdownTimeout time.Duration `env:"INTEGRATIONS_SHUTDOWN_TIMEOUT" envDefault:"15s"`
+}
+
+// Validate checks the shared settings.
+func (c Common) Validate() error {
+	var errs []error
+	if c.TimeScale <= 0 || c.TimeScale > 1 {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_TIME_SCALE: %v must be in (0, 1]", c.TimeScale))
+	}
+	if c.ShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_SHUTDOWN_TIMEOUT: %v must be positive", c.ShutdownTimeout))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_LOG_LEVEL: %q is not one of debug, info, warn, error", c.LogLevel))
+	}
+	return errors.Join(errs...)
+}
+
+// Scale shrinks a duration by the configured time scale (INTEGRATIONS_TIME_SCALE), so that
+// tests and demos run a schedule of minutes and hours in seconds.
+func (c Common) Scale(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * c.TimeScale)
+}
+
+// Validator is implemented by settings structs that check themselves after loading.
+type Validator interface {
+	Validate() error
+}
+
+// Load parses the environment into a T and validates it. The error names every variable that is
+// missing or malformed.
+func Load[T any]() (T, error) {
+	var cfg T
+	if err := env.Parse(&cfg); err != nil {
+		return cfg, fmt.Errorf("configuration: %w", err)
+	}
+	if v, ok := any(&cfg).(Validator); ok {
+		if err := v.Validate(); err != nil {
+			return cfg, fmt.Errorf("configuration: %w", err)
+		}
+	}
+	return cfg, nil
+}

@@ -1,0 +1,117 @@
+// Package db holds the Postgres plumbing every service shares: the pool, the one transaction
+// helper, migrations, and error classification. The SQL itself lives with the service that owns
+// it.
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"github.com/integrations-platform/integrations/migrations"
+)
+
+// Open returns a pool for url and checks that the database answers.
+func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping database %s: %w", cfg.ConnConfig.Host, err)
+	}
+	return pool, nil
+}
+
+// WithTx runs fn in a transaction, committing if it returns nil and rolling back otherwise.
+func WithTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, pool, fn)
+}
+
+// IsUniqueViolation reports whether err is a unique-constraint violation, optionally of the
+// named constraint.
+func IsUniqueViolation(err error, constraint string) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+		return false
+	}
+	return constraint == "" || pgErr.ConstraintName == constraint
+}
+
+// Migrate applies every pending migration of migrations.FS to the database at url, in the schema
+// its search_path names. It uses goose: versioned, transactional, with a version table, so
+// several replicas starting at once apply each migration once (goose takes a session lock).
+func Migrate(ctx context.Context, url string) ([]*goose.MigrationResult, error) {
+	provider, closeDB, err := newProvider(url)
+	if err != nil {
+		return nil, err
+	}
+	defer closeDB()
+	results, err := provider.Up(ctx)
+	if err != nil {
+		return results, fmt.Errorf("apply migrations: %w", err)
+	}
+	return results, nil
+}
+
+// MigrateDown rolls back the most recent migration.
+func MigrateDown(ctx context.Context, url string) (*goose.MigrationResult, error) {
+	provider, closeDB, err := newProvider(url)
+	if err != nil {
+		return nil, err
+	}
+	defer closeDB()
+	res, err := provider.Down(ctx)
+	if err != nil {
+		return res, fmt.Errorf("roll back migration: %w", err)
+	}
+	return res, nil
+}
+
+// MigrationStatus lists every migration and whether it is applied.
+func MigrationStatus(ctx context.Context, url string) ([]*goose.MigrationStatus, error) {
+	provider, closeDB, err := newProvider(url)
+	if err != nil {
+		return nil, err
+	}
+	defer closeDB()
+	st, err := provider.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migration status: %w", err)
+	}
+	return st, nil
+}
+
+func newProvider(url string) (*goose.Provider, func(), error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse database url: %w", err)
+	}
+	sqlDB := stdlib.OpenDB(*cfg)
+	fsys, err := fs.Sub(migrations.FS, ".")
+	if err != nil {
+		sqlDB.Close()
+		return nil, nil, fmt.Errorf("migrations: %w", err)
+	}
+	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, fsys)
+	if err != nil {
+		sqlDB.Close()
+		return nil, nil, fmt.Errorf("migration provider: %w", err)
+	}
+	return provider, func() { closeQuietly(sqlDB) }, nil
+}
+
+func closeQuietly(db *sql.DB) { _ = db.Close() }

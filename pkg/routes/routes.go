@@ -1,0 +1,27 @@
+// Package routes names the broker routes the services share. A publisher and its consumers must
+// declare a route identically (RabbitMQ refuses a re-declaration with other arguments), so each
+// route is defined once, here.
+package routes
+
+import (
+	"time"
+
+	"github.com/integrations-platform/integrations/pkg/mq"
+)
+
+// Executions carries ExecutionDispatch messages from the dispatcher to the execution-consumer.
+// Its port-level retry covers a consumer that could not do its own work (Postgres or the
+// settlement service unreachable), not the provider failing: that is the execution's own
+// schedule, kept in Postgres (DESIGN.md §5, "two levels of retry").
+var Executions = mq.Route{
+	Name:     "executions",
+	Retry:    mq.RetryPolicy{Delays: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}, MaxAttempts: 5},
+	Prefetch: 32,
+}
+
+// Events carries EventNotice messages from the event relay to the event deliverer.
+var Events = mq.Route{
+	Name:     "events",
+	Retry:    mq.RetryPolicy{Delays: []time.Duration{time.Minute, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 6 * time.Hour}, MaxAttempts: 6},
+	Prefetch: 32,
+}

@@ -1,0 +1,66 @@
+// Command adapter-callback serves the callbacks adapters make for long-running work (hop 4 of the
+// flow): lease renewals, progress, and completion.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"google.golang.org/grpc"
+
+	"github.com/integrations-platform/integrations/pkg/config"
+	"github.com/integrations-platform/integrations/pkg/db"
+	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
+	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/lifecycle"
+	"github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/pkg/metrics"
+	svcconfig "github.com/integrations-platform/integrations/services/adapter-callback/internal/config"
+	"github.com/integrations-platform/integrations/services/adapter-callback/internal/server"
+	"github.com/integrations-platform/integrations/services/adapter-callback/internal/store"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "adapter-callback:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg, err := config.Load[svcconfig.Config]()
+	if err != nil {
+		return err
+	}
+	logger, err := log.New("adapter-callback", cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = logger.Sync() }()
+	ctx := context.Background()
+
+	pool, err := db.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	settlementConn, err := grpcx.Dial(cfg.SettlementAddr)
+	if err != nil {
+		return err
+	}
+	app := lifecycle.New(logger, cfg.ShutdownTimeout)
+	app.Close("settlement-conn", settlementConn.Close)
+	app.Close("postgres", func() error { pool.Close(); return nil })
+
+	st := store.New(pool)
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Interceptors: []grpc.UnaryServerInterceptor{server.AuthInterceptor(st)}})
+	adapterv1.RegisterAdapterCallbackServiceServer(srv, server.New(st, settlementv1.NewSettlementServiceClient(settlementConn), cfg.Scale, logger))
+	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
+		return err
+	}
+	if err := metrics.Serve(app, logger, cfg.MetricsAddr); err != nil {
+		return err
+	}
+	return app.Run(ctx)
+}

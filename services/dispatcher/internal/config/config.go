@@ -1,0 +1,38 @@
+// Package config is the dispatcher's configuration.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/integrations-platform/integrations/pkg/config"
+)
+
+// Config is read from the environment.
+type Config struct {
+	config.Common
+	GRPCAddr string `env:"INTEGRATIONS_GRPC_ADDR" envDefault:"127.0.0.1:9091"`
+	// Interval is the time between scheduled passes; a nudge starts one at once.
+	Interval time.Duration `env:"INTEGRATIONS_DISPATCH_INTERVAL" envDefault:"1s"`
+	// ClaimTTL is how long a claimed dispatch row is reserved for the dispatcher that claimed it;
+	// a row whose publish failed is retried once its claim expires.
+	ClaimTTL time.Duration `env:"INTEGRATIONS_DISPATCH_CLAIM_TTL" envDefault:"30s"`
+	// BatchSize is the most rows one pass claims at a time.
+	BatchSize int `env:"INTEGRATIONS_DISPATCH_BATCH_SIZE" envDefault:"500"`
+}
+
+// Validate checks the dispatcher's own settings.
+func (c Config) Validate() error {
+	errs := []error{c.Common.Validate()}
+	if c.Interval <= 0 {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_DISPATCH_INTERVAL: %v must be positive", c.Interval))
+	}
+	if c.ClaimTTL < time.Second {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_DISPATCH_CLAIM_TTL: %v must be at least 1s", c.ClaimTTL))
+	}
+	if c.BatchSize < 1 || c.BatchSize > 10000 {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_DISPATCH_BATCH_SIZE: %d must be between 1 and 10000", c.BatchSize))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,67 @@
+// Package store is the SQL the dispatcher owns: claiming due dispatch records and deleting the
+// published ones.
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Dispatch is a claimed dispatch record.
+type Dispatch struct {
+	ID           int64
+	ExecutionID  string
+	Attempt      int32
+	DueAt        time.Time
+	ClaimedUntil time.Time
+}
+
+// Store is the dispatcher's data access.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a Store on pool.
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// DispatchClaim reserves up to limit due, unclaimed (or claim-expired) records for ttl. Several
+// dispatchers can claim at once: SKIP LOCKED gives each its own rows.
+func (s *Store) DispatchClaim(ctx context.Context, limit int, ttl time.Duration) ([]Dispatch, error) {
+	rows, err := s.pool.Query(ctx, `
+		UPDATE dispatches d SET claimed_until = now() + make_interval(secs => $2)
+		FROM (
+			SELECT id FROM dispatches
+			WHERE due_at <= now() AND (claimed_until IS NULL OR claimed_until < now())
+			ORDER BY due_at
+			LIMIT $1
+			FOR UPDATE SKIP LOCKED
+		) due
+		WHERE d.id = due.id
+		RETURNING d.id, d.execution_id, d.attempt, d.due_at, d.claimed_until`, limit, ttl.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("claim dispatches: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Dispatch, error) {
+		var d Dispatch
+		err := r.Scan(&d.ID, &d.ExecutionID, &d.Attempt, &d.DueAt, &d.ClaimedUntil)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim dispatches: %w", err)
+	}
+	return out, nil
+}
+
+// DispatchDeletePublished deletes published records, but only while this dispatcher's claim
+// still holds them: a record whose claim expired may already be another dispatcher's.
+func (s *Store) DispatchDeletePublished(ctx context.Context, ids []int64, claimedUntil time.Time) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM dispatches WHERE id = ANY($1) AND claimed_until = $2`, ids, claimedUntil)
+	if err != nil {
+		return 0, fmt.Errorf("delete published dispatches: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,73 @@
+// Command dispatcher moves due dispatch records from Postgres to the executions queue (hop 2 of
+// the flow): claimed with SKIP LOCKED and a claim expiry, published with publisher confirms,
+// deleted once confirmed. It passes on a schedule and when the gateway nudges it.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/integrations-platform/integrations/pkg/config"
+	"github.com/integrations-platform/integrations/pkg/db"
+	dispatcherv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/dispatcher/v1"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/lifecycle"
+	"github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/pkg/metrics"
+	"github.com/integrations-platform/integrations/pkg/mq"
+	"github.com/integrations-platform/integrations/pkg/routes"
+	svcconfig "github.com/integrations-platform/integrations/services/dispatcher/internal/config"
+	"github.com/integrations-platform/integrations/services/dispatcher/internal/dispatch"
+	"github.com/integrations-platform/integrations/services/dispatcher/internal/store"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "dispatcher:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg, err := config.Load[svcconfig.Config]()
+	if err != nil {
+		return err
+	}
+	logger, err := log.New("dispatcher", cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = logger.Sync() }()
+	ctx := context.Background()
+
+	pool, err := db.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	broker, err := mq.Dial(ctx, mq.Config{URL: cfg.AMQPURL, Scope: cfg.QueueScope, TimeScale: cfg.TimeScale,
+		Logger: logger, Registerer: prometheus.DefaultRegisterer})
+	if err != nil {
+		return err
+	}
+	if err := broker.Declare(ctx, routes.Executions); err != nil {
+		return err
+	}
+	app := lifecycle.New(logger, cfg.ShutdownTimeout)
+	d := dispatch.New(store.New(pool), broker, logger, cfg.Interval, cfg.ClaimTTL, cfg.BatchSize)
+
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
+	dispatcherv1.RegisterDispatcherServiceServer(srv, d)
+	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
+		return err
+	}
+	if err := metrics.Serve(app, logger, cfg.MetricsAddr); err != nil {
+		return err
+	}
+	app.Go("dispatch-loop", d.Run)
+	app.Close("broker", broker.Close)
+	app.Close("postgres", func() error { pool.Close(); return nil })
+	return app.Run(ctx)
+}

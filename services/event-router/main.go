@@ -1,0 +1,81 @@
+// Command event-router relays completion events from the Postgres outbox to the broker and
+// delivers each to the invoking application's consumer (hop 6 of the flow).
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/integrations-platform/integrations/pkg/config"
+	"github.com/integrations-platform/integrations/pkg/db"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/lifecycle"
+	"github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/pkg/metrics"
+	"github.com/integrations-platform/integrations/pkg/mq"
+	"github.com/integrations-platform/integrations/pkg/routes"
+	"github.com/integrations-platform/integrations/pkg/secret"
+	svcconfig "github.com/integrations-platform/integrations/services/event-router/internal/config"
+	"github.com/integrations-platform/integrations/services/event-router/internal/deliver"
+	"github.com/integrations-platform/integrations/services/event-router/internal/relay"
+	"github.com/integrations-platform/integrations/services/event-router/internal/store"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "event-router:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg, err := config.Load[svcconfig.Config]()
+	if err != nil {
+		return err
+	}
+	box, err := secret.NewBox("INTEGRATIONS_SECRET_KEY", cfg.SecretKey, cfg.SecretKeyPrevious)
+	if err != nil {
+		return err
+	}
+	logger, err := log.New("event-router", cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = logger.Sync() }()
+	ctx := context.Background()
+
+	pool, err := db.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	broker, err := mq.Dial(ctx, mq.Config{URL: cfg.AMQPURL, Scope: cfg.QueueScope, TimeScale: cfg.TimeScale,
+		Logger: logger, Registerer: prometheus.DefaultRegisterer})
+	if err != nil {
+		return err
+	}
+	if err := broker.Declare(ctx, routes.Events); err != nil {
+		return err
+	}
+	st := store.New(pool)
+	rel := relay.New(st, broker, logger, cfg.RelayInterval)
+	del := deliver.New(st, box, cfg.DeliveryTimeout, cfg.WebhookAllowPrivate, logger)
+
+	app := lifecycle.New(logger, cfg.ShutdownTimeout)
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
+	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
+		return err
+	}
+	if err := metrics.Serve(app, logger, cfg.MetricsAddr); err != nil {
+		return err
+	}
+	app.Go("relay", rel.Run)
+	app.Go("deliver", func(ctx context.Context) error {
+		return broker.Consume(ctx, routes.Events.Name, cfg.Concurrency, del.Handle)
+	})
+	app.Close("broker", broker.Close)
+	app.Close("postgres", func() error { pool.Close(); return nil })
+	return app.Run(ctx)
+}

@@ -1,0 +1,147 @@
+// Package attempt is the execution-consumer's handler: for each dispatch message, start the
+// attempt (or skip a duplicate), call the adapter, and hand the outcome to the settlement
+// service — a success or final failure settles; a retryable failure schedules the next attempt.
+package attempt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/integrations-platform/integrations/pkg/adaptercall"
+	"github.com/integrations-platform/integrations/pkg/execution"
+	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
+	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
+	queuev1 "github.com/integrations-platform/integrations/pkg/gen/integrations/queue/v1"
+	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
+	"github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/pkg/mq"
+	"github.com/integrations-platform/integrations/pkg/secret"
+	"github.com/integrations-platform/integrations/services/execution-consumer/internal/store"
+)
+
+// Handler runs attempts.
+type Handler struct {
+	store      *store.Store
+	adapters   *adaptercall.Pool
+	settlement settlementv1.SettlementServiceClient
+	scale      func(time.Duration) time.Duration
+	log        *zap.Logger
+}
+
+// New returns a Handler.
+func New(st *store.Store, adapters *adaptercall.Pool, settlement settlementv1.SettlementServiceClient,
+	scale func(time.Duration) time.Duration, log *zap.Logger) *Handler {
+	return &Handler{store: st, adapters: adapters, settlement: settlement, scale: scale, log: log}
+}
+
+// Handle is the mq.Handler of the executions route.
+func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
+	var d queuev1.ExecutionDispatch
+	if err := proto.Unmarshal(m.Body, &d); err != nil || d.GetExecutionId() == "" || d.GetAttempt() < 1 {
+		return mq.Reject(fmt.Errorf("malformed dispatch message %s", m.ID))
+	}
+	logger := h.log.With(log.ExecutionID(d.GetExecutionId()), log.Attempt(d.GetAttempt()))
+	token, tokenHash, err := secret.NewToken("cbt_")
+	if err != nil {
+		return mq.Fail(err)
+	}
+	started, err := h.store.AttemptStart(ctx, d.GetExecutionId(), d.GetAttempt(), tokenHash, h.scale)
+	if errors.Is(err, store.ErrNotStartable) {
+		logger.Info("dispatch skipped: attempt already started or execution moved on")
+		return mq.Ack()
+	}
+	if err != nil {
+		return mq.Fail(err)
+	}
+	logger.Info("attempt started", zap.String("capability", started.Capability))
+
+	payload, err := execution.Struct(started.Payload)
+	if err != nil {
+		return mq.Fail(fmt.Errorf("decode payload: %w", err))
+	}
+	callDeadline := started.LeaseExpiresAt
+	if started.Deadline.Before(callDeadline) {
+		callDeadline = started.Deadline
+	}
+	callCtx, cancel := context.WithDeadline(ctx, callDeadline)
+	out := h.adapters.Execute(callCtx, started.AdapterEndpoint, &adapterv1.ExecuteRequest{
+		ExecutionId: started.ExecutionID, Attempt: started.Attempt, Capability: started.Capability,
+		Payload: payload, DeadlineTime: timestamppb.New(started.Deadline), CallbackToken: token,
+		Mode: execution.ModeToProto(started.Mode),
+	})
+	cancel()
+	if ctx.Err() != nil {
+		// Shutting down mid-call: the attempt stays running and its lease decides what follows.
+		return mq.Ack()
+	}
+
+	switch out.Kind {
+	case adaptercall.Completed:
+		err = h.call(ctx, func(ctx context.Context) error {
+			_, err := h.settlement.Settle(ctx, &settlementv1.SettleRequest{
+				ExecutionId: started.ExecutionID, Attempt: started.Attempt,
+				FromStatus: executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING,
+				Status:     executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, Result: out.Result,
+			})
+			return err
+		})
+	case adaptercall.Failed:
+		logger.Info("attempt failed", zap.String("class", out.Failure.Class), zap.Bool("retryable", out.Retryable))
+		err = h.call(ctx, func(ctx context.Context) error {
+			_, err := h.settlement.FailAttempt(ctx, &settlementv1.FailAttemptRequest{
+				ExecutionId: started.ExecutionID, Attempt: started.Attempt, Failure: out.Failure.Proto(),
+				Retryable: out.Retryable, RetryAfter: durationpb.New(out.RetryAfter),
+			})
+			return err
+		})
+	case adaptercall.Accepted:
+		lease := out.Lease
+		if lease <= 0 {
+			lease = started.Lease
+		}
+		logger.Info("attempt accepted as long-running work", zap.Duration("lease", lease))
+		err = h.store.AttemptAccepted(ctx, started.ExecutionID, started.Attempt, lease)
+	}
+	if err != nil {
+		// The attempt stays running; its lease expiry decides what follows. The message is done:
+		// redelivering it could not start the attempt again.
+		logger.Error("attempt outcome not recorded", zap.Error(err))
+	}
+	return mq.Ack()
+}
+
+// call runs a settlement call, retrying while the service is unavailable. A refusal (the
+// execution was settled or moved on meanwhile) is not an error here: someone else decided.
+func (h *Handler) call(ctx context.Context, fn func(ctx context.Context) error) error {
+	var err error
+	for i := range 5 {
+		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = fn(callCtx)
+		cancel()
+		switch status.Code(err) {
+		case codes.OK, codes.FailedPrecondition, codes.Aborted, codes.NotFound:
+			if err != nil {
+				h.log.Info("settlement refused: execution already moved on", zap.Error(err))
+			}
+			return nil
+		case codes.Unavailable, codes.DeadlineExceeded:
+		default:
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(100<<i) * time.Millisecond):
+		}
+	}
+	return err
+}

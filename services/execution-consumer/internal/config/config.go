@@ -1,0 +1,28 @@
+// Package config is the execution-consumer's configuration.
+package config
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/integrations-platform/integrations/pkg/config"
+)
+
+// Config is read from the environment.
+type Config struct {
+	config.Common
+	// GRPCAddr serves health checks.
+	GRPCAddr       string `env:"INTEGRATIONS_GRPC_ADDR" envDefault:"127.0.0.1:9092"`
+	SettlementAddr string `env:"INTEGRATIONS_SETTLEMENT_ADDR" envDefault:"127.0.0.1:9094"`
+	// Concurrency is the number of attempts one replica runs at once.
+	Concurrency int `env:"INTEGRATIONS_CONSUMER_CONCURRENCY" envDefault:"16"`
+}
+
+// Validate checks the consumer's own settings.
+func (c Config) Validate() error {
+	errs := []error{c.Common.Validate()}
+	if c.Concurrency < 1 || c.Concurrency > 1024 {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_CONSUMER_CONCURRENCY: %d must be between 1 and 1024", c.Concurrency))
+	}
+	return errors.Join(errs...)
+}

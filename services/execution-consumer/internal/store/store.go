@@ -1,0 +1,99 @@
+// Package store is the SQL the execution-consumer owns: starting an attempt with one compare of
+// status and attempt number, and recording an adapter's lease.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/integrations-platform/integrations/pkg/db"
+)
+
+// ErrNotStartable means the execution is not pending at the attempt before this one: the message
+// is a duplicate, or obsolete (the execution moved on or settled).
+var ErrNotStartable = errors.New("attempt is not startable")
+
+// Started is an attempt that this consumer now owns.
+type Started struct {
+	ExecutionID     string
+	Attempt         int32
+	Capability      string
+	Mode            string
+	Payload         []byte
+	Deadline        time.Time
+	LeaseExpiresAt  time.Time
+	AdapterEndpoint string
+	Lease           time.Duration
+}
+
+// Store is the consumer's data access.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a Store on pool.
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// AttemptStart claims attempt n of the execution: one UPDATE that succeeds only if the execution
+// is pending at attempt n-1, so that of any number of copies of the dispatch message exactly one
+// starts the attempt. With it, the attempt's row and its callback token hash are inserted.
+func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash []byte, scale func(time.Duration) time.Duration) (*Started, error) {
+	var st *Started
+	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var leaseMS int64
+		r := Started{ExecutionID: id, Attempt: n}
+		err := tx.QueryRow(ctx, `
+			SELECT c.lease_ms FROM executions e JOIN capabilities c ON c.name = e.capability WHERE e.id = $1`,
+			id).Scan(&leaseMS)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotStartable
+		}
+		if err != nil {
+			return fmt.Errorf("read lease of %s: %w", id, err)
+		}
+		r.Lease = scale(time.Duration(leaseMS) * time.Millisecond)
+		err = tx.QueryRow(ctx, `
+			UPDATE executions e
+			SET status = 'running', attempt = $2, lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
+			FROM capabilities c, adapters a
+			WHERE e.id = $1 AND e.status = 'pending' AND e.attempt = $2 - 1
+				AND c.name = e.capability AND a.id = c.adapter_id
+			RETURNING e.capability, e.mode, e.payload, e.deadline_at, e.lease_expires_at, a.endpoint`,
+			id, n, r.Lease.Seconds()).Scan(&r.Capability, &r.Mode, &r.Payload, &r.Deadline, &r.LeaseExpiresAt, &r.AdapterEndpoint)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotStartable
+		}
+		if err != nil {
+			return fmt.Errorf("start attempt %d of %s: %w", n, id, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO execution_attempts (execution_id, n, callback_token_hash) VALUES ($1, $2, $3)`,
+			id, n, tokenHash); err != nil {
+			return fmt.Errorf("record attempt %d of %s: %w", n, id, err)
+		}
+		st = &r
+		return nil
+	})
+	return st, err
+}
+
+// AttemptAccepted records that the adapter took the attempt as long-running work under a lease.
+// It changes nothing if the attempt is no longer the running one.
+func (s *Store) AttemptAccepted(ctx context.Context, id string, n int32, lease time.Duration) error {
+	_, err := s.pool.Exec(ctx, `
+		WITH e AS (
+			UPDATE executions SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
+			WHERE id = $1 AND status = 'running' AND attempt = $2
+			RETURNING id
+		)
+		UPDATE execution_attempts SET outcome = 'accepted'
+		WHERE execution_id = (SELECT id FROM e) AND n = $2`, id, n, lease.Seconds())
+	if err != nil {
+		return fmt.Errorf("record accepted attempt %d of %s: %w", n, id, err)
+	}
+	return nil
+}

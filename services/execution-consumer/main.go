@@ -1,0 +1,82 @@
+// Command execution-consumer runs async attempts (hop 3 of the flow): it takes dispatch messages
+// from the executions queue, starts each attempt with one compare of status and attempt number,
+// calls the adapter, and reports the outcome to the settlement service.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/integrations-platform/integrations/pkg/adaptercall"
+	"github.com/integrations-platform/integrations/pkg/config"
+	"github.com/integrations-platform/integrations/pkg/db"
+	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/lifecycle"
+	"github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/pkg/metrics"
+	"github.com/integrations-platform/integrations/pkg/mq"
+	"github.com/integrations-platform/integrations/pkg/routes"
+	"github.com/integrations-platform/integrations/services/execution-consumer/internal/attempt"
+	svcconfig "github.com/integrations-platform/integrations/services/execution-consumer/internal/config"
+	"github.com/integrations-platform/integrations/services/execution-consumer/internal/store"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "execution-consumer:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg, err := config.Load[svcconfig.Config]()
+	if err != nil {
+		return err
+	}
+	logger, err := log.New("execution-consumer", cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = logger.Sync() }()
+	ctx := context.Background()
+
+	pool, err := db.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	broker, err := mq.Dial(ctx, mq.Config{URL: cfg.AMQPURL, Scope: cfg.QueueScope, TimeScale: cfg.TimeScale,
+		Logger: logger, Registerer: prometheus.DefaultRegisterer})
+	if err != nil {
+		return err
+	}
+	if err := broker.Declare(ctx, routes.Executions); err != nil {
+		return err
+	}
+	settlementConn, err := grpcx.Dial(cfg.SettlementAddr)
+	if err != nil {
+		return err
+	}
+	adapters := adaptercall.NewPool()
+	handler := attempt.New(store.New(pool), adapters, settlementv1.NewSettlementServiceClient(settlementConn), cfg.Scale, logger)
+
+	app := lifecycle.New(logger, cfg.ShutdownTimeout)
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
+	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
+		return err
+	}
+	if err := metrics.Serve(app, logger, cfg.MetricsAddr); err != nil {
+		return err
+	}
+	app.Go("consume-executions", func(ctx context.Context) error {
+		return broker.Consume(ctx, routes.Executions.Name, cfg.Concurrency, handler.Handle)
+	})
+	app.Close("broker", broker.Close)
+	app.Close("adapter-conns", adapters.Close)
+	app.Close("settlement-conn", settlementConn.Close)
+	app.Close("postgres", func() error { pool.Close(); return nil })
+	return app.Run(ctx)
+}

@@ -1,0 +1,37 @@
+// Package config is the gateway's configuration.
+package config
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/integrations-platform/integrations/pkg/config"
+)
+
+// Config is read from the environment.
+type Config struct {
+	config.Common
+	GRPCAddr       string `env:"INTEGRATIONS_GRPC_ADDR" envDefault:"127.0.0.1:9090"`
+	HTTPAddr       string `env:"INTEGRATIONS_HTTP_ADDR" envDefault:"127.0.0.1:8080"`
+	DispatcherAddr string `env:"INTEGRATIONS_DISPATCHER_ADDR" envDefault:"127.0.0.1:9091"`
+	SettlementAddr string `env:"INTEGRATIONS_SETTLEMENT_ADDR" envDefault:"127.0.0.1:9094"`
+	// MaxPayloadBytes bounds an invocation's payload (its JSON encoding).
+	MaxPayloadBytes int `env:"INTEGRATIONS_MAX_PAYLOAD_BYTES" envDefault:"1048576"`
+	// SecretKey seals webhook signing secrets at rest (32 bytes, base64). SecretKeyPrevious opens
+	// secrets sealed before a rotation.
+	SecretKey         string `env:"INTEGRATIONS_SECRET_KEY,required"`
+	SecretKeyPrevious string `env:"INTEGRATIONS_SECRET_KEY_PREVIOUS"`
+	// Webhook URLs must be https and resolve to public addresses unless these allow otherwise
+	// (local development, tests).
+	WebhookAllowHTTP    bool `env:"INTEGRATIONS_WEBHOOK_ALLOW_HTTP" envDefault:"false"`
+	WebhookAllowPrivate bool `env:"INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE" envDefault:"false"`
+}
+
+// Validate checks the gateway's own settings.
+func (c Config) Validate() error {
+	errs := []error{c.Common.Validate()}
+	if c.MaxPayloadBytes < 1024 || c.MaxPayloadBytes > 64<<20 {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_MAX_PAYLOAD_BYTES: %d must be between 1024 and 67108864", c.MaxPayloadBytes))
+	}
+	return errors.Join(errs...)
+}

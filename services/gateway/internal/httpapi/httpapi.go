@@ -1,0 +1,120 @@
+// Package httpapi serves the REST face of GatewayService through grpc-gateway, proxying to the
+// gateway's own gRPC port so that every REST call passes the same interceptors (auth, errors,
+// logging) as a gRPC call.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/lifecycle"
+	"github.com/integrations-platform/integrations/services/gateway/internal/server"
+)
+
+// Config configures the REST server.
+type Config struct {
+	Addr     string
+	GRPCAddr string
+	// MaxBodyBytes bounds a request body; larger bodies are refused before decoding.
+	MaxBodyBytes int64
+	// Extra routes served beside the API (e.g. system endpoints).
+	Extra map[string]http.Handler
+}
+
+// Run serves the REST API under app.
+func Run(ctx context.Context, app *lifecycle.App, log *zap.Logger, cfg Config) error {
+	mux := runtime.NewServeMux(
+		runtime.WithIncomingHeaderMatcher(headerMatcher),
+		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithForwardResponseOption(setStatus),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: true},
+			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+		}),
+	)
+	conn, err := grpcx.Dial(cfg.GRPCAddr, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(cfg.MaxBodyBytes)*4)))
+	if err != nil {
+		return err
+	}
+	app.Close("rest-proxy-conn", conn.Close)
+	if err := gatewayv1.RegisterGatewayServiceHandler(ctx, mux, conn); err != nil {
+		return fmt.Errorf("register REST handlers: %w", err)
+	}
+	root := http.NewServeMux()
+	root.Handle("/", limitBody(mux, cfg.MaxBodyBytes))
+	for pattern, h := range cfg.Extra {
+		root.Handle(pattern, h)
+	}
+	lis, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen %s for REST: %w", cfg.Addr, err)
+	}
+	srv := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("rest server listening", zap.String("addr", lis.Addr().String()))
+	app.Serve("rest",
+		func() error {
+			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serve REST: %w", err)
+			}
+			return nil
+		},
+		func(ctx context.Context) error { return srv.Shutdown(ctx) })
+	return nil
+}
+
+// headerMatcher forwards Idempotency-Key besides grpc-gateway's defaults (Authorization among
+// them).
+func headerMatcher(key string) (string, bool) {
+	if textproto.CanonicalMIMEHeaderKey(key) == "Idempotency-Key" {
+		return server.IdempotencyKeyHeader, true
+	}
+	return runtime.DefaultHeaderMatcher(key)
+}
+
+// setStatus applies the HTTP status a handler asked for through response metadata, and points
+// Location at a newly accepted execution.
+func setStatus(ctx context.Context, w http.ResponseWriter, resp proto.Message) error {
+	md, ok := runtime.ServerMetadataFromContext(ctx)
+	if !ok {
+		return nil
+	}
+	vals := md.HeaderMD.Get(server.HTTPCodeHeader)
+	if len(vals) == 0 {
+		return nil
+	}
+	code, err := strconv.Atoi(vals[0])
+	if err != nil {
+		return nil
+	}
+	if r, ok := resp.(*gatewayv1.InvokeCapabilityResponse); ok && r.GetUrl() != "" {
+		w.Header().Set("Location", r.GetUrl())
+	}
+	w.WriteHeader(code)
+	return nil
+}
+
+// limitBody refuses bodies over n bytes with 413 before grpc-gateway reads them.
+func limitBody(next http.Handler, n int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > n {
+			http.Error(w, fmt.Sprintf(`{"code":3,"message":"request body: %d bytes exceeds the limit of %d bytes"}`, r.ContentLength, n), http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, n)
+		next.ServeHTTP(w, r)
+	})
+}

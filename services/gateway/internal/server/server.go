@@ -1,0 +1,382 @@
+// Package server implements GatewayService: validation, authentication, accepting executions
+// durably (async) or running their one attempt inline (sync), and reading them back.
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/integrations-platform/integrations/pkg/adaptercall"
+	"github.com/integrations-platform/integrations/pkg/apperr"
+	"github.com/integrations-platform/integrations/pkg/execution"
+	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
+	dispatcherv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/dispatcher/v1"
+	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
+	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
+	"github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/pkg/secret"
+	"github.com/integrations-platform/integrations/pkg/webhook"
+	"github.com/integrations-platform/integrations/services/gateway/internal/store"
+)
+
+// HTTPCodeHeader is the response metadata key through which a handler asks grpc-gateway for an
+// HTTP status other than 200 (202 for an accepted async execution).
+const HTTPCodeHeader = "x-http-code"
+
+// IdempotencyKeyHeader is the metadata key of the Idempotency-Key header.
+const IdempotencyKeyHeader = "idempotency-key"
+
+var (
+	capabilityPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,127}$`)
+	idempotencyKeyMax = 255
+)
+
+// Options configures a Server.
+type Options struct {
+	MaxPayloadBytes     int
+	Scale               func(time.Duration) time.Duration
+	WebhookAllowHTTP    bool
+	WebhookAllowPrivate bool
+}
+
+// Server is the GatewayService.
+type Server struct {
+	gatewayv1.UnimplementedGatewayServiceServer
+	store      *store.Store
+	adapters   *adaptercall.Pool
+	dispatcher dispatcherv1.DispatcherServiceClient
+	settlement settlementv1.SettlementServiceClient
+	box        *secret.Box
+	opts       Options
+	log        *zap.Logger
+}
+
+// New returns a Server.
+func New(st *store.Store, adapters *adaptercall.Pool, dispatcher dispatcherv1.DispatcherServiceClient,
+	settlement settlementv1.SettlementServiceClient, box *secret.Box, opts Options, log *zap.Logger) *Server {
+	return &Server{store: st, adapters: adapters, dispatcher: dispatcher, settlement: settlement, box: box, opts: opts, log: log}
+}
+
+// InvokeCapability implements GatewayService.InvokeCapability.
+func (s *Server) InvokeCapability(ctx context.Context, req *gatewayv1.InvokeCapabilityRequest) (*gatewayv1.InvokeCapabilityResponse, error) {
+	appID := applicationID(ctx)
+	in, err := s.validateInvoke(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	capability, err := s.store.CapabilityGet(ctx, req.GetCapability())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apperr.NotFound("capability %q not found", req.GetCapability())
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !capability.AllowsMode(in.mode) {
+		return nil, apperr.Invalid("mode", "capability %q does not allow %s", capability.Name, req.GetMode())
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("execution id: %w", err)
+	}
+	n := store.NewExecution{
+		ID: id.String(), ApplicationID: appID, Capability: capability.Name, Mode: in.mode,
+		MaxAttempts: capability.MaxAttempts, Payload: in.payload, RequestHash: in.hash,
+		IdempotencyKey: in.idempotencyKey,
+		Deadline:       time.Now().Add(s.opts.Scale(capability.AsyncBudget)),
+	}
+	if in.mode == execution.ModeSync {
+		return s.invokeSync(ctx, n, capability, req.GetPayload())
+	}
+	row, created, err := s.store.ExecutionAccept(ctx, n)
+	if err != nil {
+		return nil, acceptError(err)
+	}
+	if created {
+		s.log.Info("execution accepted", log.ExecutionID(row.ID), zap.String("capability", row.Capability), log.ApplicationID(appID))
+		s.nudge()
+		_ = grpc.SetHeader(ctx, metadata.Pairs(HTTPCodeHeader, "202"))
+	}
+	return s.response(row, nil)
+}
+
+// invokeSync runs attempt 1 inline and settles it through the settlement service. A sync call is
+// never retried by the queue: a failure settles the execution failed.
+func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.Capability, payload *structpb.Struct) (*gatewayv1.InvokeCapabilityResponse, error) {
+	token, tokenHash, err := secret.NewToken("cbt_")
+	if err != nil {
+		return nil, err
+	}
+	n.MaxAttempts = 1
+	n.CallbackTokenHash = tokenHash
+	n.Deadline = time.Now().Add(c.SyncTimeout)
+	n.LeaseExpiresAt = n.Deadline
+	row, created, err := s.store.ExecutionAccept(ctx, n)
+	if err != nil {
+		return nil, acceptError(err)
+	}
+	if !created {
+		return s.response(row, nil)
+	}
+	s.log.Info("sync attempt started", log.ExecutionID(row.ID), log.Attempt(1), zap.String("capability", row.Capability), log.ApplicationID(n.ApplicationID))
+
+	callCtx, cancel := context.WithDeadline(ctx, n.Deadline)
+	defer cancel()
+	out := s.adapters.Execute(callCtx, c.AdapterEndpoint, &adapterv1.ExecuteRequest{
+		ExecutionId: row.ID, Attempt: 1, Capability: row.Capability, Payload: payload,
+		DeadlineTime: timestamppb.New(n.Deadline), CallbackToken: token, Mode: executionv1.Mode_MODE_SYNC,
+	})
+	settle := &settlementv1.SettleRequest{
+		ExecutionId: row.ID, Attempt: 1, FromStatus: executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING,
+	}
+	switch out.Kind {
+	case adaptercall.Completed:
+		settle.Status = executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED
+		settle.Result = out.Result
+	case adaptercall.Failed:
+		f := out.Failure
+		f.Reason = execution.ReasonAdapterPermanent
+		if out.Retryable {
+			// The one attempt a sync call has was spent.
+			f.Reason = execution.ReasonAttemptLimit
+		}
+		settle.Status = executionv1.ExecutionStatus_EXECUTION_STATUS_FAILED
+		settle.Failure = f.Proto()
+	case adaptercall.Accepted:
+		settle.Status = executionv1.ExecutionStatus_EXECUTION_STATUS_FAILED
+		settle.Failure = execution.Failure{Class: execution.ClassProtocol, Reason: execution.ReasonAdapterPermanent,
+			Message: "adapter answered Accepted (long-running work) for a sync execution"}.Proto()
+	}
+	// Settle even if the caller has gone away: the attempt ran.
+	settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancelSettle()
+	settled, err := s.settlement.Settle(settleCtx, settle)
+	if err != nil {
+		return nil, fmt.Errorf("settle sync execution %s: %w", row.ID, err)
+	}
+	return s.response(nil, settled.GetExecution())
+}
+
+func (s *Server) response(row *execution.Row, e *executionv1.Execution) (*gatewayv1.InvokeCapabilityResponse, error) {
+	if e == nil {
+		var err error
+		if e, err = row.Proto(false); err != nil {
+			return nil, err
+		}
+	}
+	return &gatewayv1.InvokeCapabilityResponse{Execution: e, Url: "/v1/executions/" + e.GetId()}, nil
+}
+
+// nudge wakes the dispatcher without making the caller wait; a lost nudge is recovered by the
+// dispatcher's scheduled pass.
+func (s *Server) nudge() {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if _, err := s.dispatcher.Nudge(ctx, &dispatcherv1.NudgeRequest{}); err != nil {
+			s.log.Debug("dispatcher nudge lost", zap.Error(err))
+		}
+	}()
+}
+
+func acceptError(err error) error {
+	if errors.Is(err, store.ErrIdempotencyReused) {
+		return apperr.New(apperr.KindAlreadyExists, "IDEMPOTENCY_KEY_REUSED",
+			"idempotency key already used for a different request")
+	}
+	return err
+}
+
+type invokeInput struct {
+	mode           string
+	payload        []byte
+	hash           []byte
+	idempotencyKey string
+}
+
+func (s *Server) validateInvoke(ctx context.Context, req *gatewayv1.InvokeCapabilityRequest) (*invokeInput, error) {
+	if !capabilityPattern.MatchString(req.GetCapability()) {
+		return nil, apperr.Invalid("capability", "%q is not a capability name", req.GetCapability())
+	}
+	in := &invokeInput{}
+	switch req.GetMode() {
+	case executionv1.Mode_MODE_ASYNC:
+		in.mode = execution.ModeAsync
+	case executionv1.Mode_MODE_SYNC:
+		in.mode = execution.ModeSync
+	default:
+		return nil, apperr.Invalid("mode", "required: MODE_ASYNC or MODE_SYNC")
+	}
+	payload := req.GetPayload()
+	if payload == nil {
+		payload = &structpb.Struct{}
+	}
+	// encoding/json sorts map keys, which makes the encoding canonical for the request hash.
+	raw, err := json.Marshal(payload.AsMap())
+	if err != nil {
+		return nil, apperr.Invalid("payload", "not encodable as JSON: %v", err)
+	}
+	if len(raw) > s.opts.MaxPayloadBytes {
+		return nil, apperr.Invalid("payload", "%d bytes exceeds the limit of %d bytes", len(raw), s.opts.MaxPayloadBytes)
+	}
+	in.payload = raw
+	in.idempotencyKey = req.GetIdempotencyKey()
+	if md, ok := metadata.FromIncomingContext(ctx); ok && in.idempotencyKey == "" {
+		if v := md.Get(IdempotencyKeyHeader); len(v) > 0 {
+			in.idempotencyKey = v[0]
+		}
+	}
+	if len(in.idempotencyKey) > idempotencyKeyMax || strings.ContainsFunc(in.idempotencyKey, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
+		return nil, apperr.Invalid("idempotency_key", "must be at most %d printable ASCII characters without spaces", idempotencyKeyMax)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00", req.GetCapability(), in.mode)
+	h.Write(raw)
+	in.hash = h.Sum(nil)
+	return in, nil
+}
+
+// GetExecution implements GatewayService.GetExecution.
+func (s *Server) GetExecution(ctx context.Context, req *gatewayv1.GetExecutionRequest) (*gatewayv1.GetExecutionResponse, error) {
+	if _, err := uuid.Parse(req.GetId()); err != nil {
+		return nil, apperr.Invalid("id", "%q is not an execution id", req.GetId())
+	}
+	row, attempts, err := s.store.ExecutionGet(ctx, applicationID(ctx), req.GetId())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apperr.NotFound("execution %s not found", req.GetId())
+	}
+	if err != nil {
+		return nil, err
+	}
+	e, err := row.Proto(true)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range attempts {
+		e.Attempts = append(e.Attempts, a.Proto())
+	}
+	return &gatewayv1.GetExecutionResponse{Execution: e}, nil
+}
+
+// ListExecutions implements GatewayService.ListExecutions.
+func (s *Server) ListExecutions(ctx context.Context, req *gatewayv1.ListExecutionsRequest) (*gatewayv1.ListExecutionsResponse, error) {
+	f := store.ListFilter{Capability: req.GetCapability(), Limit: int(req.GetPageSize())}
+	switch {
+	case f.Limit < 0 || f.Limit > 500:
+		return nil, apperr.Invalid("page_size", "must be between 1 and 500")
+	case f.Limit == 0:
+		f.Limit = 50
+	}
+	if req.GetStatus() != executionv1.ExecutionStatus_EXECUTION_STATUS_UNSPECIFIED {
+		if f.Status = execution.StatusFromProto(req.GetStatus()); f.Status == "" {
+			return nil, apperr.Invalid("status", "unknown status %v", req.GetStatus())
+		}
+	}
+	if tok := req.GetPageToken(); tok != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil || uuid.Validate(string(raw)) != nil {
+			return nil, apperr.Invalid("page_token", "not a token from a previous page")
+		}
+		f.Before = string(raw)
+	}
+	rows, err := s.store.ExecutionList(ctx, applicationID(ctx), f)
+	if err != nil {
+		return nil, err
+	}
+	resp := &gatewayv1.ListExecutionsResponse{}
+	for _, r := range rows {
+		e, err := r.Proto(false)
+		if err != nil {
+			return nil, err
+		}
+		resp.Executions = append(resp.Executions, e)
+	}
+	if len(rows) == f.Limit {
+		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(rows[len(rows)-1].ID))
+	}
+	return resp, nil
+}
+
+// SetConsumer implements GatewayService.SetConsumer.
+func (s *Server) SetConsumer(ctx context.Context, req *gatewayv1.SetConsumerRequest) (*gatewayv1.SetConsumerResponse, error) {
+	wh := req.GetWebhook()
+	if wh == nil {
+		return nil, apperr.Invalid("webhook", "required: {\"webhook\": {\"url\": \"https://...\"}}")
+	}
+	if err := s.checkWebhookURL(wh.GetUrl()); err != nil {
+		return nil, err
+	}
+	fresh, err := webhook.NewSecret()
+	if err != nil {
+		return nil, err
+	}
+	sealedFresh, err := s.box.Seal([]byte(fresh))
+	if err != nil {
+		return nil, err
+	}
+	sealed, err := s.store.ConsumerSetWebhook(ctx, applicationID(ctx), wh.GetUrl(), sealedFresh)
+	if err != nil {
+		return nil, err
+	}
+	plain, err := s.box.Open(sealed)
+	if err != nil {
+		return nil, fmt.Errorf("open signing secret: %w", err)
+	}
+	s.log.Info("consumer registered", log.ApplicationID(applicationID(ctx)), zap.String("kind", "webhook"))
+	return &gatewayv1.SetConsumerResponse{
+		Consumer:      &gatewayv1.SetConsumerResponse_Webhook{Webhook: &gatewayv1.WebhookConsumer{Url: wh.GetUrl()}},
+		SigningSecret: string(plain),
+	}, nil
+}
+
+// checkWebhookURL refuses what an event router should not post to: anything but https (unless
+// allowed), and literal private, loopback or link-local addresses (unless allowed). Names are
+// checked again when delivering, after resolution.
+func (s *Server) checkWebhookURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.Hostname() == "" {
+		return apperr.Invalid("webhook.url", "%q is not an absolute URL", raw)
+	}
+	switch {
+	case u.Scheme == "https":
+	case u.Scheme == "http" && s.opts.WebhookAllowHTTP:
+	default:
+		return apperr.Invalid("webhook.url", "scheme must be https (http is allowed only with INTEGRATIONS_WEBHOOK_ALLOW_HTTP)")
+	}
+	if u.User != nil {
+		return apperr.Invalid("webhook.url", "must not carry credentials")
+	}
+	if port := u.Port(); port != "" {
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return apperr.Invalid("webhook.url", "port %q is not valid", port)
+		}
+	}
+	if s.opts.WebhookAllowPrivate {
+		return nil
+	}
+	host := u.Hostname()
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return apperr.Invalid("webhook.url", "private addresses are not allowed")
+	}
+	if ip := net.ParseIP(host); ip != nil && (ip.IsPrivate() || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified()) {
+		return apperr.Invalid("webhook.url", "private addresses are not allowed")
+	}
+	return nil
+}

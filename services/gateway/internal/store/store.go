@@ -1,0 +1,246 @@
+// Package store is the SQL the gateway owns: authentication lookups, accepting executions with
+// their first dispatch record, reading them back, and registering consumers.
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/integrations-platform/integrations/pkg/db"
+	"github.com/integrations-platform/integrations/pkg/execution"
+)
+
+// Sentinel errors of the store boundary.
+var (
+	ErrNotFound           = errors.New("not found")
+	ErrIdempotencyReused  = errors.New("idempotency key reused with a different request")
+	idempotencyConstraint = "executions_application_id_idempotency_key_key"
+)
+
+// Store is the gateway's data access.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a Store on pool.
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// ApplicationIDByKeyHash finds the application whose API key hashes to hash.
+func (s *Store) ApplicationIDByKeyHash(ctx context.Context, hash []byte) (string, error) {
+	var id string
+	err := s.pool.QueryRow(ctx, `SELECT id FROM applications WHERE api_key_hash = $1`, hash).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", ErrNotFound
+	}
+	if err != nil {
+		return "", fmt.Errorf("look up application by key: %w", err)
+	}
+	return id, nil
+}
+
+// Capability is what the gateway needs to know of a capability.
+type Capability struct {
+	Name            string
+	AdapterEndpoint string
+	Modes           []string
+	MaxAttempts     int32
+	AsyncBudget     time.Duration
+	SyncTimeout     time.Duration
+}
+
+// AllowsMode reports whether the capability may be invoked in mode.
+func (c *Capability) AllowsMode(mode string) bool {
+	for _, m := range c.Modes {
+		if m == mode {
+			return true
+		}
+	}
+	return false
+}
+
+// CapabilityGet reads a capability with its adapter's endpoint.
+func (s *Store) CapabilityGet(ctx context.Context, name string) (*Capability, error) {
+	var c Capability
+	var budgetMS, syncMS int64
+	err := s.pool.QueryRow(ctx, `
+		SELECT c.name, a.endpoint, c.modes, c.max_attempts, c.async_budget_ms, c.sync_timeout_ms
+		FROM capabilities c JOIN adapters a ON a.id = c.adapter_id
+		WHERE c.name = $1`, name).Scan(&c.Name, &c.AdapterEndpoint, &c.Modes, &c.MaxAttempts, &budgetMS, &syncMS)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read capability %s: %w", name, err)
+	}
+	c.AsyncBudget = time.Duration(budgetMS) * time.Millisecond
+	c.SyncTimeout = time.Duration(syncMS) * time.Millisecond
+	return &c, nil
+}
+
+// NewExecution is an execution to accept.
+type NewExecution struct {
+	ID             string
+	ApplicationID  string
+	Capability     string
+	Mode           string
+	MaxAttempts    int32
+	Payload        []byte
+	RequestHash    []byte
+	IdempotencyKey string
+	Deadline       time.Time
+	// For sync executions, which start attempt 1 at once:
+	CallbackTokenHash []byte
+	LeaseExpiresAt    time.Time
+}
+
+// ExecutionAccept commits a new execution and its first step in one transaction: for async, the
+// execution pending at attempt 0 and the dispatch record of attempt 1; for sync, the execution
+// running at attempt 1 and that attempt's row. With an idempotency key already used by the
+// application, it returns the original execution (created=false) if the request is the same,
+// ErrIdempotencyReused if not, and writes nothing.
+func (s *Store) ExecutionAccept(ctx context.Context, n NewExecution) (row *execution.Row, created bool, err error) {
+	err = db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		status, attempt := execution.StatusPending, int32(0)
+		var lease *time.Time
+		if n.Mode == execution.ModeSync {
+			status, attempt, lease = execution.StatusRunning, 1, &n.LeaseExpiresAt
+		}
+		var key *string
+		if n.IdempotencyKey != "" {
+			key = &n.IdempotencyKey
+		}
+		row, err = execution.Scan(tx.QueryRow(ctx, `
+			INSERT INTO executions (id, application_id, capability, mode, status, attempt, max_attempts,
+				payload, request_hash, idempotency_key, deadline_at, lease_expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+			ON CONFLICT (application_id, idempotency_key) DO NOTHING
+			RETURNING `+execution.Columns,
+			n.ID, n.ApplicationID, n.Capability, n.Mode, status, attempt, n.MaxAttempts,
+			n.Payload, n.RequestHash, key, n.Deadline, lease))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.idempotentReplay(ctx, tx, n, &row)
+		}
+		if err != nil {
+			return fmt.Errorf("insert execution: %w", err)
+		}
+		created = true
+		if n.Mode == execution.ModeSync {
+			_, err = tx.Exec(ctx, `INSERT INTO execution_attempts (execution_id, n, callback_token_hash) VALUES ($1, 1, $2)`,
+				n.ID, n.CallbackTokenHash)
+			if err != nil {
+				return fmt.Errorf("insert attempt 1: %w", err)
+			}
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO dispatches (execution_id, attempt, due_at) VALUES ($1, 1, now())`, n.ID); err != nil {
+			return fmt.Errorf("insert dispatch of attempt 1: %w", err)
+		}
+		return nil
+	})
+	return row, created, err
+}
+
+func (s *Store) idempotentReplay(ctx context.Context, tx pgx.Tx, n NewExecution, out **execution.Row) error {
+	var hash []byte
+	err := tx.QueryRow(ctx, `SELECT request_hash FROM executions WHERE application_id = $1 AND idempotency_key = $2`,
+		n.ApplicationID, n.IdempotencyKey).Scan(&hash)
+	if err != nil {
+		return fmt.Errorf("read execution of idempotency key: %w", err)
+	}
+	if !bytes.Equal(hash, n.RequestHash) {
+		return ErrIdempotencyReused
+	}
+	row, err := execution.Scan(tx.QueryRow(ctx, `SELECT `+execution.Columns+`
+		FROM executions WHERE application_id = $1 AND idempotency_key = $2`, n.ApplicationID, n.IdempotencyKey))
+	if err != nil {
+		return fmt.Errorf("read execution of idempotency key: %w", err)
+	}
+	*out = row
+	return nil
+}
+
+// ExecutionGet reads one of the application's executions with its attempts.
+func (s *Store) ExecutionGet(ctx context.Context, applicationID, id string) (*execution.Row, []execution.AttemptRow, error) {
+	row, err := execution.Scan(s.pool.QueryRow(ctx, `SELECT `+execution.Columns+`
+		FROM executions WHERE id = $1 AND application_id = $2`, id, applicationID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("read execution %s: %w", id, err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+execution.AttemptColumns+`
+		FROM execution_attempts WHERE execution_id = $1 ORDER BY n`, id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read attempts of %s: %w", id, err)
+	}
+	attempts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (execution.AttemptRow, error) {
+		return execution.ScanAttempt(r)
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read attempts of %s: %w", id, err)
+	}
+	return row, attempts, nil
+}
+
+// ListFilter narrows ExecutionList.
+type ListFilter struct {
+	Status     string
+	Capability string
+	// Before is the id to continue after (exclusive), from the previous page.
+	Before string
+	Limit  int
+}
+
+// ExecutionList lists the application's executions, newest first.
+func (s *Store) ExecutionList(ctx context.Context, applicationID string, f ListFilter) ([]*execution.Row, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+execution.Columns+`
+		FROM executions
+		WHERE application_id = $1
+			AND ($2 = '' OR status = $2)
+			AND ($3 = '' OR capability = $3)
+			AND ($4::uuid IS NULL OR id < $4::uuid)
+		ORDER BY id DESC
+		LIMIT $5`, applicationID, f.Status, f.Capability, nullable(f.Before), f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list executions: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*execution.Row, error) { return execution.Scan(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list executions: %w", err)
+	}
+	return list, nil
+}
+
+// ConsumerSetWebhook registers the application's webhook. The signing secret is kept if the
+// application has one (re-registering a URL must not break verification); sealedNew is stored
+// otherwise. It returns the sealed secret in force.
+func (s *Store) ConsumerSetWebhook(ctx context.Context, applicationID, url string, sealedNew []byte) ([]byte, error) {
+	var sealed []byte
+	err := s.pool.QueryRow(ctx, `
+		UPDATE applications
+		SET consumer_kind = 'webhook', consumer_endpoint = $2,
+			signing_secret_enc = coalesce(signing_secret_enc, $3), updated_at = now()
+		WHERE id = $1
+		RETURNING signing_secret_enc`, applicationID, url, sealedNew).Scan(&sealed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("set consumer of %s: %w", applicationID, err)
+	}
+	return sealed, nil
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

@@ -1,0 +1,101 @@
+// Command gateway is the client applications' entry point (hop 1 of the flow): it validates and
+// authenticates invocations, commits async executions with their first dispatch record in one
+// transaction, runs sync executions inline, and serves reads — over gRPC and REST.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"google.golang.org/grpc"
+
+	"github.com/integrations-platform/integrations/pkg/adaptercall"
+	"github.com/integrations-platform/integrations/pkg/config"
+	"github.com/integrations-platform/integrations/pkg/db"
+	dispatcherv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/dispatcher/v1"
+	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/lifecycle"
+	"github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/pkg/metrics"
+	"github.com/integrations-platform/integrations/pkg/secret"
+	svcconfig "github.com/integrations-platform/integrations/services/gateway/internal/config"
+	"github.com/integrations-platform/integrations/services/gateway/internal/httpapi"
+	"github.com/integrations-platform/integrations/services/gateway/internal/server"
+	"github.com/integrations-platform/integrations/services/gateway/internal/store"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg, err := config.Load[svcconfig.Config]()
+	if err != nil {
+		return err
+	}
+	box, err := secret.NewBox("INTEGRATIONS_SECRET_KEY", cfg.SecretKey, cfg.SecretKeyPrevious)
+	if err != nil {
+		return err
+	}
+	logger, err := log.New("gateway", cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = logger.Sync() }()
+	ctx := context.Background()
+
+	pool, err := db.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	app := lifecycle.New(logger, cfg.ShutdownTimeout)
+	dispatcherConn, err := grpcx.Dial(cfg.DispatcherAddr)
+	if err != nil {
+		return err
+	}
+	settlementConn, err := grpcx.Dial(cfg.SettlementAddr)
+	if err != nil {
+		return err
+	}
+	adapters := adaptercall.NewPool()
+	app.Close("adapter-conns", adapters.Close)
+	app.Close("dispatcher-conn", dispatcherConn.Close)
+	app.Close("settlement-conn", settlementConn.Close)
+	app.Close("postgres", func() error { pool.Close(); return nil })
+
+	st := store.New(pool)
+	// The gRPC limit leaves room for the envelope around a payload of the largest size allowed,
+	// so that an oversized payload is refused by validation with a message naming the field.
+	srv := grpcx.NewServer(grpcx.ServerConfig{
+		Logger:         logger,
+		MaxRecvMsgSize: 2*cfg.MaxPayloadBytes + 64<<10,
+		Interceptors:   []grpc.UnaryServerInterceptor{server.AuthInterceptor(st)},
+	})
+	gatewayv1.RegisterGatewayServiceServer(srv, server.New(st, adapters,
+		dispatcherv1.NewDispatcherServiceClient(dispatcherConn), settlementv1.NewSettlementServiceClient(settlementConn),
+		box, server.Options{
+			MaxPayloadBytes:     cfg.MaxPayloadBytes,
+			Scale:               cfg.Scale,
+			WebhookAllowHTTP:    cfg.WebhookAllowHTTP,
+			WebhookAllowPrivate: cfg.WebhookAllowPrivate,
+		}, logger))
+	// REST is registered first so that it stops first: it proxies to the gRPC server.
+	if err := httpapi.Run(ctx, app, logger, httpapi.Config{
+		Addr: cfg.HTTPAddr, GRPCAddr: cfg.GRPCAddr, MaxBodyBytes: int64(2*cfg.MaxPayloadBytes + 64<<10),
+	}); err != nil {
+		return err
+	}
+	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
+		return err
+	}
+	if err := metrics.Serve(app, logger, cfg.MetricsAddr); err != nil {
+		return err
+	}
+	return app.Run(ctx)
+}

@@ -1,0 +1,173 @@
+// Package server implements SettlementService.
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/integrations-platform/integrations/pkg/apperr"
+	"github.com/integrations-platform/integrations/pkg/execution"
+	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
+	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
+	"github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/services/settlement/internal/store"
+)
+
+// Reasons a settlement changed nothing.
+const (
+	ReasonAlreadySettled = "ALREADY_SETTLED"
+	ReasonStaleAttempt   = "STALE_ATTEMPT"
+	ReasonStatusMismatch = "STATUS_MISMATCH"
+)
+
+// Server is the SettlementService.
+type Server struct {
+	settlementv1.UnimplementedSettlementServiceServer
+	store *store.Store
+	scale func(time.Duration) time.Duration
+	log   *zap.Logger
+}
+
+// New returns a Server. scale shrinks retry delays (INTEGRATIONS_TIME_SCALE).
+func New(st *store.Store, scale func(time.Duration) time.Duration, log *zap.Logger) *Server {
+	return &Server{store: st, scale: scale, log: log}
+}
+
+// Settle implements SettlementService.Settle.
+func (s *Server) Settle(ctx context.Context, req *settlementv1.SettleRequest) (*settlementv1.SettleResponse, error) {
+	o, err := outcome(req)
+	if err != nil {
+		return nil, err
+	}
+	settled, err := s.store.ExecutionSettle(ctx, o)
+	var conflict *store.ConflictError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, apperr.NotFound("execution %s not found", o.ExecutionID)
+	case errors.As(err, &conflict):
+		s.log.Info("settlement lost", log.ExecutionID(o.ExecutionID), log.Attempt(o.Attempt),
+			zap.String("status", conflict.Status), zap.Int32("current_attempt", conflict.Attempt))
+		return nil, conflictError(o, conflict.Conflict)
+	case err != nil:
+		return nil, err
+	}
+	s.log.Info("execution settled", log.ExecutionID(o.ExecutionID), log.Attempt(o.Attempt),
+		zap.String("status", o.Status), zap.String("reason", o.Failure.Reason), log.EventID(settled.EventID))
+	e, err := settled.Execution.Proto(false)
+	if err != nil {
+		return nil, err
+	}
+	return &settlementv1.SettleResponse{Execution: e, EventId: settled.EventID}, nil
+}
+
+// FailAttempt implements SettlementService.FailAttempt.
+func (s *Server) FailAttempt(ctx context.Context, req *settlementv1.FailAttemptRequest) (*settlementv1.FailAttemptResponse, error) {
+	if _, err := uuid.Parse(req.GetExecutionId()); err != nil {
+		return nil, apperr.Invalid("execution_id", "%q is not a UUID", req.GetExecutionId())
+	}
+	if req.GetAttempt() < 1 {
+		return nil, apperr.Invalid("attempt", "must be at least 1")
+	}
+	if req.GetFailure().GetClass() == "" {
+		return nil, apperr.Invalid("failure.class", "required")
+	}
+	if req.GetRetryAfter().AsDuration() < 0 {
+		return nil, apperr.Invalid("retry_after", "must not be negative")
+	}
+	a := store.AttemptFailure{
+		ExecutionID: req.GetExecutionId(), Attempt: req.GetAttempt(),
+		Failure:   execution.Failure{Class: req.GetFailure().GetClass(), Code: req.GetFailure().GetCode(), Message: req.GetFailure().GetMessage()},
+		Retryable: req.GetRetryable(), RetryAfter: req.GetRetryAfter().AsDuration(), Scale: s.scale,
+	}
+	res, err := s.store.AttemptFail(ctx, a)
+	var conflict *store.ConflictError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, apperr.NotFound("execution %s not found", a.ExecutionID)
+	case errors.As(err, &conflict):
+		s.log.Info("attempt failure not applicable", log.ExecutionID(a.ExecutionID), log.Attempt(a.Attempt),
+			zap.String("status", conflict.Status), zap.Int32("current_attempt", conflict.Attempt))
+		return nil, conflictError(store.Outcome{Attempt: a.Attempt, FromStatus: execution.StatusRunning}, conflict.Conflict)
+	case err != nil:
+		return nil, err
+	}
+	e, err := res.Execution.Proto(false)
+	if err != nil {
+		return nil, err
+	}
+	resp := &settlementv1.FailAttemptResponse{Execution: e, EventId: res.EventID}
+	if res.NextAttemptAt != nil {
+		resp.NextAttemptTime = timestamppb.New(*res.NextAttemptAt)
+		s.log.Info("attempt failed, next scheduled", log.ExecutionID(a.ExecutionID), log.Attempt(a.Attempt),
+			zap.String("class", a.Failure.Class), zap.Time("next_attempt_at", *res.NextAttemptAt))
+	} else {
+		s.log.Info("execution settled", log.ExecutionID(a.ExecutionID), log.Attempt(a.Attempt),
+			zap.String("status", res.Execution.Status), zap.String("class", a.Failure.Class),
+			zap.String("reason", str(res.Execution.FailureReason)), log.EventID(res.EventID))
+	}
+	return resp, nil
+}
+
+func str(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func conflictError(o store.Outcome, c store.Conflict) error {
+	var e *apperr.Error
+	switch {
+	case execution.IsFinal(c.Status):
+		e = apperr.New(apperr.KindFailedPrecondition, ReasonAlreadySettled, "execution already settled %s", c.Status)
+	case c.Attempt != o.Attempt:
+		e = apperr.New(apperr.KindAborted, ReasonStaleAttempt, "attempt %d is not current; the execution is at attempt %d", o.Attempt, c.Attempt)
+	default:
+		e = apperr.New(apperr.KindFailedPrecondition, ReasonStatusMismatch, "execution is %s, not %s", c.Status, o.FromStatus)
+	}
+	return e.With("status", c.Status).With("attempt", strconv.Itoa(int(c.Attempt)))
+}
+
+func outcome(req *settlementv1.SettleRequest) (store.Outcome, error) {
+	if _, err := uuid.Parse(req.GetExecutionId()); err != nil {
+		return store.Outcome{}, apperr.Invalid("execution_id", "%q is not a UUID", req.GetExecutionId())
+	}
+	if req.GetAttempt() < 0 {
+		return store.Outcome{}, apperr.Invalid("attempt", "must not be negative")
+	}
+	from := execution.StatusFromProto(req.GetFromStatus())
+	if from != execution.StatusPending && from != execution.StatusRunning {
+		return store.Outcome{}, apperr.Invalid("from_status", "must be PENDING or RUNNING")
+	}
+	to := execution.StatusFromProto(req.GetStatus())
+	if !execution.IsFinal(to) {
+		return store.Outcome{}, apperr.Invalid("status", "must be SUCCEEDED, FAILED or CANCELLED")
+	}
+	if from == execution.StatusPending && to != execution.StatusCancelled && req.GetStatus() != executionv1.ExecutionStatus_EXECUTION_STATUS_FAILED {
+		return store.Outcome{}, apperr.Invalid("from_status", "only a cancellation or a failure settles a pending execution")
+	}
+	o := store.Outcome{ExecutionID: req.GetExecutionId(), Attempt: req.GetAttempt(), FromStatus: from, Status: to, Failure: execution.FailureFromProto(req.GetFailure())}
+	switch to {
+	case execution.StatusSucceeded:
+		result, err := execution.JSON(req.GetResult())
+		if err != nil {
+			return store.Outcome{}, apperr.Invalid("result", "not a JSON object: %v", err)
+		}
+		if result == nil {
+			result = []byte("{}")
+		}
+		o.Result = result
+		o.Failure = execution.Failure{}
+	case execution.StatusFailed, execution.StatusCancelled:
+		if o.Failure.Reason == "" {
+			return store.Outcome{}, apperr.Invalid("failure.reason", "required for a %s settlement", to)
+		}
+	}
+	return o, nil
+}

@@ -1,0 +1,275 @@
+// Package store is the SQL the settlement service owns: the compare-and-set that writes an
+// execution's final outcome and the insertion of its completion event, in one transaction.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/integrations-platform/integrations/pkg/db"
+	"github.com/integrations-platform/integrations/pkg/execution"
+)
+
+// Outcome is what a settler asks for.
+type Outcome struct {
+	ExecutionID string
+	Attempt     int32
+	FromStatus  string // the status the settler read
+	Status      string // succeeded, failed or cancelled
+	Result      []byte // JSON object, for succeeded
+	Failure     execution.Failure
+}
+
+// Conflict says why a settlement changed nothing.
+type Conflict struct {
+	// Current status and attempt of the execution.
+	Status  string
+	Attempt int32
+}
+
+// ErrNotFound means no execution has the id.
+var ErrNotFound = errors.New("execution not found")
+
+// ConflictError is returned when the compare-and-set found the execution in another state.
+type ConflictError struct{ Conflict }
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("execution is %s at attempt %d", e.Status, e.Attempt)
+}
+
+// Settled is the result of a winning settlement.
+type Settled struct {
+	Execution *execution.Row
+	EventID   string
+}
+
+// Store settles executions.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a Store on pool.
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// EventsChannel is the Postgres NOTIFY channel that wakes the event relay.
+const EventsChannel = "integration_events"
+
+// ExecutionSettle writes the outcome if and only if the execution is still in o.FromStatus at
+// o.Attempt; then, in the same transaction, it closes the attempt and inserts the completion
+// event. A losing writer gets a *ConflictError and changes nothing.
+func (s *Store) ExecutionSettle(ctx context.Context, o Outcome) (*Settled, error) {
+	var out *Settled
+	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = settle(ctx, tx, o)
+		return err
+	})
+	return out, err
+}
+
+func settle(ctx context.Context, tx pgx.Tx, o Outcome) (*Settled, error) {
+	f := o.Failure
+	row, err := execution.Scan(tx.QueryRow(ctx, `
+		UPDATE executions
+		SET status = $4, result = $5, failure_class = $6, failure_reason = $7, failure_code = $8,
+			failure_message = $9, lease_expires_at = NULL, settled_at = now(), updated_at = now()
+		WHERE id = $1 AND attempt = $2 AND status = $3
+		RETURNING `+execution.Columns,
+		o.ExecutionID, o.Attempt, o.FromStatus, o.Status, o.Result,
+		nullable(f.Class), nullable(f.Reason), nullable(f.Code), nullable(f.Message)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, conflict(ctx, tx, o.ExecutionID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("settle execution %s: %w", o.ExecutionID, err)
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE execution_attempts SET ended_at = now(), outcome = $3,
+			failure_class = coalesce($4, failure_class), failure_code = coalesce($5, failure_code),
+			failure_message = coalesce($6, failure_message)
+		WHERE execution_id = $1 AND n = $2 AND ended_at IS NULL`,
+		o.ExecutionID, o.Attempt, o.Status, nullable(f.Class), nullable(f.Code), nullable(f.Message)); err != nil {
+		return nil, fmt.Errorf("close attempt %d: %w", o.Attempt, err)
+	}
+	eventID, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("event id: %w", err)
+	}
+	payload, err := eventPayload(eventID.String(), row)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at)
+		VALUES ($1, $2, $3, $4, $5, now())`,
+		eventID, row.ApplicationID, row.ID, execution.EventTypeExecutionComplete, payload); err != nil {
+		return nil, fmt.Errorf("insert completion event: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, EventsChannel, eventID.String()); err != nil {
+		return nil, fmt.Errorf("notify event relay: %w", err)
+	}
+	return &Settled{Execution: row, EventID: eventID.String()}, nil
+}
+
+// AttemptFailure is a failed attempt to record.
+type AttemptFailure struct {
+	ExecutionID string
+	Attempt     int32
+	Failure     execution.Failure // class, code, message
+	Retryable   bool
+	RetryAfter  time.Duration
+	// Scale shrinks the retry schedule's delays (and RetryAfter) for tests and demos.
+	Scale func(time.Duration) time.Duration
+}
+
+// AttemptFailed is what AttemptFail decided: a next attempt (NextAttemptAt set) or a settlement.
+type AttemptFailed struct {
+	Execution     *execution.Row
+	NextAttemptAt *time.Time
+	EventID       string
+}
+
+// AttemptFail records a failed attempt and decides what follows, in one transaction: the next
+// attempt's dispatch record, due after the capability's retry delay for this attempt (or the
+// adapter's retry_after if later), or — when the failure is permanent, the ceiling is reached or
+// the next attempt would start past the deadline — the failed settlement with its event.
+func (s *Store) AttemptFail(ctx context.Context, a AttemptFailure) (*AttemptFailed, error) {
+	var out *AttemptFailed
+	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var (
+			status              string
+			attempt, maxAttempt int32
+			deadline            time.Time
+			delaysMS            []int64
+		)
+		err := tx.QueryRow(ctx, `
+			SELECT e.status, e.attempt, e.max_attempts, e.deadline_at, c.retry_delays_ms
+			FROM executions e JOIN capabilities c ON c.name = e.capability
+			WHERE e.id = $1
+			FOR UPDATE OF e`, a.ExecutionID).Scan(&status, &attempt, &maxAttempt, &deadline, &delaysMS)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("read execution %s: %w", a.ExecutionID, err)
+		}
+		if status != execution.StatusRunning || attempt != a.Attempt {
+			return &ConflictError{Conflict{Status: status, Attempt: attempt}}
+		}
+		f := a.Failure
+		delay := a.Scale(time.Duration(delaysMS[min(int(a.Attempt), len(delaysMS))-1]) * time.Millisecond)
+		if hint := a.Scale(a.RetryAfter); hint > delay {
+			delay = hint
+		}
+		next := time.Now().Add(delay)
+		switch {
+		case !a.Retryable:
+			f.Reason = execution.ReasonAdapterPermanent
+		case a.Attempt >= maxAttempt:
+			f.Reason = execution.ReasonAttemptLimit
+		case next.After(deadline):
+			f.Reason = execution.ReasonBudget
+		}
+		if f.Reason != "" {
+			settled, err := settle(ctx, tx, Outcome{ExecutionID: a.ExecutionID, Attempt: a.Attempt,
+				FromStatus: execution.StatusRunning, Status: execution.StatusFailed, Failure: f})
+			if err != nil {
+				return err
+			}
+			out = &AttemptFailed{Execution: settled.Execution, EventID: settled.EventID}
+			return nil
+		}
+		row, err := execution.Scan(tx.QueryRow(ctx, `
+			UPDATE executions
+			SET status = 'pending', failure_class = $2, failure_reason = NULL, failure_code = $3,
+				failure_message = $4, lease_expires_at = NULL, updated_at = now()
+			WHERE id = $1
+			RETURNING `+execution.Columns, a.ExecutionID, nullable(f.Class), nullable(f.Code), nullable(f.Message)))
+		if err != nil {
+			return fmt.Errorf("return execution %s to pending: %w", a.ExecutionID, err)
+		}
+		if _, err := tx.Exec(ctx, `
+			UPDATE execution_attempts SET ended_at = now(), outcome = 'failed', failure_class = $3,
+				failure_code = $4, failure_message = $5
+			WHERE execution_id = $1 AND n = $2`,
+			a.ExecutionID, a.Attempt, nullable(f.Class), nullable(f.Code), nullable(f.Message)); err != nil {
+			return fmt.Errorf("close attempt %d: %w", a.Attempt, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO dispatches (execution_id, attempt, due_at) VALUES ($1, $2, $3)`,
+			a.ExecutionID, a.Attempt+1, next); err != nil {
+			return fmt.Errorf("schedule attempt %d: %w", a.Attempt+1, err)
+		}
+		out = &AttemptFailed{Execution: row, NextAttemptAt: &next}
+		return nil
+	})
+	return out, err
+}
+
+func conflict(ctx context.Context, tx pgx.Tx, id string) error {
+	var c Conflict
+	err := tx.QueryRow(ctx, `SELECT status, attempt FROM executions WHERE id = $1`, id).Scan(&c.Status, &c.Attempt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("read execution %s after a lost settlement: %w", id, err)
+	}
+	return &ConflictError{c}
+}
+
+// eventPayload is the completion event's body, as delivered to the application's consumer.
+func eventPayload(eventID string, r *execution.Row) ([]byte, error) {
+	type failure struct {
+		Class   string `json:"class,omitempty"`
+		Reason  string `json:"reason,omitempty"`
+		Code    string `json:"code,omitempty"`
+		Message string `json:"message,omitempty"`
+	}
+	data := map[string]any{
+		"execution_id": r.ID,
+		"capability":   r.Capability,
+		"mode":         r.Mode,
+		"status":       r.Status,
+		"attempt":      r.Attempt,
+	}
+	if r.IdempotencyKey != nil {
+		data["idempotency_key"] = *r.IdempotencyKey
+	}
+	if r.Result != nil {
+		data["result"] = json.RawMessage(r.Result)
+	}
+	if r.FailureReason != nil || r.FailureClass != nil {
+		data["failure"] = failure{Class: str(r.FailureClass), Reason: str(r.FailureReason), Code: str(r.FailureCode), Message: str(r.FailureMessage)}
+	}
+	body, err := json.Marshal(map[string]any{
+		"id":        eventID,
+		"type":      execution.EventTypeExecutionComplete,
+		"timestamp": r.SettledAt.UTC().Format(time.RFC3339Nano),
+		"data":      data,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encode completion event: %w", err)
+	}
+	return body, nil
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func str(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

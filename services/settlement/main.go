@@ -1,0 +1,57 @@
+// Command settlement writes each execution's final outcome exactly once, with its completion
+// event, in one transaction (hop 5 of the flow).
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/integrations-platform/integrations/pkg/config"
+	"github.com/integrations-platform/integrations/pkg/db"
+	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/lifecycle"
+	"github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/pkg/metrics"
+	svcconfig "github.com/integrations-platform/integrations/services/settlement/internal/config"
+	"github.com/integrations-platform/integrations/services/settlement/internal/server"
+	"github.com/integrations-platform/integrations/services/settlement/internal/store"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "settlement:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg, err := config.Load[svcconfig.Config]()
+	if err != nil {
+		return err
+	}
+	logger, err := log.New("settlement", cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = logger.Sync() }()
+	ctx := context.Background()
+
+	pool, err := db.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	app := lifecycle.New(logger, cfg.ShutdownTimeout)
+	app.Close("postgres", func() error { pool.Close(); return nil })
+
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
+	settlementv1.RegisterSettlementServiceServer(srv, server.New(store.New(pool), cfg.Scale, logger))
+	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
+		return err
+	}
+	if err := metrics.Serve(app, logger, cfg.MetricsAddr); err != nil {
+		return err
+	}
+	return app.Run(ctx)
+}
