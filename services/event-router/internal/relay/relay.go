@@ -78,17 +78,18 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 }
 
 func (r *Relay) listenOnce(ctx context.Context, pool *pgxpool.Pool, wake chan<- struct{}) error {
-	conn, err := pool.Acquire(ctx)
+	pooled, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquire listen connection: %w", err)
 	}
-	// The connection is left in LISTEN state; destroy it rather than return it to the pool.
-	defer conn.Hijack().Close(context.Background())
+	// A LISTENing connection must not go back to the pool: take it out, and close it after.
+	conn := pooled.Hijack()
+	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, "LISTEN "+EventsChannel); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	for {
-		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
 			return fmt.Errorf("wait for notification: %w", err)
 		}
 		select {

@@ -1,0 +1,57 @@
+// Command dummy-adapter is the reference adapter, built with pkg/adapter: it serves capability
+// dummy.echo, whose behaviour a test scripts through the payload (see cmd/internal/dummy).
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/integrations-platform/integrations/cmd/internal/dummy"
+	"github.com/integrations-platform/integrations/pkg/adapter"
+	"github.com/integrations-platform/integrations/pkg/config"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/lifecycle"
+	"github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/pkg/metrics"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "dummy-adapter:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg, err := config.Load[dummy.Config]()
+	if err != nil {
+		return err
+	}
+	logger, err := log.New("dummy-adapter", cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = logger.Sync() }()
+
+	app := lifecycle.New(logger, cfg.ShutdownTimeout)
+	ad := adapter.New(dummy.Handler(logger), adapter.Options{
+		CallbackAddr: cfg.CallbackAddr, Credential: cfg.Credential, Logger: logger,
+	})
+	// Background work stops after the gRPC server stopped taking calls: it is cancelled and
+	// reports a retryable failure, so the next attempt need not wait for its lease to expire.
+	app.Go("background-work", func(ctx context.Context) error {
+		<-ctx.Done()
+		return ad.Close()
+	})
+
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
+	ad.Register(srv)
+	if err := srv.Run(app, "grpc", cfg.Addr); err != nil {
+		return err
+	}
+	if err := metrics.Serve(app, logger, cfg.MetricsAddr); err != nil {
+		return err
+	}
+	return app.Run(context.Background())
+}

@@ -1,0 +1,33 @@
+package dummy
+
+import (
+	"errors"
+
+	"github.com/integrations-platform/integrations/pkg/config"
+)
+
+// Config is the dummy adapter's environment.
+type Config struct {
+	config.Common
+	// Addr is where AdapterService listens.
+	Addr string `env:"INTEGRATIONS_DUMMY_ADAPTER_ADDR" envDefault:"127.0.0.1:9096"`
+	// CallbackAddr is the adapter-callback service, used for complete_later.
+	CallbackAddr string `env:"INTEGRATIONS_CALLBACK_ADDR" envDefault:"127.0.0.1:9093"`
+	// Credential is this adapter's credential, sent as Bearer on every callback.
+	Credential string `env:"INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL"`
+}
+
+// Validate checks the settings, naming the variable at fault.
+func (c Config) Validate() error {
+	errs := []error{c.Common.Validate()}
+	if c.Addr == "" {
+		errs = append(errs, errors.New("INTEGRATIONS_DUMMY_ADAPTER_ADDR: must not be empty"))
+	}
+	if c.CallbackAddr == "" {
+		errs = append(errs, errors.New("INTEGRATIONS_CALLBACK_ADDR: must not be empty"))
+	}
+	if c.Credential == "" {
+		errs = append(errs, errors.New("INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL: required (the adapter's credential for callbacks)"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,217 @@
+// Package dummy is the reference adapter: capability dummy.echo echoes its payload, and an
+// optional "dummy" object in the payload scripts how the attempt behaves, so that tests and
+// demos can drive every path of the flow (DESIGN.md §6):
+//
+//	{"dummy": {"fail_transient": 2, "retry_after_ms": 500}}  attempts 1..2 fail transient, 3 succeeds
+//	{"dummy": {"fail_permanent": true}}                      fails permanent
+//	{"dummy": {"sleep_ms": 200}}                             sleeps before answering
+//	{"dummy": {"complete_later_ms": 3000, "lease_ms": 1000}} answers Accepted, reports 50% half way,
+//	                                                         completes through the callback API
+//	{"dummy": {"hang": true}}                                never answers
+//
+// Keys may be combined: sleep_ms applies first, then the first of hang, fail_permanent,
+// fail_transient (while attempts remain) and complete_later_ms that is set; otherwise the echo.
+// Key names may be added, never changed: scripts depend on them.
+package dummy
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/integrations-platform/integrations/pkg/adapter"
+	plog "github.com/integrations-platform/integrations/pkg/log"
+)
+
+// Capability is the one capability the dummy adapter serves.
+const Capability = "dummy.echo"
+
+// ScriptKey is the payload key holding the script; it is left out of the echo.
+const ScriptKey = "dummy"
+
+// DefaultLease is the lease of complete_later work without lease_ms.
+const DefaultLease = 5 * time.Second
+
+// script is the parsed "dummy" object.
+type script struct {
+	failTransient   int
+	retryAfter      time.Duration
+	failPermanent   bool
+	sleep           time.Duration
+	completeLater   time.Duration
+	hasCompleteLate bool
+	lease           time.Duration
+	hang            bool
+}
+
+// behaviour names what the attempt will do, for the log.
+func (s script) behaviour(attempt int32) string {
+	switch {
+	case s.hang:
+		return "hang"
+	case s.failPermanent:
+		return "fail_permanent"
+	case int(attempt) <= s.failTransient:
+		return "fail_transient"
+	case s.hasCompleteLate:
+		return "complete_later"
+	case s.sleep > 0:
+		return "sleep"
+	}
+	return "echo"
+}
+
+// Handler returns the dummy adapter's handler.
+func Handler(log *zap.Logger) adapter.Handler {
+	return func(ctx context.Context, req *adapter.Request) adapter.Result {
+		fields := []zap.Field{plog.ExecutionID(req.ExecutionID), plog.Attempt(req.Attempt), zap.String("mode", req.Mode)}
+		if req.Capability != Capability {
+			log.Warn("execute refused", append(fields, zap.String("behaviour", "unknown_capability"), zap.String("capability", req.Capability))...)
+			return adapter.Fail(adapter.ClassPermanent, "unknown_capability", fmt.Sprintf("the dummy adapter serves %s, not %q", Capability, req.Capability), false)
+		}
+		sc, err := parse(req.Payload[ScriptKey])
+		if err != nil {
+			log.Info("execute", append(fields, zap.String("behaviour", "invalid_script"))...)
+			return adapter.Fail(adapter.ClassPermanent, "invalid_script", err.Error(), false)
+		}
+		fields = append(fields, zap.String("behaviour", sc.behaviour(req.Attempt)))
+		if sc.sleep > 0 {
+			fields = append(fields, zap.Duration("sleep", sc.sleep))
+		}
+		log.Info("execute", fields...)
+		return run(ctx, log.With(plog.ExecutionID(req.ExecutionID), plog.Attempt(req.Attempt)), req, sc)
+	}
+}
+
+func run(ctx context.Context, log *zap.Logger, req *adapter.Request, sc script) adapter.Result {
+	if err := sleep(ctx, sc.sleep); err != nil {
+		return cancelled(err)
+	}
+	switch {
+	case sc.hang:
+		<-ctx.Done()
+		return cancelled(ctx.Err())
+	case sc.failPermanent:
+		return adapter.Fail(adapter.ClassPermanent, "scripted_permanent", "scripted permanent failure", false)
+	case int(req.Attempt) <= sc.failTransient:
+		return adapter.Fail(adapter.ClassTransient, "scripted_transient",
+			fmt.Sprintf("scripted transient failure %d of %d", req.Attempt, sc.failTransient), true).RetryAfter(sc.retryAfter)
+	case sc.hasCompleteLate:
+		return adapter.Later(sc.lease, func(ctx context.Context, cb *adapter.Callbacks) adapter.Result {
+			half := sc.completeLater / 2
+			if err := sleep(ctx, half); err != nil {
+				return cancelled(err)
+			}
+			if err := cb.ReportProgress(ctx, map[string]any{"percent": 50}); err != nil {
+				// Progress is informative; the work goes on without it.
+				log.Warn("progress report failed", zap.Error(err))
+			}
+			if err := sleep(ctx, sc.completeLater-half); err != nil {
+				return cancelled(err)
+			}
+			return echo(req)
+		})
+	}
+	return echo(req)
+}
+
+func echo(req *adapter.Request) adapter.Result {
+	payload := maps.Clone(req.Payload)
+	delete(payload, ScriptKey)
+	if payload == nil {
+		payload = map[string]any{}
+	}
+	return adapter.Complete(map[string]any{"echo": payload, "attempt": req.Attempt})
+}
+
+// cancelled answers an attempt whose context ended: the caller gave up or the adapter is
+// shutting down, so another attempt may well succeed.
+func cancelled(err error) adapter.Result {
+	if err == context.DeadlineExceeded {
+		return adapter.Fail(adapter.ClassTimeout, "deadline_exceeded", "the attempt's deadline passed", true)
+	}
+	return adapter.Fail(adapter.ClassUnavailable, "cancelled", "the attempt was cancelled", true)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// parse reads the "dummy" object. Unknown keys are errors, so that a misspelt script fails
+// loudly instead of silently echoing.
+func parse(v any) (script, error) {
+	sc := script{lease: DefaultLease}
+	if v == nil {
+		return sc, nil
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return sc, fmt.Errorf("%s must be an object", ScriptKey)
+	}
+	for _, key := range slices.Sorted(maps.Keys(obj)) {
+		val := obj[key]
+		var err error
+		switch key {
+		case "fail_transient":
+			sc.failTransient, err = count(key, val)
+		case "retry_after_ms":
+			sc.retryAfter, err = millis(key, val)
+		case "fail_permanent":
+			sc.failPermanent, err = boolean(key, val)
+		case "sleep_ms":
+			sc.sleep, err = millis(key, val)
+		case "complete_later_ms":
+			sc.completeLater, err = millis(key, val)
+			sc.hasCompleteLate = true
+		case "lease_ms":
+			sc.lease, err = millis(key, val)
+			if err == nil && sc.lease <= 0 {
+				err = fmt.Errorf("%s.%s must be positive", ScriptKey, key)
+			}
+		case "hang":
+			sc.hang, err = boolean(key, val)
+		default:
+			err = fmt.Errorf("%s.%s is not a known key", ScriptKey, key)
+		}
+		if err != nil {
+			return sc, err
+		}
+	}
+	return sc, nil
+}
+
+func count(key string, v any) (int, error) {
+	f, ok := v.(float64)
+	if !ok || f < 0 || f != math.Trunc(f) || f > math.MaxInt32 {
+		return 0, fmt.Errorf("%s.%s must be a non-negative integer", ScriptKey, key)
+	}
+	return int(f), nil
+}
+
+func millis(key string, v any) (time.Duration, error) {
+	n, err := count(key, v)
+	return time.Duration(n) * time.Millisecond, err
+}
+
+func boolean(key string, v any) (bool, error) {
+	b, ok := v.(bool)
+	if !ok {
+		return false, fmt.Errorf("%s.%s must be true or false", ScriptKey, key)
+	}
+	return b, nil
+}

@@ -1,0 +1,242 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/integrations-platform/integrations/pkg/catalog"
+	"github.com/integrations-platform/integrations/pkg/webhook"
+)
+
+// receiver is the application's webhook consumer: it verifies every signature and hands the
+// verified events to the test.
+type receiver struct {
+	srv    *httptest.Server
+	mu     sync.Mutex
+	secret string
+	events chan receivedEvent
+	bad    chan error
+}
+
+type receivedEvent struct {
+	ID   string
+	Body map[string]any
+}
+
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{events: make(chan receivedEvent, 100), bad: make(chan error, 100)}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		secret := r.secret
+		r.mu.Unlock()
+		if err := webhook.Verify(secret, req.Header, body, time.Now(), webhook.DefaultTolerance); err != nil {
+			r.bad <- err
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		var m map[string]any
+		if err := json.Unmarshal(body, &m); err != nil {
+			r.bad <- fmt.Errorf("event body is not JSON: %w", err)
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		r.events <- receivedEvent{ID: req.Header.Get(webhook.HeaderID), Body: m}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// register sets the receiver as the application's consumer through the API.
+func (r *receiver) register(t *testing.T, s *stack) {
+	t.Helper()
+	code, body := s.call(http.MethodPut, "/v1/consumer", s.apiKey, []byte(`{"webhook": {"url": "`+r.srv.URL+`/events"}}`))
+	require.Equal(t, http.StatusOK, code, "%v", body)
+	secret, _ := body["signing_secret"].(string)
+	require.True(t, strings.HasPrefix(secret, "whsec_"), "signing secret %q", secret)
+	r.mu.Lock()
+	r.secret = secret
+	r.mu.Unlock()
+}
+
+// await returns the verified event of an execution.
+func (r *receiver) await(t *testing.T, executionID string) receivedEvent {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case ev := <-r.events:
+			data, _ := ev.Body["data"].(map[string]any)
+			if data["execution_id"] == executionID {
+				return ev
+			}
+		case err := <-r.bad:
+			t.Fatalf("webhook with a bad signature: %v", err)
+		case <-timeout:
+			t.Fatalf("no event for execution %s within 30s", executionID)
+		}
+	}
+}
+
+func (s *stack) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, s.schema.Pool.QueryRow(context.Background(), query, args...).Scan(&n))
+	return n
+}
+
+func execution(body map[string]any) map[string]any {
+	e, _ := body["execution"].(map[string]any)
+	return e
+}
+
+// TestFlow carries an async and a sync call through the six services, and checks that bad
+// input is refused without writing anything.
+func TestFlow(t *testing.T) {
+	s := newStack(t)
+	// The dispatcher starts later: while it is down, no path leads to the adapter, which makes
+	// "answered 202 without calling the adapter" observable, and its first scheduled pass must
+	// pick up the execution whose nudge was lost.
+	s.start("settlement", "adapter-callback", "dummy-adapter", "execution-consumer", "event-router", "gateway")
+	r := newReceiver(t)
+	r.register(t, s)
+
+	t.Run("async call answers 202 pending at attempt 0, then completes and is delivered", func(t *testing.T) {
+		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+			[]byte(`{"mode": "MODE_ASYNC", "payload": {"greeting": "hello", "n": 1}}`))
+		require.Equal(t, http.StatusAccepted, code, "%v", body)
+		e := execution(body)
+		id, _ := e["id"].(string)
+		require.NotEmpty(t, id)
+		assert.Equal(t, "EXECUTION_STATUS_PENDING", e["status"])
+		assert.Nil(t, e["attempt"], "attempt 0 is the zero value, omitted from JSON")
+		assert.Equal(t, "/v1/executions/"+id, body["url"])
+		assert.Equal(t, 1, s.count(t, `SELECT count(*) FROM dispatches WHERE execution_id = $1 AND attempt = 1`, id),
+			"the first dispatch record is committed with the execution")
+		assert.Equal(t, 0, s.count(t, `SELECT count(*) FROM execution_attempts WHERE execution_id = $1`, id),
+			"no attempt started: the adapter was not called")
+		assert.NotContains(t, s.log("dummy-adapter"), id, "the adapter has not seen the execution")
+
+		s.start("dispatcher")
+		ev := r.await(t, id)
+		assert.Equal(t, ev.ID, ev.Body["id"], "webhook-id is the event id, the receiver's dedup key")
+		assert.Equal(t, "execution.completed", ev.Body["type"])
+		data := ev.Body["data"].(map[string]any)
+		assert.Equal(t, "succeeded", data["status"])
+		assert.EqualValues(t, 1, data["attempt"])
+		result, _ := data["result"].(map[string]any)
+		assert.Equal(t, map[string]any{"greeting": "hello", "n": float64(1)}, result["echo"], "the adapter's response")
+
+		code, body = s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+		require.Equal(t, http.StatusOK, code, "%v", body)
+		e = execution(body)
+		assert.Equal(t, "EXECUTION_STATUS_SUCCEEDED", e["status"])
+		assert.EqualValues(t, 1, e["attempt"])
+		assert.Equal(t, result, e["result"])
+		assert.Len(t, e["attempts"], 1)
+		assert.Equal(t, 0, s.count(t, `SELECT count(*) FROM dispatches WHERE execution_id = $1`, id), "published dispatch deleted")
+		assert.Eventually(t, func() bool {
+			return s.count(t, `SELECT count(*) FROM integration_events WHERE execution_id = $1 AND delivery_status = 'delivered'`, id) == 1
+		}, 10*time.Second, 20*time.Millisecond, "the event is recorded delivered")
+	})
+
+	t.Run("sync call answers the result, writes no dispatch, and still delivers the event", func(t *testing.T) {
+		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+			[]byte(`{"mode": "MODE_SYNC", "payload": {"greeting": "now"}}`))
+		require.Equal(t, http.StatusOK, code, "%v", body)
+		e := execution(body)
+		id, _ := e["id"].(string)
+		assert.Equal(t, "EXECUTION_STATUS_SUCCEEDED", e["status"])
+		assert.EqualValues(t, 1, e["attempt"])
+		result, _ := e["result"].(map[string]any)
+		assert.Equal(t, map[string]any{"greeting": "now"}, result["echo"])
+		assert.Equal(t, 0, s.count(t, `SELECT count(*) FROM dispatches WHERE execution_id = $1`, id), "sync writes no dispatch record")
+
+		ev := r.await(t, id)
+		data := ev.Body["data"].(map[string]any)
+		assert.Equal(t, "succeeded", data["status"])
+		assert.Equal(t, result, data["result"])
+	})
+
+	t.Run("a sync call whose adapter fails settles failed and is not retried", func(t *testing.T) {
+		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+			[]byte(`{"mode": "MODE_SYNC", "payload": {"dummy": {"fail_transient": 3}}}`))
+		require.Equal(t, http.StatusOK, code, "%v", body)
+		e := execution(body)
+		assert.Equal(t, "EXECUTION_STATUS_FAILED", e["status"])
+		failure, _ := e["failure"].(map[string]any)
+		assert.Equal(t, "transient", failure["class"])
+		assert.Equal(t, "retry_exhausted.attempt_limit", failure["reason"])
+		assert.Equal(t, 0, s.count(t, `SELECT count(*) FROM dispatches WHERE execution_id = $1`, e["id"]))
+	})
+
+	t.Run("bad input is refused naming what is wrong, and nothing is written", func(t *testing.T) {
+		before := s.count(t, `SELECT count(*) FROM executions`)
+		big := `{"mode": "MODE_ASYNC", "payload": {"blob": "` + strings.Repeat("x", 70000) + `"}}`
+		cases := []struct {
+			name     string
+			path     string
+			key      string
+			body     string
+			code     int
+			contains string
+		}{
+			{"unknown capability", "/v1/capabilities/no.such:invoke", s.apiKey, `{"mode": "MODE_ASYNC", "payload": {}}`, 404, "no.such"},
+			{"missing key", "/v1/capabilities/dummy.echo:invoke", "", `{"mode": "MODE_ASYNC", "payload": {}}`, 401, "authorization"},
+			{"wrong key", "/v1/capabilities/dummy.echo:invoke", "wrong-key-0123456789", `{"mode": "MODE_ASYNC", "payload": {}}`, 401, "API key"},
+			{"malformed JSON", "/v1/capabilities/dummy.echo:invoke", s.apiKey, `{"mode": "MODE_ASYNC", "payload": {`, 400, ""},
+			{"missing mode", "/v1/capabilities/dummy.echo:invoke", s.apiKey, `{"payload": {}}`, 400, "mode"},
+			{"unknown mode", "/v1/capabilities/dummy.echo:invoke", s.apiKey, `{"mode": "MODE_LATER", "payload": {}}`, 400, "mode"},
+			{"payload not an object", "/v1/capabilities/dummy.echo:invoke", s.apiKey, `{"mode": "MODE_ASYNC", "payload": [1]}`, 400, ""},
+			{"payload over the size limit", "/v1/capabilities/dummy.echo:invoke", s.apiKey, big, 400, "payload"},
+			{"bad execution id", "/v1/executions/not-a-uuid", s.apiKey, ``, 400, "id"},
+		}
+		for _, c := range cases {
+			method := http.MethodPost
+			if strings.HasPrefix(c.path, "/v1/executions/") {
+				method = http.MethodGet
+			}
+			code, body := s.call(method, c.path, c.key, []byte(c.body))
+			assert.Equal(t, c.code, code, "%s: %v", c.name, body)
+			if c.contains != "" {
+				assert.Contains(t, body["message"], c.contains, c.name)
+			}
+		}
+		assert.Equal(t, before, s.count(t, `SELECT count(*) FROM executions`), "no execution written")
+	})
+
+	t.Run("an application sees only its own executions", func(t *testing.T) {
+		code, body := s.call(http.MethodGet, "/v1/executions?page_size=2", s.apiKey, nil)
+		require.Equal(t, http.StatusOK, code, "%v", body)
+		list, _ := body["executions"].([]any)
+		require.Len(t, list, 2, "page_size bounds the page")
+		assert.NotEmpty(t, body["next_page_token"])
+		id := list[0].(map[string]any)["id"].(string)
+
+		otherKey := "other_" + randomHex(16)
+		other, err := catalog.Parse([]byte("applications:\n  - id: other-app\n    api_key: "+otherKey+"\n"), nil)
+		require.NoError(t, err)
+		require.NoError(t, catalog.Apply(context.Background(), s.schema.Pool, other))
+		code, body = s.call(http.MethodGet, "/v1/executions/"+id, otherKey, nil)
+		assert.Equal(t, http.StatusNotFound, code, "another tenant's execution reads as not found: %v", body)
+		code, body = s.call(http.MethodGet, "/v1/executions", otherKey, nil)
+		require.Equal(t, http.StatusOK, code)
+		assert.Empty(t, body["executions"])
+	})
+}

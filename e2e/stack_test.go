@@ -1,0 +1,313 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/integrations-platform/integrations/pkg/catalog"
+	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/mq"
+	"github.com/integrations-platform/integrations/pkg/routes"
+)
+
+const modulePrefix = "github.com/integrations-platform/integrations/"
+
+// binaries are the programs a stack runs, by name → package.
+var binaries = map[string]string{
+	"gateway":            modulePrefix + "services/gateway",
+	"dispatcher":         modulePrefix + "services/dispatcher",
+	"execution-consumer": modulePrefix + "services/execution-consumer",
+	"adapter-callback":   modulePrefix + "services/adapter-callback",
+	"settlement":         modulePrefix + "services/settlement",
+	"event-router":       modulePrefix + "services/event-router",
+	"dummy-adapter":      modulePrefix + "cmd/dummy-adapter",
+}
+
+var binDir string
+
+// timeScale shrinks every delay of the stacks: a minute becomes 60 ms.
+const timeScale = 0.001
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "integrations-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	args := []string{"build", "-o", dir + "/"}
+	for _, pkg := range binaries {
+		args = append(args, pkg)
+	}
+	build := exec.Command("go", args...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build services:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// stack is one running platform: its own schema, queue scope, ports and processes.
+type stack struct {
+	t       *testing.T
+	env     []string
+	addrs   map[string]string // name → gRPC (or listen) address
+	restURL string
+	apiKey  string
+	schema  *dbtest.Schema
+	procs   map[string]*process
+	logDir  string
+	timeout time.Duration
+	mu      sync.Mutex
+}
+
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// newStack prepares a stack and applies its catalog; start launches processes.
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	schema := dbtest.NewSchema(t)
+	s := &stack{
+		t: t, schema: schema, addrs: map[string]string{}, procs: map[string]*process{},
+		logDir: t.TempDir(), apiKey: "dev_" + randomHex(16), timeout: 20 * time.Second,
+	}
+	for _, name := range []string{"gateway", "gateway-http", "dispatcher", "execution-consumer", "adapter-callback", "settlement", "event-router", "dummy-adapter"} {
+		s.addrs[name] = freeAddr(t)
+	}
+	s.restURL = "http://" + s.addrs["gateway-http"]
+	adapterCredential := "adc_" + randomHex(16)
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	s.env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + os.Getenv("HOME"),
+		"INTEGRATIONS_DATABASE_URL=" + schema.URL,
+		"INTEGRATIONS_AMQP_URL=" + amqpURL(),
+		"INTEGRATIONS_QUEUE_SCOPE=e2e." + schema.Name,
+		"INTEGRATIONS_TIME_SCALE=" + fmt.Sprint(timeScale),
+		"INTEGRATIONS_LOG_LEVEL=debug",
+		"INTEGRATIONS_SECRET_KEY=" + base64.StdEncoding.EncodeToString(key),
+		"INTEGRATIONS_WEBHOOK_ALLOW_HTTP=true",
+		"INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE=true",
+		"INTEGRATIONS_DISPATCHER_ADDR=" + s.addrs["dispatcher"],
+		"INTEGRATIONS_SETTLEMENT_ADDR=" + s.addrs["settlement"],
+		"INTEGRATIONS_CALLBACK_ADDR=" + s.addrs["adapter-callback"],
+		"INTEGRATIONS_DUMMY_ADAPTER_ADDR=" + s.addrs["dummy-adapter"],
+		"INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL=" + adapterCredential,
+		"INTEGRATIONS_MAX_PAYLOAD_BYTES=65536",
+	}
+	c, err := catalog.Parse(mustRead(t, "../deploy/catalog/dev.yaml"), func(name string) (string, bool) {
+		switch name {
+		case "INTEGRATIONS_DEV_API_KEY":
+			return s.apiKey, true
+		case "INTEGRATIONS_DUMMY_ADAPTER_ADDR":
+			return s.addrs["dummy-adapter"], true
+		case "INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL":
+			return adapterCredential, true
+		}
+		return "", false
+	})
+	require.NoError(t, err)
+	require.NoError(t, catalog.Apply(context.Background(), schema.Pool, c))
+	scope := "e2e." + schema.Name
+	// Cleanups run last-registered first: processes stop, then the scope's queues are deleted.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		b, err := mq.Dial(ctx, mq.Config{URL: amqpURL(), Scope: scope, TimeScale: timeScale})
+		if err != nil {
+			t.Logf("delete queues of %s: %v", scope, err)
+			return
+		}
+		defer b.Close()
+		if err := b.DeleteRoutes(ctx, routes.Executions, routes.Events); err != nil {
+			t.Logf("delete queues of %s: %v", scope, err)
+		}
+	})
+	t.Cleanup(s.stopAll)
+	return s
+}
+
+// start launches the named programs and waits until each reports SERVING.
+func (s *stack) start(names ...string) {
+	s.t.Helper()
+	for _, name := range names {
+		env := append(append([]string{}, s.env...), "INTEGRATIONS_GRPC_ADDR="+s.addrs[name])
+		if name == "gateway" {
+			env = append(env, "INTEGRATIONS_HTTP_ADDR="+s.addrs["gateway-http"])
+		}
+		logFile, err := os.Create(filepath.Join(s.logDir, name+".log"))
+		require.NoError(s.t, err)
+		cmd := exec.Command(filepath.Join(binDir, name))
+		cmd.Env = env
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		require.NoError(s.t, cmd.Start(), "start %s", name)
+		p := &process{cmd: cmd, done: make(chan struct{})}
+		go func() { _ = cmd.Wait(); _ = logFile.Close(); close(p.done) }()
+		s.mu.Lock()
+		s.procs[name] = p
+		s.mu.Unlock()
+	}
+	for _, name := range names {
+		s.awaitServing(name)
+	}
+}
+
+func (s *stack) awaitServing(name string) {
+	s.t.Helper()
+	conn, err := grpcx.Dial(s.addrs[name])
+	require.NoError(s.t, err)
+	defer conn.Close()
+	client := grpc_health_v1.NewHealthClient(conn)
+	deadline := time.Now().Add(s.timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := client.Check(ctx, &grpc_health_v1.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == grpc_health_v1.HealthCheckResponse_SERVING {
+			return
+		}
+		select {
+		case <-s.procs[name].done:
+			s.t.Fatalf("%s exited during start-up:\n%s", name, s.logTail(name))
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s not serving after %s (last error %v):\n%s", name, s.timeout, err, s.logTail(name))
+		}
+		time.Sleep(50 * time.Millisecond) // polling a health endpoint: there is no event to await
+	}
+}
+
+// stop sends SIGTERM and waits for a graceful exit.
+func (s *stack) stop(name string) {
+	s.mu.Lock()
+	p := s.procs[name]
+	delete(s.procs, name)
+	s.mu.Unlock()
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (s *stack) stopAll() {
+	s.mu.Lock()
+	names := make([]string, 0, len(s.procs))
+	for n := range s.procs {
+		names = append(names, n)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, n := range names {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.stop(n) }()
+	}
+	wg.Wait()
+	if s.t.Failed() {
+		for _, n := range append(names, "gateway") {
+			s.t.Logf("--- %s log (tail) ---\n%s", n, s.logTail(n))
+		}
+	}
+}
+
+func (s *stack) logTail(name string) string {
+	b, _ := os.ReadFile(filepath.Join(s.logDir, name+".log"))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// log returns a program's whole log so far.
+func (s *stack) log(name string) string {
+	b, _ := os.ReadFile(filepath.Join(s.logDir, name+".log"))
+	return string(b)
+}
+
+// call makes a REST call with the stack's API key (unless key is given) and decodes the JSON
+// answer into a map.
+func (s *stack) call(method, path, key string, body []byte, headers ...string) (int, map[string]any) {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.restURL+path, bytes.NewReader(body))
+	require.NoError(s.t, err)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(s.t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(s.t, err)
+	out := map[string]any{}
+	if len(raw) > 0 {
+		require.NoError(s.t, json.Unmarshal(raw, &out), "answer is not JSON: %s", raw)
+	}
+	return resp.StatusCode, out
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+func amqpURL() string {
+	if u := os.Getenv("INTEGRATIONS_AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,225 @@
+package adapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+)
+
+// ErrAttemptGone is the context.Cause of Later work cancelled because the platform refused a
+// lease renewal for good: the attempt is no longer current, the execution settled, or the
+// credential or token is not accepted. Its outcome would be refused as well, so none is sent.
+var ErrAttemptGone = errors.New("adapter: the attempt is no longer open for callbacks")
+
+// Delivery of a Later outcome. The outcome is the only record of work already done, so it is
+// retried while the callback service is briefly unreachable (a restart, a rolling deploy), but
+// boundedly, because the lease expiring is the platform's own recovery for a lost outcome.
+const (
+	deliverTries   = 5
+	deliverBackoff = 200 * time.Millisecond
+	deliverBudget  = 30 * time.Second
+)
+
+// Callbacks lets Later work talk to the platform about its attempt. It is bound to one
+// execution, attempt and callback token, and sends the adapter's credential on every call.
+// Errors are gRPC status errors (wrapped), so status.Code tells a refusal from an outage.
+type Callbacks struct {
+	client      adapterv1.AdapterCallbackServiceClient
+	credential  string
+	executionID string
+	attempt     int32
+	token       string
+	// inline marks Later work run within a sync call, where the platform refuses callbacks.
+	inline bool
+	// lease is the lease the automatic renewal asks for, in nanoseconds.
+	lease atomic.Int64
+}
+
+// ExecutionID is the execution the callbacks are for.
+func (c *Callbacks) ExecutionID() string { return c.executionID }
+
+// Attempt is the attempt the callbacks are for.
+func (c *Callbacks) Attempt() int32 { return c.attempt }
+
+// ReportProgress stores progress on the execution, where clients can read it. progress must be
+// representable as JSON. Within a sync call it does nothing.
+func (c *Callbacks) ReportProgress(ctx context.Context, progress map[string]any) error {
+	if c.inline {
+		return nil
+	}
+	st, err := toStruct(progress)
+	if err != nil {
+		return fmt.Errorf("report progress: %w", err)
+	}
+	_, err = c.client.ReportProgress(c.outgoing(ctx), &adapterv1.ReportProgressRequest{
+		ExecutionId: c.executionID, Attempt: c.attempt, CallbackToken: c.token, Progress: st,
+	})
+	if err != nil {
+		return fmt.Errorf("report progress: %w", err)
+	}
+	return nil
+}
+
+// RenewLease extends the attempt's lease to d from now (zero: the capability's default). The
+// SDK already renews every third of the lease while the work runs; call this to change the
+// lease, which the automatic renewal then keeps. Within a sync call it does nothing.
+func (c *Callbacks) RenewLease(ctx context.Context, d time.Duration) error {
+	if c.inline {
+		return nil
+	}
+	if d > 0 {
+		c.lease.Store(int64(d))
+	}
+	return c.renew(ctx, d)
+}
+
+func (c *Callbacks) renew(ctx context.Context, d time.Duration) error {
+	_, err := c.client.RenewLease(c.outgoing(ctx), &adapterv1.RenewLeaseRequest{
+		ExecutionId: c.executionID, Attempt: c.attempt, CallbackToken: c.token, Lease: durationpb.New(d),
+	})
+	if err != nil {
+		return fmt.Errorf("renew lease: %w", err)
+	}
+	return nil
+}
+
+func (c *Callbacks) outgoing(ctx context.Context) context.Context {
+	if c.credential == "" {
+		return ctx
+	}
+	return grpcx.WithBearer(ctx, c.credential)
+}
+
+// background runs Later work to its end and delivers its outcome. It owns one unit of the
+// Server's work count.
+func (s *Server) background(log *zap.Logger, deadline time.Time, cb *Callbacks, fn func(context.Context, *Callbacks) Result) {
+	defer s.endWork()
+	ctx, cancel := context.WithCancelCause(s.base)
+	defer cancel(nil)
+	if !deadline.IsZero() {
+		var cancelDeadline context.CancelFunc
+		ctx, cancelDeadline = context.WithDeadline(ctx, deadline)
+		defer cancelDeadline()
+	}
+
+	renewCtx, stopRenewing := context.WithCancel(ctx)
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		s.renewLoop(renewCtx, log, cb, cancel)
+	}()
+	res := s.run(ctx, log, func(ctx context.Context) Result { return fn(ctx, cb) })
+	// Renewal stops before the outcome goes out, so that no renewal follows the completion.
+	stopRenewing()
+	<-renewed
+
+	if res.kind == kindLater {
+		res = invalidResult(log, "Later work returned Later")
+	}
+	if errors.Is(context.Cause(ctx), ErrAttemptGone) {
+		log.Warn("background work abandoned: the attempt is no longer open")
+		return
+	}
+	s.deliver(log, cb, res)
+}
+
+// renewLoop renews the lease every third of it, so that two renewals in a row may fail before
+// it expires. A refusal (as opposed to an outage) means the attempt is over: the work is
+// cancelled with ErrAttemptGone.
+func (s *Server) renewLoop(ctx context.Context, log *zap.Logger, cb *Callbacks, cancelWork context.CancelCauseFunc) {
+	for {
+		every := time.Duration(cb.lease.Load()) / 3
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		lease := time.Duration(cb.lease.Load())
+		rctx, cancel := context.WithTimeout(ctx, lease/3)
+		err := cb.renew(rctx, lease)
+		cancel()
+		switch {
+		case err == nil:
+			log.Debug("lease renewed", zap.Duration("lease", lease))
+		case ctx.Err() != nil:
+			return
+		case attemptGone(err):
+			log.Warn("lease renewal refused; cancelling background work", zap.String("code", status.Code(err).String()), zap.Error(err))
+			cancelWork(ErrAttemptGone)
+			return
+		default:
+			log.Warn("lease renewal failed", zap.String("code", status.Code(err).String()), zap.Error(err))
+		}
+	}
+}
+
+// attemptGone tells the callback service's refusals (DESIGN.md §6: invalid, foreign, no longer
+// applicable, sync) from failures that a later call may not meet.
+func attemptGone(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.Unauthenticated, codes.PermissionDenied,
+		codes.NotFound, codes.FailedPrecondition, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// deliver sends a Later outcome through Complete, retrying while the service is UNAVAILABLE.
+// It runs on its own context: work cancelled by shutdown still reports how it ended.
+func (s *Server) deliver(log *zap.Logger, cb *Callbacks, res Result) {
+	req := &adapterv1.CompleteRequest{ExecutionId: cb.executionID, Attempt: cb.attempt, CallbackToken: cb.token}
+	if res.kind == kindCompleted {
+		st, err := toStruct(res.result)
+		if err != nil {
+			log.Error("adapter result is not representable as JSON", zap.Error(err))
+			res = Fail(ClassPermanent, CodeInvalidResult, "adapter result is not representable as JSON", false)
+		} else {
+			req.Outcome = &adapterv1.CompleteRequest_Succeeded{Succeeded: &adapterv1.Completed{Result: st}}
+		}
+	}
+	if res.kind == kindFailed {
+		req.Outcome = &adapterv1.CompleteRequest_Failed{Failed: toFailed(res)}
+	}
+	outcome := "succeeded"
+	if res.kind == kindFailed {
+		outcome = "failed"
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), deliverBudget)
+	defer cancel()
+	backoff := deliverBackoff
+	for try := 1; ; try++ {
+		_, err := cb.client.Complete(cb.outgoing(ctx), req)
+		if err == nil {
+			log.Info("outcome delivered", zap.String("outcome", outcome), zap.Int("tries", try))
+			return
+		}
+		code := status.Code(err)
+		if code != codes.Unavailable || try >= deliverTries {
+			log.Error("outcome not delivered", zap.String("outcome", outcome), zap.Int("tries", try), zap.String("code", code.String()), zap.Error(err))
+			return
+		}
+		log.Warn("outcome delivery failed; retrying", zap.Int("tries", try), zap.Duration("backoff", backoff), zap.Error(err))
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			log.Error("outcome not delivered", zap.String("outcome", outcome), zap.Int("tries", try), zap.Error(ctx.Err()))
+			return
+		case <-t.C:
+		}
+		backoff *= 2
+	}
+}

@@ -1,0 +1,337 @@
+package adapter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
+	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+	plog "github.com/integrations-platform/integrations/pkg/log"
+)
+
+// Codes the SDK itself puts on failures it answers on the handler's behalf, so that they can
+// be told apart from provider codes in the execution's failure.
+const (
+	CodeHandlerPanic   = "adapter.handler_panic"
+	CodeInvalidResult  = "adapter.invalid_result"
+	CodeShuttingDown   = "adapter.shutting_down"
+	CodeNoCallbackAddr = "adapter.no_callback_addr"
+)
+
+// Options configures a Server.
+type Options struct {
+	// CallbackAddr is the adapter-callback service (host:port). Required for Later work in
+	// async executions; without it such work is refused with a retryable failure.
+	CallbackAddr string
+	// Credential is the adapter's own credential, sent as `authorization: Bearer` on every
+	// callback.
+	Credential string
+	// Logger receives the SDK's logs; nil logs nothing.
+	Logger *zap.Logger
+	// DialOptions are added when dialling CallbackAddr, e.g. TLS credentials.
+	DialOptions []grpc.DialOption
+}
+
+// Server serves AdapterService for one Handler and owns the background work of Later results.
+type Server struct {
+	h    Handler
+	opts Options
+	log  *zap.Logger
+
+	// base is the parent of every background work context; cancelling it is how Close stops
+	// the work.
+	base       context.Context
+	cancelBase context.CancelFunc
+
+	mu      sync.Mutex
+	idle    *sync.Cond // signalled when running drops to zero
+	running int
+	closed  bool
+
+	dialOnce sync.Once
+	conn     *grpc.ClientConn
+	client   adapterv1.AdapterCallbackServiceClient
+	dialErr  error
+
+	closeOnce sync.Once
+}
+
+// New returns a Server running h. Nothing is dialled until the first Later work needs the
+// callback service.
+func New(h Handler, opts Options) *Server {
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	base, cancel := context.WithCancel(context.Background())
+	s := &Server{h: h, opts: opts, log: log, base: base, cancelBase: cancel}
+	s.idle = sync.NewCond(&s.mu)
+	return s
+}
+
+// Register registers AdapterService on g (a *grpc.Server, or a *grpcx.Server which embeds one).
+func (s *Server) Register(g grpc.ServiceRegistrar) {
+	adapterv1.RegisterAdapterServiceServer(g, service{s: s})
+}
+
+// Wait blocks until no background work is running. Work started after Wait returns is not
+// awaited; to stop taking new work first, use Shutdown.
+func (s *Server) Wait() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.running > 0 {
+		s.idle.Wait()
+	}
+}
+
+// Shutdown stops the Server for graceful shutdown: new Later work is refused (with a retryable
+// failure, so another replica takes the next attempt), running work may finish until ctx ends,
+// and is then cancelled; Shutdown waits until every piece of work has delivered its outcome and
+// then closes the callback connection. Call it after the gRPC server stopped taking calls.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() { s.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.mu.Lock()
+		running := s.running
+		s.mu.Unlock()
+		if running > 0 {
+			s.log.Info("cancelling background work for shutdown", zap.Int("running", running))
+		}
+		s.cancelBase()
+		<-done
+	}
+	s.cancelBase()
+
+	var err error
+	s.closeOnce.Do(func() {
+		if s.conn != nil {
+			if cerr := s.conn.Close(); cerr != nil {
+				err = fmt.Errorf("close callback connection: %w", cerr)
+			}
+		}
+	})
+	return err
+}
+
+// Close is Shutdown without a grace period: running work is cancelled at once. Work that ends
+// because of it should answer a retryable failure (for example Fail(ClassUnavailable, ...,
+// true)), which is then delivered so that the next attempt need not wait for the lease to
+// expire.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return s.Shutdown(ctx)
+}
+
+// startWork counts one background work in, unless the Server is shutting down.
+func (s *Server) startWork() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.running++
+	return true
+}
+
+func (s *Server) endWork() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running--
+	if s.running == 0 {
+		s.idle.Broadcast()
+	}
+}
+
+func (s *Server) callbackClient() (adapterv1.AdapterCallbackServiceClient, error) {
+	s.dialOnce.Do(func() {
+		if s.opts.CallbackAddr == "" {
+			s.dialErr = errors.New("no callback address configured")
+			return
+		}
+		s.conn, s.dialErr = grpcx.Dial(s.opts.CallbackAddr, s.opts.DialOptions...)
+		if s.dialErr == nil {
+			s.client = adapterv1.NewAdapterCallbackServiceClient(s.conn)
+		}
+	})
+	return s.client, s.dialErr
+}
+
+// service is the generated interface's implementation; it is separate from Server so that the
+// Server's exported API stays the SDK's own.
+type service struct {
+	adapterv1.UnimplementedAdapterServiceServer
+	s *Server
+}
+
+// Execute runs the handler for one attempt. It never answers an error status: every problem
+// of the adapter is a Failed outcome, which the platform records and retries by its rules.
+func (v service) Execute(ctx context.Context, in *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
+	s := v.s
+	req := newRequest(in)
+	log := s.log.With(plog.ExecutionID(req.ExecutionID), plog.Attempt(req.Attempt), zap.String("capability", req.Capability))
+	if !req.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
+		defer cancel()
+	}
+
+	res := s.run(ctx, log, func(ctx context.Context) Result { return s.h(ctx, req) })
+	if res.kind == kindLater {
+		if req.Mode == ModeSync {
+			later := res.later
+			cb := &Callbacks{executionID: req.ExecutionID, attempt: req.Attempt, inline: true}
+			res = s.run(ctx, log, func(ctx context.Context) Result { return later(ctx, cb) })
+			if res.kind == kindLater {
+				res = invalidResult(log, "Later work returned Later")
+			}
+		} else {
+			res = s.accept(log, req, in.GetCallbackToken(), res)
+		}
+	}
+	resp, err := toResponse(res)
+	if err != nil {
+		log.Error("adapter result is not representable as JSON", zap.Error(err))
+		resp, _ = toResponse(Fail(ClassPermanent, CodeInvalidResult, "adapter result is not representable as JSON", false))
+	}
+	log.Debug("execute answered", zap.String("outcome", outcomeName(resp)))
+	return resp, nil
+}
+
+// run calls fn, turning a panic or an invalid Result into a permanent failure.
+func (s *Server) run(ctx context.Context, log *zap.Logger, fn func(ctx context.Context) Result) (res Result) {
+	defer func() {
+		if r := recover(); r != nil {
+			// The panic value may quote the payload; it goes to the log only, never into the
+			// failure message that clients read.
+			log.Error("adapter handler panicked", zap.String("panic", fmt.Sprint(r)), zap.ByteString("stack", debug.Stack()))
+			res = Fail(ClassPermanent, CodeHandlerPanic, "adapter handler panicked", false)
+		}
+	}()
+	res = fn(ctx)
+	switch {
+	case res.kind == kindNone:
+		return invalidResult(log, "handler returned the zero Result")
+	case res.kind == kindLater && res.later == nil:
+		return invalidResult(log, "handler returned Later with a nil function")
+	}
+	return res
+}
+
+func invalidResult(log *zap.Logger, why string) Result {
+	log.Error("adapter handler returned an invalid result", zap.String("reason", why))
+	return Fail(ClassPermanent, CodeInvalidResult, "adapter returned an invalid result", false)
+}
+
+// accept starts Later work in the background and answers Accepted, or answers why it cannot.
+func (s *Server) accept(log *zap.Logger, req *Request, token string, res Result) Result {
+	// Counted in before dialling, so that Shutdown, which waits for the count, never races a
+	// dial when it closes the connection.
+	if !s.startWork() {
+		return Fail(ClassUnavailable, CodeShuttingDown, "adapter is shutting down", true)
+	}
+	client, err := s.callbackClient()
+	if err != nil {
+		s.endWork()
+		// A configuration fault of this adapter, which a fixed deployment can recover from:
+		// retryable.
+		log.Error("cannot start background work", zap.Error(err))
+		return Fail(ClassUnavailable, CodeNoCallbackAddr, "adapter cannot reach the callback service", true)
+	}
+	cb := &Callbacks{
+		client: client, credential: s.opts.Credential,
+		executionID: req.ExecutionID, attempt: req.Attempt, token: token,
+	}
+	cb.lease.Store(int64(res.lease))
+	go s.background(log, req.Deadline, cb, res.later)
+	return res
+}
+
+func newRequest(in *adapterv1.ExecuteRequest) *Request {
+	req := &Request{
+		ExecutionID: in.GetExecutionId(),
+		Attempt:     in.GetAttempt(),
+		Capability:  in.GetCapability(),
+		Payload:     in.GetPayload().AsMap(),
+		Mode:        ModeAsync,
+	}
+	if in.GetMode() == executionv1.Mode_MODE_SYNC {
+		req.Mode = ModeSync
+	}
+	if in.GetDeadlineTime() != nil {
+		req.Deadline = in.GetDeadlineTime().AsTime()
+	}
+	return req
+}
+
+func toResponse(r Result) (*adapterv1.ExecuteResponse, error) {
+	switch r.kind {
+	case kindCompleted:
+		st, err := toStruct(r.result)
+		if err != nil {
+			return nil, err
+		}
+		return &adapterv1.ExecuteResponse{Outcome: &adapterv1.ExecuteResponse_Completed{Completed: &adapterv1.Completed{Result: st}}}, nil
+	case kindLater:
+		return &adapterv1.ExecuteResponse{Outcome: &adapterv1.ExecuteResponse_Accepted{Accepted: &adapterv1.Accepted{Lease: durationpb.New(r.lease)}}}, nil
+	default:
+		return &adapterv1.ExecuteResponse{Outcome: &adapterv1.ExecuteResponse_Failed{Failed: toFailed(r)}}, nil
+	}
+}
+
+func toFailed(r Result) *adapterv1.Failed {
+	f := &adapterv1.Failed{Class: r.class, Code: r.code, Message: r.message, Retryable: r.retryable}
+	if r.retryAfter > 0 {
+		f.RetryAfter = durationpb.New(r.retryAfter)
+	}
+	return f
+}
+
+// toStruct converts a JSON-like map. structpb accepts only the types encoding/json decodes
+// into, so anything else (typed slices, structs with json tags) goes through a JSON round trip.
+func toStruct(m map[string]any) (*structpb.Struct, error) {
+	if st, err := structpb.NewStruct(m); err == nil {
+		return st, nil
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode result: %w", err)
+	}
+	var plain map[string]any
+	if err := json.Unmarshal(b, &plain); err != nil {
+		return nil, fmt.Errorf("decode result: %w", err)
+	}
+	st, err := structpb.NewStruct(plain)
+	if err != nil {
+		return nil, fmt.Errorf("convert result: %w", err)
+	}
+	return st, nil
+}
+
+func outcomeName(resp *adapterv1.ExecuteResponse) string {
+	switch resp.GetOutcome().(type) {
+	case *adapterv1.ExecuteResponse_Completed:
+		return "completed"
+	case *adapterv1.ExecuteResponse_Accepted:
+		return "accepted"
+	default:
+		return "failed"
+	}
+}

@@ -1,0 +1,509 @@
+package mq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
+)
+
+const (
+	// shutdownGrace is how long a cancelled Consume waits for running handlers to return. It is
+	// longer than publishTimeout so a retry copy being confirmed at cancellation still settles.
+	shutdownGrace = publishTimeout + 5*time.Second
+	backoffMin    = 100 * time.Millisecond
+	backoffMax    = 5 * time.Second
+)
+
+// subscription is one channel with one consumer on it. Its deliveries may only be settled on it:
+// once it is dead, results for its deliveries are superseded (RabbitMQ closes a channel that acks
+// a tag it does not know, so they are never tried on the next subscription).
+type subscription struct {
+	ch         *amqp.Channel
+	tag        string
+	gen        uint64
+	deliveries <-chan amqp.Delivery
+	closes     chan *amqp.Error
+	dead       atomic.Bool
+}
+
+// job is one delivery on its way to a worker.
+type job struct {
+	sub *subscription
+	d   amqp.Delivery
+	msg *Message
+}
+
+type action uint8
+
+const (
+	actNone    action = iota // settle nothing: the delivery's channel is gone
+	actAck                   // basic.ack
+	actRequeue               // basic.nack requeue=true
+)
+
+// settlement is a worker's verdict on a job, settled by the owner goroutine.
+type settlement struct {
+	job      *job
+	act      action
+	ev       event // counted once the ack/nack succeeded
+	rejected bool  // also count evRejected
+}
+
+// consumer is one Consume call. Its owner goroutine (the caller of Consume) owns the channel:
+// it receives deliveries, hands them to workers, and does every ack and nack, so no two
+// goroutines ever write to the channel and acks never use multiple=true.
+type consumer struct {
+	b     *Broker
+	top   *topology
+	h     Handler
+	st    *routeStats
+	log   *zap.Logger
+	ctx   context.Context // handler context: cancelled on shutdown
+	stop  context.CancelFunc
+	jobs  chan *job
+	res   chan settlement
+	gone  chan struct{} // closed when the owner stops receiving settlements
+	gen   uint64
+	queue []*job // received, not yet taken by a worker
+	busy  int    // jobs received and not yet settled (queued or in a worker)
+}
+
+// Consume consumes a declared route with `concurrency` handler goroutines (at least 1) until ctx
+// is cancelled, and then returns nil. It reconnects by itself, with exponential backoff and
+// jitter, for as long as ctx lives. It returns ErrUnknownRoute for a route not declared with
+// Declare, and ErrClosed if the Broker is closed.
+//
+// On cancellation it cancels the consumer, cancels the handlers' context, waits up to 15 s for
+// them, settles what they returned (only Ack is acked) and returns every other delivery to the
+// broker.
+func (b *Broker) Consume(ctx context.Context, route string, concurrency int, h Handler) error {
+	top, ok := b.topology(route)
+	if !ok {
+		return fmt.Errorf("mq: consume %q: %w", route, ErrUnknownRoute)
+	}
+	if h == nil {
+		return fmt.Errorf("mq: consume %q: nil handler", route)
+	}
+	if err := b.startConsumer(); err != nil {
+		return err
+	}
+	defer b.consumers.Done()
+	concurrency = max(concurrency, 1)
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	c := &consumer{
+		b:    b,
+		top:  top,
+		h:    h,
+		st:   b.routeStats(route),
+		log:  b.log.With(zap.String("route", route)),
+		ctx:  hctx,
+		stop: stop,
+		jobs: make(chan *job),
+		res:  make(chan settlement),
+		gone: make(chan struct{}),
+	}
+	var workers sync.WaitGroup
+	for range concurrency {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			c.work()
+		}()
+	}
+	return c.run(ctx, &workers)
+}
+
+// run is the owner loop.
+func (c *consumer) run(ctx context.Context, workers *sync.WaitGroup) error {
+	var sub *subscription
+	attempt := 0
+	retry := time.NewTimer(0) // subscribe at once
+	defer retry.Stop()
+	for {
+		var deliveries <-chan amqp.Delivery
+		var retryC <-chan time.Time
+		if sub != nil {
+			deliveries = sub.deliveries
+		} else {
+			retryC = retry.C
+		}
+		var jobs chan *job
+		var next *job
+		if len(c.queue) > 0 {
+			jobs, next = c.jobs, c.queue[0]
+		}
+		select {
+		case <-ctx.Done():
+			c.shutdown(sub, workers)
+			return nil
+		case <-c.b.closed:
+			c.abandon(sub, workers)
+			return ErrClosed
+		case <-retryC:
+			s, err := c.subscribe(ctx)
+			if err != nil {
+				if ctx.Err() != nil || c.b.isClosed() {
+					continue // the loop takes the matching exit
+				}
+				attempt++
+				wait := backoff(attempt)
+				c.log.Warn("mq subscribe failed; retrying", zap.Int("attempt", attempt),
+					zap.Duration("backoff", wait), zap.Error(err))
+				retry.Reset(wait)
+				continue
+			}
+			if attempt > 0 {
+				c.log.Info("mq consumer resubscribed", zap.Uint64("generation", s.gen))
+			}
+			attempt = 0
+			sub = s
+		case d, ok := <-deliveries:
+			if !ok {
+				c.lose(sub)
+				sub = nil
+				attempt++
+				retry.Reset(backoff(attempt))
+				continue
+			}
+			c.busy++
+			c.queue = append(c.queue, &job{sub: sub, d: d, msg: newMessage(c.top.route, &d)})
+		case jobs <- next:
+			c.queue[0] = nil
+			c.queue = c.queue[1:]
+		case s := <-c.res:
+			c.busy--
+			c.settle(sub, s)
+		}
+	}
+}
+
+// backoff is exponential from 100 ms, capped at 5 s, with jitter in [d/2, d) so that consumers
+// cut off together do not reconnect together.
+func backoff(attempt int) time.Duration {
+	d := backoffMin << min(attempt-1, 10)
+	d = min(d, backoffMax)
+	return d/2 + rand.N(d/2)
+}
+
+// subscribe opens a channel on the consuming connection, declares the route, sets per-consumer
+// prefetch and starts consuming.
+func (c *consumer) subscribe(ctx context.Context) (*subscription, error) {
+	conn, err := c.b.consumeConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	fail := func(err error) (*subscription, error) {
+		ch.Close() //nolint:errcheck // already failing
+		return nil, err
+	}
+	// Buffered: amqp091-go sends at most one error, then closes the channel.
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	// The queues may be gone (deleted, or a broker that lost its state): declare before consuming.
+	if err := c.top.declare(ch); err != nil {
+		return fail(err)
+	}
+	// Per-consumer prefetch: global QoS (global=true) on a quorum queue closes the connection.
+	if err := ch.Qos(c.top.prefetch, 0, false); err != nil {
+		return fail(fmt.Errorf("set prefetch: %w", err))
+	}
+	tag := fmt.Sprintf("%s-%s", c.top.queue, uuid.NewString()[:8])
+	// Plain Consume, not ConsumeWithContext: the latter cancels the consumer from a goroutine of
+	// its own when ctx ends, racing our ordered shutdown.
+	deliveries, err := ch.Consume(c.top.queue, tag, false, false, false, false, nil)
+	if err != nil {
+		return fail(fmt.Errorf("consume %q: %w", c.top.queue, err))
+	}
+	c.gen++
+	return &subscription{ch: ch, tag: tag, gen: c.gen, deliveries: deliveries, closes: closes}, nil
+}
+
+// lose retires a subscription whose delivery stream ended (channel or connection closed, or the
+// broker cancelled the consumer because the queue was deleted). The broker requeues everything
+// unacked on it; queued jobs are dropped and results still in workers will be superseded.
+func (c *consumer) lose(sub *subscription) {
+	sub.dead.Store(true)
+	var reason error
+	select {
+	case e, ok := <-sub.closes:
+		if ok && e != nil {
+			reason = e
+		}
+	default:
+	}
+	if !sub.ch.IsClosed() {
+		sub.ch.Close() //nolint:errcheck // retiring it either way
+	}
+	dropped := c.dropQueued(sub)
+	c.log.Warn("mq consumer lost its channel; resubscribing", zap.Uint64("generation", sub.gen),
+		zap.Int("superseded", dropped), zap.Error(reason))
+}
+
+// dropQueued removes the not-yet-started jobs of sub, counting them superseded.
+func (c *consumer) dropQueued(sub *subscription) int {
+	kept := c.queue[:0]
+	dropped := 0
+	for _, j := range c.queue {
+		if j.sub == sub {
+			dropped++
+			continue
+		}
+		kept = append(kept, j)
+	}
+	clear(c.queue[len(kept):])
+	c.queue = kept
+	c.busy -= dropped
+	c.st.add(evSuperseded, dropped)
+	return dropped
+}
+
+// settle applies a worker's verdict on the current subscription's channel, and only there.
+func (c *consumer) settle(cur *subscription, s settlement) {
+	j := s.job
+	if s.act == actNone || j.sub != cur || j.sub.dead.Load() {
+		c.st.inc(evSuperseded)
+		return
+	}
+	var err error
+	if s.act == actAck {
+		err = j.d.Ack(false)
+	} else {
+		err = j.d.Nack(false, true)
+	}
+	switch {
+	case err == nil:
+		c.st.inc(s.ev)
+		if s.rejected {
+			c.st.inc(evRejected)
+		}
+	case errors.Is(err, amqp.ErrClosed):
+		// The channel died under us; lose() will notice. The broker redelivers.
+		c.st.inc(evSuperseded)
+	default:
+		c.st.inc(evLost)
+		c.log.Error("mq settle failed on a live channel", zap.String("message_id", j.msg.ID),
+			zap.Int("attempt", j.msg.Attempt), zap.Error(err))
+	}
+}
+
+// shutdown is the owner's exit on ctx cancellation.
+func (c *consumer) shutdown(sub *subscription, workers *sync.WaitGroup) {
+	c.stop() // handlers' ctx; idempotent, ctx is done anyway
+	alive := sub != nil && !sub.dead.Load()
+	if alive {
+		// Cancel first so the broker stops sending; amqp091-go then hands over what it had
+		// buffered and closes the delivery channel.
+		if err := sub.ch.Cancel(sub.tag, false); err != nil {
+			c.log.Warn("mq consumer cancel failed", zap.Error(err))
+		}
+		for d := range sub.deliveries {
+			c.requeue(&d)
+		}
+		// lose() already dropped the queued jobs of earlier subscriptions: these are all sub's.
+		for _, j := range c.queue {
+			c.requeue(&j.d)
+		}
+	} else {
+		c.st.add(evSuperseded, len(c.queue))
+	}
+	c.busy -= len(c.queue)
+	c.queue = nil
+	close(c.jobs)
+
+	// Workers check ctx before calling a handler and turn a cancelled non-Ack into a requeue, so
+	// what comes back now is final.
+	grace := time.NewTimer(shutdownGrace)
+	defer grace.Stop()
+wait:
+	for c.busy > 0 {
+		select {
+		case s := <-c.res:
+			c.busy--
+			c.settle(sub, s)
+		case <-grace.C:
+			c.log.Error("mq handlers did not return within the shutdown grace; leaving them to the broker",
+				zap.Int("handlers", c.busy), zap.Duration("grace", shutdownGrace))
+			break wait
+		}
+	}
+	close(c.gone)
+	if alive {
+		// Anything still unsettled goes back to the broker with the channel.
+		sub.ch.Close() //nolint:errcheck // closing is the point
+	}
+	c.awaitWorkers(workers, grace)
+}
+
+// abandon is the owner's exit when the Broker is closed: the connection is gone, so the broker
+// requeues everything; there is nothing left to settle.
+func (c *consumer) abandon(sub *subscription, workers *sync.WaitGroup) {
+	c.stop()
+	if sub != nil {
+		sub.dead.Store(true)
+	}
+	c.st.add(evSuperseded, len(c.queue))
+	c.queue = nil
+	close(c.jobs)
+	close(c.gone)
+	grace := time.NewTimer(shutdownGrace)
+	defer grace.Stop()
+	c.awaitWorkers(workers, grace)
+}
+
+func (c *consumer) awaitWorkers(workers *sync.WaitGroup, grace *time.Timer) {
+	done := make(chan struct{})
+	go func() {
+		workers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-grace.C:
+	}
+}
+
+// requeue returns a delivery at shutdown, on the owner goroutine.
+func (c *consumer) requeue(d *amqp.Delivery) {
+	err := d.Nack(false, true)
+	switch {
+	case err == nil:
+		c.st.inc(evRequeued)
+	case errors.Is(err, amqp.ErrClosed):
+		c.st.inc(evSuperseded)
+	default:
+		c.st.inc(evLost)
+		c.log.Error("mq requeue failed on a live channel", zap.String("message_id", d.MessageId), zap.Error(err))
+	}
+}
+
+// work is one worker goroutine: it runs handlers and sends verdicts back to the owner.
+func (c *consumer) work() {
+	for j := range c.jobs {
+		s := c.handle(j)
+		select {
+		case c.res <- s:
+		case <-c.gone:
+		}
+	}
+}
+
+// handle runs the handler for one job and turns its Result into a verdict, doing the retry or
+// dead-letter publish (and waiting for its confirm) here, so the owner never waits on the broker.
+func (c *consumer) handle(j *job) settlement {
+	if j.sub.dead.Load() {
+		return settlement{job: j, act: actNone} // the broker has already requeued it
+	}
+	if c.ctx.Err() != nil {
+		return settlement{job: j, act: actRequeue, ev: evRequeued}
+	}
+	res, panicked := c.call(j.msg)
+	log := c.log.With(zap.String("message_id", j.msg.ID), zap.Int("attempt", j.msg.Attempt))
+	if panicked {
+		c.st.inc(evPanicked)
+		return settlement{job: j, act: actRequeue, ev: evRequeued}
+	}
+	if res.outcome == outcomeAck {
+		return settlement{job: j, act: actAck, ev: evAcknowledged}
+	}
+	if c.ctx.Err() != nil {
+		// Whatever it returned, a handler cut off by shutdown may not have finished: redeliver.
+		return settlement{job: j, act: actRequeue, ev: evRequeued}
+	}
+	switch res.outcome {
+	case outcomeFail:
+		if j.msg.Attempt >= c.top.maxAttempts {
+			return c.deadLetter(j, log, deadReasonExhausted, res.err)
+		}
+		return c.retry(j, log, res.err)
+	case outcomeReject:
+		return c.deadLetter(j, log, deadReasonRejected, res.err)
+	default:
+		log.Warn("mq handler returned no result; requeueing")
+		return settlement{job: j, act: actRequeue, ev: evRequeued}
+	}
+}
+
+// call runs the handler, turning a panic into a zero Result.
+func (c *consumer) call(m *Message) (res Result, panicked bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			panicked = true
+			c.log.Error("mq handler panicked; requeueing", zap.String("message_id", m.ID),
+				zap.Int("attempt", m.Attempt), zap.String("panic", fmt.Sprint(r)),
+				zap.ByteString("stack", debug.Stack()))
+		}
+	}()
+	return c.h(c.ctx, m), false
+}
+
+// copyContext bounds a retry or dead-letter publish. It is detached from shutdown: a copy that is
+// on its way should be confirmed and its original acked, not abandoned half way (which would leave
+// both the copy and the redelivered original).
+func (c *consumer) copyContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(c.ctx), publishTimeout)
+}
+
+// retry publishes the next attempt to its holding queue; the original is acked only once the copy
+// is confirmed.
+func (c *consumer) retry(j *job, log *zap.Logger, cause error) settlement {
+	if j.sub.dead.Load() {
+		return settlement{job: j, act: actNone}
+	}
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	pub := copyOf(&j.d)
+	pub.Headers[hdrAttempt] = int32(j.msg.Attempt + 1)
+	pub.Headers[hdrLastError] = errText(cause)
+	if _, ok := pub.Headers[hdrFirstFailure]; !ok {
+		pub.Headers[hdrFirstFailure] = now
+	}
+	pub.Headers[hdrLastFailure] = now
+	target := c.top.retryQueue(j.msg.Attempt)
+	ctx, cancel := c.copyContext()
+	defer cancel()
+	if err := c.b.publishCopy(ctx, target, pub); err != nil {
+		log.Warn("mq retry publish not confirmed; requeueing", zap.String("queue", target), zap.Error(err))
+		return settlement{job: j, act: actRequeue, ev: evRequeued}
+	}
+	log.Info("mq message failed; retry scheduled", zap.String("queue", target), zap.Error(cause))
+	return settlement{job: j, act: actAck, ev: evRetried}
+}
+
+// deadLetter publishes the message to the DLQ with the reason; the original is acked only once the
+// copy is confirmed.
+func (c *consumer) deadLetter(j *job, log *zap.Logger, reason string, cause error) settlement {
+	if j.sub.dead.Load() {
+		return settlement{job: j, act: actNone}
+	}
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	pub := copyOf(&j.d)
+	pub.Headers[hdrAttempt] = int32(j.msg.Attempt)
+	pub.Headers[hdrDeadReason] = reason
+	pub.Headers[hdrLastError] = errText(cause)
+	pub.Headers[hdrSourceQueue] = c.top.queue
+	pub.Headers[hdrDeadAt] = now
+	if _, ok := pub.Headers[hdrFirstFailure]; !ok {
+		pub.Headers[hdrFirstFailure] = now
+	}
+	pub.Headers[hdrLastFailure] = now
+	ctx, cancel := c.copyContext()
+	defer cancel()
+	if err := c.b.publishCopy(ctx, c.top.dlq, pub); err != nil {
+		log.Warn("mq dead-letter publish not confirmed; requeueing", zap.String("reason", reason), zap.Error(err))
+		return settlement{job: j, act: actRequeue, ev: evRequeued}
+	}
+	log.Warn("mq message dead-lettered", zap.String("reason", reason), zap.Error(cause))
+	return settlement{job: j, act: actAck, ev: evDeadLettered, rejected: reason == deadReasonRejected}
+}

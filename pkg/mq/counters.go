@@ -1,0 +1,111 @@
+package mq
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Counters is a snapshot of one route's durability counters since Dial. Read them as an account:
+// every application publish is Confirmed or Returned or failed; every delivery ends Acknowledged,
+// Retried, DeadLettered, Requeued, Superseded or Lost.
+type Counters struct {
+	Published    uint64 // application messages written to the broker (Publish, PublishAll)
+	Confirmed    uint64 // of those, confirmed by the broker and not returned
+	Returned     uint64 // of those, returned as unroutable (mandatory): the publish failed
+	Acknowledged uint64 // deliveries acked after the handler returned Ack
+	Retried      uint64 // deliveries acked after a confirmed copy went to a holding queue
+	DeadLettered uint64 // deliveries acked after a confirmed copy went to the DLQ (exhausted or rejected)
+	Rejected     uint64 // of DeadLettered, those whose handler returned Reject
+	Superseded   uint64 // settlements withheld because the delivery's channel was closed or replaced; the broker redelivers
+	Lost         uint64 // settlements that failed on a live channel: outcome unknown
+	Requeued     uint64 // deliveries nacked back to the broker (zero Result, panic, shutdown, copy not confirmed)
+	Panicked     uint64 // handler panics (each also counted Requeued, or Superseded)
+}
+
+type event int
+
+const (
+	evPublished event = iota
+	evConfirmed
+	evReturned
+	evAcknowledged
+	evRetried
+	evDeadLettered
+	evRejected
+	evSuperseded
+	evLost
+	evRequeued
+	evPanicked
+	numEvents
+)
+
+// eventNames are the metric's event label values, indexed by event.
+var eventNames = [numEvents]string{
+	"published", "confirmed", "returned", "acknowledged", "retried", "dead_lettered", "rejected",
+	"superseded", "lost", "requeued", "panicked",
+}
+
+// newMetric is the integrations_mq_messages_total counter vec, registered with reg when given. A
+// second Broker in the same process (tests, a diagnostic) shares the already registered vec.
+func newMetric(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "integrations_mq_messages_total",
+		Help: "Messages through the message port, by route and durability event.",
+	}, []string{"route", "event"})
+	if reg == nil {
+		return vec, nil
+	}
+	if err := reg.Register(vec); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+				return existing, nil
+			}
+		}
+		return nil, fmt.Errorf("register mq metrics: %w", err)
+	}
+	return vec, nil
+}
+
+// routeStats counts one route's events, atomically and in the metric.
+type routeStats struct {
+	n [numEvents]atomic.Uint64
+	m [numEvents]prometheus.Counter
+}
+
+func newRouteStats(vec *prometheus.CounterVec, route string) *routeStats {
+	s := &routeStats{}
+	for e := range numEvents {
+		s.m[e] = vec.WithLabelValues(route, eventNames[e])
+	}
+	return s
+}
+
+func (s *routeStats) add(e event, n int) {
+	if n <= 0 {
+		return
+	}
+	s.n[e].Add(uint64(n))
+	s.m[e].Add(float64(n))
+}
+
+func (s *routeStats) inc(e event) { s.add(e, 1) }
+
+func (s *routeStats) snapshot() Counters {
+	return Counters{
+		Published:    s.n[evPublished].Load(),
+		Confirmed:    s.n[evConfirmed].Load(),
+		Returned:     s.n[evReturned].Load(),
+		Acknowledged: s.n[evAcknowledged].Load(),
+		Retried:      s.n[evRetried].Load(),
+		DeadLettered: s.n[evDeadLettered].Load(),
+		Rejected:     s.n[evRejected].Load(),
+		Superseded:   s.n[evSuperseded].Load(),
+		Lost:         s.n[evLost].Load(),
+		Requeued:     s.n[evRequeued].Load(),
+		Panicked:     s.n[evPanicked].Load(),
+	}
+}

@@ -1,0 +1,230 @@
+package mq
+
+import (
+	"context"
+	"time"
+	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+type outcome uint8
+
+const (
+	outcomeNone outcome = iota // the zero Result: never an acknowledgement
+	outcomeAck
+	outcomeFail
+	outcomeReject
+)
+
+// Result is what a handler returns; it decides how the delivery is settled. The zero Result is
+// never an acknowledgement: the delivery goes back to the broker (nack with requeue).
+type Result struct {
+	outcome outcome
+	err     error
+}
+
+// Ack is the Result of a handler whose work is done: the delivery is acknowledged.
+func Ack() Result { return Result{outcome: outcomeAck} }
+
+// Fail is the Result of a transient failure: the message is retried by republishing it to the
+// route's holding queue for the next delay, and dead-lettered once the route's RetryPolicy is
+// exhausted. err is recorded in the x-last-error header.
+func Fail(err error) Result { return Result{outcome: outcomeFail, err: err} }
+
+// Reject is the Result of a permanent failure: the message goes straight to the route's DLQ with
+// x-dead-reason "rejected" and err in x-last-error.
+func Reject(err error) Result { return Result{outcome: outcomeReject, err: err} }
+
+// Err is the error given to Fail or Reject, nil otherwise. It lets middleware log or wrap results.
+func (r Result) Err() error { return r.err }
+
+// String names the outcome, for logs and test failures.
+func (r Result) String() string {
+	switch r.outcome {
+	case outcomeAck:
+		return "ack"
+	case outcomeFail:
+		return "fail"
+	case outcomeReject:
+		return "reject"
+	default:
+		return "none"
+	}
+}
+
+// Handler handles one delivery. ctx is cancelled on shutdown; a cancelled handler's delivery is
+// returned to the broker, never acked (unless the handler already returned Ack()). A Handler runs
+// concurrently with other Handlers of the same Consume call, and may see the same message again
+// (after a retry, a lost connection or a shutdown): it must be idempotent on Message.ID.
+type Handler func(ctx context.Context, m *Message) Result
+
+// Message is one delivery as a handler sees it. The handler owns it: Body and Headers are copies.
+type Message struct {
+	ID          string         // AMQP message-id: the message's stable identity, kept across retries
+	Route       string         // the route name (unscoped)
+	Body        []byte         // the payload; never logged by this package
+	Headers     map[string]any // application headers, plus the port's x- bookkeeping headers
+	Attempt     int            // from the x-delivery-attempt header; 1 on first delivery
+	Redelivered bool           // the broker delivered this message before (without settlement)
+}
+
+// Outgoing is a message to publish.
+type Outgoing struct {
+	ID          string // message-id; generated (uuid) when empty
+	Body        []byte
+	ContentType string // default "application/x-protobuf"
+	// Headers are application headers. The port's own bookkeeping headers (x-delivery-attempt and
+	// the x-dead-*/x-*-failure-*/x-last-error family) are dropped, so republishing a consumed or
+	// dead-lettered message starts it afresh at attempt 1.
+	Headers map[string]any
+}
+
+// RetryPolicy is the port-level budget for a handler that returns Fail.
+type RetryPolicy struct {
+	// Delays is the delay before attempt 2, 3, ...; one holding queue per distinct delay. The last
+	// delay repeats if MaxAttempts exceeds len(Delays)+1. Every delay must be positive.
+	Delays []time.Duration
+	// MaxAttempts is the total number of deliveries including the first; past it the message is
+	// dead-lettered. 0 means len(Delays)+1. 1 means no retry.
+	MaxAttempts int
+}
+
+// Route is a point-to-point queue and the policy for its deliveries.
+type Route struct {
+	Name     string      // unscoped name, e.g. "executions"; validated
+	Retry    RetryPolicy // what Fail does
+	Prefetch int         // per-consumer prefetch; default 32
+}
+
+// Headers the port reads and writes. Attempts are counted on x-delivery-attempt only, never on the
+// broker's x-death, whose counting of republished messages changed across broker versions.
+const (
+	hdrAttempt      = "x-delivery-attempt"
+	hdrLastError    = "x-last-error"
+	hdrFirstFailure = "x-first-failure-at"
+	hdrLastFailure  = "x-last-failure-at"
+	hdrDeadReason   = "x-dead-reason"
+	hdrSourceQueue  = "x-source-queue"
+	hdrDeadAt       = "x-dead-at"
+	// hdrPublishTag correlates a basic.return with the publish it answers: message ids repeat
+	// (retries, duplicates in one batch) so they cannot. Internal; never shown to handlers.
+	hdrPublishTag = "x-mq-publish-tag"
+
+	deadReasonExhausted = "retry_exhausted"
+	deadReasonRejected  = "rejected"
+
+	// maxErrorLen bounds x-last-error: headers travel with every copy and count against the
+	// broker's frame size.
+	maxErrorLen        = 512
+	defaultContentType = "application/x-protobuf"
+)
+
+// bookkeeping headers are owned by the port: dropped from application publishes.
+var bookkeeping = map[string]bool{
+	hdrAttempt: true, hdrLastError: true, hdrFirstFailure: true, hdrLastFailure: true,
+	hdrDeadReason: true, hdrSourceQueue: true, hdrDeadAt: true, hdrPublishTag: true,
+}
+
+// brokerHeader reports headers the broker adds on dead-lettering and delivery. They are dropped
+// from our copies: each dead-lettering would otherwise grow x-death further, and the copy is a new
+// message to the broker.
+func brokerHeader(k string) bool {
+	switch k {
+	case "x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
+		"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason", "x-delivery-count":
+		return true
+	}
+	return false
+}
+
+// attemptOf reads x-delivery-attempt, whatever integer type it arrived as; 1 when absent or
+// nonsensical (a message published by someone else starts at attempt 1).
+func attemptOf(h amqp.Table) int {
+	var n int64
+	switch v := h[hdrAttempt].(type) {
+	case int8:
+		n = int64(v)
+	case int16:
+		n = int64(v)
+	case int32:
+		n = int64(v)
+	case int64:
+		n = v
+	case int:
+		n = int64(v)
+	case uint8:
+		n = int64(v)
+	case uint16:
+		n = int64(v)
+	case uint32:
+		n = int64(v)
+	default:
+		return 1
+	}
+	if n < 1 || n > 1<<30 {
+		return 1
+	}
+	return int(n)
+}
+
+// errText renders a handler's error for x-last-error, cut at maxErrorLen bytes on a rune boundary.
+func errText(err error) string {
+	s := "no error given"
+	if err != nil {
+		s = err.Error()
+	}
+	if len(s) <= maxErrorLen {
+		return s
+	}
+	cut := maxErrorLen
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+// newMessage builds the handler's view of a delivery.
+func newMessage(route string, d *amqp.Delivery) *Message {
+	h := make(map[string]any, len(d.Headers))
+	for k, v := range d.Headers {
+		if k != hdrPublishTag {
+			h[k] = v
+		}
+	}
+	return &Message{
+		ID:          d.MessageId,
+		Route:       route,
+		Body:        append([]byte(nil), d.Body...),
+		Headers:     h,
+		Attempt:     attemptOf(d.Headers),
+		Redelivered: d.Redelivered,
+	}
+}
+
+// copyOf is the Publishing for a retry or dead-letter copy of d: same identity and properties, the
+// application and bookkeeping headers, without the broker's own headers. Expiration and UserId are
+// left out: a per-message TTL would defeat the holding queues, and a foreign user-id would be
+// refused by the broker.
+func copyOf(d *amqp.Delivery) amqp.Publishing {
+	h := make(amqp.Table, len(d.Headers)+6)
+	for k, v := range d.Headers {
+		if !brokerHeader(k) && k != hdrPublishTag {
+			h[k] = v
+		}
+	}
+	return amqp.Publishing{
+		Headers:         h,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    amqp.Persistent,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+}

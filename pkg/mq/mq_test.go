@@ -1,0 +1,638 @@
+package mq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// waitFor bounds every wait on the broker; generous because tests share a 2-CPU machine.
+const waitFor = 15 * time.Second
+
+func testURL() string {
+	if u := os.Getenv("INTEGRATIONS_AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// bundle is what a test needs: a Broker on its own scope, and a plain connection of its own to
+// look at queues the way an operator would.
+type bundle struct {
+	b   *Broker
+	ch  *amqp.Channel
+	ctx context.Context
+}
+
+// setup dials a Broker on a random scope and deletes every queue the test declared at the end.
+func setup(t *testing.T, timeScale float64) *bundle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	t.Cleanup(cancel)
+	logger := zap.NewNop()
+	if os.Getenv("MQ_TEST_LOG") != "" {
+		logger = zap.Must(zap.NewDevelopment())
+	}
+	b, err := Dial(ctx, Config{
+		URL:       testURL(),
+		Scope:     "mqtest-" + uuid.NewString()[:8],
+		TimeScale: timeScale,
+		Logger:    logger,
+	})
+	require.NoError(t, err)
+	conn, err := amqp.Dial(testURL())
+	require.NoError(t, err)
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	// Cleanups run last-registered first: the Broker closes (consumers stop), then its queues go.
+	t.Cleanup(func() {
+		defer conn.Close()
+		for _, top := range b.declared() {
+			for _, q := range top.queues() {
+				_, err := ch.QueueDelete(q, false, false, false)
+				assert.NoError(t, err, "delete queue %s", q)
+			}
+		}
+	})
+	t.Cleanup(func() { assert.NoError(t, b.Close()) })
+	return &bundle{b: b, ch: ch, ctx: ctx}
+}
+
+// consume runs Consume in the background; the returned stop cancels it and checks it returned nil
+// promptly. stop is also registered as a cleanup, and is idempotent.
+func (tb *bundle) consume(t *testing.T, route string, concurrency int, h Handler) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(tb.ctx)
+	done := make(chan error, 1)
+	go func() { done <- tb.b.Consume(ctx, route, concurrency, h) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				assert.NoError(t, err, "Consume")
+			case <-time.After(waitFor):
+				t.Error("Consume did not return after its context was cancelled")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// depth is the number of ready messages in a queue.
+func (tb *bundle) depth(t *testing.T, queue string) int {
+	t.Helper()
+	q, err := tb.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	require.NoError(t, err)
+	return q.Messages
+}
+
+// getOne takes one message from a queue with basic.get, waiting for it to arrive.
+func (tb *bundle) getOne(t *testing.T, queue string) amqp.Delivery {
+	t.Helper()
+	var d amqp.Delivery
+	require.Eventually(t, func() bool {
+		got, ok, err := tb.ch.Get(queue, true)
+		require.NoError(t, err)
+		d = got
+		return ok
+	}, waitFor, 20*time.Millisecond, "no message in %s", queue)
+	return d
+}
+
+func (tb *bundle) counters(route string) func() Counters {
+	return func() Counters { return tb.b.Counters(route) }
+}
+
+// seen records what a handler observed, for assertions after the fact.
+type seen struct {
+	Attempt     int
+	At          time.Time
+	Redelivered bool
+	Headers     map[string]any
+	ID          string
+}
+
+func see(m *Message) seen {
+	return seen{Attempt: m.Attempt, At: time.Now(), Redelivered: m.Redelivered, Headers: m.Headers, ID: m.ID}
+}
+
+// receive waits for one value from ch.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(waitFor):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+func TestAck(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	route := Route{Name: "work"}
+	require.NoError(t, tb.b.Declare(tb.ctx, route))
+
+	got := make(chan seen, 1)
+	stop := tb.consume(t, "work", 1, func(_ context.Context, m *Message) Result {
+		got <- see(m)
+		return Ack()
+	})
+	require.NoError(t, tb.b.Publish(tb.ctx, "work", Outgoing{ID: "m-1", Body: []byte("hello"), Headers: map[string]any{"k": "v"}}))
+
+	s := receive(t, got, "delivery")
+	assert.Equal(t, "m-1", s.ID)
+	assert.Equal(t, 1, s.Attempt)
+	assert.Equal(t, "v", s.Headers["k"])
+	assert.NotContains(t, s.Headers, hdrPublishTag)
+	require.Eventually(t, func() bool { return tb.b.Counters("work").Acknowledged == 1 }, waitFor, 10*time.Millisecond)
+	stop() // anything unacked would now be back in the queue
+	assert.Equal(t, 0, tb.depth(t, tb.b.QueueName("work")))
+	assert.Equal(t, Counters{Published: 1, Confirmed: 1, Acknowledged: 1}, tb.b.Counters("work"))
+}
+
+func TestRetryThenSuccess(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	delays := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "flaky", Retry: RetryPolicy{Delays: delays}}))
+
+	got := make(chan seen, 3)
+	failAt := make(chan time.Time, 3)
+	tb.consume(t, "flaky", 2, func(_ context.Context, m *Message) Result {
+		got <- see(m)
+		if m.Attempt < 3 {
+			failAt <- time.Now()
+			return Fail(fmt.Errorf("attempt %d: database unreachable", m.Attempt))
+		}
+		return Ack()
+	})
+	require.NoError(t, tb.b.Publish(tb.ctx, "flaky", Outgoing{ID: "m-retry"}))
+
+	var attempts []seen
+	for i := range 3 {
+		attempts = append(attempts, receive(t, got, fmt.Sprintf("attempt %d", i+1)))
+	}
+	for i, s := range attempts {
+		assert.Equal(t, i+1, s.Attempt)
+		assert.Equal(t, "m-retry", s.ID)
+	}
+	assert.NotContains(t, attempts[0].Headers, hdrAttempt)
+	assert.EqualValues(t, 2, attempts[1].Headers[hdrAttempt])
+	assert.EqualValues(t, 3, attempts[2].Headers[hdrAttempt])
+	assert.Equal(t, "attempt 2: database unreachable", attempts[2].Headers[hdrLastError])
+	assert.Contains(t, attempts[2].Headers, hdrFirstFailure)
+	assert.Contains(t, attempts[2].Headers, hdrLastFailure)
+	// Lower bounds only: the holding queue's TTL is the least a retry waits. The broker stamps and
+	// expires messages in whole milliseconds, so allow it that much against our clock.
+	const brokerClockGrain = 2 * time.Millisecond
+	fail1, fail2 := <-failAt, <-failAt
+	gap1, gap2 := attempts[1].At.Sub(fail1), attempts[2].At.Sub(fail2)
+	t.Logf("retry gaps: %v (delay %v), %v (delay %v)", gap1, delays[0], gap2, delays[1])
+	assert.GreaterOrEqual(t, gap1, delays[0]-brokerClockGrain, "gap before attempt 2")
+	assert.GreaterOrEqual(t, gap2, delays[1]-brokerClockGrain, "gap before attempt 3")
+
+	require.Eventually(t, func() bool { return tb.b.Counters("flaky").Acknowledged == 1 }, waitFor, 10*time.Millisecond)
+	c := tb.b.Counters("flaky")
+	assert.EqualValues(t, 2, c.Retried)
+	assert.Zero(t, c.DeadLettered+c.Lost+c.Superseded+c.Requeued)
+}
+
+func TestRetryExhausted(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "doomed", Retry: RetryPolicy{
+		Delays: []time.Duration{50 * time.Millisecond}, MaxAttempts: 3, // the last delay repeats
+	}}))
+	var calls atomic.Int32
+	tb.consume(t, "doomed", 1, func(_ context.Context, m *Message) Result {
+		calls.Add(1)
+		return Fail(errors.New("still broken"))
+	})
+	require.NoError(t, tb.b.Publish(tb.ctx, "doomed", Outgoing{ID: "m-doomed", Body: []byte("payload")}))
+
+	d := tb.getOne(t, tb.b.QueueName("doomed")+".dlq")
+	assert.Equal(t, "m-doomed", d.MessageId)
+	assert.Equal(t, []byte("payload"), d.Body)
+	assert.Equal(t, deadReasonExhausted, d.Headers[hdrDeadReason])
+	assert.Equal(t, "still broken", d.Headers[hdrLastError])
+	assert.EqualValues(t, 3, d.Headers[hdrAttempt])
+	assert.Equal(t, tb.b.QueueName("doomed"), d.Headers[hdrSourceQueue])
+	_, err := time.Parse(time.RFC3339, d.Headers[hdrDeadAt].(string))
+	assert.NoError(t, err)
+	assert.NotContains(t, d.Headers, "x-death", "our copies carry our headers, not the broker's")
+
+	require.Eventually(t, func() bool { return tb.b.Counters("doomed").DeadLettered == 1 }, waitFor, 10*time.Millisecond)
+	assert.EqualValues(t, 3, calls.Load())
+	c := tb.b.Counters("doomed")
+	assert.EqualValues(t, 2, c.Retried)
+	assert.Zero(t, c.Rejected)
+	// Only one holding queue: the single delay repeats.
+	assert.Equal(t, []string{tb.b.QueueName("doomed") + ".retry.50ms"}, tb.b.declared()[0].queues()[2:])
+}
+
+func TestReject(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "strict", Retry: RetryPolicy{
+		Delays: []time.Duration{time.Second}, MaxAttempts: 5,
+	}}))
+	var calls atomic.Int32
+	stop := tb.consume(t, "strict", 1, func(_ context.Context, m *Message) Result {
+		calls.Add(1)
+		return Reject(errors.New("malformed request"))
+	})
+	require.NoError(t, tb.b.Publish(tb.ctx, "strict", Outgoing{ID: "m-bad"}))
+
+	d := tb.getOne(t, tb.b.QueueName("strict")+".dlq")
+	assert.Equal(t, "m-bad", d.MessageId)
+	assert.Equal(t, deadReasonRejected, d.Headers[hdrDeadReason])
+	assert.Equal(t, "malformed request", d.Headers[hdrLastError])
+	assert.EqualValues(t, 1, d.Headers[hdrAttempt])
+	require.Eventually(t, func() bool { return tb.b.Counters("strict").Rejected == 1 }, waitFor, 10*time.Millisecond)
+	stop()
+	assert.EqualValues(t, 1, calls.Load())
+	c := tb.b.Counters("strict")
+	assert.EqualValues(t, 1, c.DeadLettered)
+	assert.Zero(t, c.Retried)
+	assert.Equal(t, 0, tb.depth(t, tb.b.QueueName("strict")))
+	assert.Equal(t, 0, tb.depth(t, tb.b.QueueName("strict")+".retry.1000ms"))
+}
+
+func TestZeroResultAndPanicRedeliver(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "shaky"}))
+	got := make(chan seen, 3)
+	var calls atomic.Int32
+	tb.consume(t, "shaky", 1, func(_ context.Context, m *Message) Result {
+		got <- see(m)
+		switch calls.Add(1) {
+		case 1:
+			return Result{} // forgot to decide
+		case 2:
+			panic("handler bug")
+		default:
+			return Ack()
+		}
+	})
+	require.NoError(t, tb.b.Publish(tb.ctx, "shaky", Outgoing{ID: "m-shaky"}))
+
+	first := receive(t, got, "first delivery")
+	second := receive(t, got, "redelivery after zero Result")
+	third := receive(t, got, "redelivery after panic")
+	assert.False(t, first.Redelivered)
+	for _, s := range []seen{second, third} {
+		assert.Equal(t, "m-shaky", s.ID)
+		assert.True(t, s.Redelivered)
+		assert.Equal(t, 1, s.Attempt, "a requeue is not a retry")
+	}
+	require.Eventually(t, func() bool { return tb.b.Counters("shaky").Acknowledged == 1 }, waitFor, 10*time.Millisecond)
+	c := tb.b.Counters("shaky")
+	assert.EqualValues(t, 2, c.Requeued)
+	assert.EqualValues(t, 1, c.Panicked)
+	assert.Zero(t, c.Lost+c.Retried+c.DeadLettered)
+}
+
+// TestShortDelayNotHeldBehindLong: message A waits in the 2 s holding queue when message B enters
+// the 200 ms one. With one queue and per-message TTLs, B would wait for A (RabbitMQ only expires
+// at the head of a queue); with a holding queue per level B comes back first.
+func TestShortDelayNotHeldBehindLong(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "levels", Retry: RetryPolicy{
+		Delays: []time.Duration{200 * time.Millisecond, 2 * time.Second},
+	}}))
+	type obs struct {
+		id      string
+		attempt int
+		at      time.Time
+	}
+	got := make(chan obs, 8)
+	aInLong := make(chan struct{})
+	tb.consume(t, "levels", 2, func(_ context.Context, m *Message) Result {
+		got <- obs{m.ID, m.Attempt, time.Now()}
+		switch {
+		case m.ID == "A" && m.Attempt == 2:
+			defer close(aInLong) // the test publishes B once A's copy is on its way to the 2 s queue
+			return Fail(errors.New("A again"))
+		case m.ID == "A" && m.Attempt < 3, m.ID == "B" && m.Attempt < 2:
+			return Fail(errors.New("not yet"))
+		}
+		return Ack()
+	})
+	require.NoError(t, tb.b.Publish(tb.ctx, "levels", Outgoing{ID: "A"}))
+	receive(t, aInLong, "A at attempt 2")
+	require.Eventually(t, func() bool { return tb.b.Counters("levels").Retried == 2 }, waitFor, 5*time.Millisecond)
+	require.NoError(t, tb.b.Publish(tb.ctx, "levels", Outgoing{ID: "B"}))
+
+	var order []string
+	var bDone, aDone time.Time
+	for bDone.IsZero() || aDone.IsZero() {
+		o := receive(t, got, "attempts")
+		order = append(order, fmt.Sprintf("%s%d", o.id, o.attempt))
+		switch {
+		case o.id == "B" && o.attempt == 2:
+			bDone = o.at
+		case o.id == "A" && o.attempt == 3:
+			aDone = o.at
+		}
+	}
+	assert.True(t, bDone.Before(aDone), "B's short retry came back after A's long one: %v", order)
+	assert.Equal(t, []string{"A1", "A2", "B1", "B2", "A3"}, order)
+}
+
+func TestPublishAllThousand(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "bulk", Prefetch: 100}))
+	const n = 1000
+	msgs := make([]Outgoing, n)
+	for i := range msgs {
+		msgs[i] = Outgoing{ID: fmt.Sprintf("bulk-%04d", i), Body: []byte{byte(i)}}
+	}
+	var mu sync.Mutex
+	count := map[string]int{}
+	stop := tb.consume(t, "bulk", 8, func(_ context.Context, m *Message) Result {
+		mu.Lock()
+		count[m.ID]++
+		mu.Unlock()
+		return Ack()
+	})
+	for i, err := range tb.b.PublishAll(tb.ctx, "bulk", msgs) {
+		require.NoError(t, err, "message %d", i)
+	}
+	require.Eventually(t, func() bool { return tb.b.Counters("bulk").Acknowledged == n }, waitFor, 20*time.Millisecond)
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Len(t, count, n)
+	for id, c := range count {
+		assert.Equal(t, 1, c, "message %s handled %d times", id, c)
+	}
+	assert.Equal(t, Counters{Published: n, Confirmed: n, Acknowledged: n}, tb.b.Counters("bulk"))
+	assert.Equal(t, 0, tb.depth(t, tb.b.QueueName("bulk")))
+}
+
+func TestValidateName(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"executions", true},
+		{"integrations.executions.retry.60000ms", true},
+		{"a-b_c:d.e", true},
+		{"bad name!", false},
+		{"", false},
+		{"slash/not", false},
+		{strings.Repeat("a", 256), false},
+	} {
+		err := ValidateName(tc.name)
+		if tc.ok {
+			assert.NoError(t, err, tc.name)
+			continue
+		}
+		require.Error(t, err, tc.name)
+		assert.ErrorIs(t, err, ErrInvalidName)
+		if tc.name != "" && len(tc.name) < 100 {
+			assert.Contains(t, err.Error(), tc.name, "the error names the bad name")
+		}
+	}
+	// Route names are checked before any broker traffic.
+	_, err := plan("scope", 1, Route{Name: "bad name!"})
+	assert.ErrorContains(t, err, "bad name!")
+	_, err = plan("scope", 1, Route{Name: "x.dlq"})
+	assert.ErrorIs(t, err, ErrInvalidName)
+	_, err = plan("scope", 1, Route{Name: "x", Retry: RetryPolicy{MaxAttempts: 3}})
+	assert.Error(t, err, "retries without a delay")
+	_, err = Dial(context.Background(), Config{URL: testURL(), Scope: "bad scope"})
+	assert.ErrorIs(t, err, ErrInvalidName)
+}
+
+func TestPlanNamesAndScale(t *testing.T) {
+	t.Parallel()
+	top, err := plan("integrations", 0.5, Route{Name: "executions", Retry: RetryPolicy{
+		Delays: []time.Duration{time.Second, 2 * time.Minute, time.Second}, MaxAttempts: 6,
+	}})
+	require.NoError(t, err)
+	assert.Equal(t, "integrations.executions", top.queue)
+	assert.Equal(t, "integrations.executions.dlq", top.dlq)
+	assert.Equal(t, defaultPrefetch, top.prefetch)
+	assert.Equal(t, []string{
+		"integrations.executions", "integrations.executions.dlq",
+		"integrations.executions.retry.500ms", "integrations.executions.retry.60000ms",
+	}, top.queues())
+	for attempt, want := range map[int]string{1: "retry.500ms", 2: "retry.60000ms", 3: "retry.500ms", 5: "retry.500ms"} {
+		assert.True(t, strings.HasSuffix(top.retryQueue(attempt), want), "attempt %d → %s", attempt, top.retryQueue(attempt))
+	}
+}
+
+func TestCancelWhileHandlerBlocks(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "slow", Retry: RetryPolicy{Delays: []time.Duration{time.Second}}}))
+	started := make(chan struct{})
+	stop1 := tb.consume(t, "slow", 1, func(ctx context.Context, m *Message) Result {
+		close(started)
+		<-ctx.Done()
+		return Fail(ctx.Err()) // a cut-off handler's Fail is not a retry
+	})
+	require.NoError(t, tb.b.Publish(tb.ctx, "slow", Outgoing{ID: "m-slow"}))
+	receive(t, started, "handler start")
+	stop1() // asserts Consume returned nil promptly
+
+	got := make(chan seen, 1)
+	tb.consume(t, "slow", 1, func(_ context.Context, m *Message) Result {
+		got <- see(m)
+		return Ack()
+	})
+	s := receive(t, got, "redelivery to the second consumer")
+	assert.Equal(t, "m-slow", s.ID)
+	assert.Equal(t, 1, s.Attempt)
+	assert.True(t, s.Redelivered)
+	require.Eventually(t, func() bool { return tb.b.Counters("slow").Acknowledged == 1 }, waitFor, 10*time.Millisecond)
+	c := tb.b.Counters("slow")
+	assert.EqualValues(t, 1, c.Requeued)
+	assert.Zero(t, c.Retried+c.DeadLettered+c.Lost)
+}
+
+// TestReconnect cuts both connections under a running consumer that holds a delivery: the held
+// delivery's Ack is superseded (never sent on the new channel), the broker redelivers it on the
+// new subscription, and publishing redials by itself.
+func TestReconnect(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "flappy"}))
+	holding := make(chan struct{})
+	release := make(chan struct{})
+	got := make(chan seen, 4)
+	var calls atomic.Int32
+	tb.consume(t, "flappy", 2, func(_ context.Context, m *Message) Result {
+		if calls.Add(1) == 1 {
+			close(holding)
+			<-release // hold the delivery while its channel dies
+		}
+		got <- see(m)
+		return Ack()
+	})
+	require.NoError(t, tb.b.Publish(tb.ctx, "flappy", Outgoing{ID: "m-held"}))
+	receive(t, holding, "handler holding the delivery")
+
+	tb.b.conSem <- struct{}{}
+	require.NoError(t, tb.b.con.Close())
+	<-tb.b.conSem
+	tb.b.pubSem <- struct{}{}
+	require.NoError(t, tb.b.pub.conn.Close())
+	<-tb.b.pubSem
+
+	redelivered := receive(t, got, "redelivery on the new subscription")
+	assert.Equal(t, "m-held", redelivered.ID)
+	assert.True(t, redelivered.Redelivered)
+	close(release)
+	receive(t, got, "the held handler finishing")
+	require.Eventually(t, func() bool {
+		c := tb.b.Counters("flappy")
+		return c.Superseded == 1 && c.Acknowledged == 1
+	}, waitFor, 10*time.Millisecond)
+
+	require.NoError(t, tb.b.Publish(tb.ctx, "flappy", Outgoing{ID: "m-after"}))
+	s := receive(t, got, "delivery after reconnect")
+	assert.Equal(t, "m-after", s.ID)
+	require.Eventually(t, func() bool { return tb.b.Counters("flappy").Acknowledged == 2 }, waitFor, 10*time.Millisecond)
+	assert.Zero(t, tb.b.Counters("flappy").Lost)
+}
+
+func TestPublishUnroutable(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	// Never declared: no queue by that name, so the broker returns the mandatory publish.
+	err := tb.b.Publish(tb.ctx, "nowhere", Outgoing{ID: "m-lost"})
+	require.ErrorIs(t, err, ErrUnroutable)
+	assert.Contains(t, err.Error(), "m-lost")
+	assert.Equal(t, Counters{Published: 1, Returned: 1}, tb.b.Counters("nowhere"))
+
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "somewhere"}))
+	errs := tb.b.PublishAll(tb.ctx, "somewhere", []Outgoing{{ID: "a"}, {ID: "b"}})
+	assert.Equal(t, []error{nil, nil}, errs)
+	err = tb.b.Consume(tb.ctx, "nowhere", 1, func(context.Context, *Message) Result { return Ack() })
+	assert.ErrorIs(t, err, ErrUnknownRoute)
+}
+
+func TestDialUnreachable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := Dial(ctx, Config{URL: "amqp://guest:secret@127.0.0.1:1/", Scope: "x"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "mq: connect")
+	assert.NotContains(t, err.Error(), "secret", "the URL's password must not leak into errors")
+}
+
+// TestQueueDeletedUnderConsumer: the broker cancels a consumer whose queue is deleted; the consumer
+// declares the route's topology again and resubscribes.
+func TestQueueDeletedUnderConsumer(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "fragile"}))
+	got := make(chan seen, 4)
+	tb.consume(t, "fragile", 1, func(_ context.Context, m *Message) Result {
+		got <- see(m)
+		return Ack()
+	})
+	require.NoError(t, tb.b.Publish(tb.ctx, "fragile", Outgoing{ID: "before"}))
+	assert.Equal(t, "before", receive(t, got, "first delivery").ID)
+
+	_, err := tb.ch.QueueDelete(tb.b.QueueName("fragile"), false, false, false)
+	require.NoError(t, err)
+	// Until the consumer has declared it again, a publish is returned as unroutable.
+	require.Eventually(t, func() bool {
+		return tb.b.Publish(tb.ctx, "fragile", Outgoing{ID: "after"}) == nil
+	}, waitFor, 20*time.Millisecond)
+	assert.Equal(t, "after", receive(t, got, "delivery after the queue came back").ID)
+}
+
+func TestMetricsShared(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	cfg := Config{URL: testURL(), Scope: "mqtest-" + uuid.NewString()[:8], Registerer: reg}
+	b1, err := Dial(ctx, cfg)
+	require.NoError(t, err)
+	defer b1.Close()
+	// A second Broker in the same process shares the registered counter vec instead of failing.
+	b2, err := Dial(ctx, cfg)
+	require.NoError(t, err)
+	defer b2.Close()
+
+	require.ErrorIs(t, b1.Publish(ctx, "nowhere", Outgoing{}), ErrUnroutable)
+	require.ErrorIs(t, b2.Publish(ctx, "nowhere", Outgoing{}), ErrUnroutable)
+	assert.InDelta(t, 2, testutil.ToFloat64(b1.metric.WithLabelValues("nowhere", "returned")), 0)
+	assert.InDelta(t, 2, testutil.ToFloat64(b1.metric.WithLabelValues("nowhere", "published")), 0)
+	assert.EqualValues(t, 1, b1.Counters("nowhere").Returned, "Counters are per Broker")
+	n, err := testutil.GatherAndCount(reg, "integrations_mq_messages_total")
+	require.NoError(t, err)
+	assert.Positive(t, n)
+}
+
+// TestPublishWaitsWhileBlocked: a publish does not write into a connection the broker blocked; it
+// waits for the unblock or gives up with its context.
+func TestPublishWaitsWhileBlocked(t *testing.T) {
+	t.Parallel()
+	p := &publisher{}
+	require.NoError(t, p.waitUnblocked(context.Background()))
+	p.setBlocked(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	assert.ErrorIs(t, p.waitUnblocked(ctx), context.DeadlineExceeded)
+
+	done := make(chan error, 1)
+	go func() { done <- p.waitUnblocked(context.Background()) }()
+	p.setBlocked(false)
+	assert.NoError(t, receive(t, done, "unblocked publish"))
+}
+
+// TestDeliveryLimitBackstop: a message that is never settled (here: always the zero Result) does
+// not loop forever. The work queue's x-delivery-limit makes the broker dead-letter it into the DLQ,
+// where x-death, not x-dead-reason, says why.
+func TestDeliveryLimitBackstop(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "poison"}))
+	var calls atomic.Int32
+	tb.consume(t, "poison", 1, func(context.Context, *Message) Result {
+		calls.Add(1)
+		return Result{}
+	})
+	require.NoError(t, tb.b.Publish(tb.ctx, "poison", Outgoing{ID: "m-poison"}))
+
+	d := tb.getOne(t, tb.b.QueueName("poison")+".dlq")
+	assert.Equal(t, "m-poison", d.MessageId)
+	assert.Equal(t, "delivery_limit", d.Headers["x-first-death-reason"])
+	assert.NotContains(t, d.Headers, hdrDeadReason)
+	assert.EqualValues(t, deliveryLimit+1, calls.Load(), "first delivery plus %d redeliveries", deliveryLimit)
+}

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# scripts/run.sh — `make run`: the whole platform on this machine.
+#
+# Makes Postgres and RabbitMQ reachable (scripts/deps.sh), applies migrations and the dev
+# catalog, builds and starts the six services, the dummy adapter and the demo consumer, sends one
+# sample async call and shows it complete, then serves until Ctrl-C, which stops everything.
+#
+# Settings (environment): INTEGRATIONS_DEV_API_KEY (default below), INTEGRATIONS_TIME_SCALE,
+# INTEGRATIONS_LOG_LEVEL. Logs: .run/logs/<program>.log
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+say() { printf 'run: %s\n' "$*" >&2; }
+
+scripts/deps.sh up
+set -a; . .run/deps.env; set +a
+
+mkdir -p .run/logs bin
+# Generated once per checkout and kept in .run/ (git-ignored).
+[ -s .run/secret.key ] || head -c 32 /dev/urandom | base64 > .run/secret.key
+[ -s .run/adapter.credential ] || printf 'adc_%s' "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" > .run/adapter.credential
+chmod 600 .run/secret.key .run/adapter.credential
+
+export INTEGRATIONS_DATABASE_URL="${INTEGRATIONS_PG_URL}/integrations?sslmode=disable"
+export INTEGRATIONS_DEV_API_KEY="${INTEGRATIONS_DEV_API_KEY:-dev-api-key-change-me}"
+export INTEGRATIONS_SECRET_KEY; INTEGRATIONS_SECRET_KEY=$(cat .run/secret.key)
+export INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL; INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL=$(cat .run/adapter.credential)
+export INTEGRATIONS_DUMMY_ADAPTER_ADDR=127.0.0.1:9096
+export INTEGRATIONS_CALLBACK_ADDR=127.0.0.1:9093
+export INTEGRATIONS_WEBHOOK_ALLOW_HTTP=true INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE=true
+export INTEGRATIONS_QUEUE_SCOPE="${INTEGRATIONS_QUEUE_SCOPE:-integrations}"
+export INTEGRATIONS_LOG_LEVEL="${INTEGRATIONS_LOG_LEVEL:-info}"
+export INTEGRATIONS_DEMO_CONSUMER_ADDR=127.0.0.1:8081
+export INTEGRATIONS_DEMO_CONSUMER_SECRET_FILE="$root/.run/consumer.secret"
+export INTEGRATIONS_API_KEY="$INTEGRATIONS_DEV_API_KEY" INTEGRATIONS_GATEWAY_ADDR=127.0.0.1:9090
+
+say "building"
+make --no-print-directory build >/dev/null
+
+say "migrating $INTEGRATIONS_DATABASE_URL"
+bin/integrationsctl migrate up >&2
+bin/integrationsctl catalog apply deploy/catalog/dev.yaml >&2
+
+pids=()
+stop_all() {
+  trap - INT TERM EXIT
+  say "stopping"
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  scripts/deps.sh down
+  say "stopped"
+}
+trap stop_all INT TERM EXIT
+
+# start NAME GRPC_ADDR [VAR=VALUE...]: start a program with its own address settings.
+start() {
+  local name=$1 addr=$2; shift 2
+  env "$@" INTEGRATIONS_GRPC_ADDR="$addr" "bin/$name" >".run/logs/$name.log" 2>&1 &
+  pids+=("$!")
+}
+
+# await NAME HOST:PORT: wait until the port accepts connections, or fail if the program died.
+await() {
+  local name=$1 host=${2%:*} port=${2##*:} pid=${pids[-1]} i
+  for i in $(seq 1 200); do
+    if (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; then return 0; fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      say "$name exited; its log (.run/logs/$name.log) ends with:"; tail -20 ".run/logs/$name.log" >&2; return 1
+    fi
+    sleep 0.05
+  done
+  say "$name did not open $2"; return 1
+}
+
+start settlement         127.0.0.1:9094 INTEGRATIONS_METRICS_ADDR=127.0.0.1:9194; await settlement 127.0.0.1:9094
+start adapter-callback   127.0.0.1:9093 INTEGRATIONS_METRICS_ADDR=127.0.0.1:9193; await adapter-callback 127.0.0.1:9093
+start dispatcher         127.0.0.1:9091 INTEGRATIONS_METRICS_ADDR=127.0.0.1:9191; await dispatcher 127.0.0.1:9091
+start execution-consumer 127.0.0.1:9092 INTEGRATIONS_METRICS_ADDR=127.0.0.1:9192; await execution-consumer 127.0.0.1:9092
+start event-router       127.0.0.1:9095 INTEGRATIONS_METRICS_ADDR=127.0.0.1:9195; await event-router 127.0.0.1:9095
+start gateway            127.0.0.1:9090 INTEGRATIONS_METRICS_ADDR=127.0.0.1:9190 INTEGRATIONS_HTTP_ADDR=127.0.0.1:8080
+await gateway 127.0.0.1:8080
+start dummy-adapter      127.0.0.1:9097; await dummy-adapter "$INTEGRATIONS_DUMMY_ADAPTER_ADDR"
+start demo-consumer      127.0.0.1:9098; await demo-consumer "$INTEGRATIONS_DEMO_CONSUMER_ADDR"
+say "all services up (logs in .run/logs/)"
+
+bin/integrationsctl consumer set-webhook "http://$INTEGRATIONS_DEMO_CONSUMER_ADDR/events" --secret-file .run/consumer.secret >&2
+
+say "sample call: POST http://127.0.0.1:8080/v1/capabilities/dummy.echo:invoke"
+curl -sS -X POST http://127.0.0.1:8080/v1/capabilities/dummy.echo:invoke \
+  -H "Authorization: Bearer $INTEGRATIONS_DEV_API_KEY" -H 'Content-Type: application/json' \
+  -d '{"mode": "MODE_ASYNC", "payload": {"message": "hello from make run"}}' -w '\n  -> HTTP %{http_code}\n' | tee .run/sample.json
+id=$(sed -n 's/.*"id":"\([0-9a-f-]*\)".*/\1/p' .run/sample.json | head -1)
+[ -n "$id" ] || { say "the sample call did not return an execution"; exit 1; }
+for i in $(seq 1 100); do
+  if grep -q "execution=$id" .run/logs/demo-consumer.log; then break; fi
+  sleep 0.1
+done
+say "the demo consumer received:"
+grep "execution=$id" .run/logs/demo-consumer.log >&2 || { say "no event for $id within 10 s; see .run/logs/"; exit 1; }
+bin/integrationsctl get "$id"
+say "the platform is running: REST http://127.0.0.1:8080, gRPC 127.0.0.1:9090, API key \$INTEGRATIONS_DEV_API_KEY"
+say "try: bin/integrationsctl invoke dummy.echo --payload '{\"dummy\": {\"fail_transient\": 2}}' --wait   (with INTEGRATIONS_API_KEY set)"
+say "Ctrl-C stops everything"
+wait -n "${pids[@]}" || true
+say "a program exited; see .run/logs/"
