@@ -186,6 +186,57 @@ func TestFlow(t *testing.T) {
 		assert.Equal(t, 0, s.count(t, `SELECT count(*) FROM dispatches WHERE execution_id = $1`, e["id"]))
 	})
 
+	t.Run("an async call that fails transiently is retried by the schedule and succeeds", func(t *testing.T) {
+		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+			[]byte(`{"mode": "MODE_ASYNC", "payload": {"dummy": {"fail_transient": 2}}}`))
+		require.Equal(t, http.StatusAccepted, code, "%v", body)
+		id := execution(body)["id"].(string)
+		ev := r.await(t, id)
+		data := ev.Body["data"].(map[string]any)
+		assert.Equal(t, "succeeded", data["status"])
+		assert.EqualValues(t, 3, data["attempt"])
+		// Attempt n+1 starts no earlier than the schedule's delay after attempt n ended (1m and
+		// 5m, time-scaled to 60 ms and 300 ms).
+		var gap1, gap2 float64
+		require.NoError(t, s.schema.Pool.QueryRow(context.Background(), `
+			SELECT extract(epoch FROM (SELECT started_at FROM execution_attempts WHERE execution_id = $1 AND n = 2) -
+				(SELECT ended_at FROM execution_attempts WHERE execution_id = $1 AND n = 1)),
+			       extract(epoch FROM (SELECT started_at FROM execution_attempts WHERE execution_id = $1 AND n = 3) -
+				(SELECT ended_at FROM execution_attempts WHERE execution_id = $1 AND n = 2))`, id).Scan(&gap1, &gap2))
+		assert.GreaterOrEqual(t, gap1, 0.060)
+		assert.GreaterOrEqual(t, gap2, 0.300)
+		assert.Equal(t, 2, s.count(t, `SELECT count(*) FROM execution_attempts WHERE execution_id = $1 AND failure_class = 'transient'`, id))
+	})
+
+	t.Run("long-running work is accepted, then completed through the callback API", func(t *testing.T) {
+		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+			[]byte(`{"mode": "MODE_ASYNC", "payload": {"job": "export", "dummy": {"complete_later_ms": 300}}}`))
+		require.Equal(t, http.StatusAccepted, code, "%v", body)
+		id := execution(body)["id"].(string)
+		ev := r.await(t, id)
+		data := ev.Body["data"].(map[string]any)
+		assert.Equal(t, "succeeded", data["status"])
+		result, _ := data["result"].(map[string]any)
+		assert.Equal(t, map[string]any{"job": "export"}, result["echo"])
+		_, body = s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+		assert.Equal(t, map[string]any{"percent": float64(50)}, execution(body)["progress"], "reported progress is visible")
+		assert.Contains(t, s.log("adapter-callback"), `"attempt completed by callback"`)
+	})
+
+	t.Run("an idempotency key returns the original execution, and refuses another request", func(t *testing.T) {
+		req := []byte(`{"mode": "MODE_ASYNC", "payload": {"order": 42}}`)
+		code, first := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey, req, "Idempotency-Key", "order-42")
+		require.Equal(t, http.StatusAccepted, code, "%v", first)
+		code, again := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey, req, "Idempotency-Key", "order-42")
+		require.Equal(t, http.StatusOK, code, "a replay is not a second acceptance: %v", again)
+		assert.Equal(t, execution(first)["id"], execution(again)["id"])
+		before := s.count(t, `SELECT count(*) FROM executions`)
+		code, other := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+			[]byte(`{"mode": "MODE_ASYNC", "payload": {"order": 43}}`), "Idempotency-Key", "order-42")
+		assert.Equal(t, http.StatusConflict, code, "%v", other)
+		assert.Equal(t, before, s.count(t, `SELECT count(*) FROM executions`))
+	})
+
 	t.Run("bad input is refused naming what is wrong, and nothing is written", func(t *testing.T) {
 		before := s.count(t, `SELECT count(*) FROM executions`)
 		big := `{"mode": "MODE_ASYNC", "payload": {"blob": "` + strings.Repeat("x", 70000) + `"}}`

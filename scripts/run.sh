@@ -42,8 +42,10 @@ bin/integrationsctl migrate up >&2
 bin/integrationsctl catalog apply deploy/catalog/dev.yaml >&2
 
 pids=()
+stopping=
 stop_all() {
   trap - INT TERM EXIT
+  stopping=1
   say "stopping"
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
@@ -102,4 +104,7 @@ say "the platform is running: REST http://127.0.0.1:8080, gRPC 127.0.0.1:9090, A
 say "try: bin/integrationsctl invoke dummy.echo --payload '{\"dummy\": {\"fail_transient\": 2}}' --wait   (with INTEGRATIONS_API_KEY set)"
 say "Ctrl-C stops everything"
 wait -n "${pids[@]}" || true
-say "a program exited; see .run/logs/"
+if [ -z "$stopping" ]; then
+  say "a program exited; see .run/logs/"
+  exit 1
+fi

@@ -9,6 +9,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/config"
 	"github.com/integrations-platform/integrations/pkg/db"
+	dispatcherv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/dispatcher/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
@@ -42,11 +43,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	dispatcherConn, err := grpcx.Dial(cfg.DispatcherAddr)
+	if err != nil {
+		return err
+	}
 	app := lifecycle.New(logger, cfg.ShutdownTimeout)
+	app.Close("dispatcher-conn", dispatcherConn.Close)
 	app.Close("postgres", func() error { pool.Close(); return nil })
 
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
-	settlementv1.RegisterSettlementServiceServer(srv, server.New(store.New(pool), cfg.Scale, logger))
+	settlementv1.RegisterSettlementServiceServer(srv, server.New(store.New(pool), dispatcherv1.NewDispatcherServiceClient(dispatcherConn), cfg.Scale, logger))
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err
 	}

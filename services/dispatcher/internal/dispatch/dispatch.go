@@ -67,21 +67,34 @@ func (d *Dispatcher) Nudge(context.Context, *dispatcherv1.NudgeRequest) (*dispat
 	return &dispatcherv1.NudgeResponse{}, nil
 }
 
-// Run passes on every tick and every nudge until ctx ends.
+// Run passes when nudged, when the earliest waiting record falls due, and at least every
+// interval (which recovers lost nudges and records written by other dispatchers' peers), until
+// ctx ends.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	ticker := time.NewTicker(d.interval)
-	defer ticker.Stop()
+	timer := time.NewTimer(d.interval)
+	defer timer.Stop()
 	for {
 		if err := d.Pass(ctx); err != nil && ctx.Err() == nil {
 			d.log.Warn("dispatch pass failed", zap.Error(err))
 		}
+		timer.Reset(d.untilNext(ctx))
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-ticker.C:
+		case <-timer.C:
 		case <-d.wake:
 		}
 	}
+}
+
+// untilNext is the wait before the next pass: until the earliest waiting record is due, at most
+// the interval.
+func (d *Dispatcher) untilNext(ctx context.Context) time.Duration {
+	next, err := d.store.DispatchNextDue(ctx)
+	if err != nil || next == nil {
+		return d.interval
+	}
+	return min(max(time.Until(*next), time.Millisecond), d.interval)
 }
 
 // Pass publishes every due record, batch by batch, and records the time it completed.

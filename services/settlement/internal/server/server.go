@@ -13,6 +13,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	"github.com/integrations-platform/integrations/pkg/execution"
+	dispatcherv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/dispatcher/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/log"
@@ -29,14 +30,27 @@ const (
 // Server is the SettlementService.
 type Server struct {
 	settlementv1.UnimplementedSettlementServiceServer
-	store *store.Store
-	scale func(time.Duration) time.Duration
-	log   *zap.Logger
+	store      *store.Store
+	dispatcher dispatcherv1.DispatcherServiceClient
+	scale      func(time.Duration) time.Duration
+	log        *zap.Logger
 }
 
 // New returns a Server. scale shrinks retry delays (INTEGRATIONS_TIME_SCALE).
-func New(st *store.Store, scale func(time.Duration) time.Duration, log *zap.Logger) *Server {
-	return &Server{store: st, scale: scale, log: log}
+func New(st *store.Store, dispatcher dispatcherv1.DispatcherServiceClient, scale func(time.Duration) time.Duration, log *zap.Logger) *Server {
+	return &Server{store: st, dispatcher: dispatcher, scale: scale, log: log}
+}
+
+// nudge tells the dispatcher a record was scheduled, without waiting; a lost nudge only delays
+// the attempt until the dispatcher's next scheduled pass.
+func (s *Server) nudge() {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if _, err := s.dispatcher.Nudge(ctx, &dispatcherv1.NudgeRequest{}); err != nil {
+			s.log.Debug("dispatcher nudge lost", zap.Error(err))
+		}
+	}()
 }
 
 // Settle implements SettlementService.Settle.
@@ -104,6 +118,7 @@ func (s *Server) FailAttempt(ctx context.Context, req *settlementv1.FailAttemptR
 	resp := &settlementv1.FailAttemptResponse{Execution: e, EventId: res.EventID}
 	if res.NextAttemptAt != nil {
 		resp.NextAttemptTime = timestamppb.New(*res.NextAttemptAt)
+		s.nudge()
 		s.log.Info("attempt failed, next scheduled", log.ExecutionID(a.ExecutionID), log.Attempt(a.Attempt),
 			zap.String("class", a.Failure.Class), zap.Time("next_attempt_at", *res.NextAttemptAt))
 	} else {

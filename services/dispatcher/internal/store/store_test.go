@@ -1,0 +1,225 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/integrations-platform/integrations/pkg/catalog"
+	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+)
+
+const testCatalog = `
+applications:
+  - id: app
+    api_key: test-api-key-0123456789
+adapters:
+  - id: adp
+    endpoint: 127.0.0.1:50070
+    credential: test-credential-0123456789
+capabilities:
+  - name: test.echo
+    adapter: adp
+    modes: [async]
+    max_attempts: 3
+`
+
+type bundle struct {
+	schema *dbtest.Schema
+	store  *Store
+	// execution is a pending execution the dispatch rows refer to; rows differ by attempt.
+	execution string
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	s := dbtest.NewSchema(t)
+	c, err := catalog.Parse([]byte(testCatalog), func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	require.NoError(t, catalog.Apply(ctx, s.Pool, c))
+
+	id, err := uuid.NewV7()
+	require.NoError(t, err)
+	reqHash := sha256.Sum256([]byte(`{}`))
+	_, err = s.Pool.Exec(ctx, `
+		INSERT INTO executions (id, application_id, capability, mode, status, attempt, max_attempts, payload, request_hash, deadline_at)
+		VALUES ($1, 'app', 'test.echo', 'async', 'pending', 0, 3, '{}', $2, now() + interval '1 day')`, id, reqHash[:])
+	require.NoError(t, err)
+	return &bundle{schema: s, store: New(s.Pool), execution: id.String()}
+}
+
+// insert adds a dispatch row for attempt n, due dueIn from now and claimed for claimedFor from
+// now (nil: not claimed), and returns its id. Times are relative to the database's clock.
+func (b *bundle) insert(t *testing.T, n int, dueIn time.Duration, claimedFor *time.Duration) int64 {
+	t.Helper()
+	var claimed any
+	if claimedFor != nil {
+		claimed = claimedFor.Seconds()
+	}
+	var id int64
+	require.NoError(t, b.schema.Pool.QueryRow(context.Background(), `
+		INSERT INTO dispatches (execution_id, attempt, due_at, claimed_until)
+		VALUES ($1, $2, now() + make_interval(secs => $3),
+			CASE WHEN $4::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $4::float8) END)
+		RETURNING id`, b.execution, n, dueIn.Seconds(), claimed).Scan(&id))
+	return id
+}
+
+func ids(ds []Dispatch) []int64 {
+	out := make([]int64, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, d.ID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func ptr(d time.Duration) *time.Duration { return &d }
+
+func TestDispatchClaimTakesOnlyDueUnclaimedRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	due := b.insert(t, 1, -time.Minute, nil)
+	_ = b.insert(t, 2, time.Minute, nil)                     // not due yet
+	_ = b.insert(t, 3, -time.Minute, ptr(time.Minute))       // claimed by another dispatcher
+	expired := b.insert(t, 4, -time.Hour, ptr(-time.Second)) // that dispatcher's claim expired
+
+	before := time.Now()
+	got, err := b.store.DispatchClaim(ctx, 10, 30*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, []int64{due, expired}, ids(got))
+	for _, d := range got {
+		require.Equal(t, b.execution, d.ExecutionID)
+		require.WithinRange(t, d.ClaimedUntil, before.Add(25*time.Second), time.Now().Add(35*time.Second))
+		require.True(t, d.DueAt.Before(time.Now()))
+	}
+
+	again, err := b.store.DispatchClaim(ctx, 10, 30*time.Second)
+	require.NoError(t, err)
+	require.Empty(t, again, "claimed rows are not claimed again while the claim holds")
+}
+
+func TestDispatchClaimHonoursTheLimitOldestFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	var oldest []int64
+	for n := 1; n <= 5; n++ {
+		id := b.insert(t, n, -time.Duration(n)*time.Minute, nil)
+		if n >= 4 {
+			oldest = append(oldest, id)
+		}
+	}
+	got, err := b.store.DispatchClaim(ctx, 2, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, oldest, ids(got))
+}
+
+func TestDispatchClaimConcurrentClaimersNeverShareARow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	const rows, claimers, limit = 200, 4, 50
+	_, err := b.schema.Pool.Exec(ctx, `
+		INSERT INTO dispatches (execution_id, attempt, due_at)
+		SELECT $1, n, now() - interval '1 second' * n FROM generate_series(1, $2) n`, b.execution, rows)
+	require.NoError(t, err)
+
+	start := make(chan struct{})
+	claimed := make([][]Dispatch, claimers)
+	errs := make([]error, claimers)
+	var wg sync.WaitGroup
+	for i := range claimers {
+		wg.Go(func() {
+			<-start
+			for {
+				got, err := b.store.DispatchClaim(ctx, limit, time.Minute)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				claimed[i] = append(claimed[i], got...)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	seen := map[int64]int{}
+	per := make([]int, claimers)
+	for i := range claimers {
+		per[i] = len(claimed[i])
+		require.NoError(t, errs[i])
+		require.LessOrEqual(t, len(claimed[i]), rows)
+		for _, d := range claimed[i] {
+			seen[d.ID]++
+		}
+	}
+	total := 0
+	for id, n := range seen {
+		require.Equal(t, 1, n, "dispatch %d claimed %d times", id, n)
+		total += n
+	}
+	require.Equal(t, rows, total, "every row claimed once")
+	t.Logf("rows claimed by each claimer: %v", per)
+
+	var unclaimed int
+	require.NoError(t, b.schema.Pool.QueryRow(ctx,
+		`SELECT count(*) FROM dispatches WHERE claimed_until IS NULL OR claimed_until < now()`).Scan(&unclaimed))
+	require.Zero(t, unclaimed)
+}
+
+func TestDispatchDeletePublishedOnlyUnderTheSameClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	for n := 1; n <= 3; n++ {
+		b.insert(t, n, -time.Minute, nil)
+	}
+	got, err := b.store.DispatchClaim(ctx, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	claimedUntil := got[0].ClaimedUntil
+	for _, d := range got {
+		require.True(t, claimedUntil.Equal(d.ClaimedUntil), "one claim, one claimed_until")
+	}
+
+	// The claim on the first row expired and another dispatcher claimed it again.
+	reclaimed := got[0].ID
+	_, err = b.schema.Pool.Exec(ctx, `UPDATE dispatches SET claimed_until = claimed_until + interval '1 second' WHERE id = $1`, reclaimed)
+	require.NoError(t, err)
+
+	n, err := b.store.DispatchDeletePublished(ctx, ids(got), claimedUntil.Add(time.Microsecond))
+	require.NoError(t, err)
+	require.Zero(t, n, "another claim's time deletes nothing")
+
+	n, err = b.store.DispatchDeletePublished(ctx, ids(got), claimedUntil)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n)
+
+	var left []int64
+	rows, err := b.schema.Pool.Query(ctx, `SELECT id FROM dispatches ORDER BY id`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		left = append(left, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []int64{reclaimed}, left, "the row another dispatcher holds stays")
+}
