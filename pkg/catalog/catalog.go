@@ -93,30 +93,55 @@ func Load(path string) (*Catalog, error) {
 	return c, nil
 }
 
-// Parse expands ${VAR} references with lookup, decodes the YAML strictly and validates it.
+// Parse decodes the YAML strictly, replaces ${VAR} references in its values with lookup, and
+// validates the result. Values are substituted after decoding, so a secret is taken verbatim
+// whatever characters it holds, and a reference in a comment means nothing.
 func Parse(raw []byte, lookup func(string) (string, bool)) (*Catalog, error) {
+	// The strict pass refuses unknown fields; references are still plain text there.
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	var c Catalog
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
 	var missing []string
-	expanded := varPattern.ReplaceAllFunc(raw, func(m []byte) []byte {
-		name := string(varPattern.FindSubmatch(m)[1])
+	expand(&doc, func(name string) string {
 		v, ok := lookup(name)
-		if !ok {
+		if !ok && !slices.Contains(missing, name) {
 			missing = append(missing, name)
 		}
-		return []byte(v)
+		return v
 	})
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("environment variables not set: %s", strings.Join(missing, ", "))
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(expanded))
-	dec.KnownFields(true)
-	var c Catalog
-	if err := dec.Decode(&c); err != nil {
+	c = Catalog{}
+	if err := doc.Decode(&c); err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// expand replaces ${VAR} references in every scalar value under n.
+func expand(n *yaml.Node, value func(name string) string) {
+	if n.Kind == yaml.ScalarNode {
+		n.Value = varPattern.ReplaceAllStringFunc(n.Value, func(m string) string {
+			return value(varPattern.FindStringSubmatch(m)[1])
+		})
+		// The node keeps the tag resolved from the reference's own text (!!str), so the value
+		// decodes as a string whatever it looks like.
+		return
+	}
+	for _, child := range n.Content {
+		expand(child, value)
+	}
 }
 
 // Validate checks every entry and names the one at fault.
@@ -176,19 +201,19 @@ func (c *Catalog) Validate() error {
 		if cp.MaxAttempts < 0 {
 			bad("%s.max_attempts: %d must be positive", where, cp.MaxAttempts)
 		}
-		if d, err := duration(cp.AsyncBudget, MaxAsyncBudget); err != nil || d <= 0 || d > MaxAsyncBudget {
+		if d, err := duration(cp.AsyncBudget, MaxAsyncBudget); err != nil || d < time.Millisecond || d > MaxAsyncBudget {
 			bad("%s.async_budget: %q must be a duration in (0, %s]", where, cp.AsyncBudget, MaxAsyncBudget)
 		}
 		for j, s := range cp.RetryDelays {
-			if d, err := time.ParseDuration(s); err != nil || d <= 0 {
-				bad("%s.retry_delays[%d]: %q must be a positive duration", where, j, s)
+			if d, err := time.ParseDuration(s); err != nil || d < time.Millisecond {
+				bad("%s.retry_delays[%d]: %q must be a duration of at least 1ms", where, j, s)
 			}
 		}
-		if d, err := duration(cp.Lease, DefaultLease); err != nil || d <= 0 {
-			bad("%s.lease: %q must be a positive duration", where, cp.Lease)
+		if d, err := duration(cp.Lease, DefaultLease); err != nil || d < time.Millisecond {
+			bad("%s.lease: %q must be a duration of at least 1ms", where, cp.Lease)
 		}
-		if d, err := duration(cp.SyncTimeout, DefaultSyncTimeout); err != nil || d <= 0 {
-			bad("%s.sync_timeout: %q must be a positive duration", where, cp.SyncTimeout)
+		if d, err := duration(cp.SyncTimeout, DefaultSyncTimeout); err != nil || d < time.Millisecond {
+			bad("%s.sync_timeout: %q must be a duration of at least 1ms", where, cp.SyncTimeout)
 		}
 	}
 	return errors.Join(errs...)
@@ -217,7 +242,6 @@ func hashOf(clear, hash string) []byte {
 	}
 	return secret.Hash(clear)
 }
-
 
 func duration(s string, def time.Duration) (time.Duration, error) {
 	if s == "" {

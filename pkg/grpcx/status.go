@@ -60,8 +60,11 @@ func ToStatus(err error) *status.Status {
 		}
 		return st
 	}
-	if st, ok := status.FromError(err); ok {
-		return st
+	// A downstream status, possibly wrapped on its way up: pass the status itself, not
+	// status.FromError's rendering of the whole wrapped chain, which would leak our wording.
+	var downstream interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &downstream) {
+		return downstream.GRPCStatus()
 	}
 	switch {
 	case errors.Is(err, context.Canceled):

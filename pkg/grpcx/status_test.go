@@ -110,11 +110,6 @@ func TestToStatusPassesADownstreamStatusThrough(t *testing.T) {
 }
 
 func TestToStatusWrappedDownstreamStatusKeepsItsMessage(t *testing.T) {
-	t.Skip("BUG: a downstream status wrapped with fmt.Errorf (as gateway's sync path does: " +
-		"\"settle sync execution <id>: <wrapped err>\") reaches the caller with status.FromError's message, which is the " +
-		"whole wrapped chain (\"settle sync execution …: rpc error: code = Aborted desc = …\"): internal " +
-		"wording leaks and the message is not the downstream's. ToStatus should pass the downstream status " +
-		"itself (e.g. errors.As to interface{ GRPCStatus() *status.Status }) rather than status.FromError(err).")
 	t.Parallel()
 	down := status.New(codes.Aborted, "execution is succeeded at attempt 1")
 	st := grpcx.ToStatus(fmt.Errorf("settle sync execution 0190: %w", down.Err()))

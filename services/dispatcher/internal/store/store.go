@@ -66,10 +66,11 @@ func (s *Store) DispatchDeletePublished(ctx context.Context, ids []int64, claime
 	return tag.RowsAffected(), nil
 }
 
-// DispatchNextDue returns when the earliest unclaimed record falls due, or nil if none waits.
+// DispatchNextDue returns when the earliest record becomes claimable — its due time, or the end
+// of its claim if one holds it — or nil if none waits.
 func (s *Store) DispatchNextDue(ctx context.Context) (*time.Time, error) {
 	var next *time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT min(due_at) FROM dispatches WHERE claimed_until IS NULL`).Scan(&next); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT min(greatest(due_at, coalesce(claimed_until, due_at))) FROM dispatches`).Scan(&next); err != nil {
 		return nil, fmt.Errorf("next due dispatch: %w", err)
 	}
 	return next, nil

@@ -1,0 +1,236 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/integrations-platform/integrations/pkg/catalog"
+	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+)
+
+const (
+	adapterEndpoint = "127.0.0.1:50070"
+	lease           = 2 * time.Minute
+)
+
+var testCatalog = fmt.Sprintf(`
+applications:
+  - id: app
+    api_key: test-api-key-0123456789
+adapters:
+  - id: adp
+    endpoint: %s
+    credential: test-credential-0123456789
+capabilities:
+  - name: test.echo
+    adapter: adp
+    modes: [async]
+    max_attempts: 3
+    lease: %s
+`, adapterEndpoint, lease)
+
+type bundle struct {
+	schema *dbtest.Schema
+	store  *Store
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	s := dbtest.NewSchema(t)
+	c, err := catalog.Parse([]byte(testCatalog), func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	require.NoError(t, catalog.Apply(context.Background(), s.Pool, c))
+	return &bundle{schema: s, store: New(s.Pool)}
+}
+
+// insert adds an async execution in status at attempt n, with rows for attempts 1..n, and
+// returns its id.
+func (b *bundle) insert(t *testing.T, status string, n int32) string {
+	t.Helper()
+	ctx := context.Background()
+	id, err := uuid.NewV7()
+	require.NoError(t, err)
+	reqHash := sha256.Sum256([]byte(`{"n":1}`))
+	_, err = b.schema.Pool.Exec(ctx, `
+		INSERT INTO executions (id, application_id, capability, mode, status, attempt, max_attempts,
+			payload, request_hash, deadline_at, settled_at)
+		VALUES ($1, 'app', 'test.echo', 'async', $2, $3, 3, '{"n": 1}', $4, now() + interval '1 day',
+			CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled') THEN now() END)`,
+		id, status, n, reqHash[:])
+	require.NoError(t, err)
+	for i := int32(1); i <= n; i++ {
+		_, err = b.schema.Pool.Exec(ctx, `
+			INSERT INTO execution_attempts (execution_id, n, callback_token_hash, ended_at, outcome)
+			VALUES ($1, $2, $3, now(), 'failed')`, id, i, tokenHash(fmt.Sprint("old", i)))
+		require.NoError(t, err)
+	}
+	return id.String()
+}
+
+// state is what AttemptStart may change.
+type state struct {
+	Status        string
+	Attempt       int32
+	LeaseExpires  *time.Time
+	UpdatedAt     time.Time
+	AttemptTokens map[int32][]byte
+}
+
+func (b *bundle) state(t *testing.T, id string) state {
+	t.Helper()
+	ctx := context.Background()
+	var s state
+	require.NoError(t, b.schema.Pool.QueryRow(ctx,
+		`SELECT status, attempt, lease_expires_at, updated_at FROM executions WHERE id = $1`, id).
+		Scan(&s.Status, &s.Attempt, &s.LeaseExpires, &s.UpdatedAt))
+	rows, err := b.schema.Pool.Query(ctx, `SELECT n, callback_token_hash FROM execution_attempts WHERE execution_id = $1`, id)
+	require.NoError(t, err)
+	defer rows.Close()
+	s.AttemptTokens = map[int32][]byte{}
+	for rows.Next() {
+		var n int32
+		var h []byte
+		require.NoError(t, rows.Scan(&n, &h))
+		s.AttemptTokens[n] = h
+	}
+	require.NoError(t, rows.Err())
+	return s
+}
+
+func tokenHash(token string) []byte {
+	sum := sha256.Sum256([]byte(token))
+	return sum[:]
+}
+
+func identity(d time.Duration) time.Duration { return d }
+
+func TestAttemptStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.insert(t, "pending", 0)
+
+	before := time.Now()
+	st, err := b.store.AttemptStart(ctx, id, 1, tokenHash("first"), identity)
+	require.NoError(t, err)
+	require.Equal(t, id, st.ExecutionID)
+	require.Equal(t, int32(1), st.Attempt)
+	require.Equal(t, "test.echo", st.Capability)
+	require.Equal(t, "async", st.Mode)
+	require.JSONEq(t, `{"n": 1}`, string(st.Payload))
+	require.Equal(t, adapterEndpoint, st.AdapterEndpoint)
+	require.Equal(t, lease, st.Lease)
+	require.WithinRange(t, st.LeaseExpiresAt, before.Add(lease-5*time.Second), time.Now().Add(lease+5*time.Second))
+
+	got := b.state(t, id)
+	require.Equal(t, "running", got.Status)
+	require.Equal(t, int32(1), got.Attempt)
+	require.NotNil(t, got.LeaseExpires)
+	require.Equal(t, map[int32][]byte{1: tokenHash("first")}, got.AttemptTokens)
+
+	t.Run("the duplicate message changes nothing", func(t *testing.T) {
+		_, err := b.store.AttemptStart(ctx, id, 1, tokenHash("second"), identity)
+		require.ErrorIs(t, err, ErrNotStartable)
+		require.Equal(t, got, b.state(t, id))
+	})
+}
+
+func TestAttemptStartScalesTheLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insert(t, "pending", 0)
+
+	before := time.Now()
+	st, err := b.store.AttemptStart(context.Background(), id, 1, tokenHash("t"), func(d time.Duration) time.Duration { return d / 1000 })
+	require.NoError(t, err)
+	require.Equal(t, lease/1000, st.Lease)
+	require.WithinRange(t, st.LeaseExpiresAt, before.Add(lease/1000-time.Second), time.Now().Add(lease/1000+time.Second))
+}
+
+func TestAttemptStartRefuses(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	tests := []struct {
+		name    string
+		status  string
+		attempt int32 // the execution's
+		n       int32 // the message's
+	}{
+		{"a skipped attempt", "pending", 0, 3},
+		{"an attempt already started", "running", 1, 1},
+		{"the next attempt while one runs", "running", 1, 2},
+		{"an obsolete attempt after a retry", "pending", 1, 1},
+		{"a settled execution", "succeeded", 1, 2},
+		{"a cancelled execution", "cancelled", 0, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			id := b.insert(t, tt.status, tt.attempt)
+			before := b.state(t, id)
+			st, err := b.store.AttemptStart(ctx, id, tt.n, tokenHash("late"), identity)
+			require.ErrorIs(t, err, ErrNotStartable)
+			require.Nil(t, st)
+			require.Equal(t, before, b.state(t, id), "nothing changed")
+		})
+	}
+
+	t.Run("an unknown execution", func(t *testing.T) {
+		t.Parallel()
+		_, err := b.store.AttemptStart(ctx, uuid.NewString(), 1, tokenHash("t"), identity)
+		require.ErrorIs(t, err, ErrNotStartable)
+	})
+}
+
+func TestAttemptStartConcurrentDuplicatesHaveOneWinner(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	for _, n := range []int32{1, 2} { // the first attempt, and a retry
+		t.Run(fmt.Sprint("attempt ", n), func(t *testing.T) {
+			t.Parallel()
+			id := b.insert(t, "pending", n-1)
+
+			const copies = 10
+			start := make(chan struct{})
+			errs := make([]error, copies)
+			var wg sync.WaitGroup
+			for i := range copies {
+				wg.Go(func() {
+					<-start
+					_, errs[i] = b.store.AttemptStart(ctx, id, n, tokenHash(fmt.Sprint("copy", i)), identity)
+				})
+			}
+			close(start)
+			wg.Wait()
+
+			winner := -1
+			for i, err := range errs {
+				if err == nil {
+					require.Equal(t, -1, winner, "copies %d and %d both started attempt %d", winner, i, n)
+					winner = i
+					continue
+				}
+				require.True(t, errors.Is(err, ErrNotStartable), "copy %d: %v", i, err)
+			}
+			require.NotEqual(t, -1, winner, "one copy starts the attempt")
+
+			got := b.state(t, id)
+			require.Equal(t, "running", got.Status)
+			require.Equal(t, n, got.Attempt)
+			require.Len(t, got.AttemptTokens, int(n))
+			require.Equal(t, tokenHash(fmt.Sprint("copy", winner)), got.AttemptTokens[n], "the winner's token is the attempt's")
+		})
+	}
+}
