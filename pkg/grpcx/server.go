@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -157,8 +158,16 @@ func BearerToken(ctx context.Context) (string, error) {
 
 // Dial returns a client connection to target (host:port). Connections are lazy: a service that
 // starts before its peers does not fail; calls fail with UNAVAILABLE until the peer is up.
+// Reconnection backs off from 100 ms to at most 5 s (gRPC's default grows to 2 minutes, which
+// would keep a peer that restarted unreachable long after it is back).
 func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
+	opts = append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+	}, opts...)
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("grpc client for %s: %w", target, err)
