@@ -2,33 +2,15 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/integrations-platform/integrations/pkg/catalog"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 )
-
-const testCatalog = `
-applications:
-  - id: app
-    api_key: test-api-key-0123456789
-adapters:
-  - id: adp
-    endpoint: 127.0.0.1:50070
-    credential: test-credential-0123456789
-capabilities:
-  - name: test.echo
-    adapter: adp
-    modes: [async]
-    max_attempts: 3
-`
 
 type bundle struct {
 	schema *dbtest.Schema
@@ -37,22 +19,13 @@ type bundle struct {
 	execution string
 }
 
+// setup gives the test a schema with the standard catalog and one pending execution.
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	ctx := context.Background()
 	s := dbtest.NewSchema(t)
-	c, err := catalog.Parse([]byte(testCatalog), func(string) (string, bool) { return "", false })
-	require.NoError(t, err)
-	require.NoError(t, catalog.Apply(ctx, s.Pool, c))
-
-	id, err := uuid.NewV7()
-	require.NoError(t, err)
-	reqHash := sha256.Sum256([]byte(`{}`))
-	_, err = s.Pool.Exec(ctx, `
-		INSERT INTO executions (id, application_id, capability, mode, status, attempt, max_attempts, payload, request_hash, deadline_at)
-		VALUES ($1, 'app', 'test.echo', 'async', 'pending', 0, 3, '{}', $2, now() + interval '1 day')`, id, reqHash[:])
-	require.NoError(t, err)
-	return &bundle{schema: s, store: New(s.Pool), execution: id.String()}
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	id := s.InsertExecution(t, dbtest.Execution{})
+	return &bundle{schema: s, store: New(s.Pool), execution: id}
 }
 
 // insert adds a dispatch row for attempt n, due dueIn from now and claimed for claimedFor from

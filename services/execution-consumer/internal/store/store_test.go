@@ -12,30 +12,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/integrations-platform/integrations/pkg/catalog"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 )
 
+// The standard test catalog's adapter endpoint and lease, which AttemptStart reports.
 const (
-	adapterEndpoint = "127.0.0.1:50070"
-	lease           = 2 * time.Minute
+	adapterEndpoint = dbtest.TestAdapterEndpoint
+	lease           = dbtest.TestLease
 )
-
-var testCatalog = fmt.Sprintf(`
-applications:
-  - id: app
-    api_key: test-api-key-0123456789
-adapters:
-  - id: adp
-    endpoint: %s
-    credential: test-credential-0123456789
-capabilities:
-  - name: test.echo
-    adapter: adp
-    modes: [async]
-    max_attempts: 3
-    lease: %s
-`, adapterEndpoint, lease)
 
 type bundle struct {
 	schema *dbtest.Schema
@@ -45,9 +29,7 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	s := dbtest.NewSchema(t)
-	c, err := catalog.Parse([]byte(testCatalog), func(string) (string, bool) { return "", false })
-	require.NoError(t, err)
-	require.NoError(t, catalog.Apply(context.Background(), s.Pool, c))
+	s.ApplyCatalog(t, dbtest.TestCatalog)
 	return &bundle{schema: s, store: New(s.Pool)}
 }
 
@@ -55,24 +37,11 @@ func setup(t *testing.T) *bundle {
 // returns its id.
 func (b *bundle) insert(t *testing.T, status string, n int32) string {
 	t.Helper()
-	ctx := context.Background()
-	id, err := uuid.NewV7()
-	require.NoError(t, err)
-	reqHash := sha256.Sum256([]byte(`{"n":1}`))
-	_, err = b.schema.Pool.Exec(ctx, `
-		INSERT INTO executions (id, application_id, capability, mode, status, attempt, max_attempts,
-			payload, request_hash, deadline_at, settled_at)
-		VALUES ($1, 'app', 'test.echo', 'async', $2, $3, 3, '{"n": 1}', $4, now() + interval '1 day',
-			CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled') THEN now() END)`,
-		id, status, n, reqHash[:])
-	require.NoError(t, err)
+	id := b.schema.InsertExecution(t, dbtest.Execution{Status: status, Attempt: n, Payload: `{"n": 1}`})
 	for i := int32(1); i <= n; i++ {
-		_, err = b.schema.Pool.Exec(ctx, `
-			INSERT INTO execution_attempts (execution_id, n, callback_token_hash, ended_at, outcome)
-			VALUES ($1, $2, $3, now(), 'failed')`, id, i, tokenHash(fmt.Sprint("old", i)))
-		require.NoError(t, err)
+		b.schema.InsertAttempts(t, id, dbtest.Attempt{N: i, Outcome: "failed", CallbackTokenHash: tokenHash(fmt.Sprint("old", i))})
 	}
-	return id.String()
+	return id
 }
 
 // state is what AttemptStart may change.

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"sync"
@@ -12,41 +11,24 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/integrations-platform/integrations/pkg/catalog"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 	"github.com/integrations-platform/integrations/pkg/execution"
 )
 
-const testCatalog = `
-applications:
-  - id: app
-    api_key: test-api-key-0123456789
-adapters:
-  - id: adp
-    endpoint: 127.0.0.1:50070
-    credential: test-credential-0123456789
-capabilities:
-  - name: test.echo
-    adapter: adp
-    modes: [async]
-    max_attempts: 3
-    async_budget: 24h
-    retry_delays: [1m, 5m]
-`
-
-const maxAttempts = 3
+// maxAttempts is the test catalog's attempt ceiling.
+const maxAttempts = dbtest.TestMaxAttempts
 
 type bundle struct {
 	schema *dbtest.Schema
 	store  *Store
 }
 
+// setup applies the standard test catalog, whose retry delays (1m, 5m) and attempt ceiling the
+// AttemptFail cases expect.
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	s := dbtest.NewSchema(t)
-	c, err := catalog.Parse([]byte(testCatalog), func(string) (string, bool) { return "", false })
-	require.NoError(t, err)
-	require.NoError(t, catalog.Apply(context.Background(), s.Pool, c))
+	s.ApplyCatalog(t, dbtest.TestCatalog)
 	return &bundle{schema: s, store: New(s.Pool)}
 }
 
@@ -54,26 +36,15 @@ func setup(t *testing.T) *bundle {
 // 1..n (the earlier ones ended as failed), and returns its id.
 func (b *bundle) insertRunning(t *testing.T, n int32, deadline time.Time) string {
 	t.Helper()
-	ctx := context.Background()
-	id, err := uuid.NewV7()
-	require.NoError(t, err)
-	reqHash := sha256.Sum256([]byte(`{"n":1}`))
-	_, err = b.schema.Pool.Exec(ctx, `
-		INSERT INTO executions (id, application_id, capability, mode, status, attempt, max_attempts,
-			payload, request_hash, deadline_at, lease_expires_at)
-		VALUES ($1, 'app', 'test.echo', 'async', 'running', $2, $3, '{"n":1}', $4, $5, now() + interval '5 minutes')`,
-		id, n, maxAttempts, reqHash[:], deadline)
-	require.NoError(t, err)
+	id := b.schema.InsertExecution(t, dbtest.Execution{Status: execution.StatusRunning, Attempt: n, Deadline: deadline})
 	for i := int32(1); i <= n; i++ {
-		tokenHash := sha256.Sum256([]byte(id.String() + string(rune('0'+i))))
-		_, err = b.schema.Pool.Exec(ctx, `
-			INSERT INTO execution_attempts (execution_id, n, callback_token_hash, ended_at, outcome, failure_class)
-			VALUES ($1, $2, $3, CASE WHEN $4 THEN now() END, CASE WHEN $4 THEN 'failed' END,
-				CASE WHEN $4 THEN 'transient' END)`,
-			id, i, tokenHash[:], i < n)
-		require.NoError(t, err)
+		a := dbtest.Attempt{N: i}
+		if i < n {
+			a.Outcome, a.FailureClass = "failed", execution.ClassTransient
+		}
+		b.schema.InsertAttempts(t, id, a)
 	}
-	return id.String()
+	return id
 }
 
 func (b *bundle) execution(t *testing.T, id string) *execution.Row {
