@@ -20,7 +20,7 @@ run: ## Run the whole platform locally (deps, migrations, six services, dummy ad
 test: ## Unit, integration and end-to-end tests against real Postgres and RabbitMQ
 	@scripts/deps.sh up
 	@set -a; . .run/deps.env; set +a; \
-	export INTEGRATIONS_TEST_DATABASE_URL="$$INTEGRATIONS_PG_URL/test?sslmode=disable"; \
+	export INTEGRATIONS_TEST_DATABASE_URL="$${INTEGRATIONS_TEST_DATABASE_URL:-$$INTEGRATIONS_PG_URL/test?sslmode=disable}"; \
 	go vet $(PKGS) && \
 	go test -race -count=1 -timeout 15m $(MODULE)/pkg/... $(MODULE)/services/... $(MODULE)/cmd/... && \
 	go test -count=1 -timeout 15m $(MODULE)/e2e/...
@@ -64,3 +64,11 @@ deps-down: ## Stop the Postgres/RabbitMQ that scripts/deps.sh started (if any)
 .PHONY: clean
 clean: ## Remove build output and local run state
 	rm -rf bin .run
+
+.PHONY: bench-mq
+bench-mq: ## Message-port throughput beside a raw amqp091-go baseline, on the real broker
+	@scripts/deps.sh up
+	@set -a; . .run/deps.env; set +a; go run $(MODULE)/bench/cmd/bench-mq
+
+.PHONY: bench
+bench: bench-mq ## All benchmarks

@@ -237,6 +237,30 @@ func TestFlow(t *testing.T) {
 		assert.Equal(t, before, s.count(t, `SELECT count(*) FROM executions`))
 	})
 
+	t.Run("the broker diagnostic answers one line per route, through the real consumers", func(t *testing.T) {
+		post := func(token string) (int, string) {
+			req, err := http.NewRequest(http.MethodPost, s.restURL+"/api/v1/system/mq-diagnostic", nil)
+			require.NoError(t, err)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			return resp.StatusCode, string(body)
+		}
+		code, body := post(adminToken)
+		require.Equal(t, http.StatusOK, code, body)
+		lines := strings.Split(strings.TrimSpace(body), "\n")
+		require.Len(t, lines, 2, body)
+		assert.True(t, strings.HasPrefix(lines[0], "executions ok"), lines[0])
+		assert.True(t, strings.HasPrefix(lines[1], "events ok"), lines[1])
+		code, _ = post("")
+		assert.Equal(t, http.StatusUnauthorized, code)
+	})
+
 	t.Run("bad input is refused naming what is wrong, and nothing is written", func(t *testing.T) {
 		before := s.count(t, `SELECT count(*) FROM executions`)
 		big := `{"mode": "MODE_ASYNC", "payload": {"blob": "` + strings.Repeat("x", 70000) + `"}}`

@@ -45,6 +45,9 @@ var binaries = map[string]string{
 
 var binDir string
 
+// adminToken authenticates the stacks' operator endpoints.
+const adminToken = "e2e-admin-token"
+
 // timeScale shrinks every delay of the stacks: a minute becomes 60 ms.
 const timeScale = 0.001
 
@@ -121,6 +124,7 @@ func newStack(t *testing.T) *stack {
 		"INTEGRATIONS_DUMMY_ADAPTER_ADDR=" + s.addrs["dummy-adapter"],
 		"INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL=" + adapterCredential,
 		"INTEGRATIONS_MAX_PAYLOAD_BYTES=65536",
+		"INTEGRATIONS_ADMIN_TOKEN=" + adminToken,
 	}
 	c, err := catalog.Parse(mustRead(t, "../deploy/catalog/dev.yaml"), func(name string) (string, bool) {
 		switch name {

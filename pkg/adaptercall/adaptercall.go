@@ -18,7 +18,11 @@ import (
 	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/safetext"
 )
+
+// maxMessage bounds an adapter's failure message as stored.
+const maxMessage = 1024
 
 // Kind is the shape of an adapter's answer.
 type Kind int
@@ -112,7 +116,7 @@ func FromFailed(f *adapterv1.Failed) Outcome {
 	}
 	return Outcome{
 		Kind:       Failed,
-		Failure:    execution.Failure{Class: class, Code: f.GetCode(), Message: truncate(f.GetMessage(), 1024)},
+		Failure:    execution.Failure{Class: class, Code: f.GetCode(), Message: safetext.Truncate(f.GetMessage(), maxMessage)},
 		Retryable:  f.GetRetryable(),
 		RetryAfter: f.GetRetryAfter().AsDuration(),
 	}
@@ -120,23 +124,10 @@ func FromFailed(f *adapterv1.Failed) Outcome {
 
 func transportFailure(err error) Outcome {
 	class := execution.ClassUnavailable
-	switch status.Code(err) {
-	case codes.DeadlineExceeded:
-		class = execution.ClassTimeout
-	case codes.Canceled:
-		class = execution.ClassUnavailable
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
+	if status.Code(err) == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
 		class = execution.ClassTimeout
 	}
 	return Outcome{Kind: Failed, Retryable: true, Failure: execution.Failure{
-		Class: class, Code: status.Code(err).String(), Message: truncate(fmt.Sprintf("calling adapter: %s", status.Convert(err).Message()), 1024),
+		Class: class, Code: status.Code(err).String(), Message: safetext.Truncate(fmt.Sprintf("calling adapter: %s", status.Convert(err).Message()), maxMessage),
 	}}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }

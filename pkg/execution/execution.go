@@ -45,6 +45,10 @@ const (
 	EventTypeExecutionComplete = "execution.completed"
 )
 
+// EventsNotifyChannel is the Postgres NOTIFY channel on which a settlement announces a new
+// completion event, waking the event router's relay.
+const EventsNotifyChannel = "integration_events"
+
 var statusToProto = map[string]executionv1.ExecutionStatus{
 	StatusPending:   executionv1.ExecutionStatus_EXECUTION_STATUS_PENDING,
 	StatusRunning:   executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING,

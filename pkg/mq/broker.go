@@ -37,6 +37,8 @@ type Config struct {
 	TimeScale  float64               // multiplies every delay (holding-queue TTL); 0 means 1
 	Logger     *zap.Logger           // nil → zap.NewNop()
 	Registerer prometheus.Registerer // nil → no metrics registration (tests); counters still counted
+
+	hooks *testHooks // tests of this package only
 }
 
 // Broker is a connection to RabbitMQ: one connection for publishing, one for consuming (a memory
@@ -60,7 +62,8 @@ type Broker struct {
 	con    *amqp.Connection
 
 	mu     sync.RWMutex
-	routes map[string]*topology   // declared routes, re-declared on every new publishing connection
+	routes map[string]*topology   // declared routes and subscriptions, re-declared on every new publishing connection
+	topics map[string]bool        // declared topic exchanges, likewise
 	stats  map[string]*routeStats // per route, created on first use
 
 	tagSeq    uint64 // publish tags (see hdrPublishTag); guarded by tagMu
@@ -98,6 +101,7 @@ func Dial(ctx context.Context, cfg Config) (*Broker, error) {
 		pubSem: make(chan struct{}, 1),
 		conSem: make(chan struct{}, 1),
 		routes: map[string]*topology{},
+		topics: map[string]bool{},
 		stats:  map[string]*routeStats{},
 	}
 	if _, err := b.publisher(ctx); err != nil {
@@ -130,9 +134,10 @@ func (b *Broker) Declare(ctx context.Context, routes ...Route) error {
 	if err != nil {
 		return fmt.Errorf("mq: declare: %w", err)
 	}
-	if err := declareAll(p.conn, tops); err != nil {
+	if err := declareAll(p.conn, tops, nil); err != nil {
 		return fmt.Errorf("mq: declare: %w", err)
 	}
+	b.noteDeclared()
 	b.mu.Lock()
 	for _, t := range tops {
 		b.routes[t.route] = t
@@ -141,9 +146,10 @@ func (b *Broker) Declare(ctx context.Context, routes ...Route) error {
 	return nil
 }
 
-// declareAll declares topologies on a throwaway channel, because a refused declaration closes it.
-func declareAll(conn *amqp.Connection, tops []*topology) error {
-	if len(tops) == 0 {
+// declareAll declares topic exchanges and topologies on a throwaway channel, because a refused
+// declaration closes it.
+func declareAll(conn *amqp.Connection, tops []*topology, exchanges []string) error {
+	if len(tops) == 0 && len(exchanges) == 0 {
 		return nil
 	}
 	ch, err := conn.Channel()
@@ -151,6 +157,11 @@ func declareAll(conn *amqp.Connection, tops []*topology) error {
 		return fmt.Errorf("open channel: %w", err)
 	}
 	defer ch.Close() //nolint:errcheck // a throwaway channel; a close error changes nothing
+	for _, x := range exchanges {
+		if err := declareTopicExchange(ch, x); err != nil {
+			return err
+		}
+	}
 	for _, t := range tops {
 		if err := t.declare(ch); err != nil {
 			return fmt.Errorf("route %q: %w", t.route, err)
@@ -235,6 +246,16 @@ func (b *Broker) declared() []*topology {
 	return out
 }
 
+func (b *Broker) topicExchanges() []string {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := make([]string, 0, len(b.topics))
+	for x := range b.topics {
+		out = append(out, x)
+	}
+	return out
+}
+
 func (b *Broker) routeStats(route string) *routeStats {
 	b.mu.RLock()
 	s := b.stats[route]
@@ -290,6 +311,9 @@ func (b *Broker) dial(ctx context.Context, purpose string, onBlocked func(bool))
 			c, err := d.DialContext(ctx, network, addr)
 			if err != nil {
 				return nil, err
+			}
+			if wrap := b.hooks().wrapConn; wrap != nil {
+				c = wrap(purpose, c)
 			}
 			// The handshake has no heartbeat yet; amqp091-go clears this deadline once it is done.
 			deadline := time.Now().Add(dialTimeout)

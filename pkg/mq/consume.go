@@ -56,6 +56,7 @@ type settlement struct {
 	act      action
 	ev       event // counted once the ack/nack succeeded
 	rejected bool  // also count evRejected
+	probe    bool  // a diagnostic probe: settled, never counted
 }
 
 // consumer is one Consume call. Its owner goroutine (the caller of Consume) owns the channel:
@@ -85,11 +86,20 @@ type consumer struct {
 // On cancellation it cancels the consumer, cancels the handlers' context, waits up to 15 s for
 // them, settles what they returned (only Ack is acked) and returns every other delivery to the
 // broker.
+//
+// A diagnostic probe (see [Broker.Diagnose]) arriving on the route is answered and acked here,
+// before and without any handler, and is not counted in the route's Counters.
 func (b *Broker) Consume(ctx context.Context, route string, concurrency int, h Handler) error {
 	top, ok := b.topology(route)
-	if !ok {
+	if !ok || top.topic != "" {
 		return fmt.Errorf("mq: consume %q: %w", route, ErrUnknownRoute)
 	}
+	return b.consume(ctx, top, concurrency, h)
+}
+
+// consume runs a consumer of a route or a subscription until ctx ends or the Broker closes.
+func (b *Broker) consume(ctx context.Context, top *topology, concurrency int, h Handler) error {
+	route := top.route
 	if h == nil {
 		return fmt.Errorf("mq: consume %q: nil handler", route)
 	}
@@ -167,6 +177,9 @@ func (c *consumer) run(ctx context.Context, workers *sync.WaitGroup) error {
 			}
 			attempt = 0
 			sub = s
+			if h := c.b.hooks().subscribed; h != nil {
+				h(c.top.route, s.gen)
+			}
 		case d, ok := <-deliveries:
 			if !ok {
 				c.lose(sub)
@@ -176,6 +189,16 @@ func (c *consumer) run(ctx context.Context, workers *sync.WaitGroup) error {
 				continue
 			}
 			c.busy++
+			if isProbe(&d) {
+				// Answered off the owner goroutine (the reply waits for a confirm), settled here.
+				j := &job{sub: sub, d: d, msg: &Message{ID: d.MessageId, Route: c.top.route}}
+				workers.Add(1)
+				go func() {
+					defer workers.Done()
+					c.answerProbe(j)
+				}()
+				continue
+			}
 			c.queue = append(c.queue, &job{sub: sub, d: d, msg: newMessage(c.top.route, &d)})
 		case jobs <- next:
 			c.queue[0] = nil
@@ -210,12 +233,13 @@ func (c *consumer) subscribe(ctx context.Context) (*subscription, error) {
 		ch.Close() //nolint:errcheck // already failing
 		return nil, err
 	}
-	// Buffered: amqp091-go sends at most one error, then closes the channel.
+	// Buffered: amqp091-go sends at most one error, then closes the channel; lose() reads it.
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 	// The queues may be gone (deleted, or a broker that lost its state): declare before consuming.
 	if err := c.top.declare(ch); err != nil {
 		return fail(err)
 	}
+	c.b.noteDeclared()
 	// Per-consumer prefetch: global QoS (global=true) on a quorum queue closes the connection.
 	if err := ch.Qos(c.top.prefetch, 0, false); err != nil {
 		return fail(fmt.Errorf("set prefetch: %w", err))
@@ -248,6 +272,13 @@ func (c *consumer) lose(sub *subscription) {
 		sub.ch.Close() //nolint:errcheck // retiring it either way
 	}
 	dropped := c.dropQueued(sub)
+	var ae *amqp.Error
+	if errors.As(reason, &ae) && ae.Code == amqp.PreconditionFailed {
+		// What settling a stale delivery tag on a live channel looks like; the port must never do
+		// it, so say so loudly.
+		c.log.Error("mq consumer channel closed by the broker with 406 PRECONDITION_FAILED",
+			zap.Uint64("generation", sub.gen), zap.Error(reason))
+	}
 	c.log.Warn("mq consumer lost its channel; resubscribing", zap.Uint64("generation", sub.gen),
 		zap.Int("superseded", dropped), zap.Error(reason))
 }
@@ -273,8 +304,13 @@ func (c *consumer) dropQueued(sub *subscription) int {
 // settle applies a worker's verdict on the current subscription's channel, and only there.
 func (c *consumer) settle(cur *subscription, s settlement) {
 	j := s.job
+	count := func(e event) {
+		if !s.probe {
+			c.st.inc(e)
+		}
+	}
 	if s.act == actNone || j.sub != cur || j.sub.dead.Load() {
-		c.st.inc(evSuperseded)
+		count(evSuperseded)
 		return
 	}
 	var err error
@@ -285,15 +321,18 @@ func (c *consumer) settle(cur *subscription, s settlement) {
 	}
 	switch {
 	case err == nil:
-		c.st.inc(s.ev)
+		count(s.ev)
 		if s.rejected {
-			c.st.inc(evRejected)
+			count(evRejected)
+		}
+		if h := c.b.hooks().settled; h != nil && !s.probe {
+			h(c.top.route, j.msg.ID, s.ev)
 		}
 	case errors.Is(err, amqp.ErrClosed):
 		// The channel died under us; lose() will notice. The broker redelivers.
-		c.st.inc(evSuperseded)
+		count(evSuperseded)
 	default:
-		c.st.inc(evLost)
+		count(evLost)
 		c.log.Error("mq settle failed on a live channel", zap.String("message_id", j.msg.ID),
 			zap.Int("attempt", j.msg.Attempt), zap.Error(err))
 	}
@@ -424,6 +463,11 @@ func (c *consumer) handle(j *job) settlement {
 	}
 	switch res.outcome {
 	case outcomeFail:
+		if c.top.topic != "" {
+			// Topics do not retry: a broadcast copy belongs to this subscription alone, and
+			// republishing it to the fanout would redeliver it to every subscriber.
+			return c.deadLetter(j, log, deadReasonFailed, res.err)
+		}
 		if j.msg.Attempt >= c.top.maxAttempts {
 			return c.deadLetter(j, log, deadReasonExhausted, res.err)
 		}
@@ -473,7 +517,7 @@ func (c *consumer) retry(j *job, log *zap.Logger, cause error) settlement {
 	target := c.top.retryQueue(j.msg.Attempt)
 	ctx, cancel := c.copyContext()
 	defer cancel()
-	if err := c.b.publishCopy(ctx, target, pub); err != nil {
+	if err := c.b.publishCopy(ctx, "", target, pub); err != nil {
 		log.Warn("mq retry publish not confirmed; requeueing", zap.String("queue", target), zap.Error(err))
 		return settlement{job: j, act: actRequeue, ev: evRequeued}
 	}
@@ -481,8 +525,8 @@ func (c *consumer) retry(j *job, log *zap.Logger, cause error) settlement {
 	return settlement{job: j, act: actAck, ev: evRetried}
 }
 
-// deadLetter publishes the message to the DLQ with the reason; the original is acked only once the
-// copy is confirmed.
+// deadLetter publishes the message to the DLQ with the reason (through the topic's direct DLX for a
+// subscription); the original is acked only once the copy is confirmed.
 func (c *consumer) deadLetter(j *job, log *zap.Logger, reason string, cause error) settlement {
 	if j.sub.dead.Load() {
 		return settlement{job: j, act: actNone}
@@ -500,7 +544,7 @@ func (c *consumer) deadLetter(j *job, log *zap.Logger, reason string, cause erro
 	pub.Headers[hdrLastFailure] = now
 	ctx, cancel := c.copyContext()
 	defer cancel()
-	if err := c.b.publishCopy(ctx, c.top.dlq, pub); err != nil {
+	if err := c.b.publishCopy(ctx, c.top.dlx, c.top.dlxKey, pub); err != nil {
 		log.Warn("mq dead-letter publish not confirmed; requeueing", zap.String("reason", reason), zap.Error(err))
 		return settlement{job: j, act: actRequeue, ev: evRequeued}
 	}

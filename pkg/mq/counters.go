@@ -10,7 +10,10 @@ import (
 
 // Counters is a snapshot of one route's durability counters since Dial. Read them as an account:
 // every application publish is Confirmed or Returned or failed; every delivery ends Acknowledged,
-// Retried, DeadLettered, Requeued, Superseded or Lost.
+// Retried, DeadLettered, Requeued, Superseded or Lost. Diagnostic probes are not counted.
+//
+// A subscription's deliveries are counted under "<topic>.<subscription>", a topic's publishes
+// under "topic:<topic>".
 type Counters struct {
 	Published    uint64 // application messages written to the broker (Publish, PublishAll)
 	Confirmed    uint64 // of those, confirmed by the broker and not returned
@@ -23,6 +26,7 @@ type Counters struct {
 	Lost         uint64 // settlements that failed on a live channel: outcome unknown
 	Requeued     uint64 // deliveries nacked back to the broker (zero Result, panic, shutdown, copy not confirmed)
 	Panicked     uint64 // handler panics (each also counted Requeued, or Superseded)
+	Redriven     uint64 // dead letters moved back to the work queue by Redrive (confirmed, then acked in the DLQ)
 }
 
 type event int
@@ -39,13 +43,14 @@ const (
 	evLost
 	evRequeued
 	evPanicked
+	evRedriven
 	numEvents
 )
 
 // eventNames are the metric's event label values, indexed by event.
 var eventNames = [numEvents]string{
 	"published", "confirmed", "returned", "acknowledged", "retried", "dead_lettered", "rejected",
-	"superseded", "lost", "requeued", "panicked",
+	"superseded", "lost", "requeued", "panicked", "redriven",
 }
 
 // newMetric is the integrations_mq_messages_total counter vec, registered with reg when given. A
@@ -107,5 +112,6 @@ func (s *routeStats) snapshot() Counters {
 		Lost:         s.n[evLost].Load(),
 		Requeued:     s.n[evRequeued].Load(),
 		Panicked:     s.n[evPanicked].Load(),
+		Redriven:     s.n[evRedriven].Load(),
 	}
 }

@@ -7,7 +7,9 @@ import (
 
 // DeleteRoutes deletes every queue of the given routes in this Broker's scope — work queue,
 // holding queues and DLQ — with whatever messages they hold. It is for tearing down a scope
-// (tests, a retired deployment prefix); services never call it.
+// (tests, a retired deployment prefix); services never call it. Never call it within moments of
+// declaring the routes: on RabbitMQ 3.10 that can disable at-least-once dead-lettering for the
+// whole broker (see deadLetterVia).
 func (b *Broker) DeleteRoutes(ctx context.Context, routes ...Route) error {
 	p, err := b.publisher(ctx)
 	if err != nil {

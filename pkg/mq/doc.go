@@ -5,26 +5,55 @@
 //   - [Ack]: the work is done; the delivery is acknowledged.
 //   - [Fail]: transient. A copy goes to the route's holding queue for the next delay level, with
 //     x-delivery-attempt incremented; the holding queue's TTL dead-letters it back to the work
-//     queue. Past the route's [RetryPolicy] the copy goes to "<queue>.dlq" instead.
+//     queue. Past the route's [RetryPolicy] the copy goes to "<queue>.dlq" instead. The budget is
+//     counted on x-delivery-attempt only, never on the broker's x-death.
 //   - [Reject]: permanent; a copy goes straight to "<queue>.dlq".
 //   - the zero Result, a panic, or a handler whose context was cancelled: the delivery is returned
 //     to the broker (nack with requeue) and will be delivered again.
 //
-// Every copy (retry or dead letter) is confirmed by the broker before the original is acked, so a
-// connection that dies in between can duplicate a message but never lose it. Consumers must
-// therefore be idempotent on [Message.ID].
+// Every copy (retry or dead letter) is published mandatory and confirmed by the broker before the
+// original is acked; a copy returned, nacked or unconfirmed leaves the original in its queue. So a
+// connection that dies in between can duplicate a message but never lose it: consumers must be
+// idempotent on [Message.ID].
 //
-// Topology, per route, all quorum queues under one scope prefix:
+// Topology, per route, under one scope prefix:
 //
-//	<scope>.<route>                  the work queue
-//	<scope>.<route>.retry.<n>ms      one holding queue per distinct (scaled) delay
-//	<scope>.<route>.dlq              dead letters, inspectable and redrivable
+//	<scope>.<route>                  the work queue (quorum, x-delivery-limit as a backstop)
+//	<scope>.<route>.retry.<n>ms      one holding queue per distinct (scaled) delay (quorum)
+//	<scope>.<route>.dlq              dead letters (classic: see below)
 //
 // One holding queue per delay level is what keeps a short delay from waiting behind a long one:
 // RabbitMQ only expires messages at the head of a queue.
 //
-// amqp091-go's experimental automatic recovery stays off (Config.Recovery is nil): it would
-// re-deliver on a new channel while our workers still hold delivery tags of the old one. The port
-// reconnects itself and tracks which channel each delivery came from; a settlement for a replaced
-// channel is counted as superseded and left to the broker's redelivery.
+// Dead letters carry why: x-dead-reason, x-last-error, x-delivery-attempt, x-first-failure-at,
+// x-last-failure-at, x-dead-at, x-source-queue (the broker's x-first-death-* for a message it
+// dead-lettered itself). [Broker.DeadLetters] lists a DLQ without losing or reordering it, and
+// [Broker.Redrive] moves some or all of it back to the work queue with a fresh attempt budget,
+// each copy confirmed before the dead letter is acked. DLQs are classic queues because listing
+// requeues, and a quorum queue counts every requeue against its delivery limit and serves
+// requeued messages in requeue order, which rotates a DLQ listed in part.
+//
+// Topics broadcast: [Broker.PublishTopic] publishes to the shared (unscoped) fanout exchange
+// "integrations.topic.<topic>"; each subscription has its own queue "<scope>.<topic>.<sub>"
+// ([Broker.DeclareTopic], [Broker.Subscribe]). Topics do not retry: Fail or Reject dead-letters
+// that delivery for that subscription alone, after one attempt, through the topic's direct
+// dead-letter exchange under the subscription's own routing key into "<scope>.<topic>.<sub>.dlq".
+//
+// Settle only what the broker still holds: amqp091-go's experimental automatic recovery stays off
+// (Config.Recovery is nil), because it would re-deliver on a new channel while our workers still
+// hold delivery tags of the old one. The port reconnects itself (publishing and consuming on
+// separate connections, with backoff and jitter, topology and topics declared again, consumers
+// resubscribed) and tracks which channel each delivery came from; a settlement for a replaced
+// channel or consumer is counted superseded and left to the broker's redelivery, never tried on
+// the new channel (where RabbitMQ would answer 406 and close it).
+//
+// [Counters] (published, confirmed, returned, acknowledged, retried, dead-lettered, rejected,
+// superseded, lost, requeued, panicked, redriven) are kept per route and exported as the
+// integrations_mq_messages_total metric.
+//
+// [Broker.Diagnose] checks that every queue of a route exists and runs a round trip through the
+// route's real work queue: a probe that any process's Consume answers before, and without, its
+// handler. [Diagnosis.String] is one line per route.
+//
+// Every point-to-point name goes through the scope and is validated against [a-zA-Z0-9_\-.:]+.
 package mq

@@ -111,8 +111,13 @@ const (
 	// (retries, duplicates in one batch) so they cannot. Internal; never shown to handlers.
 	hdrPublishTag = "x-mq-publish-tag"
 
-	deadReasonExhausted = "retry_exhausted"
-	deadReasonRejected  = "rejected"
+	// hdrProbe marks a diagnostic probe; its value is the probe's id, echoed as the reply's
+	// correlation id. Dropped from application publishes, so no application message is a probe.
+	hdrProbe = "x-mq-probe"
+
+	deadReasonExhausted = "retry_exhausted" // Fail past the route's RetryPolicy
+	deadReasonRejected  = "rejected"        // Reject, on a route or a subscription
+	deadReasonFailed    = "failed"          // Fail on a subscription: topics do not retry
 
 	// maxErrorLen bounds x-last-error: headers travel with every copy and count against the
 	// broker's frame size.
@@ -123,7 +128,7 @@ const (
 // bookkeeping headers are owned by the port: dropped from application publishes.
 var bookkeeping = map[string]bool{
 	hdrAttempt: true, hdrLastError: true, hdrFirstFailure: true, hdrLastFailure: true,
-	hdrDeadReason: true, hdrSourceQueue: true, hdrDeadAt: true, hdrPublishTag: true,
+	hdrDeadReason: true, hdrSourceQueue: true, hdrDeadAt: true, hdrPublishTag: true, hdrProbe: true,
 }
 
 // brokerHeader reports headers the broker adds on dead-lettering and delivery. They are dropped

@@ -41,40 +41,82 @@ type bundle struct {
 	b   *Broker
 	ch  *amqp.Channel
 	ctx context.Context
+	// lastDeclare is when the Broker last declared queues (unix nanoseconds).
+	lastDeclare *atomic.Int64
+}
+
+// dlxWorkerGrace is how long a test leaves an at-least-once quorum queue alone after declaring it
+// before deleting it. RabbitMQ 3.10.8 starts a DLX worker per such queue, and a queue deleted
+// while that worker is still checking out crashes it twice and shuts down dead-lettering for the
+// whole broker (see deadLetterVia). Nothing the broker tells a client says the worker is ready, so
+// this is a wait for a broker-internal event, not for anything of ours; the checkout takes
+// milliseconds, this allows for a loaded machine.
+const dlxWorkerGrace = time.Second
+
+// dlxGrace waits, if need be, until dlxWorkerGrace has passed since the Broker last declared
+// queues. Call it before deleting queues of the port.
+func (tb *bundle) dlxGrace() {
+	if wait := time.Until(time.Unix(0, tb.lastDeclare.Load()).Add(dlxWorkerGrace)); wait > 0 {
+		time.Sleep(wait)
+	}
 }
 
 // setup dials a Broker on a random scope and deletes every queue the test declared at the end.
 func setup(t *testing.T, timeScale float64) *bundle {
 	t.Helper()
+	return setupWith(t, Config{TimeScale: timeScale})
+}
+
+// setupWith is setup with a Config to start from (hooks, logger); URL and Scope are filled in.
+func setupWith(t *testing.T, cfg Config) *bundle {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	t.Cleanup(cancel)
-	logger := zap.NewNop()
-	if os.Getenv("MQ_TEST_LOG") != "" {
-		logger = zap.Must(zap.NewDevelopment())
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+		if os.Getenv("MQ_TEST_LOG") != "" {
+			cfg.Logger = zap.Must(zap.NewDevelopment())
+		}
 	}
-	b, err := Dial(ctx, Config{
-		URL:       testURL(),
-		Scope:     "mqtest-" + uuid.NewString()[:8],
-		TimeScale: timeScale,
-		Logger:    logger,
-	})
+	cfg.URL = testURL()
+	cfg.Scope = "mqtest-" + uuid.NewString()[:8]
+	lastDeclare := &atomic.Int64{}
+	if cfg.hooks == nil {
+		cfg.hooks = &testHooks{}
+	}
+	cfg.hooks.declared = func() { lastDeclare.Store(time.Now().UnixNano()) }
+	b, err := Dial(ctx, cfg)
 	require.NoError(t, err)
+	tb := &bundle{b: b, ctx: ctx, lastDeclare: lastDeclare}
 	conn, err := amqp.Dial(testURL())
 	require.NoError(t, err)
 	ch, err := conn.Channel()
 	require.NoError(t, err)
+	tb.ch = ch
 	// Cleanups run last-registered first: the Broker closes (consumers stop), then its queues go.
 	t.Cleanup(func() {
 		defer conn.Close()
+		tb.dlxGrace()
 		for _, top := range b.declared() {
 			for _, q := range top.queues() {
 				_, err := ch.QueueDelete(q, false, false, false)
 				assert.NoError(t, err, "delete queue %s", q)
 			}
 		}
+		// Topic exchanges are shared: delete them only once nothing is bound (if-unused; a refusal
+		// closes the channel, so each gets its own).
+		for _, x := range b.topicExchanges() {
+			for _, name := range []string{x, topicDLXPrefix + strings.TrimPrefix(x, topicExchangePrefix)} {
+				if xch, err := conn.Channel(); err == nil {
+					if xch.ExchangeDelete(name, true, false) == nil {
+						xch.Close()
+					}
+				}
+			}
+		}
 	})
 	t.Cleanup(func() { assert.NoError(t, b.Close()) })
-	return &bundle{b: b, ch: ch, ctx: ctx}
+	return tb
 }
 
 // consume runs Consume in the background; the returned stop cancels it and checks it returned nil
@@ -566,6 +608,7 @@ func TestQueueDeletedUnderConsumer(t *testing.T) {
 	require.NoError(t, tb.b.Publish(tb.ctx, "fragile", Outgoing{ID: "before"}))
 	assert.Equal(t, "before", receive(t, got, "first delivery").ID)
 
+	tb.dlxGrace()
 	_, err := tb.ch.QueueDelete(tb.b.QueueName("fragile"), false, false, false)
 	require.NoError(t, err)
 	// Until the consumer has declared it again, a publish is returned as unroutable.
@@ -630,9 +673,19 @@ func TestDeliveryLimitBackstop(t *testing.T) {
 	})
 	require.NoError(t, tb.b.Publish(tb.ctx, "poison", Outgoing{ID: "m-poison"}))
 
-	d := tb.getOne(t, tb.b.QueueName("poison")+".dlq")
-	assert.Equal(t, "m-poison", d.MessageId)
-	assert.Equal(t, "delivery_limit", d.Headers["x-first-death-reason"])
-	assert.NotContains(t, d.Headers, hdrDeadReason)
+	var dls []DeadLetter
+	require.Eventually(t, func() bool {
+		var err error
+		dls, err = tb.b.DeadLetters(tb.ctx, "poison", 10)
+		require.NoError(t, err)
+		return len(dls) == 1
+	}, waitFor, 20*time.Millisecond)
+	dl := dls[0]
+	assert.Equal(t, "m-poison", dl.ID)
+	assert.Equal(t, "delivery_limit", dl.Reason, "the broker's x-first-death-reason")
+	assert.NotContains(t, dl.Headers, hdrDeadReason)
+	assert.Equal(t, tb.b.QueueName("poison"), dl.SourceQueue)
+	assert.WithinDuration(t, time.Now(), dl.DeadAt, time.Minute, "from x-death")
+	assert.Empty(t, dl.LastError)
 	assert.EqualValues(t, deliveryLimit+1, calls.Load(), "first delivery plus %d redeliveries", deliveryLimit)
 }

@@ -70,29 +70,36 @@ func (b *Broker) Publish(ctx context.Context, route string, msg Outgoing) error 
 // awaited. It returns one error per message, nil when confirmed. The whole call is bounded by ctx
 // and a 10 s publish timeout.
 func (b *Broker) PublishAll(ctx context.Context, route string, msgs []Outgoing) []error {
+	if err := validateRoute(route); err != nil {
+		return failAll(len(msgs), fmt.Errorf("mq: publish to %q: %w", route, err))
+	}
+	queue := b.QueueName(route)
+	if err := ValidateName(queue); err != nil {
+		return failAll(len(msgs), fmt.Errorf("mq: publish to %q: %w", route, err))
+	}
+	return b.publishMany(ctx, b.routeStats(route), route, "", queue, msgs)
+}
+
+func failAll(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// publishMany publishes application messages to exchange/key (mandatory), pipelined, counting
+// them in st. what names the destination in errors.
+func (b *Broker) publishMany(ctx context.Context, st *routeStats, what, exchange, key string, msgs []Outgoing) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
 	}
-	failAll := func(err error) []error {
-		for i := range errs {
-			errs[i] = fmt.Errorf("mq: publish to %q: %w", route, err)
-		}
-		return errs
-	}
-	if err := validateRoute(route); err != nil {
-		return failAll(err)
-	}
-	queue := b.QueueName(route)
-	if err := ValidateName(queue); err != nil {
-		return failAll(err)
-	}
-	st := b.routeStats(route)
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	p, err := b.publisher(ctx)
 	if err != nil {
-		return failAll(err)
+		return failAll(len(msgs), fmt.Errorf("mq: publish to %q: %w", what, err))
 	}
 
 	flights := make([]flight, len(msgs))
@@ -105,7 +112,7 @@ func (b *Broker) PublishAll(ctx context.Context, route string, msgs []Outgoing) 
 			flights[i].err = err
 			continue
 		}
-		flights[i] = p.send(ctx, queue, pub)
+		flights[i] = p.send(ctx, exchange, key, pub)
 		if flights[i].err == nil {
 			sent++
 		}
@@ -120,20 +127,39 @@ func (b *Broker) PublishAll(ctx context.Context, route string, msgs []Outgoing) 
 			st.inc(evReturned)
 		}
 		if err != nil {
-			errs[i] = fmt.Errorf("mq: publish %q to %q: %w", ids[i], route, err)
+			errs[i] = fmt.Errorf("mq: publish %q to %q: %w", ids[i], what, err)
 		}
 	}
 	return errs
 }
 
-// publishCopy publishes a retry or dead-letter copy to a queue of the port and waits for its
-// confirm. It is not counted as an application publish.
-func (b *Broker) publishCopy(ctx context.Context, queue string, pub amqp.Publishing) error {
+// publishTo publishes one message of the port's own (a retry or dead-letter copy, a redriven dead
+// letter, a probe or its reply) to exchange/key, mandatory, and waits for its confirm. It is not
+// counted as an application publish.
+func (b *Broker) publishTo(ctx context.Context, exchange, key string, pub amqp.Publishing) error {
 	p, err := b.publisher(ctx)
 	if err != nil {
 		return err
 	}
-	return p.await(ctx, []flight{p.send(ctx, queue, pub)})[0]
+	return p.await(ctx, []flight{p.send(ctx, exchange, key, pub)})[0]
+}
+
+// publishCopy is publishTo for the copy that decides whether an original is acked: a retry or a
+// dead letter. The test hooks around it let tests lose the confirm.
+func (b *Broker) publishCopy(ctx context.Context, exchange, key string, pub amqp.Publishing) error {
+	p, err := b.publisher(ctx)
+	if err != nil {
+		return err
+	}
+	h := b.hooks()
+	if h.copySending != nil {
+		h.copySending(key)
+	}
+	f := p.send(ctx, exchange, key, pub)
+	if h.copySent != nil {
+		h.copySent(key)
+	}
+	return p.await(ctx, []flight{f})[0]
 }
 
 // outgoing turns an application message into a persistent Publishing.
@@ -193,10 +219,11 @@ func (b *Broker) publisher(ctx context.Context) (*publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := declareAll(conn, b.declared()); err != nil {
+	if err := declareAll(conn, b.declared(), b.topicExchanges()); err != nil {
 		conn.Close() //nolint:errcheck // already failing
 		return nil, fmt.Errorf("re-declare topology: %w", err)
 	}
+	b.noteDeclared()
 	ch, err := conn.Channel()
 	if err != nil {
 		conn.Close() //nolint:errcheck // already failing
@@ -253,8 +280,9 @@ func (p *publisher) close() error {
 	return p.conn.Close()
 }
 
-// send writes one publish. msg.Headers must be a map the caller owns: the publish tag is added.
-func (p *publisher) send(ctx context.Context, queue string, msg amqp.Publishing) flight {
+// send writes one publish to exchange with routing key. msg.Headers must be a map the caller owns:
+// the publish tag is added.
+func (p *publisher) send(ctx context.Context, exchange, key string, msg amqp.Publishing) flight {
 	tag := p.b.nextPublishTag()
 	if msg.Headers == nil {
 		msg.Headers = amqp.Table{}
@@ -271,7 +299,7 @@ func (p *publisher) send(ctx context.Context, queue string, msg amqp.Publishing)
 		return flight{err: fmt.Errorf("publish: %w", err)}
 	}
 	// mandatory=true: a publish no queue takes comes back as basic.return instead of vanishing.
-	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, msg)
+	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
 	<-p.lock
 	if err != nil {
 		p.forget(tag)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -20,11 +21,13 @@ import (
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/metrics"
+	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	svcconfig "github.com/integrations-platform/integrations/services/gateway/internal/config"
 	"github.com/integrations-platform/integrations/services/gateway/internal/httpapi"
 	"github.com/integrations-platform/integrations/services/gateway/internal/server"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
+	"github.com/integrations-platform/integrations/services/gateway/internal/system"
 )
 
 func main() {
@@ -88,6 +91,12 @@ func run() error {
 	// REST is registered first so that it stops first: it proxies to the gRPC server.
 	if err := httpapi.Run(ctx, app, logger, httpapi.Config{
 		Addr: cfg.HTTPAddr, GRPCAddr: cfg.GRPCAddr, MaxBodyBytes: int64(2*cfg.MaxPayloadBytes + 64<<10),
+		Extra: system.Handlers(system.Config{
+			AdminToken: cfg.AdminToken,
+			Broker:     mq.Config{URL: cfg.AMQPURL, Scope: cfg.QueueScope, TimeScale: cfg.TimeScale, Logger: logger},
+			Timeout:    2 * time.Second,
+			Logger:     logger,
+		}),
 	}); err != nil {
 		return err
 	}

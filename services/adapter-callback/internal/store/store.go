@@ -38,13 +38,12 @@ func (s *Store) AdapterIDByCredentialHash(ctx context.Context, hash []byte) (str
 
 // Attempt is what a callback is checked against.
 type Attempt struct {
-	Status         string
-	Mode           string
-	Current        int32 // the execution's current attempt
-	AdapterID      string
-	TokenHash      []byte
-	LeaseExpiresAt *time.Time
-	Lease          time.Duration
+	Status    string
+	Mode      string
+	Current   int32 // the execution's current attempt
+	AdapterID string
+	TokenHash []byte
+	Lease     time.Duration
 }
 
 // AttemptGet reads execution id's attempt n with what a callback must be checked against.
@@ -52,11 +51,11 @@ func (s *Store) AttemptGet(ctx context.Context, id string, n int32) (*Attempt, e
 	var a Attempt
 	var leaseMS int64
 	err := s.pool.QueryRow(ctx, `
-		SELECT e.status, e.mode, e.attempt, c.adapter_id, t.callback_token_hash, e.lease_expires_at, c.lease_ms
+		SELECT e.status, e.mode, e.attempt, c.adapter_id, t.callback_token_hash, c.lease_ms
 		FROM executions e
 		JOIN capabilities c ON c.name = e.capability
 		JOIN execution_attempts t ON t.execution_id = e.id AND t.n = $2
-		WHERE e.id = $1`, id, n).Scan(&a.Status, &a.Mode, &a.Current, &a.AdapterID, &a.TokenHash, &a.LeaseExpiresAt, &leaseMS)
+		WHERE e.id = $1`, id, n).Scan(&a.Status, &a.Mode, &a.Current, &a.AdapterID, &a.TokenHash, &leaseMS)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}

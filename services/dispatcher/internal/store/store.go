@@ -70,7 +70,13 @@ func (s *Store) DispatchDeletePublished(ctx context.Context, ids []int64, claime
 // of its claim if one holds it — or nil if none waits.
 func (s *Store) DispatchNextDue(ctx context.Context) (*time.Time, error) {
 	var next *time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT min(greatest(due_at, coalesce(claimed_until, due_at))) FROM dispatches`).Scan(&next); err != nil {
+	// Two index-ordered lookups (least ignores NULLs): the earliest unclaimed record, and the
+	// earliest claim to expire.
+	if err := s.pool.QueryRow(ctx, `
+		SELECT least(
+			(SELECT due_at FROM dispatches WHERE claimed_until IS NULL ORDER BY due_at LIMIT 1),
+			(SELECT greatest(due_at, claimed_until) FROM dispatches WHERE claimed_until IS NOT NULL
+			 ORDER BY claimed_until LIMIT 1))`).Scan(&next); err != nil {
 		return nil, fmt.Errorf("next due dispatch: %w", err)
 	}
 	return next, nil

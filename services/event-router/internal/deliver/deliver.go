@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"syscall"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
+	"github.com/integrations-platform/integrations/pkg/safetext"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/services/event-router/internal/store"
@@ -48,14 +50,15 @@ func New(st *store.Store, box *secret.Box, timeout time.Duration, allowPrivate b
 	return &Deliverer{store: st, box: box, client: client, log: log}
 }
 
+// refusePrivate runs after name resolution, on the address actually dialled, so a public name
+// that resolves to a private address (DNS rebinding) is refused too.
 func refusePrivate(_, address string, _ syscall.RawConn) error {
-	host, _, err := net.SplitHostPort(address)
+	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
-		return err
+		return fmt.Errorf("webhook address %q: %w", address, err)
 	}
-	ip := net.ParseIP(host)
-	if ip == nil || ip.IsPrivate() || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() {
-		return fmt.Errorf("webhook address %s is private", host)
+	if !webhook.PublicAddress(ap.Addr()) {
+		return fmt.Errorf("webhook address %s is not public", ap.Addr())
 	}
 	return nil
 }
@@ -83,9 +86,11 @@ func (d *Deliverer) Handle(ctx context.Context, m *mq.Message) mq.Result {
 		return mq.Result{} // shutting down: the broker redelivers
 	}
 	a := store.Attempt{StatusCode: code, Duration: time.Since(start), Outcome: "delivered"}
-	last := m.Attempt >= maxAttempts()
+	// The event's own count decides the last attempt, not the message's: a duplicate notice or a
+	// port-level retry after a database error must not add attempts or end the event early.
+	last := int(ev.Attempts)+1 >= maxAttempts()
 	if deliverErr != nil {
-		a.Err = truncate(deliverErr.Error(), 512)
+		a.Err = safetext.Error(deliverErr, 512)
 		a.Outcome = "pending"
 		if last {
 			a.Outcome = "dead"
@@ -144,11 +149,4 @@ func (d *Deliverer) post(ctx context.Context, ev *store.Delivery) (int, error) {
 		return resp.StatusCode, fmt.Errorf("webhook answered %d", resp.StatusCode)
 	}
 	return resp.StatusCode, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }

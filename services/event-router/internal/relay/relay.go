@@ -12,14 +12,12 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/integrations-platform/integrations/pkg/execution"
 	queuev1 "github.com/integrations-platform/integrations/pkg/gen/integrations/queue/v1"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
 	"github.com/integrations-platform/integrations/services/event-router/internal/store"
 )
-
-// EventsChannel is the NOTIFY channel the settlement service signals on.
-const EventsChannel = "integration_events"
 
 const (
 	batchSize = 500
@@ -85,7 +83,7 @@ func (r *Relay) listenOnce(ctx context.Context, pool *pgxpool.Pool, wake chan<- 
 	// A LISTENing connection must not go back to the pool: take it out, and close it after.
 	conn := pooled.Hijack()
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN "+EventsChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+execution.EventsNotifyChannel); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	for {

@@ -109,8 +109,6 @@ type Attempt struct {
 	Duration   time.Duration
 	// Outcome is the event's status afterwards: pending (will be retried), delivered or dead.
 	Outcome string
-	// NextAttemptAt is when a pending event is tried again.
-	NextAttemptAt *time.Time
 }
 
 // DeliveryRecord records one attempt and the event's resulting state in one transaction.
@@ -120,11 +118,10 @@ func (s *Store) DeliveryRecord(ctx context.Context, eventID string, a Attempt) e
 		err := tx.QueryRow(ctx, `
 			UPDATE integration_events
 			SET attempts = attempts + 1, delivery_status = $2, last_error = nullif($3, ''),
-				next_attempt_at = $4,
 				delivered_at = CASE WHEN $2 = 'delivered' THEN now() END,
 				dead_at = CASE WHEN $2 = 'dead' THEN now() END
 			WHERE id = $1 AND delivery_status = 'pending'
-			RETURNING attempts`, eventID, a.Outcome, a.Err, a.NextAttemptAt).Scan(&n)
+			RETURNING attempts`, eventID, a.Outcome, a.Err).Scan(&n)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // delivered or dead meanwhile by another copy
 		}

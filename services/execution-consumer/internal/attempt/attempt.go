@@ -24,6 +24,7 @@ import (
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/mq"
+	"github.com/integrations-platform/integrations/pkg/safetext"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/services/execution-consumer/internal/store"
 )
@@ -79,14 +80,33 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 		Mode: execution.ModeToProto(started.Mode),
 	})
 	cancel()
-	if ctx.Err() != nil {
-		// Shutting down mid-call: the attempt stays running and its lease decides what follows.
+	if ctx.Err() != nil && out.Kind == adaptercall.Failed {
+		// Our own shutdown cut the call short: that is not the adapter failing. The attempt stays
+		// running and its lease decides what follows; redelivering the message could not start
+		// it again.
+		logger.Info("attempt interrupted by shutdown; its lease decides")
 		return mq.Ack()
 	}
+	// An outcome in hand is recorded even while shutting down: losing it would make the work run
+	// again after the lease expires.
+	rctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancelRecord()
+	if err := h.record(rctx, logger, started, out); err != nil {
+		// The attempt stays running; its lease expiry decides what follows. The message is done:
+		// redelivering it could not start the attempt again.
+		logger.Error("attempt outcome not recorded", zap.Error(err))
+	}
+	return mq.Ack()
+}
 
+// recordTimeout bounds recording one outcome, retries included.
+const recordTimeout = 10 * time.Second
+
+// record hands the adapter's answer to the settlement service (or, for Accepted, stores the lease).
+func (h *Handler) record(ctx context.Context, logger *zap.Logger, started *store.Started, out adaptercall.Outcome) error {
 	switch out.Kind {
 	case adaptercall.Completed:
-		err = h.call(ctx, func(ctx context.Context) error {
+		err := h.call(ctx, func(ctx context.Context) error {
 			_, err := h.settlement.Settle(ctx, &settlementv1.SettleRequest{
 				ExecutionId: started.ExecutionID, Attempt: started.Attempt,
 				FromStatus: executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING,
@@ -94,9 +114,19 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 			})
 			return err
 		})
+		if status.Code(err) != codes.InvalidArgument {
+			return err
+		}
+		// The adapter answered a result the platform cannot store (e.g. NaN in it): that is the
+		// adapter failing, permanently, not a success to drop.
+		logger.Warn("adapter result refused", zap.Error(err))
+		out = adaptercall.Outcome{Kind: adaptercall.Failed, Failure: execution.Failure{
+			Class: execution.ClassProtocol, Message: safetext.Truncate("adapter result refused: "+status.Convert(err).Message(), 1024),
+		}}
+		fallthrough
 	case adaptercall.Failed:
 		logger.Info("attempt failed", zap.String("class", out.Failure.Class), zap.Bool("retryable", out.Retryable))
-		err = h.call(ctx, func(ctx context.Context) error {
+		return h.call(ctx, func(ctx context.Context) error {
 			_, err := h.settlement.FailAttempt(ctx, &settlementv1.FailAttemptRequest{
 				ExecutionId: started.ExecutionID, Attempt: started.Attempt, Failure: out.Failure.Proto(),
 				Retryable: out.Retryable, RetryAfter: durationpb.New(out.RetryAfter),
@@ -109,39 +139,33 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 			lease = started.Lease
 		}
 		logger.Info("attempt accepted as long-running work", zap.Duration("lease", lease))
-		err = h.store.AttemptAccepted(ctx, started.ExecutionID, started.Attempt, lease)
+		return h.store.AttemptAccepted(ctx, started.ExecutionID, started.Attempt, lease)
 	}
-	if err != nil {
-		// The attempt stays running; its lease expiry decides what follows. The message is done:
-		// redelivering it could not start the attempt again.
-		logger.Error("attempt outcome not recorded", zap.Error(err))
-	}
-	return mq.Ack()
+	return fmt.Errorf("unknown outcome kind %d", out.Kind)
 }
 
-// call runs a settlement call, retrying while the service is unavailable. A refusal (the
-// execution was settled or moved on meanwhile) is not an error here: someone else decided.
+// call runs a settlement call, retrying while the service is unavailable or failing, until ctx
+// ends. A refusal because the execution moved on (settled or a later attempt) is not an error
+// here: someone else decided.
 func (h *Handler) call(ctx context.Context, fn func(ctx context.Context) error) error {
-	var err error
-	for i := range 5 {
-		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err = fn(callCtx)
+	for i := 0; ; i++ {
+		callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := fn(callCtx)
 		cancel()
 		switch status.Code(err) {
-		case codes.OK, codes.FailedPrecondition, codes.Aborted, codes.NotFound:
-			if err != nil {
-				h.log.Info("settlement refused: execution already moved on", zap.Error(err))
-			}
+		case codes.OK:
 			return nil
-		case codes.Unavailable, codes.DeadlineExceeded:
+		case codes.FailedPrecondition, codes.Aborted, codes.NotFound:
+			h.log.Info("settlement refused: execution already moved on", zap.Error(err))
+			return nil
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Internal, codes.Unknown:
 		default:
 			return err
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Duration(100<<i) * time.Millisecond):
+			return err
+		case <-time.After(min(time.Duration(100<<min(i, 5))*time.Millisecond, 2*time.Second)):
 		}
 	}
-	return err
 }

@@ -23,8 +23,10 @@ type Config struct {
 	SecretKeyPrevious string `env:"INTEGRATIONS_SECRET_KEY_PREVIOUS"`
 	// Webhook URLs must be https and resolve to public addresses unless these allow otherwise
 	// (local development, tests).
-	WebhookAllowHTTP    bool `env:"INTEGRATIONS_WEBHOOK_ALLOW_HTTP" envDefault:"false"`
-	WebhookAllowPrivate bool `env:"INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE" envDefault:"false"`
+	WebhookAllowHTTP bool `env:"INTEGRATIONS_WEBHOOK_ALLOW_HTTP" envDefault:"false"`
+	// AdminToken authenticates the operator endpoints under /api/v1/system/; empty disables them.
+	AdminToken          string `env:"INTEGRATIONS_ADMIN_TOKEN"`
+	WebhookAllowPrivate bool   `env:"INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE" envDefault:"false"`
 }
 
 // Validate checks the gateway's own settings.

@@ -9,7 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -137,7 +137,9 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 	}
 	s.log.Info("sync attempt started", log.ExecutionID(row.ID), log.Attempt(1), zap.String("capability", row.Capability), log.ApplicationID(n.ApplicationID))
 
-	callCtx, cancel := context.WithDeadline(ctx, n.Deadline)
+	// The attempt runs to its own deadline even if the caller goes away: the adapter may be doing
+	// the work, and the outcome must be settled either way.
+	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), n.Deadline)
 	defer cancel()
 	out := s.adapters.Execute(callCtx, c.AdapterEndpoint, &adapterv1.ExecuteRequest{
 		ExecutionId: row.ID, Attempt: 1, Capability: row.Capability, Payload: payload,
@@ -375,7 +377,7 @@ func (s *Server) checkWebhookURL(raw string) error {
 	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
 		return apperr.Invalid("webhook.url", "private addresses are not allowed")
 	}
-	if ip := net.ParseIP(host); ip != nil && (ip.IsPrivate() || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified()) {
+	if addr, err := netip.ParseAddr(host); err == nil && !webhook.PublicAddress(addr) {
 		return apperr.Invalid("webhook.url", "private addresses are not allowed")
 	}
 	return nil

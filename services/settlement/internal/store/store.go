@@ -58,9 +58,6 @@ type Store struct {
 // New returns a Store on pool.
 func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
-// EventsChannel is the Postgres NOTIFY channel that wakes the event relay.
-const EventsChannel = "integration_events"
-
 // ExecutionSettle writes the outcome if and only if the execution is still in o.FromStatus at
 // o.Attempt; then, in the same transaction, it closes the attempt and inserts the completion
 // event. A losing writer gets a *ConflictError and changes nothing.
@@ -112,7 +109,7 @@ func settle(ctx context.Context, tx pgx.Tx, o Outcome) (*Settled, error) {
 		eventID, row.ApplicationID, row.ID, execution.EventTypeExecutionComplete, payload); err != nil {
 		return nil, fmt.Errorf("insert completion event: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, EventsChannel, eventID.String()); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, execution.EventsNotifyChannel, eventID.String()); err != nil {
 		return nil, fmt.Errorf("notify event relay: %w", err)
 	}
 	return &Settled{Execution: row, EventID: eventID.String()}, nil

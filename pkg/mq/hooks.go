@@ -1,0 +1,38 @@
+package mq
+
+import "net"
+
+// testHooks let this package's tests observe and perturb the port at points that no action on
+// the broker can reach deterministically (a confirm that never arrives, a settlement racing a
+// reconnect). Set through Config.hooks, which only this package can reach; nil in production, and
+// every field may be nil.
+type testHooks struct {
+	// wrapConn wraps the TCP connection under every AMQP connection ("publish" or "consume").
+	wrapConn func(purpose string, c net.Conn) net.Conn
+	// copySending runs before a retry or dead-letter copy is written; copySent after it was
+	// written and before its confirm is awaited.
+	copySending func(queue string)
+	copySent    func(queue string)
+	// subscribed runs on the owner goroutine after each (re)subscription of a consumer.
+	subscribed func(route string, gen uint64)
+	// settled runs on the owner goroutine after an ack or nack the broker accepted.
+	settled func(route, messageID string, ev event)
+	// declared runs after queues were declared (created, or found to exist): tests must not
+	// delete a just-created at-least-once queue (see deadLetterVia).
+	declared func()
+}
+
+var noHooks = &testHooks{}
+
+func (b *Broker) noteDeclared() {
+	if h := b.hooks().declared; h != nil {
+		h()
+	}
+}
+
+func (b *Broker) hooks() *testHooks {
+	if b.cfg.hooks == nil {
+		return noHooks
+	}
+	return b.cfg.hooks
+}
