@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/integrations-platform/integrations/pkg/catalog"
+	"github.com/integrations-platform/integrations/pkg/mq"
+	"github.com/integrations-platform/integrations/pkg/routes"
 	"github.com/integrations-platform/integrations/pkg/webhook"
 )
 
@@ -259,6 +262,53 @@ func TestFlow(t *testing.T) {
 		assert.True(t, strings.HasPrefix(lines[1], "events ok"), lines[1])
 		code, _ = post("")
 		assert.Equal(t, http.StatusUnauthorized, code)
+	})
+
+	t.Run("a poison dispatch is dead-lettered, listed and redriven through the operator API", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		b, err := mq.Dial(ctx, mq.Config{URL: amqpURL(), Scope: "e2e." + s.schema.Name, TimeScale: timeScale})
+		require.NoError(t, err)
+		defer b.Close()
+		require.NoError(t, b.Declare(ctx, routes.Executions))
+		require.NoError(t, b.Publish(ctx, routes.Executions.Name, mq.Outgoing{ID: "poison-1", Body: []byte("not a dispatch")}))
+
+		admin := func(method, path, body string) (int, map[string]any) {
+			req, err := http.NewRequest(method, s.restURL+path, strings.NewReader(body))
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+adminToken)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			out := map[string]any{}
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+			return resp.StatusCode, out
+		}
+		deadIDs := func() []string {
+			code, body := admin(http.MethodGet, "/api/v1/system/dead-letters?route=executions", "")
+			require.Equal(t, http.StatusOK, code, "%v", body)
+			var ids []string
+			for _, d := range body["dead_letters"].([]any) {
+				dl := d.(map[string]any)
+				if dl["id"] == "poison-1" {
+					assert.Equal(t, "rejected", dl["reason"])
+					assert.Contains(t, dl["last_error"], "malformed dispatch message")
+				}
+				ids = append(ids, dl["id"].(string))
+			}
+			return ids
+		}
+		require.Eventually(t, func() bool { return slices.Contains(deadIDs(), "poison-1") }, 10*time.Second, 50*time.Millisecond,
+			"the consumer rejects the poison message into the DLQ")
+		code, body := admin(http.MethodPost, "/api/v1/system/dead-letters:redrive", `{"route": "executions", "ids": ["poison-1"]}`)
+		require.Equal(t, http.StatusOK, code, "%v", body)
+		assert.EqualValues(t, 1, body["redriven"])
+		// Redriven, it goes through the consumer again and is rejected again.
+		require.Eventually(t, func() bool {
+			return strings.Count(s.log("execution-consumer"), `"message_id":"poison-1"`) >= 2 && slices.Contains(deadIDs(), "poison-1")
+		}, 10*time.Second, 50*time.Millisecond)
+		code, _ = admin(http.MethodGet, "/api/v1/system/dead-letters?route=nope", "")
+		assert.Equal(t, http.StatusBadRequest, code)
 	})
 
 	t.Run("bad input is refused naming what is wrong, and nothing is written", func(t *testing.T) {

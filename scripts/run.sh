@@ -33,6 +33,7 @@ export INTEGRATIONS_LOG_LEVEL="${INTEGRATIONS_LOG_LEVEL:-info}"
 export INTEGRATIONS_DEMO_CONSUMER_ADDR=127.0.0.1:8081
 export INTEGRATIONS_DEMO_CONSUMER_SECRET_FILE="$root/.run/consumer.secret"
 export INTEGRATIONS_API_KEY="$INTEGRATIONS_DEV_API_KEY" INTEGRATIONS_GATEWAY_ADDR=127.0.0.1:9090
+export INTEGRATIONS_ADMIN_TOKEN="${INTEGRATIONS_ADMIN_TOKEN:-dev-admin-token}"
 
 say "building"
 make --no-print-directory build >/dev/null
@@ -100,6 +101,8 @@ done
 say "the demo consumer received:"
 grep "execution=$id" .run/logs/demo-consumer.log >&2 || { say "no event for $id within 10 s; see .run/logs/"; exit 1; }
 bin/integrationsctl get "$id"
+say "broker diagnostic (POST /api/v1/system/mq-diagnostic):"
+curl -sS -X POST -H "Authorization: Bearer $INTEGRATIONS_ADMIN_TOKEN" http://127.0.0.1:8080/api/v1/system/mq-diagnostic >&2 || true
 say "the platform is running: REST http://127.0.0.1:8080, gRPC 127.0.0.1:9090, API key \$INTEGRATIONS_DEV_API_KEY"
 say "try: bin/integrationsctl invoke dummy.echo --payload '{\"dummy\": {\"fail_transient\": 2}}' --wait   (with INTEGRATIONS_API_KEY set)"
 say "Ctrl-C stops everything"

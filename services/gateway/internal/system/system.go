@@ -5,8 +5,10 @@ package system
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,8 +18,19 @@ import (
 	"github.com/integrations-platform/integrations/pkg/routes"
 )
 
-// DiagnosticPath is the broker round-trip diagnostic.
-const DiagnosticPath = "/api/v1/system/mq-diagnostic"
+// Operator endpoints.
+const (
+	// DiagnosticPath is the broker round-trip diagnostic.
+	DiagnosticPath = "/api/v1/system/mq-diagnostic"
+	// DeadLettersPath lists a route's dead letters: GET ?route=executions&limit=50.
+	DeadLettersPath = "/api/v1/system/dead-letters"
+	// RedrivePath moves dead letters back to their route's work queue with a fresh attempt budget:
+	// POST {"route": "executions", "ids": ["..."]} (no ids: all of them).
+	RedrivePath = "/api/v1/system/dead-letters:redrive"
+)
+
+// knownRoutes are the routes the endpoints accept.
+var knownRoutes = map[string]mq.Route{routes.Executions.Name: routes.Executions, routes.Events.Name: routes.Events}
 
 // Config configures the system endpoints.
 type Config struct {
@@ -34,7 +47,11 @@ type Config struct {
 
 // Handlers returns the system routes.
 func Handlers(cfg Config) map[string]http.Handler {
-	return map[string]http.Handler{DiagnosticPath: admin(cfg.AdminToken, diagnostic(cfg))}
+	return map[string]http.Handler{
+		DiagnosticPath:  admin(cfg.AdminToken, diagnostic(cfg)),
+		DeadLettersPath: admin(cfg.AdminToken, deadLetters(cfg)),
+		RedrivePath:     admin(cfg.AdminToken, redrive(cfg)),
+	}
 }
 
 func admin(token string, next http.Handler) http.Handler {
@@ -84,4 +101,113 @@ func diagnostic(cfg Config) http.Handler {
 		}
 		cfg.Logger.Info("mq diagnostic run", zap.Int("routes", len(results)), zap.Int("status", code))
 	})
+}
+
+// deadLetter is a dead letter as the API shows it: why it died, not its body (which may hold an
+// application's data).
+type deadLetter struct {
+	ID             string    `json:"id"`
+	Reason         string    `json:"reason"`
+	LastError      string    `json:"last_error,omitempty"`
+	Attempts       int       `json:"attempts"`
+	FirstFailureAt time.Time `json:"first_failure_at,omitzero"`
+	LastFailureAt  time.Time `json:"last_failure_at,omitzero"`
+	DeadAt         time.Time `json:"dead_at,omitzero"`
+	SourceQueue    string    `json:"source_queue"`
+	BodyBytes      int       `json:"body_bytes"`
+}
+
+func deadLetters(cfg Config) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", http.MethodGet)
+			writeError(w, http.StatusMethodNotAllowed, "use GET")
+			return
+		}
+		route, ok := knownRoutes[r.URL.Query().Get("route")]
+		if !ok {
+			writeError(w, http.StatusBadRequest, "route: must be one of executions, events")
+			return
+		}
+		limit := 50
+		if v := r.URL.Query().Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 1000 {
+				writeError(w, http.StatusBadRequest, "limit: must be between 1 and 1000")
+				return
+			}
+			limit = n
+		}
+		withBroker(w, r, cfg, func(ctx context.Context, b *mq.Broker) {
+			list, err := b.DeadLetters(ctx, route.Name, limit)
+			if err != nil {
+				writeError(w, http.StatusServiceUnavailable, err.Error())
+				return
+			}
+			out := make([]deadLetter, 0, len(list))
+			for _, d := range list {
+				out = append(out, deadLetter{ID: d.ID, Reason: d.Reason, LastError: d.LastError, Attempts: d.Attempts,
+					FirstFailureAt: d.FirstFailureAt, LastFailureAt: d.LastFailureAt, DeadAt: d.DeadAt,
+					SourceQueue: d.SourceQueue, BodyBytes: len(d.Body)})
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"route": route.Name, "dead_letters": out})
+		})
+	})
+}
+
+func redrive(cfg Config) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, http.StatusMethodNotAllowed, "use POST")
+			return
+		}
+		var req struct {
+			Route string   `json:"route"`
+			IDs   []string `json:"ids"`
+		}
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, "body: "+err.Error())
+			return
+		}
+		route, ok := knownRoutes[req.Route]
+		if !ok {
+			writeError(w, http.StatusBadRequest, "route: must be one of executions, events")
+			return
+		}
+		withBroker(w, r, cfg, func(ctx context.Context, b *mq.Broker) {
+			moved, err := b.Redrive(ctx, route.Name, req.IDs)
+			if err != nil {
+				writeError(w, http.StatusServiceUnavailable, err.Error())
+				return
+			}
+			cfg.Logger.Info("dead letters redriven", zap.String("route", route.Name), zap.Int("moved", moved))
+			writeJSON(w, http.StatusOK, map[string]any{"route": route.Name, "redriven": moved})
+		})
+	})
+}
+
+// withBroker connects for one request: the gateway holds no broker connection of its own.
+func withBroker(w http.ResponseWriter, r *http.Request, cfg Config, fn func(ctx context.Context, b *mq.Broker)) {
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	b, err := mq.Dial(ctx, cfg.Broker)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "broker: "+err.Error())
+		return
+	}
+	defer func() { _ = b.Close() }()
+	fn(ctx, b)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]any{"code": code, "message": msg})
 }
