@@ -4,7 +4,7 @@ SHELL := /bin/bash
 
 MODULE   := github.com/integrations-platform/integrations
 # Every Go module of the workspace, for go vet / go test.
-PKGS     := $(MODULE)/pkg/... $(MODULE)/migrations/... $(MODULE)/services/... $(MODULE)/cmd/... $(MODULE)/e2e/...
+PKGS     := $(MODULE)/pkg/... $(MODULE)/migrations/... $(MODULE)/services/... $(MODULE)/cmd/... $(MODULE)/e2e/... $(MODULE)/bench/...
 BINARIES := gateway dispatcher execution-consumer adapter-callback settlement event-router
 TOOLS    := bin/buf bin/protoc-gen-go bin/protoc-gen-go-grpc bin/protoc-gen-grpc-gateway bin/protoc-gen-openapiv2
 
