@@ -260,6 +260,7 @@ func TestFlow(t *testing.T) {
 		require.Len(t, lines, 2, body)
 		assert.True(t, strings.HasPrefix(lines[0], "executions ok"), lines[0])
 		assert.True(t, strings.HasPrefix(lines[1], "events ok"), lines[1])
+		assert.Contains(t, lines[0], " answered_by=", "the execution-consumer answered with its counters")
 		code, _ = post("")
 		assert.Equal(t, http.StatusUnauthorized, code)
 	})

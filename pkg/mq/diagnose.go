@@ -2,8 +2,10 @@ package mq
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -24,8 +26,17 @@ type Diagnosis struct {
 	Messages  int           // ready messages in the work queue, before the probe
 	Consumers int           // consumers of the work queue, in every process
 	DLQ       int           // messages in the DLQ
-	Counters  Counters      // this process's counters for the route
-	Problems  []string      // what is wrong, one phrase each
+	// Counters are the counters for the route of the process that answered the probe (named by
+	// AnsweredBy, "host/pid"); this process's own when no consumer answered.
+	Counters   Counters
+	AnsweredBy string
+	Problems   []string // what is wrong, one phrase each
+}
+
+// probeAnswer is the body of a probe's reply: who answered, and its counters for the route.
+type probeAnswer struct {
+	By       string   `json:"by"`
+	Counters Counters `json:"counters"`
 }
 
 // String is the diagnosis in one line, e.g.
@@ -41,6 +52,9 @@ func (d Diagnosis) String() string {
 		sb.WriteString(" FAIL: ")
 		sb.WriteString(strings.Join(d.Problems, "; "))
 		sb.WriteString(" |")
+	}
+	if d.AnsweredBy != "" {
+		fmt.Fprintf(&sb, " answered_by=%s", d.AnsweredBy)
 	}
 	c := d.Counters
 	fmt.Fprintf(&sb, " consumers=%d messages=%d dlq=%d published=%d confirmed=%d returned=%d"+
@@ -82,7 +96,9 @@ func (b *Broker) Diagnose(ctx context.Context, routes []Route, timeout time.Dura
 func (b *Broker) diagnose(ctx context.Context, r Route, timeout time.Duration) (d Diagnosis) {
 	d.Route = r.Name
 	defer func() {
-		d.Counters = b.Counters(r.Name)
+		if d.AnsweredBy == "" {
+			d.Counters = b.Counters(r.Name)
+		}
 		d.OK = len(d.Problems) == 0
 	}()
 	problem := func(format string, args ...any) { d.Problems = append(d.Problems, fmt.Sprintf(format, args...)) }
@@ -106,12 +122,15 @@ func (b *Broker) diagnose(ctx context.Context, r Route, timeout time.Duration) (
 	if !workOK {
 		return d // nothing to probe through
 	}
-	rt, err := b.roundTrip(ctx, conn, top.queue, timeout)
+	rt, answer, err := b.roundTrip(ctx, conn, top.queue, timeout)
 	if err != nil {
 		problem("%v", err)
 		return d
 	}
 	d.RoundTrip = rt
+	if answer != nil {
+		d.AnsweredBy, d.Counters = answer.By, answer.Counters
+	}
 	return d
 }
 
@@ -140,19 +159,19 @@ func (b *Broker) checkQueue(conn *amqp.Connection, kind, name string, problem fu
 // roundTrip publishes a probe to queue and waits for a consumer's answer on a reply queue of its
 // own. The reply queue is classic by necessity: exclusive (it dies with this connection) and
 // auto-deleted (with its consumer), which quorum queues cannot be.
-func (b *Broker) roundTrip(ctx context.Context, conn *amqp.Connection, queue string, timeout time.Duration) (time.Duration, error) {
+func (b *Broker) roundTrip(ctx context.Context, conn *amqp.Connection, queue string, timeout time.Duration) (time.Duration, *probeAnswer, error) {
 	ch, err := conn.Channel()
 	if err != nil {
-		return 0, fmt.Errorf("round trip: open channel: %w", err)
+		return 0, nil, fmt.Errorf("round trip: open channel: %w", err)
 	}
 	defer ch.Close() //nolint:errcheck // takes the reply queue with it
 	rq, err := ch.QueueDeclare("", false, true, true, false, nil)
 	if err != nil {
-		return 0, fmt.Errorf("round trip: declare reply queue: %w", err)
+		return 0, nil, fmt.Errorf("round trip: declare reply queue: %w", err)
 	}
 	replies, err := ch.Consume(rq.Name, "", true, true, false, false, nil)
 	if err != nil {
-		return 0, fmt.Errorf("round trip: consume reply queue: %w", err)
+		return 0, nil, fmt.Errorf("round trip: consume reply queue: %w", err)
 	}
 	id := uuid.NewString()
 	probe := amqp.Publishing{
@@ -167,7 +186,7 @@ func (b *Broker) roundTrip(ctx context.Context, conn *amqp.Connection, queue str
 	err = b.publishTo(pctx, "", queue, probe)
 	cancel()
 	if err != nil {
-		return 0, fmt.Errorf("round trip: probe publish to %s: %w", queue, err)
+		return 0, nil, fmt.Errorf("round trip: probe publish to %s: %w", queue, err)
 	}
 	wait := time.NewTimer(timeout)
 	defer wait.Stop()
@@ -175,18 +194,32 @@ func (b *Broker) roundTrip(ctx context.Context, conn *amqp.Connection, queue str
 		select {
 		case m, ok := <-replies:
 			if !ok {
-				return 0, errors.New("round trip: reply channel closed")
+				return 0, nil, errors.New("round trip: reply channel closed")
 			}
 			if m.CorrelationId == id {
-				return time.Since(start), nil
+				rt := time.Since(start)
+				var answer probeAnswer
+				if json.Unmarshal(m.Body, &answer) != nil || answer.By == "" {
+					return rt, nil, nil // an answer without counters still proves the round trip
+				}
+				return rt, &answer, nil
 			}
 		case <-wait.C:
-			return 0, fmt.Errorf("no consumer answered within %v", timeout)
+			return 0, nil, fmt.Errorf("no consumer answered within %v", timeout)
 		case <-ctx.Done():
-			return 0, fmt.Errorf("round trip: %w", ctx.Err())
+			return 0, nil, fmt.Errorf("round trip: %w", ctx.Err())
 		}
 	}
 }
+
+// processName names this process in a probe's answer: "host/pid".
+var processName = func() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
+}()
 
 // isProbe reports a Diagnose probe.
 func isProbe(d *amqp.Delivery) bool {
@@ -204,10 +237,13 @@ func (c *consumer) answerProbe(j *job) {
 	} else if j.d.ReplyTo != "" {
 		ctx, cancel := context.WithTimeout(c.ctx, publishTimeout)
 		id, _ := j.d.Headers[hdrProbe].(string)
+		body, _ := json.Marshal(probeAnswer{By: processName, Counters: c.st.snapshot()})
 		reply := amqp.Publishing{
 			Headers:       amqp.Table{hdrProbe: id},
 			CorrelationId: id,
 			Timestamp:     time.Now().UTC(),
+			ContentType:   "application/json",
+			Body:          body,
 		}
 		if err := c.b.publishTo(ctx, "", j.d.ReplyTo, reply); err != nil {
 			c.log.Info("mq diagnostic probe answered into the void", zap.String("message_id", j.d.MessageId), zap.Error(err))

@@ -25,6 +25,9 @@ func TestDiagnoseRoundTrip(t *testing.T) {
 		calls.Add(1)
 		return Ack()
 	})
+	// One ordinary message first, so that the consumer's counters are not all zero.
+	require.NoError(t, tb.b.Publish(tb.ctx, "diag", Outgoing{ID: "warm"}))
+	require.Eventually(t, func() bool { return tb.b.Counters("diag").Acknowledged == 1 }, waitFor, 10*time.Millisecond)
 	other, err := Dial(tb.ctx, Config{URL: testURL(), Scope: tb.b.cfg.Scope, Logger: zap.NewNop()})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, other.Close()) })
@@ -42,15 +45,19 @@ func TestDiagnoseRoundTrip(t *testing.T) {
 	assert.Zero(t, d.Messages)
 	assert.Zero(t, d.DLQ)
 	assert.True(t, strings.HasPrefix(d.String(), "diag ok round_trip="), d.String())
-	assert.Contains(t, d.String(), " consumers=1 messages=0 dlq=0 published=0 ")
+	// The counters are the answering consumer's, not the diagnosing broker's (which has none).
+	assert.Equal(t, processName, d.AnsweredBy)
+	assert.Equal(t, tb.b.Counters("diag"), d.Counters)
+	assert.Equal(t, uint64(1), d.Counters.Acknowledged)
+	assert.Contains(t, d.String(), " answered_by="+processName+" consumers=1 messages=0 dlq=0 published=1 confirmed=1 ")
 
 	require.Eventually(t, func() bool { return tb.depth(t, tb.b.QueueName("diag")) == 0 }, waitFor, 10*time.Millisecond,
 		"the probe was acked")
-	assert.Zero(t, calls.Load(), "the handler never sees a probe")
-	assert.Equal(t, Counters{}, tb.b.Counters("diag"), "probes are not counted")
+	assert.Equal(t, int32(1), calls.Load(), "the handler never sees a probe")
+	assert.Equal(t, uint64(1), tb.b.Counters("diag").Acknowledged, "probes are not counted")
 	// An application cannot publish a probe by accident: the header is the port's.
 	require.NoError(t, tb.b.Publish(tb.ctx, "diag", Outgoing{ID: "app", Headers: map[string]any{hdrProbe: "x"}}))
-	require.Eventually(t, func() bool { return calls.Load() == 1 }, waitFor, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return calls.Load() == 2 }, waitFor, 10*time.Millisecond)
 }
 
 // TestDiagnoseFailures: no consumer, a deleted holding queue, and a route that was never declared
