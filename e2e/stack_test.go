@@ -75,16 +75,18 @@ func TestMain(m *testing.M) {
 
 // stack is one running platform: its own schema, queue scope, ports and processes.
 type stack struct {
-	t       *testing.T
-	env     []string
-	addrs   map[string]string // name → gRPC (or listen) address
-	restURL string
-	apiKey  string
-	schema  *dbtest.Schema
-	procs   map[string]*process
-	logDir  string
-	timeout time.Duration
-	mu      sync.Mutex
+	// adapterCredential is the dummy adapter's, for calling adapter-callback as it would.
+	adapterCredential string
+	t                 *testing.T
+	env               []string
+	addrs             map[string]string // name → gRPC (or listen) address
+	restURL           string
+	apiKey            string
+	schema            *dbtest.Schema
+	procs             map[string]*process
+	logDir            string
+	timeout           time.Duration
+	mu                sync.Mutex
 }
 
 type process struct {
@@ -105,6 +107,7 @@ func newStack(t *testing.T) *stack {
 	}
 	s.restURL = "http://" + s.addrs["gateway-http"]
 	adapterCredential := "adc_" + randomHex(16)
+	s.adapterCredential = adapterCredential
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	s.env = []string{
@@ -162,13 +165,36 @@ func newStack(t *testing.T) *stack {
 func (s *stack) start(names ...string) {
 	s.t.Helper()
 	for _, name := range names {
+		s.launch(name, name)
+	}
+	for _, name := range names {
+		s.awaitServing(name)
+	}
+}
+
+// startInstance launches another instance of a program under its own name and address (a
+// second replica), and waits until it is SERVING.
+func (s *stack) startInstance(instance, binary string) {
+	s.t.Helper()
+	s.mu.Lock()
+	if _, ok := s.addrs[instance]; !ok {
+		s.addrs[instance] = freeAddr(s.t)
+	}
+	s.mu.Unlock()
+	s.launch(instance, binary)
+	s.awaitServing(instance)
+}
+
+func (s *stack) launch(name, binary string) {
+	s.t.Helper()
+	{
 		env := append(append([]string{}, s.env...), "INTEGRATIONS_GRPC_ADDR="+s.addrs[name])
 		if name == "gateway" {
 			env = append(env, "INTEGRATIONS_HTTP_ADDR="+s.addrs["gateway-http"])
 		}
 		logFile, err := os.Create(filepath.Join(s.logDir, name+".log"))
 		require.NoError(s.t, err)
-		cmd := exec.Command(filepath.Join(binDir, name))
+		cmd := exec.Command(filepath.Join(binDir, binary))
 		cmd.Env = env
 		cmd.Stdout, cmd.Stderr = logFile, logFile
 		require.NoError(s.t, cmd.Start(), "start %s", name)
@@ -177,9 +203,6 @@ func (s *stack) start(names ...string) {
 		s.mu.Lock()
 		s.procs[name] = p
 		s.mu.Unlock()
-	}
-	for _, name := range names {
-		s.awaitServing(name)
 	}
 }
 
@@ -225,6 +248,17 @@ func (s *stack) stop(name string) {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
+}
+
+// kill ends a program with SIGKILL: no graceful shutdown, as in a crash.
+func (s *stack) kill(name string) {
+	s.mu.Lock()
+	p := s.procs[name]
+	delete(s.procs, name)
+	s.mu.Unlock()
+	require.NotNil(s.t, p, "%s is not running", name)
+	require.NoError(s.t, p.cmd.Process.Kill())
+	<-p.done
 }
 
 func (s *stack) stopAll() {

@@ -8,6 +8,8 @@
 //	{"dummy": {"complete_later_ms": 3000, "lease_ms": 1000}} answers Accepted, reports 50% half way,
 //	                                                         completes through the callback API
 //	{"dummy": {"hang": true}}                                never answers
+//	{"dummy": {"hang": true, "only_attempts": 1}}            the script applies to attempts 1..1
+//	                                                         only; later attempts echo
 //
 // Keys may be combined: sleep_ms applies first, then the first of hang, fail_permanent,
 // fail_transient (while attempts remain) and complete_later_ms that is set; otherwise the echo.
@@ -20,6 +22,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -28,8 +31,13 @@ import (
 	plog "github.com/integrations-platform/integrations/pkg/log"
 )
 
-// Capability is the one capability the dummy adapter serves.
+// Capability is the dummy adapter's capability. It also serves every other capability named
+// "dummy.<something>" the same way, so that a catalog can give the same behaviour other
+// schedules (retry delays, ceilings, budgets) under other names.
 const Capability = "dummy.echo"
+
+// capabilityPrefix names the capabilities the dummy adapter serves.
+const capabilityPrefix = "dummy."
 
 // ScriptKey is the payload key holding the script; it is left out of the echo.
 const ScriptKey = "dummy"
@@ -47,6 +55,8 @@ type script struct {
 	hasCompleteLate bool
 	lease           time.Duration
 	hang            bool
+	// onlyAttempts, when positive, limits the script to attempts 1..onlyAttempts.
+	onlyAttempts int
 }
 
 // behaviour names what the attempt will do, for the log.
@@ -70,14 +80,17 @@ func (s script) behaviour(attempt int32) string {
 func Handler(log *zap.Logger) adapter.Handler {
 	return func(ctx context.Context, req *adapter.Request) adapter.Result {
 		fields := []zap.Field{plog.ExecutionID(req.ExecutionID), plog.Attempt(req.Attempt), zap.String("mode", req.Mode)}
-		if req.Capability != Capability {
+		if !strings.HasPrefix(req.Capability, capabilityPrefix) {
 			log.Warn("execute refused", append(fields, zap.String("behaviour", "unknown_capability"), zap.String("capability", req.Capability))...)
-			return adapter.Fail(adapter.ClassPermanent, "unknown_capability", fmt.Sprintf("the dummy adapter serves %s, not %q", Capability, req.Capability), false)
+			return adapter.Fail(adapter.ClassPermanent, "unknown_capability", fmt.Sprintf("the dummy adapter serves %s and other dummy.* capabilities, not %q", Capability, req.Capability), false)
 		}
 		sc, err := parse(req.Payload[ScriptKey])
 		if err != nil {
 			log.Info("execute", append(fields, zap.String("behaviour", "invalid_script"))...)
 			return adapter.Fail(adapter.ClassPermanent, "invalid_script", err.Error(), false)
+		}
+		if sc.onlyAttempts > 0 && int(req.Attempt) > sc.onlyAttempts {
+			sc = script{}
 		}
 		fields = append(fields, zap.String("behaviour", sc.behaviour(req.Attempt)))
 		if sc.sleep > 0 {
@@ -185,6 +198,8 @@ func parse(v any) (script, error) {
 			}
 		case "hang":
 			sc.hang, err = boolean(key, val)
+		case "only_attempts":
+			sc.onlyAttempts, err = count(key, val)
 		default:
 			err = fmt.Errorf("%s.%s is not a known key", ScriptKey, key)
 		}

@@ -227,3 +227,15 @@ func TestHangNeverAnswers(t *testing.T) {
 	require.NotNil(t, resp.GetFailed(), "hang must not succeed: %v", resp)
 	require.True(t, resp.GetFailed().GetRetryable())
 }
+
+func TestOnlyAttemptsLimitsTheScript(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	resp, err := b.execute(t, call{payload: script(map[string]any{"fail_permanent": true, "only_attempts": 1})})
+	require.NoError(t, err)
+	require.NotNil(t, resp.GetFailed(), "attempt 1 follows the script")
+	resp, err = b.execute(t, call{attempt: 2, payload: script(map[string]any{"fail_permanent": true, "only_attempts": 1})})
+	require.NoError(t, err)
+	require.Equal(t, echoed(2), resp.GetCompleted().GetResult().AsMap(), "attempt 2 echoes")
+}
