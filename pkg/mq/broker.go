@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -144,6 +145,18 @@ func (b *Broker) Declare(ctx context.Context, routes ...Route) error {
 	}
 	b.mu.Unlock()
 	return nil
+}
+
+// DelayLevels are a declared route's delay levels as its holding queues apply them: scaled by
+// Config.TimeScale, in whole milliseconds, ascending, without duplicates. Nil for a route without
+// levels or not declared on this Broker. The largest is how far ahead a publisher can schedule
+// through the broker; work due later belongs in the publisher's own store until it is that close.
+func (b *Broker) DelayLevels(route string) []time.Duration {
+	t, ok := b.topology(route)
+	if !ok {
+		return nil
+	}
+	return slices.Clone(t.delayTTLs)
 }
 
 // declareAll declares topic exchanges and topologies on a throwaway channel, because a refused

@@ -449,6 +449,17 @@ func (c *consumer) handle(j *job) settlement {
 		return settlement{job: j, act: actRequeue, ev: evRequeued}
 	}
 	res, panicked := c.call(j.msg)
+	// A deferral shorter than the smallest delay level is waited out here, holding the delivery
+	// (bounded by that level), and the handler asked again: no copy, no broker round trip.
+	for !panicked && res.outcome == outcomeDefer && c.holdsDefer(res.delay) {
+		if !c.sleep(max(res.delay, time.Millisecond)) {
+			return settlement{job: j, act: actRequeue, ev: evRequeued} // shutdown: redeliver
+		}
+		if j.sub.dead.Load() {
+			return settlement{job: j, act: actNone} // the broker has already requeued it
+		}
+		res, panicked = c.call(j.msg)
+	}
 	log := c.log.With(zap.String("message_id", j.msg.ID), zap.Int("attempt", j.msg.Attempt))
 	if panicked {
 		c.st.inc(evPanicked)
@@ -474,6 +485,13 @@ func (c *consumer) handle(j *job) settlement {
 		return c.retry(j, log, res.err)
 	case outcomeReject:
 		return c.deadLetter(j, log, deadReasonRejected, res.err)
+	case outcomeDefer:
+		if len(c.top.delayTTLs) == 0 {
+			log.Error("mq handler deferred a message on a route without delay levels; requeueing",
+				zap.Duration("delay", res.delay))
+			return settlement{job: j, act: actRequeue, ev: evRequeued}
+		}
+		return c.deferCopy(j, log, res.delay)
 	default:
 		log.Warn("mq handler returned no result; requeueing")
 		return settlement{job: j, act: actRequeue, ev: evRequeued}
@@ -523,6 +541,42 @@ func (c *consumer) retry(j *job, log *zap.Logger, cause error) settlement {
 	}
 	log.Info("mq message failed; retry scheduled", zap.String("queue", target), zap.Error(cause))
 	return settlement{job: j, act: actAck, ev: evRetried}
+}
+
+// holdsDefer reports whether a deferral of d is waited out in the worker rather than in a holding
+// queue: d is shorter than the route's smallest delay level.
+func (c *consumer) holdsDefer(d time.Duration) bool {
+	return len(c.top.delayTTLs) > 0 && d < c.top.delayTTLs[0]
+}
+
+// sleep waits d; false if the handlers' context ended first.
+func (c *consumer) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// deferCopy publishes the message, unchanged (x-delivery-attempt included: a deferral spends no
+// attempt), to the holding queue of the largest delay level not longer than d; the original is
+// acked only once the copy is confirmed.
+func (c *consumer) deferCopy(j *job, log *zap.Logger, d time.Duration) settlement {
+	if j.sub.dead.Load() {
+		return settlement{job: j, act: actNone}
+	}
+	target, level, _ := c.top.delayQueue(d) // d >= the smallest level: see holdsDefer
+	ctx, cancel := c.copyContext()
+	defer cancel()
+	if err := c.b.publishCopy(ctx, "", target, copyOf(&j.d)); err != nil {
+		log.Warn("mq deferred copy not confirmed; requeueing", zap.String("queue", target), zap.Error(err))
+		return settlement{job: j, act: actRequeue, ev: evRequeued}
+	}
+	log.Debug("mq message deferred", zap.String("queue", target), zap.Duration("delay", d), zap.Duration("level", level))
+	return settlement{job: j, act: actAck, ev: evDeferred}
 }
 
 // deadLetter publishes the message to the DLQ with the reason (through the topic's direct DLX for a

@@ -10,7 +10,7 @@ import (
 
 // Counters is a snapshot of one route's durability counters since Dial. Read them as an account:
 // every application publish is Confirmed or Returned or failed; every delivery ends Acknowledged,
-// Retried, DeadLettered, Requeued, Superseded or Lost. Diagnostic probes are not counted.
+// Retried, DeadLettered, Deferred, Requeued, Superseded or Lost. Diagnostic probes are not counted.
 //
 // A subscription's deliveries are counted under "<topic>.<subscription>", a topic's publishes
 // under "topic:<topic>".
@@ -27,6 +27,7 @@ type Counters struct {
 	Requeued     uint64 // deliveries nacked back to the broker (zero Result, panic, shutdown, copy not confirmed)
 	Panicked     uint64 // handler panics (each also counted Requeued, or Superseded)
 	Redriven     uint64 // dead letters moved back to the work queue by Redrive (confirmed, then acked in the DLQ)
+	Deferred     uint64 // deliveries acked after Defer sent a confirmed copy to a delay holding queue
 }
 
 type event int
@@ -44,13 +45,14 @@ const (
 	evRequeued
 	evPanicked
 	evRedriven
+	evDeferred
 	numEvents
 )
 
 // eventNames are the metric's event label values, indexed by event.
 var eventNames = [numEvents]string{
 	"published", "confirmed", "returned", "acknowledged", "retried", "dead_lettered", "rejected",
-	"superseded", "lost", "requeued", "panicked", "redriven",
+	"superseded", "lost", "requeued", "panicked", "redriven", "deferred",
 }
 
 // newMetric is the integrations_mq_messages_total counter vec, registered with reg when given. A
@@ -113,5 +115,6 @@ func (s *routeStats) snapshot() Counters {
 		Requeued:     s.n[evRequeued].Load(),
 		Panicked:     s.n[evPanicked].Load(),
 		Redriven:     s.n[evRedriven].Load(),
+		Deferred:     s.n[evDeferred].Load(),
 	}
 }

@@ -59,9 +59,9 @@ func (d Diagnosis) String() string {
 	c := d.Counters
 	fmt.Fprintf(&sb, " consumers=%d messages=%d dlq=%d published=%d confirmed=%d returned=%d"+
 		" acknowledged=%d retried=%d dead_lettered=%d rejected=%d superseded=%d lost=%d requeued=%d"+
-		" panicked=%d redriven=%d",
+		" panicked=%d redriven=%d deferred=%d",
 		d.Consumers, d.Messages, d.DLQ, c.Published, c.Confirmed, c.Returned, c.Acknowledged,
-		c.Retried, c.DeadLettered, c.Rejected, c.Superseded, c.Lost, c.Requeued, c.Panicked, c.Redriven)
+		c.Retried, c.DeadLettered, c.Rejected, c.Superseded, c.Lost, c.Requeued, c.Panicked, c.Redriven, c.Deferred)
 	return sb.String()
 }
 

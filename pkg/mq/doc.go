@@ -8,6 +8,8 @@
 //     queue. Past the route's [RetryPolicy] the copy goes to "<queue>.dlq" instead. The budget is
 //     counted on x-delivery-attempt only, never on the broker's x-death.
 //   - [Reject]: permanent; a copy goes straight to "<queue>.dlq".
+//   - [Defer]: the message arrived before its time (see delays below); it is delivered again no
+//     earlier than the given delay, without spending an attempt.
 //   - the zero Result, a panic, or a handler whose context was cancelled: the delivery is returned
 //     to the broker (nack with requeue) and will be delivered again.
 //
@@ -19,11 +21,23 @@
 // Topology, per route, under one scope prefix:
 //
 //	<scope>.<route>                  the work queue (quorum, x-delivery-limit as a backstop)
-//	<scope>.<route>.retry.<n>ms      one holding queue per distinct (scaled) delay (quorum)
+//	<scope>.<route>.retry.<n>ms      one holding queue per distinct (scaled) retry delay (quorum)
+//	<scope>.<route>.delay.<n>ms      one holding queue per distinct (scaled) delay level (quorum)
 //	<scope>.<route>.dlq              dead letters (classic: see below)
 //
 // One holding queue per delay level is what keeps a short delay from waiting behind a long one:
-// RabbitMQ only expires messages at the head of a queue.
+// RabbitMQ only expires messages at the head of a queue. Every holding queue has a per-queue
+// x-message-ttl and dead-letters at-least-once back to the work queue.
+//
+// Scheduled delivery is bounded and kept apart from retries: a route's [Route.DelayLevels] (e.g.
+// 1s … 2h) are holding queues of their own. [Broker.PublishAfter] puts a message due in d into the
+// largest level not longer than d (or straight into the work queue below the smallest), so it
+// never arrives before that level, and may arrive early by the rest of d. The message carries its
+// due time; a handler that sees it early returns [Defer] with what is left, which moves a copy
+// (attempt header unchanged) to the next fitting level, or — below the smallest level — holds the
+// delivery that long in the worker and calls the handler again. Each deferral waits at least a
+// level or the time left, so none can spin. Work due beyond the largest level waits in the
+// publisher's own store ([Broker.DelayLevels] says how far that is).
 //
 // Dead letters carry why: x-dead-reason, x-last-error, x-delivery-attempt, x-first-failure-at,
 // x-last-failure-at, x-dead-at, x-source-queue (the broker's x-first-death-* for a message it
@@ -48,7 +62,7 @@
 // the new channel (where RabbitMQ would answer 406 and close it).
 //
 // [Counters] (published, confirmed, returned, acknowledged, retried, dead-lettered, rejected,
-// superseded, lost, requeued, panicked, redriven) are kept per route and exported as the
+// superseded, lost, requeued, panicked, redriven, deferred) are kept per route and exported as the
 // integrations_mq_messages_total metric.
 //
 // [Broker.Diagnose] checks that every queue of a route exists and runs a round trip through the

@@ -15,6 +15,7 @@ const (
 	outcomeAck
 	outcomeFail
 	outcomeReject
+	outcomeDefer
 )
 
 // Result is what a handler returns; it decides how the delivery is settled. The zero Result is
@@ -22,6 +23,7 @@ const (
 type Result struct {
 	outcome outcome
 	err     error
+	delay   time.Duration // Defer's
 }
 
 // Ack is the Result of a handler whose work is done: the delivery is acknowledged.
@@ -36,6 +38,20 @@ func Fail(err error) Result { return Result{outcome: outcomeFail, err: err} }
 // x-dead-reason "rejected" and err in x-last-error.
 func Reject(err error) Result { return Result{outcome: outcomeReject, err: err} }
 
+// Defer is the Result of a message that arrived before its time: deliver it again no earlier than
+// d from now, without spending an attempt (x-delivery-attempt is kept, not incremented) and
+// without an error.
+//
+// When d is at least the route's smallest [Route.DelayLevels] level, a copy goes to the holding
+// queue of the largest level not longer than d — confirmed before the original is acked — and
+// comes back through the work queue; a message deferred that way may still be early, by up to d
+// minus that level, and the handler defers it again. When d is shorter than the smallest level
+// the delivery is held in the worker for d (at least 1 ms) and the handler is called again with
+// the same Message; shutdown meanwhile returns it to the broker. Either way every deferral waits,
+// so a handler cannot spin on Defer. On a route without DelayLevels (and on a subscription) Defer
+// is a programming error: it is logged and the delivery is requeued.
+func Defer(d time.Duration) Result { return Result{outcome: outcomeDefer, delay: d} }
+
 // Err is the error given to Fail or Reject, nil otherwise. It lets middleware log or wrap results.
 func (r Result) Err() error { return r.err }
 
@@ -48,6 +64,8 @@ func (r Result) String() string {
 		return "fail"
 	case outcomeReject:
 		return "reject"
+	case outcomeDefer:
+		return "defer " + r.delay.String()
 	default:
 		return "none"
 	}
@@ -92,9 +110,16 @@ type RetryPolicy struct {
 
 // Route is a point-to-point queue and the policy for its deliveries.
 type Route struct {
-	Name     string      // unscoped name, e.g. "executions"; validated
-	Retry    RetryPolicy // what Fail does
-	Prefetch int         // per-consumer prefetch; default 32
+	Name  string      // unscoped name, e.g. "executions"; validated
+	Retry RetryPolicy // what Fail does
+	// DelayLevels are the scheduling delays [Broker.PublishAfter] and [Defer] can wait in, one
+	// holding queue "<queue>.delay.<n>ms" per distinct (scaled) level, in any order; every level
+	// must be positive. They are not the retry policy: a delayed message is not a failed one.
+	// A message waits in the largest level not longer than its delay, so the levels bound how
+	// early it can arrive (the handler defers it again) and the largest bounds how far ahead a
+	// publisher can schedule through the broker.
+	DelayLevels []time.Duration
+	Prefetch    int // per-consumer prefetch; default 32
 }
 
 // Headers the port reads and writes. Attempts are counted on x-delivery-attempt only, never on the

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,7 +41,7 @@ func validateRoute(name string) error {
 	if err := ValidateName(name); err != nil {
 		return err
 	}
-	if strings.HasSuffix(name, ".dlq") || strings.Contains(name, ".retry.") {
+	if strings.HasSuffix(name, ".dlq") || strings.Contains(name, ".retry.") || strings.Contains(name, ".delay.") {
 		return fmt.Errorf("mq: route name %q would collide with a DLQ or holding queue name: %w", name, ErrInvalidName)
 	}
 	return nil
@@ -72,6 +73,10 @@ type topology struct {
 	// retryQueues[i] is the holding queue used before attempt i+2; its TTL is retryTTLs[i].
 	retryQueues []string
 	retryTTLs   []time.Duration
+	// delayQueues[i] holds messages published (or deferred) for at least delayTTLs[i]; ascending,
+	// one per distinct scaled level. Empty for a route without DelayLevels and for subscriptions.
+	delayQueues []string
+	delayTTLs   []time.Duration
 }
 
 // plan resolves a Route. It is pure so Declare can validate every route before touching the broker.
@@ -107,18 +112,48 @@ func plan(scope string, timeScale float64, r Route) (*topology, error) {
 		if d <= 0 {
 			return nil, fmt.Errorf("mq: route %q: retry delay %d is %v, must be positive", r.Name, i, d)
 		}
-		// The TTL is whole milliseconds (that is what x-message-ttl takes); a delay scaled below
-		// 1 ms still waits 1 ms so it keeps a queue of its own.
-		ttl := max(time.Duration(float64(d)*timeScale).Round(time.Millisecond), time.Millisecond)
+		ttl := scaledTTL(d, timeScale)
 		t.retryTTLs = append(t.retryTTLs, ttl)
 		t.retryQueues = append(t.retryQueues, fmt.Sprintf("%s.retry.%dms", t.queue, ttl.Milliseconds()))
 	}
-	for _, n := range append([]string{t.queue, t.dlq}, t.retryQueues...) {
+	levels := make([]time.Duration, 0, len(r.DelayLevels))
+	for i, d := range r.DelayLevels {
+		if d <= 0 {
+			return nil, fmt.Errorf("mq: route %q: delay level %d is %v, must be positive", r.Name, i, d)
+		}
+		levels = append(levels, scaledTTL(d, timeScale))
+	}
+	slices.Sort(levels)
+	for _, ttl := range slices.Compact(levels) {
+		t.delayTTLs = append(t.delayTTLs, ttl)
+		t.delayQueues = append(t.delayQueues, fmt.Sprintf("%s.delay.%dms", t.queue, ttl.Milliseconds()))
+	}
+	for _, n := range slices.Concat([]string{t.queue, t.dlq}, t.retryQueues, t.delayQueues) {
 		if err := ValidateName(n); err != nil {
 			return nil, fmt.Errorf("mq: route %q: %w", r.Name, err)
 		}
 	}
 	return t, nil
+}
+
+// scaledTTL is a holding queue's TTL for delay d: scaled, in whole milliseconds (that is what
+// x-message-ttl takes), and at least 1 ms, so that a delay scaled below 1 ms keeps a queue of its
+// own.
+func scaledTTL(d time.Duration, timeScale float64) time.Duration {
+	return max(time.Duration(float64(d)*timeScale).Round(time.Millisecond), time.Millisecond)
+}
+
+// delayQueue is the holding queue of the largest delay level not longer than d, and its TTL;
+// ok is false when d is shorter than the smallest level (or the route has none).
+func (t *topology) delayQueue(d time.Duration) (queue string, ttl time.Duration, ok bool) {
+	i, found := slices.BinarySearch(t.delayTTLs, d)
+	if !found {
+		i-- // BinarySearch gives the insertion point: the first level longer than d
+	}
+	if i < 0 {
+		return "", 0, false
+	}
+	return t.delayQueues[i], t.delayTTLs[i], true
 }
 
 // retryQueue is the holding queue for a message whose attempt number `attempt` just failed.
@@ -220,15 +255,27 @@ func (t *topology) declare(ch *amqp.Channel) error {
 			continue
 		}
 		seen[name] = true
-		// Never x-expires here: a holding queue has no consumer, publishing does not renew it, and
-		// an expired queue is deleted with its messages, nothing dead-lettered.
-		args := deadLetterVia("", t.queue)
-		args["x-message-ttl"] = t.retryTTLs[i].Milliseconds()
-		if err := declareQueue(ch, name, quorumArgs(args)); err != nil {
+		if err := declareHolding(ch, name, t.retryTTLs[i], t.queue); err != nil {
+			return err
+		}
+	}
+	for i, name := range t.delayQueues {
+		if err := declareHolding(ch, name, t.delayTTLs[i], t.queue); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// declareHolding declares a holding queue: quorum, a per-queue TTL, and at-least-once
+// dead-lettering of every expired message back to the work queue. Retry and delay levels are both
+// holding queues; they differ only in name and in who publishes into them.
+func declareHolding(ch *amqp.Channel, name string, ttl time.Duration, workQueue string) error {
+	// Never x-expires here: a holding queue has no consumer, publishing does not renew it, and an
+	// expired queue is deleted with its messages, nothing dead-lettered.
+	args := deadLetterVia("", workQueue)
+	args["x-message-ttl"] = ttl.Milliseconds()
+	return declareQueue(ch, name, quorumArgs(args))
 }
 
 // declareSubscription declares a subscription: the topic's fanout, the topic's direct dead-letter
@@ -268,5 +315,5 @@ func (t *topology) queues() []string {
 			out = append(out, q)
 		}
 	}
-	return out
+	return append(out, t.delayQueues...)
 }

@@ -77,7 +77,34 @@ func (b *Broker) PublishAll(ctx context.Context, route string, msgs []Outgoing) 
 	if err := ValidateName(queue); err != nil {
 		return failAll(len(msgs), fmt.Errorf("mq: publish to %q: %w", route, err))
 	}
-	return b.publishMany(ctx, b.routeStats(route), route, "", queue, msgs)
+	return b.publishMany(ctx, b.routeStats(route), route, "", func(int) string { return queue }, msgs)
+}
+
+// PublishAfter is PublishAll for messages that must not be delivered before their delay: msgs[i]
+// goes to the holding queue of the route's largest [Route.DelayLevels] level not longer than
+// delays[i], whose TTL dead-letters it into the work queue; a delay shorter than the smallest
+// level (zero or negative included) goes straight to the work queue. So a message never arrives
+// before its level, and arrives early by up to its delay minus that level: the consumer compares
+// with the time the message carries and returns [Defer] for the rest. A long delay never holds
+// back a short one: each level has its own queue.
+//
+// The route must have been declared with Declare on this Broker (that is where its levels come
+// from); otherwise every message fails with ErrUnknownRoute. Confirms, mandatory publishing,
+// errors and the timeout are PublishAll's.
+func (b *Broker) PublishAfter(ctx context.Context, route string, msgs []Outgoing, delays []time.Duration) []error {
+	if len(delays) != len(msgs) {
+		return failAll(len(msgs), fmt.Errorf("mq: publish to %q: %d messages but %d delays", route, len(msgs), len(delays)))
+	}
+	t, ok := b.topology(route)
+	if !ok || t.topic != "" {
+		return failAll(len(msgs), fmt.Errorf("mq: publish to %q: %w", route, ErrUnknownRoute))
+	}
+	return b.publishMany(ctx, b.routeStats(route), route, "", func(i int) string {
+		if q, _, ok := t.delayQueue(delays[i]); ok {
+			return q
+		}
+		return t.queue
+	}, msgs)
 }
 
 func failAll(n int, err error) []error {
@@ -88,9 +115,9 @@ func failAll(n int, err error) []error {
 	return errs
 }
 
-// publishMany publishes application messages to exchange/key (mandatory), pipelined, counting
-// them in st. what names the destination in errors.
-func (b *Broker) publishMany(ctx context.Context, st *routeStats, what, exchange, key string, msgs []Outgoing) []error {
+// publishMany publishes application messages to exchange with routing key key(i) (mandatory),
+// pipelined, counting them in st. what names the destination in errors.
+func (b *Broker) publishMany(ctx context.Context, st *routeStats, what, exchange string, key func(i int) string, msgs []Outgoing) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
@@ -112,7 +139,7 @@ func (b *Broker) publishMany(ctx context.Context, st *routeStats, what, exchange
 			flights[i].err = err
 			continue
 		}
-		flights[i] = p.send(ctx, exchange, key, pub)
+		flights[i] = p.send(ctx, exchange, key(i), pub)
 		if flights[i].err == nil {
 			sent++
 		}

@@ -118,7 +118,7 @@ func (b *Broker) PublishTopic(ctx context.Context, topic string, msg Outgoing) e
 			return fmt.Errorf("mq: publish to topic %q: %w", topic, err)
 		}
 	}
-	return b.publishMany(ctx, b.routeStats(topicCountersKey(topic)), "topic "+topic, exchange, "", []Outgoing{msg})[0]
+	return b.publishMany(ctx, b.routeStats(topicCountersKey(topic)), "topic "+topic, exchange, func(int) string { return "" }, []Outgoing{msg})[0]
 }
 
 // Subscribe consumes a subscription of a topic like Consume consumes a route: `concurrency`

@@ -13,9 +13,17 @@ import (
 // Its port-level retry covers a consumer that could not do its own work (Postgres or the
 // settlement service unreachable), not the provider failing: that is the execution's own
 // schedule, kept in Postgres (DESIGN.md §5, "two levels of retry").
+//
+// Its DelayLevels carry dispatches that are due in the future: the dispatcher publishes a dispatch
+// due within the largest level (2h) into the largest level not past its due time, and the consumer
+// defers one that arrives early (through shorter levels, the last second in the consumer itself);
+// dispatches due later wait in Postgres. The levels are not the port-level Retry above: waiting for
+// a due time spends no attempt.
 var Executions = mq.Route{
-	Name:     "executions",
-	Retry:    mq.RetryPolicy{Delays: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}, MaxAttempts: 5},
+	Name:  "executions",
+	Retry: mq.RetryPolicy{Delays: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}, MaxAttempts: 5},
+	DelayLevels: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute,
+		30 * time.Minute, 2 * time.Hour},
 	Prefetch: 32,
 }
 

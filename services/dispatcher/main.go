@@ -1,12 +1,15 @@
-// Command dispatcher moves due dispatch records from Postgres to the executions queue (hop 2 of
-// the flow): claimed with SKIP LOCKED and a claim expiry, published with publisher confirms,
-// deleted once confirmed. It passes on a schedule and when the gateway nudges it.
+// Command dispatcher moves dispatch records from Postgres to the executions queue (hop 2 of the
+// flow): claimed with SKIP LOCKED and a claim expiry once they are due within the route's largest
+// delay level, published into the delay level that holds each until it is due, with publisher
+// confirms, deleted once confirmed. It passes on a schedule, when the next record comes within
+// reach, and when the gateway or settlement nudges it.
 package main
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -56,7 +59,15 @@ func run() error {
 		return err
 	}
 	app := lifecycle.New(logger, cfg.ShutdownTimeout)
-	d := dispatch.New(store.New(pool), broker, logger, cfg.Interval, cfg.ClaimTTL, cfg.BatchSize)
+	// Records due within the largest delay level are published into the broker's holding queues;
+	// later ones wait in Postgres.
+	var horizon time.Duration
+	if levels := broker.DelayLevels(routes.Executions.Name); len(levels) > 0 {
+		horizon = levels[len(levels)-1]
+	}
+	d := dispatch.New(store.New(pool), broker, logger, dispatch.Config{
+		Interval: cfg.Interval, ClaimTTL: cfg.ClaimTTL, Horizon: horizon, BatchSize: cfg.BatchSize,
+	})
 
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
 	dispatcherv1.RegisterDispatcherServiceServer(srv, d)

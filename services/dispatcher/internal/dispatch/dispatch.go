@@ -1,5 +1,7 @@
-// Package dispatch is the dispatcher's loop: claim due dispatch records, publish them with
-// publisher confirms, delete what the broker confirmed. It runs on a schedule and when nudged.
+// Package dispatch is the dispatcher's loop: claim dispatch records due within the horizon (the
+// executions route's largest delay level), publish each into the delay level that holds it until
+// it is due, with publisher confirms, and delete what the broker confirmed. It runs on a
+// schedule, when nudged, and when the next record comes within the horizon.
 package dispatch
 
 import (
@@ -37,25 +39,37 @@ var (
 
 // Publisher is the part of the message port the dispatcher uses.
 type Publisher interface {
-	PublishAll(ctx context.Context, route string, msgs []mq.Outgoing) []error
+	PublishAfter(ctx context.Context, route string, msgs []mq.Outgoing, delays []time.Duration) []error
 }
 
 // Dispatcher claims and publishes dispatch records.
 type Dispatcher struct {
 	dispatcherv1.UnimplementedDispatcherServiceServer
-	store     *store.Store
-	pub       Publisher
-	log       *zap.Logger
-	interval  time.Duration
-	claimTTL  time.Duration
+	store    *store.Store
+	pub      Publisher
+	log      *zap.Logger
+	interval time.Duration
+	claimTTL time.Duration
+	// horizon is how far ahead a record is published: the executions route's largest delay level
+	// as the broker applies it (scaled). Records due later wait in Postgres. 0 publishes only due
+	// records.
+	horizon   time.Duration
 	batchSize int
 	wake      chan struct{}
 }
 
+// Config is a Dispatcher's settings.
+type Config struct {
+	Interval  time.Duration // the longest wait between passes
+	ClaimTTL  time.Duration // how long a claim reserves a record
+	Horizon   time.Duration // how far ahead of its due time a record is published
+	BatchSize int           // the most records claimed at a time
+}
+
 // New returns a Dispatcher.
-func New(st *store.Store, pub Publisher, log *zap.Logger, interval, claimTTL time.Duration, batchSize int) *Dispatcher {
-	return &Dispatcher{store: st, pub: pub, log: log, interval: interval, claimTTL: claimTTL, batchSize: batchSize,
-		wake: make(chan struct{}, 1)}
+func New(st *store.Store, pub Publisher, log *zap.Logger, cfg Config) *Dispatcher {
+	return &Dispatcher{store: st, pub: pub, log: log, interval: cfg.Interval, claimTTL: cfg.ClaimTTL,
+		horizon: max(cfg.Horizon, 0), batchSize: cfg.BatchSize, wake: make(chan struct{}, 1)}
 }
 
 // Nudge implements DispatcherService.Nudge: it asks for a pass without waiting for it.
@@ -67,9 +81,9 @@ func (d *Dispatcher) Nudge(context.Context, *dispatcherv1.NudgeRequest) (*dispat
 	return &dispatcherv1.NudgeResponse{}, nil
 }
 
-// Run passes when nudged, when the earliest waiting record falls due, and at least every
-// interval (which recovers lost nudges and records written by other dispatchers' peers), until
-// ctx ends.
+// Run passes when nudged, when the earliest waiting record comes within the horizon (or its claim
+// expires), and at least every interval (which recovers lost nudges and records written by other
+// dispatchers' peers), until ctx ends.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	timer := time.NewTimer(d.interval)
 	defer timer.Stop()
@@ -87,17 +101,18 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 }
 
-// untilNext is the wait before the next pass: until the earliest waiting record is due, at most
-// the interval.
+// untilNext is the wait before the next pass: until the earliest waiting record becomes claimable
+// (horizon before it is due), at most the interval.
 func (d *Dispatcher) untilNext(ctx context.Context) time.Duration {
-	next, err := d.store.DispatchNextDue(ctx)
+	next, err := d.store.DispatchNextDue(ctx, d.horizon)
 	if err != nil || next == nil {
 		return d.interval
 	}
 	return min(max(time.Until(*next), time.Millisecond), d.interval)
 }
 
-// Pass publishes every due record, batch by batch, and records the time it completed.
+// Pass publishes every record due within the horizon, batch by batch, and records the time it
+// completed.
 func (d *Dispatcher) Pass(ctx context.Context) error {
 	for {
 		n, err := d.batch(ctx)
@@ -112,12 +127,19 @@ func (d *Dispatcher) Pass(ctx context.Context) error {
 }
 
 func (d *Dispatcher) batch(ctx context.Context) (int, error) {
-	claimed, err := d.store.DispatchClaim(ctx, d.batchSize, d.claimTTL)
+	start := time.Now()
+	claimed, err := d.store.DispatchClaim(ctx, d.batchSize, d.claimTTL, d.horizon)
 	if err != nil || len(claimed) == 0 {
 		return 0, err
 	}
+	// How far ahead each record is due, on the database's clock (which wrote due_at), less the time
+	// since the claim was asked for: an overestimate of the time passed, so a message is never
+	// published into a level that outlasts its due time.
+	since := time.Since(start)
 	msgs := make([]mq.Outgoing, len(claimed))
+	delays := make([]time.Duration, len(claimed))
 	for i, c := range claimed {
+		delays[i] = c.DueAt.Sub(c.ClaimedAt) - since
 		body, err := proto.Marshal(&queuev1.ExecutionDispatch{
 			ExecutionId: c.ExecutionID, Attempt: c.Attempt, DueTime: timestamppb.New(c.DueAt),
 		})
@@ -128,7 +150,9 @@ func (d *Dispatcher) batch(ctx context.Context) (int, error) {
 		// identity.
 		msgs[i] = mq.Outgoing{ID: fmt.Sprintf("%s:%d", c.ExecutionID, c.Attempt), Body: body}
 	}
-	errs := d.pub.PublishAll(ctx, routes.Executions.Name, msgs)
+	// The message carries the due time: one that arrives early (a level shorter than its delay)
+	// is deferred again by the consumer, without spending an attempt.
+	errs := d.pub.PublishAfter(ctx, routes.Executions.Name, msgs, delays)
 	var done []int64
 	for i, err := range errs {
 		if err != nil {

@@ -1,5 +1,5 @@
-// Package store is the SQL the dispatcher owns: claiming due dispatch records and deleting the
-// published ones.
+// Package store is the SQL the dispatcher owns: claiming dispatch records due now or within the
+// broker's delay horizon, and deleting the published ones.
 package store
 
 import (
@@ -18,6 +18,9 @@ type Dispatch struct {
 	Attempt      int32
 	DueAt        time.Time
 	ClaimedUntil time.Time
+	// ClaimedAt is the database's time of the claim: the clock DueAt was written by, so DueAt minus
+	// ClaimedAt is how far ahead the record was due, whatever the dispatcher's own clock says.
+	ClaimedAt time.Time
 }
 
 // Store is the dispatcher's data access.
@@ -28,26 +31,30 @@ type Store struct {
 // New returns a Store on pool.
 func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
-// DispatchClaim reserves up to limit due, unclaimed (or claim-expired) records for ttl. Several
-// dispatchers can claim at once: SKIP LOCKED gives each its own rows.
-func (s *Store) DispatchClaim(ctx context.Context, limit int, ttl time.Duration) ([]Dispatch, error) {
+// DispatchClaim reserves for ttl up to limit unclaimed (or claim-expired) records due within
+// horizon from now, earliest first: those due already and, with a positive horizon, those the
+// broker's delay levels can hold until they are due. Several dispatchers can claim at once: SKIP
+// LOCKED gives each its own rows.
+func (s *Store) DispatchClaim(ctx context.Context, limit int, ttl, horizon time.Duration) ([]Dispatch, error) {
 	rows, err := s.pool.Query(ctx, `
 		UPDATE dispatches d SET claimed_until = now() + make_interval(secs => $2)
 		FROM (
 			SELECT id FROM dispatches
-			WHERE due_at <= now() AND (claimed_until IS NULL OR claimed_until < now())
+			WHERE due_at <= now() + make_interval(secs => $3)
+				AND (claimed_until IS NULL OR claimed_until < now())
 			ORDER BY due_at
 			LIMIT $1
 			FOR UPDATE SKIP LOCKED
 		) due
 		WHERE d.id = due.id
-		RETURNING d.id, d.execution_id, d.attempt, d.due_at, d.claimed_until`, limit, ttl.Seconds())
+		RETURNING d.id, d.execution_id, d.attempt, d.due_at, d.claimed_until, now()`,
+		limit, ttl.Seconds(), max(horizon, 0).Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim dispatches: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Dispatch, error) {
 		var d Dispatch
-		err := r.Scan(&d.ID, &d.ExecutionID, &d.Attempt, &d.DueAt, &d.ClaimedUntil)
+		err := r.Scan(&d.ID, &d.ExecutionID, &d.Attempt, &d.DueAt, &d.ClaimedUntil, &d.ClaimedAt)
 		return d, err
 	})
 	if err != nil {
@@ -66,17 +73,19 @@ func (s *Store) DispatchDeletePublished(ctx context.Context, ids []int64, claime
 	return tag.RowsAffected(), nil
 }
 
-// DispatchNextDue returns when the earliest record becomes claimable — its due time, or the end
-// of its claim if one holds it — or nil if none waits.
-func (s *Store) DispatchNextDue(ctx context.Context) (*time.Time, error) {
+// DispatchNextDue returns when the earliest record becomes claimable with the given horizon (see
+// DispatchClaim) — horizon before its due time, or the end of its claim if one holds it — or nil
+// if none waits.
+func (s *Store) DispatchNextDue(ctx context.Context, horizon time.Duration) (*time.Time, error) {
 	var next *time.Time
 	// Two index-ordered lookups (least ignores NULLs): the earliest unclaimed record, and the
 	// earliest claim to expire.
 	if err := s.pool.QueryRow(ctx, `
 		SELECT least(
-			(SELECT due_at FROM dispatches WHERE claimed_until IS NULL ORDER BY due_at LIMIT 1),
-			(SELECT greatest(due_at, claimed_until) FROM dispatches WHERE claimed_until IS NOT NULL
-			 ORDER BY claimed_until LIMIT 1))`).Scan(&next); err != nil {
+			(SELECT due_at FROM dispatches WHERE claimed_until IS NULL ORDER BY due_at LIMIT 1)
+				- make_interval(secs => $1),
+			(SELECT greatest(due_at - make_interval(secs => $1), claimed_until) FROM dispatches
+			 WHERE claimed_until IS NOT NULL ORDER BY claimed_until LIMIT 1))`, max(horizon, 0).Seconds()).Scan(&next); err != nil {
 		return nil, fmt.Errorf("next due dispatch: %w", err)
 	}
 	return next, nil

@@ -67,7 +67,7 @@ func TestDispatchClaimTakesOnlyDueUnclaimedRows(t *testing.T) {
 	expired := b.insert(t, 4, -time.Hour, ptr(-time.Second)) // that dispatcher's claim expired
 
 	before := time.Now()
-	got, err := b.store.DispatchClaim(ctx, 10, 30*time.Second)
+	got, err := b.store.DispatchClaim(ctx, 10, 30*time.Second, 0)
 	require.NoError(t, err)
 	require.Equal(t, []int64{due, expired}, ids(got))
 	for _, d := range got {
@@ -76,7 +76,7 @@ func TestDispatchClaimTakesOnlyDueUnclaimedRows(t *testing.T) {
 		require.True(t, d.DueAt.Before(time.Now()))
 	}
 
-	again, err := b.store.DispatchClaim(ctx, 10, 30*time.Second)
+	again, err := b.store.DispatchClaim(ctx, 10, 30*time.Second, 0)
 	require.NoError(t, err)
 	require.Empty(t, again, "claimed rows are not claimed again while the claim holds")
 }
@@ -93,7 +93,7 @@ func TestDispatchClaimHonoursTheLimitOldestFirst(t *testing.T) {
 			oldest = append(oldest, id)
 		}
 	}
-	got, err := b.store.DispatchClaim(ctx, 2, time.Minute)
+	got, err := b.store.DispatchClaim(ctx, 2, time.Minute, 0)
 	require.NoError(t, err)
 	require.Equal(t, oldest, ids(got))
 }
@@ -117,7 +117,7 @@ func TestDispatchClaimConcurrentClaimersNeverShareARow(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			for {
-				got, err := b.store.DispatchClaim(ctx, limit, time.Minute)
+				got, err := b.store.DispatchClaim(ctx, limit, time.Minute, 0)
 				if err != nil {
 					errs[i] = err
 					return
@@ -164,7 +164,7 @@ func TestDispatchDeletePublishedOnlyUnderTheSameClaim(t *testing.T) {
 	for n := 1; n <= 3; n++ {
 		b.insert(t, n, -time.Minute, nil)
 	}
-	got, err := b.store.DispatchClaim(ctx, 10, time.Minute)
+	got, err := b.store.DispatchClaim(ctx, 10, time.Minute, 0)
 	require.NoError(t, err)
 	require.Len(t, got, 3)
 	claimedUntil := got[0].ClaimedUntil
@@ -195,4 +195,92 @@ func TestDispatchDeletePublishedOnlyUnderTheSameClaim(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, []int64{reclaimed}, left, "the row another dispatcher holds stays")
+}
+
+// TestDispatchClaimWithinTheHorizon: with a horizon, records due up to that far ahead are claimed
+// too (they go into the broker's delay levels), later ones wait; ClaimedAt is the database's clock,
+// against which each claimed record's due time says how far ahead it is.
+func TestDispatchClaimWithinTheHorizon(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	due := b.insert(t, 1, -time.Minute, nil)
+	soon := b.insert(t, 2, 30*time.Minute, nil)
+	edge := b.insert(t, 3, 119*time.Minute, nil)
+	_ = b.insert(t, 4, 3*time.Hour, nil)                              // beyond the horizon: waits in Postgres
+	_ = b.insert(t, 5, time.Minute, ptr(time.Minute))                 // within, but another dispatcher holds it
+	expired := b.insert(t, 6, 90*time.Minute, ptr(-time.Millisecond)) // within, its claim expired
+
+	got, err := b.store.DispatchClaim(ctx, 10, 30*time.Second, 2*time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, []int64{due, soon, edge, expired}, ids(got))
+	ahead := map[int64]time.Duration{due: -time.Minute, soon: 30 * time.Minute, expired: 90 * time.Minute, edge: 119 * time.Minute}
+	for _, d := range got {
+		require.Equal(t, got[0].ClaimedAt, d.ClaimedAt, "one claim, one clock reading")
+		require.InDelta(t, ahead[d.ID].Seconds(), d.DueAt.Sub(d.ClaimedAt).Seconds(), 5, "dispatch %d", d.ID)
+		require.True(t, d.ClaimedUntil.Sub(d.ClaimedAt) == 30*time.Second, "claimed for the TTL")
+	}
+
+	again, err := b.store.DispatchClaim(ctx, 10, 30*time.Second, 2*time.Hour)
+	require.NoError(t, err)
+	require.Empty(t, again)
+	wider, err := b.store.DispatchClaim(ctx, 10, 30*time.Second, 4*time.Hour)
+	require.NoError(t, err)
+	require.Len(t, wider, 1, "a wider horizon reaches the 3h record")
+}
+
+// TestDispatchNextDueLooksAheadByTheHorizon: the dispatcher wakes when the earliest record comes
+// within the horizon, or a claim on one within it expires.
+func TestDispatchNextDueLooksAheadByTheHorizon(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbNow := func(t *testing.T, b *bundle) time.Time {
+		var now time.Time
+		require.NoError(t, b.schema.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
+		return now
+	}
+	requireNear := func(t *testing.T, want time.Time, got *time.Time) {
+		t.Helper()
+		require.NotNil(t, got)
+		require.WithinDuration(t, want, *got, 5*time.Second)
+	}
+
+	t.Run("nothing waits", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		next, err := b.store.DispatchNextDue(ctx, time.Hour)
+		require.NoError(t, err)
+		require.Nil(t, next)
+	})
+	t.Run("an unclaimed record", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.insert(t, 1, 3*time.Hour, nil)
+		now := dbNow(t, b)
+		next, err := b.store.DispatchNextDue(ctx, 2*time.Hour)
+		require.NoError(t, err)
+		requireNear(t, now.Add(time.Hour), next)
+		next, err = b.store.DispatchNextDue(ctx, 0)
+		require.NoError(t, err)
+		requireNear(t, now.Add(3*time.Hour), next)
+	})
+	t.Run("a claimed record within the horizon: when its claim expires", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.insert(t, 1, 30*time.Minute, ptr(10*time.Minute))
+		now := dbNow(t, b)
+		next, err := b.store.DispatchNextDue(ctx, 2*time.Hour)
+		require.NoError(t, err)
+		requireNear(t, now.Add(10*time.Minute), next)
+	})
+	t.Run("a claimed record beyond the horizon: when it comes within", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.insert(t, 1, 5*time.Hour, ptr(10*time.Minute))
+		now := dbNow(t, b)
+		next, err := b.store.DispatchNextDue(ctx, 2*time.Hour)
+		require.NoError(t, err)
+		requireNear(t, now.Add(3*time.Hour), next)
+	})
 }

@@ -1,6 +1,7 @@
-// Package attempt is the execution-consumer's handler: for each dispatch message, start the
-// attempt (or skip a duplicate), call the adapter, and hand the outcome to the settlement
-// service — a success or final failure settles; a retryable failure schedules the next attempt.
+// Package attempt is the execution-consumer's handler: for each dispatch message, defer it if it
+// arrived before its due time, start the attempt (or skip a duplicate), call the adapter, and hand
+// the outcome to the settlement service — a success or final failure settles; a retryable failure
+// schedules the next attempt.
 package attempt
 
 import (
@@ -51,6 +52,11 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 		return mq.Reject(fmt.Errorf("malformed dispatch message %s", m.ID))
 	}
 	logger := h.log.With(log.ExecutionID(d.GetExecutionId()), log.Attempt(d.GetAttempt()))
+	if due := d.GetDueTime(); due != nil {
+		if early := time.Until(due.AsTime()); early > 0 {
+			return h.early(ctx, logger, &d, early)
+		}
+	}
 	token, tokenHash, err := secret.NewToken("cbt_")
 	if err != nil {
 		return mq.Fail(err)
@@ -97,6 +103,27 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 		logger.Error("attempt outcome not recorded", zap.Error(err))
 	}
 	return mq.Ack()
+}
+
+// early handles a dispatch that arrived before its due time: the dispatcher published it into the
+// largest delay level not past that time, so it is early by the rest, or by clock skew between
+// hosts. It is deferred for what is left — through the route's shorter delay levels, and the last
+// stretch below the smallest level held in the port's worker — without starting the attempt and
+// without spending a port-level attempt. A dispatch whose attempt can no longer start (a duplicate,
+// or the execution moved on or settled, e.g. cancelled while it waited) is dropped now rather than
+// carried to its due time.
+func (h *Handler) early(ctx context.Context, logger *zap.Logger, d *queuev1.ExecutionDispatch, early time.Duration) mq.Result {
+	startable, err := h.store.AttemptStartable(ctx, d.GetExecutionId(), d.GetAttempt())
+	switch {
+	case err != nil:
+		// The check only saves carrying an obsolete message; AttemptStart decides at the due time.
+		logger.Warn("early dispatch not checked; deferring it anyway", zap.Error(err))
+	case !startable:
+		logger.Info("dispatch skipped: attempt already started or execution moved on")
+		return mq.Ack()
+	}
+	logger.Debug("dispatch arrived early; deferred", zap.Duration("early", early))
+	return mq.Defer(early)
 }
 
 // recordTimeout bounds recording one outcome, retries included.

@@ -81,6 +81,20 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 	return st, err
 }
 
+// AttemptStartable reports whether attempt n of the execution could start now: the execution is
+// pending at attempt n-1. It is a read, for a message that arrived early: one that could never
+// start (a duplicate, or the execution moved on or settled) is dropped instead of being deferred.
+// AttemptStart's compare is still what decides.
+func (s *Store) AttemptStartable(ctx context.Context, id string, n int32) (bool, error) {
+	var ok bool
+	if err := s.pool.QueryRow(ctx,
+		`SELECT EXISTS (SELECT 1 FROM executions WHERE id = $1 AND status = 'pending' AND attempt = $2 - 1)`,
+		id, n).Scan(&ok); err != nil {
+		return false, fmt.Errorf("check attempt %d of %s: %w", n, id, err)
+	}
+	return ok, nil
+}
+
 // AttemptAccepted records that the adapter took the attempt as long-running work under a lease.
 // It changes nothing if the attempt is no longer the running one.
 func (s *Store) AttemptAccepted(ctx context.Context, id string, n int32, lease time.Duration) error {

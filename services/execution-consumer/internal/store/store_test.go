@@ -203,3 +203,29 @@ func TestAttemptStartConcurrentDuplicatesHaveOneWinner(t *testing.T) {
 		})
 	}
 }
+
+func TestAttemptStartable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	pending := b.insert(t, "pending", 1)
+	running := b.insert(t, "running", 2)
+	settled := b.insert(t, "succeeded", 1)
+	for _, tc := range []struct {
+		name string
+		id   string
+		n    int32
+		want bool
+	}{
+		{"the next attempt of a pending execution", pending, 2, true},
+		{"an attempt already started", pending, 1, false},
+		{"an attempt two ahead", pending, 3, false},
+		{"a running execution", running, 3, false},
+		{"a settled execution", settled, 2, false},
+		{"an unknown execution", uuid.NewString(), 1, false},
+	} {
+		got, err := b.store.AttemptStartable(ctx, tc.id, tc.n)
+		require.NoError(t, err, tc.name)
+		require.Equal(t, tc.want, got, tc.name)
+	}
+}

@@ -1,0 +1,300 @@
+package mq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// brokerClockGrain: the broker stamps and expires messages in whole milliseconds, so a lower bound
+// on a wait allows it that much against our clock.
+const brokerClockGrain = 2 * time.Millisecond
+
+func TestPlanDelayLevels(t *testing.T) {
+	t.Parallel()
+	top, err := plan("s", 0.5, Route{Name: "jobs",
+		Retry:       RetryPolicy{Delays: []time.Duration{time.Second}},
+		DelayLevels: []time.Duration{10 * time.Second, time.Second, 2 * time.Second, 1500 * time.Microsecond},
+	})
+	require.NoError(t, err)
+	// Scaled, rounded to whole milliseconds (at least 1), sorted, one queue per distinct level;
+	// separate from the retry holding queues even where the TTL is the same.
+	assert.Equal(t, []time.Duration{time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second}, top.delayTTLs)
+	assert.Equal(t, []string{
+		"s.jobs", "s.jobs.dlq", "s.jobs.retry.500ms",
+		"s.jobs.delay.1ms", "s.jobs.delay.500ms", "s.jobs.delay.1000ms", "s.jobs.delay.5000ms",
+	}, top.queues())
+	for _, tc := range []struct {
+		d    time.Duration
+		want string // "" → the work queue
+	}{
+		{-time.Second, ""},
+		{0, ""},
+		{999 * time.Microsecond, ""},
+		{time.Millisecond, "s.jobs.delay.1ms"},
+		{499 * time.Millisecond, "s.jobs.delay.1ms"},
+		{500 * time.Millisecond, "s.jobs.delay.500ms"},
+		{999 * time.Millisecond, "s.jobs.delay.500ms"},
+		{4 * time.Second, "s.jobs.delay.1000ms"},
+		{5 * time.Second, "s.jobs.delay.5000ms"},
+		{time.Hour, "s.jobs.delay.5000ms"},
+	} {
+		q, ttl, ok := top.delayQueue(tc.d)
+		assert.Equal(t, tc.want != "", ok, "delay %v", tc.d)
+		assert.Equal(t, tc.want, q, "delay %v", tc.d)
+		if ok {
+			assert.LessOrEqual(t, ttl, tc.d, "the level is never past the delay")
+		}
+	}
+
+	none, err := plan("s", 1, Route{Name: "plain"})
+	require.NoError(t, err)
+	_, _, ok := none.delayQueue(time.Hour)
+	assert.False(t, ok, "a route without levels publishes straight to its work queue")
+
+	_, err = plan("s", 1, Route{Name: "x", DelayLevels: []time.Duration{time.Second, 0}})
+	assert.ErrorContains(t, err, "delay level 1 is 0s")
+	_, err = plan("s", 1, Route{Name: "x.delay.5ms"})
+	assert.ErrorIs(t, err, ErrInvalidName, "a route named like another's delay queue")
+}
+
+// arrival is when a message reached the handler, and how.
+type arrival struct {
+	id      string
+	attempt int
+	at      time.Time
+}
+
+func TestPublishAfterArrivesNoEarlierThanItsLevel(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	levels := []time.Duration{300 * time.Millisecond, time.Second}
+	route := Route{Name: "sched", DelayLevels: levels}
+	require.NoError(t, tb.b.Declare(tb.ctx, route))
+	assert.Equal(t, levels, tb.b.DelayLevels("sched"))
+	assert.Nil(t, tb.b.DelayLevels("never-declared"))
+
+	got := make(chan arrival, 8)
+	tb.consume(t, "sched", 4, func(_ context.Context, m *Message) Result {
+		got <- arrival{id: m.ID, attempt: m.Attempt, at: time.Now()}
+		return Ack()
+	})
+	// level: the least each waits; the most is only bounded loosely (a shared machine).
+	cases := map[string]struct{ delay, level time.Duration }{
+		"now":        {0, 0},
+		"past":       {-time.Minute, 0},
+		"short":      {250 * time.Millisecond, 0}, // below the smallest level: straight to work
+		"mid":        {700 * time.Millisecond, 300 * time.Millisecond},
+		"long":       {1500 * time.Millisecond, time.Second},
+		"exactlyTop": {time.Second, time.Second},
+	}
+	var msgs []Outgoing
+	var delays []time.Duration
+	for id, c := range cases {
+		msgs = append(msgs, Outgoing{ID: id})
+		delays = append(delays, c.delay)
+	}
+	start := time.Now()
+	for i, err := range tb.b.PublishAfter(tb.ctx, "sched", msgs, delays) {
+		require.NoError(t, err, "message %s", msgs[i].ID)
+	}
+	for range cases {
+		a := receive(t, got, "scheduled messages")
+		c := cases[a.id]
+		waited := a.at.Sub(start)
+		t.Logf("%s: delay %v, level %v, arrived after %v", a.id, c.delay, c.level, waited)
+		assert.GreaterOrEqual(t, waited, c.level-brokerClockGrain, "%s arrived before its level", a.id)
+		assert.Less(t, waited, c.level+5*time.Second, "%s", a.id)
+		assert.Equal(t, 1, a.attempt)
+	}
+	c := tb.b.Counters("sched")
+	assert.EqualValues(t, len(cases), c.Published)
+	assert.EqualValues(t, len(cases), c.Confirmed)
+	require.Eventually(t, func() bool { return tb.b.Counters("sched").Acknowledged == uint64(len(cases)) }, waitFor, 10*time.Millisecond)
+	for _, q := range tb.b.declared()[0].queues() {
+		assert.Zero(t, tb.depth(t, q), "queue %s is empty", q)
+	}
+}
+
+func TestPublishAfterRefusals(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "sched", DelayLevels: []time.Duration{time.Second}}))
+	errs := tb.b.PublishAfter(tb.ctx, "undeclared", []Outgoing{{ID: "a"}}, []time.Duration{time.Second})
+	assert.ErrorIs(t, errs[0], ErrUnknownRoute, "the levels come from Declare")
+	errs = tb.b.PublishAfter(tb.ctx, "sched", []Outgoing{{ID: "a"}, {ID: "b"}}, []time.Duration{time.Second})
+	assert.ErrorContains(t, errs[0], "2 messages but 1 delays")
+	assert.ErrorContains(t, errs[1], "2 messages but 1 delays")
+	assert.Zero(t, tb.b.Counters("sched").Published)
+}
+
+// TestLongDelayDoesNotHoldBackShort: A is scheduled 2 s ahead, then B 300 ms ahead. In one queue
+// with per-message TTLs B would wait behind A (RabbitMQ expires only at a queue's head); with a
+// queue per level B arrives first, on time.
+func TestLongDelayDoesNotHoldBackShort(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "sched",
+		DelayLevels: []time.Duration{300 * time.Millisecond, 2 * time.Second}}))
+	got := make(chan arrival, 2)
+	tb.consume(t, "sched", 2, func(_ context.Context, m *Message) Result {
+		got <- arrival{id: m.ID, at: time.Now()}
+		return Ack()
+	})
+	start := time.Now()
+	require.NoError(t, tb.b.PublishAfter(tb.ctx, "sched", []Outgoing{{ID: "A"}}, []time.Duration{2 * time.Second})[0])
+	require.NoError(t, tb.b.PublishAfter(tb.ctx, "sched", []Outgoing{{ID: "B"}}, []time.Duration{300 * time.Millisecond})[0])
+
+	first, second := receive(t, got, "first"), receive(t, got, "second")
+	t.Logf("%s after %v, %s after %v", first.id, first.at.Sub(start), second.id, second.at.Sub(start))
+	require.Equal(t, "B", first.id)
+	require.Equal(t, "A", second.id)
+	assert.Less(t, first.at.Sub(start), 1500*time.Millisecond, "B did not wait for A")
+	assert.GreaterOrEqual(t, second.at.Sub(start), 2*time.Second-brokerClockGrain)
+}
+
+// dueHeader carries a test message's due time (unix nanoseconds), as the executions route's
+// messages carry theirs in the body.
+const dueHeader = "due"
+
+// deferUntilDue is a handler that defers a message until its due time, then acks it.
+func deferUntilDue(got chan<- arrival, calls *atomic.Int32, failFirst bool) Handler {
+	return func(_ context.Context, m *Message) Result {
+		calls.Add(1)
+		if failFirst && m.Attempt == 1 {
+			return Fail(errors.New("database unreachable"))
+		}
+		ns, _ := strconv.ParseInt(fmt.Sprint(m.Headers[dueHeader]), 10, 64)
+		if early := time.Until(time.Unix(0, ns)); early > 0 {
+			return Defer(early)
+		}
+		got <- arrival{id: m.ID, attempt: m.Attempt, at: time.Now()}
+		return Ack()
+	}
+}
+
+// TestDeferSpendsNoAttempt: a message that failed once (attempt 2) and then arrives 900 ms early
+// is deferred through the 500 ms and 100 ms levels, then waited out in the worker for the rest:
+// it is handled no earlier than its due time, still at attempt 2, never retried again.
+func TestDeferSpendsNoAttempt(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "early",
+		Retry:       RetryPolicy{Delays: []time.Duration{10 * time.Millisecond}, MaxAttempts: 2},
+		DelayLevels: []time.Duration{100 * time.Millisecond, 500 * time.Millisecond}}))
+	got := make(chan arrival, 1)
+	var calls atomic.Int32
+	tb.consume(t, "early", 2, deferUntilDue(got, &calls, true))
+
+	due := time.Now().Add(900 * time.Millisecond)
+	require.NoError(t, tb.b.Publish(tb.ctx, "early", Outgoing{ID: "m-early",
+		Headers: map[string]any{dueHeader: strconv.FormatInt(due.UnixNano(), 10)}}))
+	a := receive(t, got, "the message at its due time")
+	t.Logf("handled %v after its due time, after %d handler calls", a.at.Sub(due), calls.Load())
+	assert.False(t, a.at.Before(due), "handled %v before its due time", due.Sub(a.at))
+	assert.Equal(t, 2, a.attempt, "deferrals spend no attempt (MaxAttempts 2 would have dead-lettered)")
+	require.Eventually(t, func() bool { return tb.b.Counters("early").Acknowledged == 1 }, waitFor, 10*time.Millisecond)
+	c := tb.b.Counters("early")
+	assert.EqualValues(t, 1, c.Retried)
+	// 900 ms early, less the 10 ms retry: one 500 ms level, then 100 ms ones until under 100 ms.
+	assert.GreaterOrEqual(t, c.Deferred, uint64(2))
+	assert.LessOrEqual(t, c.Deferred, uint64(5))
+	assert.Zero(t, c.DeadLettered+c.Requeued+c.Lost+c.Superseded)
+	assert.Zero(t, tb.depth(t, tb.b.QueueName("early")+".dlq"))
+}
+
+// TestDeferBelowTheSmallestLevelHoldsTheDelivery: 40 ms early on a route whose smallest level is
+// 1 s: no copy, the worker waits 40 ms and asks the handler again. Shutdown during such a wait
+// returns the delivery to the broker.
+func TestDeferBelowTheSmallestLevelHoldsTheDelivery(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "early", DelayLevels: []time.Duration{time.Second}}))
+	got := make(chan arrival, 1)
+	var calls atomic.Int32
+	stop := tb.consume(t, "early", 1, deferUntilDue(got, &calls, false))
+
+	due := time.Now().Add(40 * time.Millisecond)
+	require.NoError(t, tb.b.Publish(tb.ctx, "early", Outgoing{ID: "m-soon",
+		Headers: map[string]any{dueHeader: strconv.FormatInt(due.UnixNano(), 10)}}))
+	a := receive(t, got, "the message at its due time")
+	assert.False(t, a.at.Before(due), "handled %v before its due time", due.Sub(a.at))
+	require.Eventually(t, func() bool { return tb.b.Counters("early").Acknowledged == 1 }, waitFor, 10*time.Millisecond)
+	assert.EqualValues(t, 2, calls.Load(), "deferred once, in the worker, then handled")
+	assert.Zero(t, tb.b.Counters("early").Deferred, "no copy went to a holding queue")
+
+	// 900 ms early, under the 1 s level: held; shutdown hands it back to the broker.
+	due = time.Now().Add(900 * time.Millisecond)
+	require.NoError(t, tb.b.Publish(tb.ctx, "early", Outgoing{ID: "m-held",
+		Headers: map[string]any{dueHeader: strconv.FormatInt(due.UnixNano(), 10)}}))
+	require.Eventually(t, func() bool { return calls.Load() == 3 }, waitFor, 5*time.Millisecond)
+	stop()
+	assert.EqualValues(t, 1, tb.b.Counters("early").Requeued)
+	require.Eventually(t, func() bool { return tb.depth(t, tb.b.QueueName("early")) == 1 }, waitFor, 10*time.Millisecond,
+		"the held message is back in the work queue")
+}
+
+// TestDeferWithoutLevelsRequeues: Defer on a route that has no delay levels is a programming
+// error; the delivery goes back to the broker rather than being held for an unbounded time.
+func TestDeferWithoutLevelsRequeues(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "plain"}))
+	got := make(chan seen, 2)
+	tb.consume(t, "plain", 1, func(_ context.Context, m *Message) Result {
+		got <- see(m)
+		if !m.Redelivered {
+			return Defer(time.Minute)
+		}
+		return Ack()
+	})
+	require.NoError(t, tb.b.Publish(tb.ctx, "plain", Outgoing{ID: "m"}))
+	receive(t, got, "first delivery")
+	assert.True(t, receive(t, got, "redelivery").Redelivered)
+	require.Eventually(t, func() bool { return tb.b.Counters("plain").Acknowledged == 1 }, waitFor, 10*time.Millisecond)
+	assert.EqualValues(t, 1, tb.b.Counters("plain").Requeued)
+}
+
+// TestDelayQueuesDiagnosedAndDeleted: Diagnose misses a deleted delay queue; DeleteRoutes deletes
+// them all.
+func TestDelayQueuesDiagnosedAndDeleted(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	route := Route{Name: "sched", DelayLevels: []time.Duration{time.Second, time.Minute}}
+	require.NoError(t, tb.b.Declare(tb.ctx, route))
+	stop := tb.consume(t, "sched", 1, func(context.Context, *Message) Result { return Ack() })
+	require.Eventually(t, func() bool {
+		return tb.b.Diagnose(tb.ctx, []Route{route}, 5*time.Second)[0].OK
+	}, waitFor, 20*time.Millisecond, "healthy with its delay queues")
+	missing := tb.b.QueueName("sched") + ".delay.60000ms"
+	tb.dlxGrace()
+	_, err := tb.ch.QueueDelete(missing, false, false, false)
+	require.NoError(t, err)
+	d := tb.b.Diagnose(tb.ctx, []Route{route}, 5*time.Second)[0]
+	assert.Equal(t, []string{"holding queue " + missing + " missing"}, d.Problems)
+
+	// Stopped first: a consumer whose queue is deleted resubscribes, declaring it again.
+	stop()
+	require.NoError(t, tb.b.Declare(tb.ctx, route))
+	tb.dlxGrace()
+	require.NoError(t, tb.b.DeleteRoutes(tb.ctx, route))
+	conn, err := amqp.Dial(testURL())
+	require.NoError(t, err)
+	defer conn.Close()
+	for _, q := range []string{tb.b.QueueName("sched") + ".delay.1000ms", missing} {
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		_, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		var ae *amqp.Error
+		require.ErrorAs(t, err, &ae, "queue %s", q)
+		assert.Equal(t, amqp.NotFound, ae.Code, "queue %s deleted", q)
+	}
+}
