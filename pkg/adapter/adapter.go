@@ -57,8 +57,8 @@ type Request struct {
 	Mode string
 }
 
-// Handler does the provider work of one attempt. ctx ends when the call's deadline passes or
-// the caller goes away. A panic is contained and answered as a permanent failure.
+// Handler does the provider work of one attempt. ctx ends when the call's deadline passes, the
+// caller goes away, or the platform cancels the execution (context.Cause is then ErrCancelled). A panic is contained and answered as a permanent failure.
 type Handler func(ctx context.Context, req *Request) Result
 
 type resultKind int
@@ -115,7 +115,8 @@ const DefaultLease = 30 * time.Second
 // the lease (see Callbacks.RenewLease), and fn's Result is then delivered through the Complete
 // callback. fn's ctx ends at the attempt's deadline, when the Server shuts down, or when the
 // platform refuses a renewal because the attempt is over (context.Cause is then
-// ErrAttemptGone and no outcome is sent).
+// ErrAttemptGone), or when the platform cancels the execution (AdapterService.Cancel;
+// context.Cause is then ErrCancelled). In the last two cases no outcome is sent.
 //
 // For a sync execution, where callbacks are refused because the gateway settles it from the
 // call's answer, fn runs inline within the call and its Result is the answer; the Callbacks it

@@ -413,3 +413,78 @@ func TestLaterWithoutCallbackAddrIsRefused(t *testing.T) {
 	require.Equal(t, adapter.CodeNoCallbackAddr, resp.GetFailed().GetCode())
 	require.True(t, resp.GetFailed().GetRetryable())
 }
+
+func TestCancelStopsLaterWorkAndSendsNoOutcome(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	fake := &fakeCallbacks{}
+	b := setup(t, fake, func(ctx context.Context, req *adapter.Request) adapter.Result {
+		return adapter.Later(60*time.Millisecond, func(ctx context.Context, _ *adapter.Callbacks) adapter.Result {
+			close(started)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			// What work typically answers when stopped; the SDK must not send it.
+			return adapter.Complete(map[string]any{"partial": true})
+		})
+	})
+	require.NotNil(t, execute(t, b, nil, executionv1.Mode_MODE_ASYNC).GetAccepted())
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	other, err := b.client.Cancel(ctx, &adapterv1.CancelRequest{ExecutionId: "exec-1", Attempt: 2})
+	require.NoError(t, err)
+	require.False(t, other.GetStopped(), "another attempt's cancellation leaves the work alone")
+	resp, err := b.client.Cancel(ctx, &adapterv1.CancelRequest{ExecutionId: "exec-1", Attempt: 3})
+	require.NoError(t, err)
+	require.True(t, resp.GetStopped())
+
+	require.ErrorIs(t, <-cause, adapter.ErrCancelled)
+	b.server.Wait()
+	fake.mu.Lock()
+	renewals := len(fake.renewals)
+	require.Zero(t, fake.completeN, "no outcome is sent for cancelled work")
+	fake.mu.Unlock()
+
+	// The work is gone: a second Cancel finds nothing, and renewals stopped with it (Wait
+	// returns only after the renewal loop ended).
+	again, err := b.client.Cancel(ctx, &adapterv1.CancelRequest{ExecutionId: "exec-1", Attempt: 3})
+	require.NoError(t, err)
+	require.False(t, again.GetStopped())
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	require.Equal(t, renewals, len(fake.renewals))
+}
+
+func TestCancelStopsAnExecuteInProgress(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{})
+	b := setup(t, &fakeCallbacks{}, func(ctx context.Context, req *adapter.Request) adapter.Result {
+		close(started)
+		<-ctx.Done()
+		return adapter.Fail(adapter.ClassUnavailable, "stopped", context.Cause(ctx).Error(), true)
+	})
+	type answer struct {
+		resp *adapterv1.ExecuteResponse
+		err  error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		resp, err := b.client.Execute(context.Background(), &adapterv1.ExecuteRequest{
+			ExecutionId: "exec-1", Attempt: 3, Capability: "test.cap", Mode: executionv1.Mode_MODE_SYNC,
+		})
+		answered <- answer{resp, err}
+	}()
+	<-started
+
+	resp, err := b.client.Cancel(context.Background(), &adapterv1.CancelRequest{ExecutionId: "exec-1", Attempt: 3})
+	require.NoError(t, err)
+	require.True(t, resp.GetStopped())
+
+	a := <-answered
+	require.NoError(t, a.err)
+	f := a.resp.GetFailed()
+	require.Equal(t, "stopped", f.GetCode())
+	require.Equal(t, adapter.ErrCancelled.Error(), f.GetMessage())
+}

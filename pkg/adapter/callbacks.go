@@ -21,6 +21,10 @@ import (
 // credential or token is not accepted. Its outcome would be refused as well, so none is sent.
 var ErrAttemptGone = errors.New("adapter: the attempt is no longer open for callbacks")
 
+// ErrCancelled is the context.Cause of work stopped because the platform cancelled the
+// execution (AdapterService.Cancel). The execution is settled, so no outcome is sent.
+var ErrCancelled = errors.New("adapter: the execution was cancelled")
+
 // Delivery of a Later outcome. The outcome is the only record of work already done, so it is
 // retried while the callback service is briefly unreachable (a restart, a rolling deploy), but
 // boundedly, because the lease expiring is the platform's own recovery for a lost outcome.
@@ -43,6 +47,9 @@ type Callbacks struct {
 	inline bool
 	// lease is the lease the automatic renewal asks for, in nanoseconds.
 	lease atomic.Int64
+	// granted is the lease the platform last granted, in nanoseconds (0: none yet). It may be
+	// shorter than asked: the platform caps a lease at the capability's and at the deadline.
+	granted atomic.Int64
 }
 
 // ExecutionID is the execution the callbacks are for.
@@ -84,13 +91,30 @@ func (c *Callbacks) RenewLease(ctx context.Context, d time.Duration) error {
 }
 
 func (c *Callbacks) renew(ctx context.Context, d time.Duration) error {
-	_, err := c.client.RenewLease(c.outgoing(ctx), &adapterv1.RenewLeaseRequest{
+	resp, err := c.client.RenewLease(c.outgoing(ctx), &adapterv1.RenewLeaseRequest{
 		ExecutionId: c.executionID, Attempt: c.attempt, CallbackToken: c.token, Lease: durationpb.New(d),
 	})
 	if err != nil {
 		return fmt.Errorf("renew lease: %w", err)
 	}
+	if resp.GetLeaseExpireTime() != nil {
+		c.granted.Store(int64(time.Until(resp.GetLeaseExpireTime().AsTime())))
+	}
 	return nil
+}
+
+// minRenewEvery bounds how often the automatic renewal runs, as a granted lease shrinks towards
+// the deadline.
+const minRenewEvery = 10 * time.Millisecond
+
+// renewEvery is the time to the next automatic renewal: a third of the lease asked for, or of the
+// one granted if that is shorter.
+func (c *Callbacks) renewEvery() time.Duration {
+	lease := time.Duration(c.lease.Load())
+	if granted := time.Duration(c.granted.Load()); granted > 0 && granted < lease {
+		lease = granted
+	}
+	return max(lease/3, minRenewEvery)
 }
 
 func (c *Callbacks) outgoing(ctx context.Context) context.Context {
@@ -101,11 +125,10 @@ func (c *Callbacks) outgoing(ctx context.Context) context.Context {
 }
 
 // background runs Later work to its end and delivers its outcome. It owns one unit of the
-// Server's work count.
-func (s *Server) background(log *zap.Logger, deadline time.Time, cb *Callbacks, fn func(context.Context, *Callbacks) Result) {
+// Server's work count. ctx is the work's own, cancellable with a cause: ErrAttemptGone (by the
+// renewal loop) or ErrCancelled (by Cancel).
+func (s *Server) background(ctx context.Context, cancel context.CancelCauseFunc, log *zap.Logger, deadline time.Time, cb *Callbacks, fn func(context.Context, *Callbacks) Result) {
 	defer s.endWork()
-	ctx, cancel := context.WithCancelCause(s.base)
-	defer cancel(nil)
 	if !deadline.IsZero() {
 		var cancelDeadline context.CancelFunc
 		ctx, cancelDeadline = context.WithDeadline(ctx, deadline)
@@ -126,19 +149,23 @@ func (s *Server) background(log *zap.Logger, deadline time.Time, cb *Callbacks, 
 	if res.kind == kindLater {
 		res = invalidResult(log, "Later work returned Later")
 	}
-	if errors.Is(context.Cause(ctx), ErrAttemptGone) {
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, ErrAttemptGone):
 		log.Warn("background work abandoned: the attempt is no longer open")
 		return
+	case errors.Is(cause, ErrCancelled):
+		log.Info("background work stopped: the execution was cancelled")
+		return
 	}
-	s.deliver(log, cb, res)
+	s.deliver(ctx, log, cb, res)
 }
 
-// renewLoop renews the lease every third of it, so that two renewals in a row may fail before
-// it expires. A refusal (as opposed to an outage) means the attempt is over: the work is
-// cancelled with ErrAttemptGone.
+// renewLoop renews the lease every third of it (of the lease granted, if shorter than asked),
+// so that two renewals in a row may fail before it expires. A refusal (as opposed to an outage)
+// means the attempt is over: the work is cancelled with ErrAttemptGone.
 func (s *Server) renewLoop(ctx context.Context, log *zap.Logger, cb *Callbacks, cancelWork context.CancelCauseFunc) {
 	for {
-		every := time.Duration(cb.lease.Load()) / 3
+		every := cb.renewEvery()
 		t := time.NewTimer(every)
 		select {
 		case <-ctx.Done():
@@ -177,8 +204,9 @@ func attemptGone(err error) bool {
 }
 
 // deliver sends a Later outcome through Complete, retrying while the service is UNAVAILABLE.
-// It runs on its own context: work cancelled by shutdown still reports how it ended.
-func (s *Server) deliver(log *zap.Logger, cb *Callbacks, res Result) {
+// It runs on its own context: work cancelled by shutdown still reports how it ended. It gives up
+// only when the work is cancelled (Cancel) between two tries.
+func (s *Server) deliver(work context.Context, log *zap.Logger, cb *Callbacks, res Result) {
 	req := &adapterv1.CompleteRequest{ExecutionId: cb.executionID, Attempt: cb.attempt, CallbackToken: cb.token}
 	if res.kind == kindCompleted {
 		st, err := toStruct(res.result)
@@ -201,6 +229,10 @@ func (s *Server) deliver(log *zap.Logger, cb *Callbacks, res Result) {
 	defer cancel()
 	backoff := deliverBackoff
 	for try := 1; ; try++ {
+		if errors.Is(context.Cause(work), ErrCancelled) {
+			log.Info("outcome not delivered: the execution was cancelled", zap.String("outcome", outcome), zap.Int("tries", try-1))
+			return
+		}
 		_, err := cb.client.Complete(cb.outgoing(ctx), req)
 		if err == nil {
 			log.Info("outcome delivered", zap.String("outcome", outcome), zap.Int("tries", try))

@@ -57,6 +57,10 @@ type Server struct {
 	idle    *sync.Cond // signalled when running drops to zero
 	running int
 	closed  bool
+	// work holds the cancel functions of each attempt's work in progress (an Execute call, Later
+	// work), for Cancel.
+	work     map[workKey]map[uint64]context.CancelCauseFunc
+	nextWork uint64
 
 	dialOnce sync.Once
 	conn     *grpc.ClientConn
@@ -74,7 +78,7 @@ func New(h Handler, opts Options) *Server {
 		log = zap.NewNop()
 	}
 	base, cancel := context.WithCancel(context.Background())
-	s := &Server{h: h, opts: opts, log: log, base: base, cancelBase: cancel}
+	s := &Server{h: h, opts: opts, log: log, base: base, cancelBase: cancel, work: map[workKey]map[uint64]context.CancelCauseFunc{}}
 	s.idle = sync.NewCond(&s.mu)
 	return s
 }
@@ -160,6 +164,44 @@ func (s *Server) endWork() {
 	}
 }
 
+// workKey names one attempt.
+type workKey struct {
+	executionID string
+	attempt     int32
+}
+
+// track registers cancel as a way to stop the attempt's work, until the returned function is
+// called.
+func (s *Server) track(k workKey, cancel context.CancelCauseFunc) (untrack func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextWork++
+	id := s.nextWork
+	if s.work[k] == nil {
+		s.work[k] = map[uint64]context.CancelCauseFunc{}
+	}
+	s.work[k][id] = cancel
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.work[k], id)
+		if len(s.work[k]) == 0 {
+			delete(s.work, k)
+		}
+	}
+}
+
+// cancelWork cancels every piece of work of the attempt with ErrCancelled and reports whether
+// there was any.
+func (s *Server) cancelWork(k workKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, cancel := range s.work[k] {
+		cancel(ErrCancelled)
+	}
+	return len(s.work[k]) > 0
+}
+
 func (s *Server) callbackClient() (adapterv1.AdapterCallbackServiceClient, error) {
 	s.dialOnce.Do(func() {
 		if s.opts.CallbackAddr == "" {
@@ -192,6 +234,10 @@ func (v service) Execute(ctx context.Context, in *adapterv1.ExecuteRequest) (*ad
 		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
 		defer cancel()
 	}
+	// The handler's own work can be cancelled too, while the call lasts.
+	ctx, cancelCall := context.WithCancelCause(ctx)
+	defer cancelCall(nil)
+	defer s.track(workKey{req.ExecutionID, req.Attempt}, cancelCall)()
 
 	res := s.run(ctx, log, func(ctx context.Context) Result { return s.h(ctx, req) })
 	if res.kind == kindLater {
@@ -260,8 +306,25 @@ func (s *Server) accept(log *zap.Logger, req *Request, token string, res Result)
 		executionID: req.ExecutionID, attempt: req.Attempt, token: token,
 	}
 	cb.lease.Store(int64(res.lease))
-	go s.background(log, req.Deadline, cb, res.later)
+	// Tracked before Accepted is answered, so that a Cancel that follows the answer finds the
+	// work.
+	ctx, cancel := context.WithCancelCause(s.base)
+	untrack := s.track(workKey{req.ExecutionID, req.Attempt}, cancel)
+	go func() {
+		defer untrack()
+		defer cancel(nil)
+		s.background(ctx, cancel, log, req.Deadline, cb, res.later)
+	}()
 	return res
+}
+
+// Cancel implements AdapterService.Cancel: the attempt's work in progress is cancelled (its
+// context's cause is ErrCancelled), its lease is no longer renewed, and no outcome is sent for
+// it. Work that has already ended, or that this replica does not run, is not affected.
+func (v service) Cancel(_ context.Context, in *adapterv1.CancelRequest) (*adapterv1.CancelResponse, error) {
+	stopped := v.s.cancelWork(workKey{in.GetExecutionId(), in.GetAttempt()})
+	v.s.log.Info("cancel requested", plog.ExecutionID(in.GetExecutionId()), plog.Attempt(in.GetAttempt()), zap.Bool("stopped", stopped))
+	return &adapterv1.CancelResponse{Stopped: stopped}, nil
 }
 
 func newRequest(in *adapterv1.ExecuteRequest) *Request {

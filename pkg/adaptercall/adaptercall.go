@@ -131,3 +131,18 @@ func transportFailure(err error) Outcome {
 		Class: class, Code: status.Code(err).String(), Message: safetext.Truncate(fmt.Sprintf("calling adapter: %s", status.Convert(err).Message()), maxMessage),
 	}}
 }
+
+// Cancel asks the adapter at endpoint to stop the work of a cancelled execution's attempt. It is
+// best effort: an adapter may not implement it (UNIMPLEMENTED), and the execution is settled
+// whatever it answers. It reports whether the adapter found running work to stop.
+func (p *Pool) Cancel(ctx context.Context, endpoint, executionID string, attempt int32) (bool, error) {
+	cli, err := p.client(endpoint)
+	if err != nil {
+		return false, err
+	}
+	resp, err := cli.Cancel(ctx, &adapterv1.CancelRequest{ExecutionId: executionID, Attempt: attempt})
+	if err != nil {
+		return false, fmt.Errorf("cancel attempt %d of %s at the adapter: %w", attempt, executionID, err)
+	}
+	return resp.GetStopped(), nil
+}

@@ -30,6 +30,13 @@ const (
 	ModeSync  = "sync"
 )
 
+// Attempt outcomes as stored on execution_attempts (besides the final statuses succeeded, failed
+// and cancelled).
+const (
+	AttemptAccepted = "accepted"
+	AttemptTimeout  = "timeout"
+)
+
 // Failure reasons (DESIGN.md §3).
 const (
 	ReasonAdapterPermanent     = "adapter.permanent"
@@ -136,15 +143,20 @@ type AttemptRow struct {
 	FailureClass   *string
 	FailureCode    *string
 	FailureMessage *string
+	// LateOutcome (succeeded or failed) is what the adapter reported after the attempt had
+	// ended, at LateAt: recorded for audit, never applied.
+	LateOutcome *string
+	LateAt      *time.Time
 }
 
 // AttemptColumns is the column list ScanAttempt expects.
-const AttemptColumns = `n, started_at, ended_at, outcome, failure_class, failure_code, failure_message`
+const AttemptColumns = `n, started_at, ended_at, outcome, failure_class, failure_code, failure_message, late_outcome, late_at`
 
 // ScanAttempt reads a row selected with AttemptColumns.
 func ScanAttempt(row pgx.Row) (AttemptRow, error) {
 	var a AttemptRow
-	err := row.Scan(&a.N, &a.StartedAt, &a.EndedAt, &a.Outcome, &a.FailureClass, &a.FailureCode, &a.FailureMessage)
+	err := row.Scan(&a.N, &a.StartedAt, &a.EndedAt, &a.Outcome, &a.FailureClass, &a.FailureCode, &a.FailureMessage,
+		&a.LateOutcome, &a.LateAt)
 	return a, err
 }
 
@@ -187,7 +199,8 @@ func (r *Row) Proto(withPayload bool) (*executionv1.Execution, error) {
 
 // Proto renders the attempt as the API message.
 func (a AttemptRow) Proto() *executionv1.Attempt {
-	p := &executionv1.Attempt{Number: a.N, StartTime: timestamppb.New(a.StartedAt), EndTime: ts(a.EndedAt), Outcome: deref(a.Outcome)}
+	p := &executionv1.Attempt{Number: a.N, StartTime: timestamppb.New(a.StartedAt), EndTime: ts(a.EndedAt), Outcome: deref(a.Outcome),
+		LateOutcome: deref(a.LateOutcome), LateTime: ts(a.LateAt)}
 	if a.FailureClass != nil {
 		p.Failure = &executionv1.Failure{Class: deref(a.FailureClass), Code: deref(a.FailureCode), Message: deref(a.FailureMessage)}
 	}

@@ -1,5 +1,6 @@
 // Command settlement writes each execution's final outcome exactly once, with its completion
-// event, in one transaction (hop 5 of the flow).
+// event, in one transaction (hop 5 of the flow), and sweeps running executions whose lease expired
+// or whose deadline passed.
 package main
 
 import (
@@ -18,6 +19,7 @@ import (
 	svcconfig "github.com/integrations-platform/integrations/services/settlement/internal/config"
 	"github.com/integrations-platform/integrations/services/settlement/internal/server"
 	"github.com/integrations-platform/integrations/services/settlement/internal/store"
+	"github.com/integrations-platform/integrations/services/settlement/internal/sweeper"
 )
 
 func main() {
@@ -51,11 +53,15 @@ func run() error {
 	app.Close("dispatcher-conn", dispatcherConn.Close)
 	app.Close("postgres", func() error { pool.Close(); return nil })
 
+	st := store.New(pool)
+	settlement := server.New(st, dispatcherv1.NewDispatcherServiceClient(dispatcherConn), cfg.Scale, logger)
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
-	settlementv1.RegisterSettlementServiceServer(srv, server.New(store.New(pool), dispatcherv1.NewDispatcherServiceClient(dispatcherConn), cfg.Scale, logger))
+	settlementv1.RegisterSettlementServiceServer(srv, settlement)
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err
 	}
+	sw := sweeper.New(st, sweeper.Options{Interval: cfg.SweepInterval, Scale: cfg.Scale, Nudge: settlement.Nudge, Logger: logger})
+	app.Go("sweeper", sw.Run)
 	if err := metrics.Serve(app, logger, cfg.MetricsAddr); err != nil {
 		return err
 	}

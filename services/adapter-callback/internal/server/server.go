@@ -1,7 +1,9 @@
 // Package server implements AdapterCallbackService: adapters renew leases, report progress and
 // complete long-running work. Every call is checked, in order, for: the adapter's credential, an
 // existing attempt, the adapter owning the execution, an async execution, the attempt's token,
-// and the attempt still being the running one.
+// and the attempt still being the running one. Refusals carry an ErrorInfo with their reason;
+// those given to the owning adapter with a valid token (NO_LONGER_APPLICABLE, SYNC_EXECUTION)
+// also carry the execution's current status and attempt, the others nothing about it.
 package server
 
 import (
@@ -53,7 +55,8 @@ func New(st *store.Store, settlement settlementv1.SettlementServiceClient, scale
 	return &Server{store: st, settlement: settlement, scale: scale, log: log}
 }
 
-// AuthInterceptor authenticates every callback with the adapter's credential.
+// AuthInterceptor authenticates every callback with the adapter's credential. A missing or
+// unknown credential is an invalid callback (UNAUTHENTICATED, INVALID_CALLBACK).
 func AuthInterceptor(st *store.Store) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if _, ok := info.Server.(*Server); !ok {
@@ -61,11 +64,11 @@ func AuthInterceptor(st *store.Store) grpc.UnaryServerInterceptor {
 		}
 		cred, err := grpcx.BearerToken(ctx)
 		if err != nil {
-			return nil, err
+			return nil, apperr.New(apperr.KindUnauthenticated, ReasonInvalid, "%s", bearerProblem(err))
 		}
 		id, err := st.AdapterIDByCredentialHash(ctx, secret.Hash(cred))
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, apperr.Unauthenticated("unknown adapter credential")
+			return nil, apperr.New(apperr.KindUnauthenticated, ReasonInvalid, "unknown adapter credential")
 		}
 		if err != nil {
 			return nil, err
@@ -74,8 +77,27 @@ func AuthInterceptor(st *store.Store) grpc.UnaryServerInterceptor {
 	}
 }
 
-// check applies the refusal rules shared by every callback and returns the attempt.
-func (s *Server) check(ctx context.Context, id string, n int32, token string) (*store.Attempt, error) {
+func bearerProblem(err error) string {
+	if e, ok := apperr.As(err); ok {
+		return e.Message
+	}
+	return "missing or malformed authorization"
+}
+
+// withState adds the execution's current status and attempt to a refusal, for callers entitled to
+// see them: the owning adapter with a valid token.
+func withState(e *apperr.Error, status string, attempt int32) error {
+	return e.With("status", status).With("attempt", strconv.Itoa(int(attempt)))
+}
+
+func notApplicable(status string, current, n int32, why string) error {
+	return withState(apperr.New(apperr.KindAborted, ReasonNotApplicable, "attempt %d is no longer applicable: %s", n, why), status, current)
+}
+
+// authorize applies the refusals that do not depend on the attempt still running, and returns
+// the attempt. An unknown attempt, a wrong token and another adapter's execution are refused
+// alike whatever the execution's state, and the refusal tells nothing about it.
+func (s *Server) authorize(ctx context.Context, id string, n int32, token string) (*store.Attempt, error) {
 	if _, err := uuid.Parse(id); err != nil {
 		return nil, apperr.Invalid("execution_id", "%q is not a UUID", id)
 	}
@@ -90,26 +112,61 @@ func (s *Server) check(ctx context.Context, id string, n int32, token string) (*
 	if err != nil {
 		return nil, err
 	}
-	withState := func(e *apperr.Error) error {
-		return e.With("status", a.Status).With("attempt", strconv.Itoa(int(a.Current)))
-	}
 	adapterID, _ := ctx.Value(adapterKey{}).(string)
 	if a.AdapterID != adapterID {
 		return nil, apperr.New(apperr.KindPermissionDenied, ReasonForeign, "execution belongs to another adapter")
 	}
+	tokenOK := subtle.ConstantTimeCompare(secret.Hash(token), a.TokenHash) == 1
 	if a.Mode == execution.ModeSync {
-		return nil, withState(apperr.New(apperr.KindFailedPrecondition, ReasonSync, "sync executions are settled by the gateway only"))
+		// Refused whatever the token, since no callback could apply to it; the execution's
+		// state is told only to a caller that proves the attempt's token.
+		refusal := apperr.New(apperr.KindFailedPrecondition, ReasonSync, "sync executions are settled by the gateway only")
+		if !tokenOK {
+			return nil, refusal
+		}
+		return nil, withState(refusal, a.Status, a.Current)
 	}
-	if subtle.ConstantTimeCompare(secret.Hash(token), a.TokenHash) != 1 {
+	if !tokenOK {
 		return nil, invalid
-	}
-	if a.Current != n || a.Status != execution.StatusRunning {
-		return nil, withState(apperr.New(apperr.KindAborted, ReasonNotApplicable, "attempt %d is no longer running", n))
 	}
 	return a, nil
 }
 
-// RenewLease implements AdapterCallbackService.RenewLease.
+// running reports whether attempt n is the execution's running attempt.
+func running(a *store.Attempt, n int32) bool {
+	return a.Current == n && a.Status == execution.StatusRunning
+}
+
+// check applies every refusal and returns the attempt, which is running.
+func (s *Server) check(ctx context.Context, id string, n int32, token string) (*store.Attempt, error) {
+	a, err := s.authorize(ctx, id, n, token)
+	if err != nil {
+		return nil, err
+	}
+	if !running(a, n) {
+		return nil, notApplicable(a.Status, a.Current, n, "it is no longer running")
+	}
+	return a, nil
+}
+
+// stopped is the refusal of a callback whose attempt stopped running between the check and the
+// write (it was settled, superseded, or its lease or deadline passed): it reads the execution's
+// state again for the refusal's details.
+func (s *Server) stopped(ctx context.Context, id string, n int32) error {
+	a, err := s.store.AttemptGet(ctx, id, n)
+	if err != nil {
+		return err
+	}
+	why := "its lease or the execution's deadline has passed"
+	if !running(a, n) {
+		why = "it is no longer running"
+	}
+	return notApplicable(a.Status, a.Current, n, why)
+}
+
+// RenewLease implements AdapterCallbackService.RenewLease. The lease is at most the capability's
+// (scaled) lease, whatever the adapter asks, and never runs past the execution's deadline: the
+// answer says until when it runs.
 func (s *Server) RenewLease(ctx context.Context, req *adapterv1.RenewLeaseRequest) (*adapterv1.RenewLeaseResponse, error) {
 	a, err := s.check(ctx, req.GetExecutionId(), req.GetAttempt(), req.GetCallbackToken())
 	if err != nil {
@@ -119,12 +176,12 @@ func (s *Server) RenewLease(ctx context.Context, req *adapterv1.RenewLeaseReques
 	if lease < 0 {
 		return nil, apperr.Invalid("lease", "must not be negative")
 	}
-	if lease == 0 {
-		lease = s.scale(a.Lease)
+	if most := s.scale(a.Lease); lease == 0 || lease > most {
+		lease = most
 	}
 	until, err := s.store.LeaseRenew(ctx, req.GetExecutionId(), req.GetAttempt(), lease)
 	if errors.Is(err, store.ErrNotRunning) {
-		return nil, apperr.New(apperr.KindAborted, ReasonNotApplicable, "attempt %d is no longer running or its lease expired", req.GetAttempt())
+		return nil, s.stopped(ctx, req.GetExecutionId(), req.GetAttempt())
 	}
 	if err != nil {
 		return nil, err
@@ -146,18 +203,36 @@ func (s *Server) ReportProgress(ctx context.Context, req *adapterv1.ReportProgre
 	}
 	if err := s.store.ProgressSet(ctx, req.GetExecutionId(), req.GetAttempt(), progress); err != nil {
 		if errors.Is(err, store.ErrNotRunning) {
-			return nil, apperr.New(apperr.KindAborted, ReasonNotApplicable, "attempt %d is no longer running", req.GetAttempt())
+			return nil, s.stopped(ctx, req.GetExecutionId(), req.GetAttempt())
 		}
 		return nil, err
 	}
 	return &adapterv1.ReportProgressResponse{}, nil
 }
 
+// The settlement service's reasons for a settlement that changed nothing: the attempt is over.
+var settlementLost = map[string]bool{"ALREADY_SETTLED": true, "STALE_ATTEMPT": true, "STATUS_MISMATCH": true}
+
 // Complete implements AdapterCallbackService.Complete: a success settles the execution; a
-// failure goes to the retry schedule.
+// failure goes to the retry schedule. An outcome for an attempt that is over — the execution
+// settled, a later attempt started, or the lease expired and the sweeper ended the attempt — is
+// refused (NO_LONGER_APPLICABLE) and recorded on the attempt for audit, never applied.
 func (s *Server) Complete(ctx context.Context, req *adapterv1.CompleteRequest) (*adapterv1.CompleteResponse, error) {
-	if _, err := s.check(ctx, req.GetExecutionId(), req.GetAttempt(), req.GetCallbackToken()); err != nil {
+	a, err := s.authorize(ctx, req.GetExecutionId(), req.GetAttempt(), req.GetCallbackToken())
+	if err != nil {
 		return nil, err
+	}
+	var outcome string
+	switch req.GetOutcome().(type) {
+	case *adapterv1.CompleteRequest_Succeeded:
+		outcome = execution.StatusSucceeded
+	case *adapterv1.CompleteRequest_Failed:
+		outcome = execution.StatusFailed
+	default:
+		return nil, apperr.Invalid("outcome", "required: succeeded or failed")
+	}
+	if !running(a, req.GetAttempt()) {
+		return nil, s.late(ctx, req, outcome, a.Status, a.Current)
 	}
 	var e *executionv1.Execution
 	switch o := req.GetOutcome().(type) {
@@ -168,7 +243,7 @@ func (s *Server) Complete(ctx context.Context, req *adapterv1.CompleteRequest) (
 			Status:     executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, Result: o.Succeeded.GetResult(),
 		})
 		if err != nil {
-			return nil, err
+			return nil, s.settlementRefused(ctx, req, outcome, err)
 		}
 		e = resp.GetExecution()
 	case *adapterv1.CompleteRequest_Failed:
@@ -178,13 +253,38 @@ func (s *Server) Complete(ctx context.Context, req *adapterv1.CompleteRequest) (
 			Retryable: out.Retryable, RetryAfter: durationpb.New(out.RetryAfter),
 		})
 		if err != nil {
-			return nil, err
+			return nil, s.settlementRefused(ctx, req, outcome, err)
 		}
 		e = resp.GetExecution()
-	default:
-		return nil, apperr.Invalid("outcome", "required: succeeded or failed")
 	}
 	s.log.Info("attempt completed by callback", log.ExecutionID(req.GetExecutionId()), log.Attempt(req.GetAttempt()),
 		zap.String("status", e.GetStatus().String()))
 	return &adapterv1.CompleteResponse{Status: e.GetStatus()}, nil
+}
+
+// settlementRefused turns the settlement service's refusal of a Complete that lost a race (the
+// sweeper, a cancellation or another outcome got there first) into a late outcome; other errors
+// pass through.
+func (s *Server) settlementRefused(ctx context.Context, req *adapterv1.CompleteRequest, outcome string, err error) error {
+	if !settlementLost[grpcx.Reason(err)] {
+		return err
+	}
+	a, rerr := s.store.AttemptGet(ctx, req.GetExecutionId(), req.GetAttempt())
+	if rerr != nil {
+		return rerr
+	}
+	return s.late(ctx, req, outcome, a.Status, a.Current)
+}
+
+// late records an outcome that came after its attempt ended and answers the refusal.
+func (s *Server) late(ctx context.Context, req *adapterv1.CompleteRequest, outcome, status string, current int32) error {
+	fields := []zap.Field{log.ExecutionID(req.GetExecutionId()), log.Attempt(req.GetAttempt()), zap.String("outcome", outcome),
+		zap.String("status", status), zap.Int32("current_attempt", current)}
+	// The refusal is the answer whether or not the audit record could be written.
+	if err := s.store.AttemptLateOutcomeSet(ctx, req.GetExecutionId(), req.GetAttempt(), outcome); err != nil {
+		s.log.Error("late outcome not recorded", append(fields, zap.Error(err))...)
+	} else {
+		s.log.Info("late outcome recorded, not applied", fields...)
+	}
+	return notApplicable(status, current, req.GetAttempt(), "the attempt has ended")
 }

@@ -66,15 +66,17 @@ func (s *Store) AttemptGet(ctx context.Context, id string, n int32) (*Attempt, e
 	return &a, nil
 }
 
-// ErrNotRunning means the attempt is no longer the running one, or its lease has expired.
+// ErrNotRunning means the attempt is no longer the running one, or its lease or the execution's
+// deadline has passed.
 var ErrNotRunning = errors.New("attempt is not running under a live lease")
 
-// LeaseRenew extends the running attempt's lease to now+lease, if the lease has not expired.
+// LeaseRenew extends the running attempt's lease to now+lease, but never past the execution's
+// deadline, if neither the lease nor the deadline has passed.
 func (s *Store) LeaseRenew(ctx context.Context, id string, n int32, lease time.Duration) (time.Time, error) {
 	var until time.Time
 	err := s.pool.QueryRow(ctx, `
-		UPDATE executions SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
-		WHERE id = $1 AND attempt = $2 AND status = 'running' AND lease_expires_at > now()
+		UPDATE executions SET lease_expires_at = least(now() + make_interval(secs => $3), deadline_at), updated_at = now()
+		WHERE id = $1 AND attempt = $2 AND status = 'running' AND lease_expires_at > now() AND deadline_at > now()
 		RETURNING lease_expires_at`, id, n, lease.Seconds()).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, ErrNotRunning
@@ -95,6 +97,18 @@ func (s *Store) ProgressSet(ctx context.Context, id string, n int32, progress []
 	}
 	if tag.RowsAffected() == 0 {
 		return ErrNotRunning
+	}
+	return nil
+}
+
+// AttemptLateOutcomeSet records, for audit, an outcome the adapter reported for attempt n after
+// the attempt had ended. Only the first one is kept. It changes nothing else: a late outcome is
+// never applied.
+func (s *Store) AttemptLateOutcomeSet(ctx context.Context, id string, n int32, outcome string) error {
+	if _, err := s.pool.Exec(ctx, `
+		UPDATE execution_attempts SET late_outcome = $3, late_at = now()
+		WHERE execution_id = $1 AND n = $2 AND late_outcome IS NULL`, id, n, outcome); err != nil {
+		return fmt.Errorf("record late outcome of attempt %d of %s: %w", n, id, err)
 	}
 	return nil
 }

@@ -31,6 +31,7 @@ import (
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/pkg/webhook"
@@ -170,6 +171,15 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 	settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancelSettle()
 	settled, err := s.settlement.Settle(settleCtx, settle)
+	if grpcx.Reason(err) == reasonAlreadySettled {
+		// Someone settled it meanwhile: the application cancelled it, or the sweeper found its
+		// deadline passed. The caller gets the execution as it was settled.
+		s.log.Info("sync execution settled by another", log.ExecutionID(row.ID), log.Attempt(1))
+		if row, _, err = s.store.ExecutionGet(settleCtx, n.ApplicationID, row.ID); err != nil {
+			return nil, err
+		}
+		return s.response(row, nil)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("settle sync execution %s: %w", row.ID, err)
 	}
@@ -275,6 +285,82 @@ func (s *Server) GetExecution(ctx context.Context, req *gatewayv1.GetExecutionRe
 		e.Attempts = append(e.Attempts, a.Proto())
 	}
 	return &gatewayv1.GetExecutionResponse{Execution: e}, nil
+}
+
+// The settlement service's reasons for a settlement that changed nothing (ErrorInfo.reason).
+const (
+	reasonAlreadySettled = "ALREADY_SETTLED"
+	reasonStaleAttempt   = "STALE_ATTEMPT"
+	reasonStatusMismatch = "STATUS_MISMATCH"
+)
+
+// cancelTries bounds how often a cancellation reads the execution again because it moved between
+// the read and the settlement (an attempt started, or a failed one sent it back to pending).
+const cancelTries = 5
+
+// adapterCancelTimeout bounds the best-effort request to the adapter to stop a cancelled attempt.
+const adapterCancelTimeout = 2 * time.Second
+
+// CancelExecution implements GatewayService.CancelExecution: the settlement service settles the
+// execution CANCELLED from the status and attempt read here, with the same compare-and-set as any
+// other settlement, so a cancellation racing a completion writes once. A pending execution's
+// queued dispatch then finds it settled and does nothing; a running one's adapter is asked to stop.
+func (s *Server) CancelExecution(ctx context.Context, req *gatewayv1.CancelExecutionRequest) (*gatewayv1.CancelExecutionResponse, error) {
+	if _, err := uuid.Parse(req.GetId()); err != nil {
+		return nil, apperr.Invalid("id", "%q is not an execution id", req.GetId())
+	}
+	appID := applicationID(ctx)
+	for try := 1; ; try++ {
+		row, _, err := s.store.ExecutionGet(ctx, appID, req.GetId())
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, apperr.NotFound("execution %s not found", req.GetId())
+		}
+		if err != nil {
+			return nil, err
+		}
+		if execution.IsFinal(row.Status) {
+			return nil, apperr.New(apperr.KindFailedPrecondition, reasonAlreadySettled, "execution already settled %s", row.Status).
+				With("status", row.Status).With("attempt", strconv.Itoa(int(row.Attempt)))
+		}
+		settled, err := s.settlement.Settle(ctx, &settlementv1.SettleRequest{
+			ExecutionId: row.ID, Attempt: row.Attempt, FromStatus: execution.StatusToProto(row.Status),
+			Status:  executionv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED,
+			Failure: execution.Failure{Reason: execution.ReasonCancelled, Message: "cancelled by the application"}.Proto(),
+		})
+		switch reason := grpcx.Reason(err); {
+		case err == nil:
+		case (reason == reasonStaleAttempt || reason == reasonStatusMismatch) && try < cancelTries:
+			continue
+		default:
+			// ALREADY_SETTLED (a completion won the race) passes through with the winner's status.
+			return nil, err
+		}
+		s.log.Info("execution cancelled", log.ExecutionID(row.ID), log.Attempt(row.Attempt),
+			zap.String("from_status", row.Status), log.ApplicationID(appID), log.EventID(settled.GetEventId()))
+		if row.Status == execution.StatusRunning {
+			s.stopAttempt(ctx, row)
+		}
+		return &gatewayv1.CancelExecutionResponse{Execution: settled.GetExecution()}, nil
+	}
+}
+
+// stopAttempt asks the adapter to stop a cancelled execution's running attempt. Best effort: the
+// execution is settled already, and an outcome the adapter still sends is refused.
+func (s *Server) stopAttempt(ctx context.Context, row *execution.Row) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), adapterCancelTimeout)
+	defer cancel()
+	fields := []zap.Field{log.ExecutionID(row.ID), log.Attempt(row.Attempt)}
+	c, err := s.store.CapabilityGet(ctx, row.Capability)
+	if err != nil {
+		s.log.Info("adapter not asked to stop the cancelled attempt", append(fields, zap.Error(err))...)
+		return
+	}
+	stopped, err := s.adapters.Cancel(ctx, c.AdapterEndpoint, row.ID, row.Attempt)
+	if err != nil {
+		s.log.Info("adapter did not take the cancellation", append(fields, zap.Error(err))...)
+		return
+	}
+	s.log.Info("adapter asked to stop the cancelled attempt", append(fields, zap.Bool("stopped", stopped))...)
 }
 
 // ListExecutions implements GatewayService.ListExecutions.

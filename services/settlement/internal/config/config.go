@@ -1,7 +1,13 @@
 // Package config is the settlement service's configuration.
 package config
 
-import "github.com/integrations-platform/integrations/pkg/config"
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/integrations-platform/integrations/pkg/config"
+)
 
 // Config is read from the environment.
 type Config struct {
@@ -10,4 +16,15 @@ type Config struct {
 	// DispatcherAddr is nudged when a next attempt is scheduled, so that the dispatcher times its
 	// next pass to the new record's due time.
 	DispatcherAddr string `env:"INTEGRATIONS_DISPATCHER_ADDR" envDefault:"127.0.0.1:9091"`
+	// SweepInterval is the time between the sweeper's passes over expired leases and deadlines.
+	SweepInterval time.Duration `env:"INTEGRATIONS_SWEEP_INTERVAL" envDefault:"1s"`
+}
+
+// Validate checks the settings.
+func (c Config) Validate() error {
+	errs := []error{c.Common.Validate()}
+	if c.SweepInterval <= 0 {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_SWEEP_INTERVAL: %v must be positive", c.SweepInterval))
+	}
+	return errors.Join(errs...)
 }

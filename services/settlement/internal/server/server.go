@@ -41,9 +41,9 @@ func New(st *store.Store, dispatcher dispatcherv1.DispatcherServiceClient, scale
 	return &Server{store: st, dispatcher: dispatcher, scale: scale, log: log}
 }
 
-// nudge tells the dispatcher a record was scheduled, without waiting; a lost nudge only delays
-// the attempt until the dispatcher's next scheduled pass.
-func (s *Server) nudge() {
+// Nudge tells the dispatcher a record was scheduled, without waiting; a lost nudge only delays
+// the attempt until the dispatcher's next scheduled pass. The sweeper uses it too.
+func (s *Server) Nudge() {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -118,7 +118,7 @@ func (s *Server) FailAttempt(ctx context.Context, req *settlementv1.FailAttemptR
 	resp := &settlementv1.FailAttemptResponse{Execution: e, EventId: res.EventID}
 	if res.NextAttemptAt != nil {
 		resp.NextAttemptTime = timestamppb.New(*res.NextAttemptAt)
-		s.nudge()
+		s.Nudge()
 		s.log.Info("attempt failed, next scheduled", log.ExecutionID(a.ExecutionID), log.Attempt(a.Attempt),
 			zap.String("class", a.Failure.Class), zap.Time("next_attempt_at", *res.NextAttemptAt))
 	} else {

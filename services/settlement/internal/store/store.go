@@ -3,6 +3,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +26,9 @@ type Outcome struct {
 	Status      string // succeeded, failed or cancelled
 	Result      []byte // JSON object, for succeeded
 	Failure     execution.Failure
+	// AttemptOutcome closes the attempt's row; empty means Status (the sweeper's timeout is the
+	// one outcome that differs from the execution's status).
+	AttemptOutcome string
 }
 
 // Conflict says why a settlement changed nothing.
@@ -92,8 +96,15 @@ func settle(ctx context.Context, tx pgx.Tx, o Outcome) (*Settled, error) {
 			failure_class = coalesce($4, failure_class), failure_code = coalesce($5, failure_code),
 			failure_message = coalesce($6, failure_message)
 		WHERE execution_id = $1 AND n = $2 AND ended_at IS NULL`,
-		o.ExecutionID, o.Attempt, o.Status, nullable(f.Class), nullable(f.Code), nullable(f.Message)); err != nil {
+		o.ExecutionID, o.Attempt, cmp.Or(o.AttemptOutcome, o.Status), nullable(f.Class), nullable(f.Code), nullable(f.Message)); err != nil {
 		return nil, fmt.Errorf("close attempt %d: %w", o.Attempt, err)
+	}
+	if o.FromStatus == execution.StatusPending {
+		// The next attempt will not start: its waiting dispatch record goes too. One already
+		// published finds the execution settled and is acknowledged without effect.
+		if _, err := tx.Exec(ctx, `DELETE FROM dispatches WHERE execution_id = $1`, o.ExecutionID); err != nil {
+			return nil, fmt.Errorf("delete dispatch records of %s: %w", o.ExecutionID, err)
+		}
 	}
 	eventID, err := uuid.NewV7()
 	if err != nil {
@@ -124,6 +135,12 @@ type AttemptFailure struct {
 	RetryAfter  time.Duration
 	// Scale shrinks the retry schedule's delays (and RetryAfter) for tests and demos.
 	Scale func(time.Duration) time.Duration
+	// Outcome closes the attempt's row: "failed" unless set (an expired lease is "timeout").
+	Outcome string
+	// ExhaustedReason, if set, is the failure reason when a retryable failure leaves no retry,
+	// in place of retry_exhausted.attempt_limit or retry_exhausted.budget: the sweeper's
+	// lease_expired.
+	ExhaustedReason string
 }
 
 // AttemptFailed is what AttemptFail decided: a next attempt (NextAttemptAt set) or a settlement.
@@ -140,73 +157,170 @@ type AttemptFailed struct {
 func (s *Store) AttemptFail(ctx context.Context, a AttemptFailure) (*AttemptFailed, error) {
 	var out *AttemptFailed
 	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		var (
-			status              string
-			attempt, maxAttempt int32
-			deadline            time.Time
-			delaysMS            []int64
-		)
-		err := tx.QueryRow(ctx, `
-			SELECT e.status, e.attempt, e.max_attempts, e.deadline_at, c.retry_delays_ms
-			FROM executions e JOIN capabilities c ON c.name = e.capability
-			WHERE e.id = $1
-			FOR UPDATE OF e`, a.ExecutionID).Scan(&status, &attempt, &maxAttempt, &deadline, &delaysMS)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotFound
-		}
+		var err error
+		out, err = attemptFail(ctx, tx, a)
+		return err
+	})
+	return out, err
+}
+
+// attemptFail is the retry decision, within tx. It is the only place that decides between a next
+// attempt and a failed settlement: the FailAttempt call and the sweeper both come here.
+func attemptFail(ctx context.Context, tx pgx.Tx, a AttemptFailure) (*AttemptFailed, error) {
+	var (
+		status              string
+		attempt, maxAttempt int32
+		deadline            time.Time
+		delaysMS            []int64
+	)
+	err := tx.QueryRow(ctx, `
+		SELECT e.status, e.attempt, e.max_attempts, e.deadline_at, c.retry_delays_ms
+		FROM executions e JOIN capabilities c ON c.name = e.capability
+		WHERE e.id = $1
+		FOR UPDATE OF e`, a.ExecutionID).Scan(&status, &attempt, &maxAttempt, &deadline, &delaysMS)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read execution %s: %w", a.ExecutionID, err)
+	}
+	if status != execution.StatusRunning || attempt != a.Attempt {
+		return nil, &ConflictError{Conflict{Status: status, Attempt: attempt}}
+	}
+	outcome := cmp.Or(a.Outcome, execution.StatusFailed)
+	f := a.Failure
+	delay := a.Scale(time.Duration(delaysMS[min(int(a.Attempt), len(delaysMS))-1]) * time.Millisecond)
+	if hint := a.Scale(a.RetryAfter); hint > delay {
+		delay = hint
+	}
+	next := time.Now().Add(delay)
+	switch {
+	case !a.Retryable:
+		f.Reason = execution.ReasonAdapterPermanent
+	case a.Attempt >= maxAttempt:
+		f.Reason = cmp.Or(a.ExhaustedReason, execution.ReasonAttemptLimit)
+	case next.After(deadline):
+		f.Reason = cmp.Or(a.ExhaustedReason, execution.ReasonBudget)
+	}
+	if f.Reason != "" {
+		settled, err := settle(ctx, tx, Outcome{ExecutionID: a.ExecutionID, Attempt: a.Attempt,
+			FromStatus: execution.StatusRunning, Status: execution.StatusFailed, Failure: f, AttemptOutcome: outcome})
 		if err != nil {
-			return fmt.Errorf("read execution %s: %w", a.ExecutionID, err)
+			return nil, err
 		}
-		if status != execution.StatusRunning || attempt != a.Attempt {
-			return &ConflictError{Conflict{Status: status, Attempt: attempt}}
+		return &AttemptFailed{Execution: settled.Execution, EventID: settled.EventID}, nil
+	}
+	row, err := execution.Scan(tx.QueryRow(ctx, `
+		UPDATE executions
+		SET status = 'pending', failure_class = $2, failure_reason = NULL, failure_code = $3,
+			failure_message = $4, lease_expires_at = NULL, updated_at = now()
+		WHERE id = $1
+		RETURNING `+execution.Columns, a.ExecutionID, nullable(f.Class), nullable(f.Code), nullable(f.Message)))
+	if err != nil {
+		return nil, fmt.Errorf("return execution %s to pending: %w", a.ExecutionID, err)
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE execution_attempts SET ended_at = now(), outcome = $3, failure_class = $4,
+			failure_code = $5, failure_message = $6
+		WHERE execution_id = $1 AND n = $2`,
+		a.ExecutionID, a.Attempt, outcome, nullable(f.Class), nullable(f.Code), nullable(f.Message)); err != nil {
+		return nil, fmt.Errorf("close attempt %d: %w", a.Attempt, err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO dispatches (execution_id, attempt, due_at) VALUES ($1, $2, $3)`,
+		a.ExecutionID, a.Attempt+1, next); err != nil {
+		return nil, fmt.Errorf("schedule attempt %d: %w", a.Attempt+1, err)
+	}
+	return &AttemptFailed{Execution: row, NextAttemptAt: &next}, nil
+}
+
+// Why the sweeper ended an attempt.
+const (
+	SweptLeaseExpired   = "lease_expired"
+	SweptDeadlinePassed = "deadline_passed"
+)
+
+// Swept is one running execution the sweeper ended the attempt of.
+type Swept struct {
+	ExecutionID string
+	Attempt     int32
+	// Cause is SweptLeaseExpired or SweptDeadlinePassed.
+	Cause string
+	// Result is the retry decision: a next attempt or a failed settlement. Nil when Err is set.
+	Result *AttemptFailed
+	// Err, if set, says why this execution could not be handled; its changes were rolled back and
+	// it is left for a later pass.
+	Err error
+}
+
+// ExecutionSweep claims up to limit running executions whose lease expired or whose deadline
+// passed (FOR UPDATE SKIP LOCKED, so that several sweepers share the work without meeting) and
+// ends each one's attempt as a timeout through the same retry decision as AttemptFail, in one
+// transaction:
+//   - an expired lease is a retryable timeout: the next attempt is scheduled if the ceiling and
+//     the budget allow; otherwise the execution settles failed with reason lease_expired;
+//   - a deadline that passed while the attempt ran settles failed with retry_exhausted.budget;
+//   - a sync execution, whose lease is its sync deadline and which has one attempt, settles
+//     failed with lease_expired.
+//
+// Each execution is handled in a savepoint of its own, so that one that cannot be handled is
+// reported in its Swept.Err and does not hold back the others.
+func (s *Store) ExecutionSweep(ctx context.Context, limit int, scale func(time.Duration) time.Duration) ([]Swept, error) {
+	var out []Swept
+	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT id::text, attempt, mode, deadline_at < now()
+			FROM executions
+			WHERE status = 'running' AND (lease_expires_at < now() OR deadline_at < now())
+			LIMIT $1
+			FOR UPDATE SKIP LOCKED`, limit)
+		if err != nil {
+			return fmt.Errorf("claim expired executions: %w", err)
 		}
-		f := a.Failure
-		delay := a.Scale(time.Duration(delaysMS[min(int(a.Attempt), len(delaysMS))-1]) * time.Millisecond)
-		if hint := a.Scale(a.RetryAfter); hint > delay {
-			delay = hint
+		type claimed struct {
+			id           string
+			attempt      int32
+			mode         string
+			pastDeadline bool
 		}
-		next := time.Now().Add(delay)
-		switch {
-		case !a.Retryable:
-			f.Reason = execution.ReasonAdapterPermanent
-		case a.Attempt >= maxAttempt:
-			f.Reason = execution.ReasonAttemptLimit
-		case next.After(deadline):
-			f.Reason = execution.ReasonBudget
+		list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimed, error) {
+			var c claimed
+			err := r.Scan(&c.id, &c.attempt, &c.mode, &c.pastDeadline)
+			return c, err
+		})
+		if err != nil {
+			return fmt.Errorf("claim expired executions: %w", err)
 		}
-		if f.Reason != "" {
-			settled, err := settle(ctx, tx, Outcome{ExecutionID: a.ExecutionID, Attempt: a.Attempt,
-				FromStatus: execution.StatusRunning, Status: execution.StatusFailed, Failure: f})
-			if err != nil {
-				return err
+		for _, c := range list {
+			a := AttemptFailure{ExecutionID: c.id, Attempt: c.attempt, Retryable: true, Scale: scale,
+				Outcome: execution.AttemptTimeout, ExhaustedReason: execution.ReasonLeaseExpired,
+				Failure: execution.Failure{Class: execution.ClassTimeout,
+					Message: "the lease expired without a renewal or an outcome from the adapter"}}
+			sw := Swept{ExecutionID: c.id, Attempt: c.attempt, Cause: SweptLeaseExpired}
+			if c.pastDeadline && c.mode != execution.ModeSync {
+				sw.Cause = SweptDeadlinePassed
+				a.ExhaustedReason = execution.ReasonBudget
+				a.Failure.Message = "the execution's deadline passed while the attempt was running"
 			}
-			out = &AttemptFailed{Execution: settled.Execution, EventID: settled.EventID}
-			return nil
+			sw.Result, sw.Err = sweepOne(ctx, tx, a)
+			out = append(out, sw)
 		}
-		row, err := execution.Scan(tx.QueryRow(ctx, `
-			UPDATE executions
-			SET status = 'pending', failure_class = $2, failure_reason = NULL, failure_code = $3,
-				failure_message = $4, lease_expires_at = NULL, updated_at = now()
-			WHERE id = $1
-			RETURNING `+execution.Columns, a.ExecutionID, nullable(f.Class), nullable(f.Code), nullable(f.Message)))
-		if err != nil {
-			return fmt.Errorf("return execution %s to pending: %w", a.ExecutionID, err)
-		}
-		if _, err := tx.Exec(ctx, `
-			UPDATE execution_attempts SET ended_at = now(), outcome = 'failed', failure_class = $3,
-				failure_code = $4, failure_message = $5
-			WHERE execution_id = $1 AND n = $2`,
-			a.ExecutionID, a.Attempt, nullable(f.Class), nullable(f.Code), nullable(f.Message)); err != nil {
-			return fmt.Errorf("close attempt %d: %w", a.Attempt, err)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO dispatches (execution_id, attempt, due_at) VALUES ($1, $2, $3)`,
-			a.ExecutionID, a.Attempt+1, next); err != nil {
-			return fmt.Errorf("schedule attempt %d: %w", a.Attempt+1, err)
-		}
-		out = &AttemptFailed{Execution: row, NextAttemptAt: &next}
 		return nil
 	})
 	return out, err
+}
+
+// sweepOne runs the retry decision for one claimed execution in a savepoint.
+func sweepOne(ctx context.Context, tx pgx.Tx, a AttemptFailure) (*AttemptFailed, error) {
+	var out *AttemptFailed
+	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+		var err error
+		out, err = attemptFail(ctx, sp, a)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sweep attempt %d of %s: %w", a.Attempt, a.ExecutionID, err)
+	}
+	return out, nil
 }
 
 func conflict(ctx context.Context, tx pgx.Tx, id string) error {

@@ -388,3 +388,53 @@ func TestAttemptFailRefusesAnAttemptThatIsNotRunning(t *testing.T) {
 		require.True(t, errors.Is(err, ErrNotFound), "got %v", err)
 	})
 }
+
+// A cancellation is the same compare-and-set from the status the canceller read: pending (its
+// waiting dispatch record goes with it) or running (its attempt is closed as cancelled).
+func TestExecutionSettleCancellation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	cancelled := execution.Failure{Reason: execution.ReasonCancelled, Message: "cancelled by the application"}
+
+	t.Run("pending", func(t *testing.T) {
+		t.Parallel()
+		id := b.schema.InsertExecution(t, dbtest.Execution{})
+		_, err := b.schema.Pool.Exec(ctx, `INSERT INTO dispatches (execution_id, attempt) VALUES ($1, 1)`, id)
+		require.NoError(t, err)
+
+		out, err := b.store.ExecutionSettle(ctx, Outcome{ExecutionID: id, Attempt: 0, FromStatus: execution.StatusPending,
+			Status: execution.StatusCancelled, Failure: cancelled})
+
+		require.NoError(t, err)
+		require.Equal(t, execution.StatusCancelled, out.Execution.Status)
+		require.Equal(t, execution.ReasonCancelled, *out.Execution.FailureReason)
+		require.Empty(t, b.dispatches(t, id), "the next attempt will not start")
+		require.Len(t, b.events(t, id), 1, "a cancelled execution still gets its completion event")
+	})
+	t.Run("running", func(t *testing.T) {
+		t.Parallel()
+		id := b.insertRunning(t, 2, dayFromNow())
+
+		_, err := b.store.ExecutionSettle(ctx, Outcome{ExecutionID: id, Attempt: 2, FromStatus: execution.StatusRunning,
+			Status: execution.StatusCancelled, Failure: cancelled})
+
+		require.NoError(t, err)
+		att := b.attempts(t, id)
+		require.Equal(t, execution.StatusCancelled, *att[1].Outcome)
+		require.NotNil(t, att[1].EndedAt)
+		require.Len(t, b.events(t, id), 1)
+	})
+	t.Run("pending, read before the attempt started", func(t *testing.T) {
+		t.Parallel()
+		id := b.insertRunning(t, 1, dayFromNow())
+
+		_, err := b.store.ExecutionSettle(ctx, Outcome{ExecutionID: id, Attempt: 0, FromStatus: execution.StatusPending,
+			Status: execution.StatusCancelled, Failure: cancelled})
+
+		var conflict *ConflictError
+		require.ErrorAs(t, err, &conflict)
+		require.Equal(t, Conflict{Status: execution.StatusRunning, Attempt: 1}, conflict.Conflict)
+		require.Empty(t, b.events(t, id))
+	})
+}

@@ -391,6 +391,104 @@ func (*ExecuteResponse_Failed) isExecuteResponse_Outcome() {}
 
 func (*ExecuteResponse_Accepted) isExecuteResponse_Outcome() {}
 
+type CancelRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// The attempt whose work should stop.
+	Attempt       int32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRequest) Reset() {
+	*x = CancelRequest{}
+	mi := &file_integrations_adapter_v1_adapter_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRequest) ProtoMessage() {}
+
+func (x *CancelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_adapter_v1_adapter_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
+func (*CancelRequest) Descriptor() ([]byte, []int) {
+	return file_integrations_adapter_v1_adapter_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CancelRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *CancelRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+type CancelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether running work of that attempt was found and told to stop.
+	Stopped       bool `protobuf:"varint,1,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelResponse) Reset() {
+	*x = CancelResponse{}
+	mi := &file_integrations_adapter_v1_adapter_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelResponse) ProtoMessage() {}
+
+func (x *CancelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_adapter_v1_adapter_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
+func (*CancelResponse) Descriptor() ([]byte, []int) {
+	return file_integrations_adapter_v1_adapter_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CancelResponse) GetStopped() bool {
+	if x != nil {
+		return x.Stopped
+	}
+	return false
+}
+
 var File_integrations_adapter_v1_adapter_proto protoreflect.FileDescriptor
 
 const file_integrations_adapter_v1_adapter_proto_rawDesc = "" +
@@ -421,9 +519,15 @@ const file_integrations_adapter_v1_adapter_proto_rawDesc = "" +
 	"\tcompleted\x18\x01 \x01(\v2\".integrations.adapter.v1.CompletedH\x00R\tcompleted\x129\n" +
 	"\x06failed\x18\x02 \x01(\v2\x1f.integrations.adapter.v1.FailedH\x00R\x06failed\x12?\n" +
 	"\baccepted\x18\x03 \x01(\v2!.integrations.adapter.v1.AcceptedH\x00R\bacceptedB\t\n" +
-	"\aoutcome2n\n" +
+	"\aoutcome\"L\n" +
+	"\rCancelRequest\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\"*\n" +
+	"\x0eCancelResponse\x12\x18\n" +
+	"\astopped\x18\x01 \x01(\bR\astopped2\xc9\x01\n" +
 	"\x0eAdapterService\x12\\\n" +
-	"\aExecute\x12'.integrations.adapter.v1.ExecuteRequest\x1a(.integrations.adapter.v1.ExecuteResponseBYZWgithub.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1;adapterv1b\x06proto3"
+	"\aExecute\x12'.integrations.adapter.v1.ExecuteRequest\x1a(.integrations.adapter.v1.ExecuteResponse\x12Y\n" +
+	"\x06Cancel\x12&.integrations.adapter.v1.CancelRequest\x1a'.integrations.adapter.v1.CancelResponseBYZWgithub.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1;adapterv1b\x06proto3"
 
 var (
 	file_integrations_adapter_v1_adapter_proto_rawDescOnce sync.Once
@@ -437,32 +541,36 @@ func file_integrations_adapter_v1_adapter_proto_rawDescGZIP() []byte {
 	return file_integrations_adapter_v1_adapter_proto_rawDescData
 }
 
-var file_integrations_adapter_v1_adapter_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_integrations_adapter_v1_adapter_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_integrations_adapter_v1_adapter_proto_goTypes = []any{
 	(*ExecuteRequest)(nil),        // 0: integrations.adapter.v1.ExecuteRequest
 	(*Completed)(nil),             // 1: integrations.adapter.v1.Completed
 	(*Failed)(nil),                // 2: integrations.adapter.v1.Failed
 	(*Accepted)(nil),              // 3: integrations.adapter.v1.Accepted
 	(*ExecuteResponse)(nil),       // 4: integrations.adapter.v1.ExecuteResponse
-	(*structpb.Struct)(nil),       // 5: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
-	(v1.Mode)(0),                  // 7: integrations.execution.v1.Mode
-	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
+	(*CancelRequest)(nil),         // 5: integrations.adapter.v1.CancelRequest
+	(*CancelResponse)(nil),        // 6: integrations.adapter.v1.CancelResponse
+	(*structpb.Struct)(nil),       // 7: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(v1.Mode)(0),                  // 9: integrations.execution.v1.Mode
+	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
 }
 var file_integrations_adapter_v1_adapter_proto_depIdxs = []int32{
-	5,  // 0: integrations.adapter.v1.ExecuteRequest.payload:type_name -> google.protobuf.Struct
-	6,  // 1: integrations.adapter.v1.ExecuteRequest.deadline_time:type_name -> google.protobuf.Timestamp
-	7,  // 2: integrations.adapter.v1.ExecuteRequest.mode:type_name -> integrations.execution.v1.Mode
-	5,  // 3: integrations.adapter.v1.Completed.result:type_name -> google.protobuf.Struct
-	8,  // 4: integrations.adapter.v1.Failed.retry_after:type_name -> google.protobuf.Duration
-	8,  // 5: integrations.adapter.v1.Accepted.lease:type_name -> google.protobuf.Duration
+	7,  // 0: integrations.adapter.v1.ExecuteRequest.payload:type_name -> google.protobuf.Struct
+	8,  // 1: integrations.adapter.v1.ExecuteRequest.deadline_time:type_name -> google.protobuf.Timestamp
+	9,  // 2: integrations.adapter.v1.ExecuteRequest.mode:type_name -> integrations.execution.v1.Mode
+	7,  // 3: integrations.adapter.v1.Completed.result:type_name -> google.protobuf.Struct
+	10, // 4: integrations.adapter.v1.Failed.retry_after:type_name -> google.protobuf.Duration
+	10, // 5: integrations.adapter.v1.Accepted.lease:type_name -> google.protobuf.Duration
 	1,  // 6: integrations.adapter.v1.ExecuteResponse.completed:type_name -> integrations.adapter.v1.Completed
 	2,  // 7: integrations.adapter.v1.ExecuteResponse.failed:type_name -> integrations.adapter.v1.Failed
 	3,  // 8: integrations.adapter.v1.ExecuteResponse.accepted:type_name -> integrations.adapter.v1.Accepted
 	0,  // 9: integrations.adapter.v1.AdapterService.Execute:input_type -> integrations.adapter.v1.ExecuteRequest
-	4,  // 10: integrations.adapter.v1.AdapterService.Execute:output_type -> integrations.adapter.v1.ExecuteResponse
-	10, // [10:11] is the sub-list for method output_type
-	9,  // [9:10] is the sub-list for method input_type
+	5,  // 10: integrations.adapter.v1.AdapterService.Cancel:input_type -> integrations.adapter.v1.CancelRequest
+	4,  // 11: integrations.adapter.v1.AdapterService.Execute:output_type -> integrations.adapter.v1.ExecuteResponse
+	6,  // 12: integrations.adapter.v1.AdapterService.Cancel:output_type -> integrations.adapter.v1.CancelResponse
+	11, // [11:13] is the sub-list for method output_type
+	9,  // [9:11] is the sub-list for method input_type
 	9,  // [9:9] is the sub-list for extension type_name
 	9,  // [9:9] is the sub-list for extension extendee
 	0,  // [0:9] is the sub-list for field type_name
@@ -484,7 +592,7 @@ func file_integrations_adapter_v1_adapter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_integrations_adapter_v1_adapter_proto_rawDesc), len(file_integrations_adapter_v1_adapter_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

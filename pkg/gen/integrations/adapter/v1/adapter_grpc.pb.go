@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	AdapterService_Execute_FullMethodName = "/integrations.adapter.v1.AdapterService/Execute"
+	AdapterService_Cancel_FullMethodName  = "/integrations.adapter.v1.AdapterService/Cancel"
 )
 
 // AdapterServiceClient is the client API for AdapterService service.
@@ -31,6 +32,10 @@ type AdapterServiceClient interface {
 	// Execute runs one attempt. Answer Completed or Failed when the work is done within the call;
 	// answer Accepted for long work and finish it later through AdapterCallbackService.
 	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*ExecuteResponse, error)
+	// Cancel asks the adapter to stop the work of one attempt whose execution was cancelled. Best
+	// effort: the execution is already settled, so whatever the work does next is not applied; an
+	// adapter that cannot stop work may answer UNIMPLEMENTED.
+	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
 }
 
 type adapterServiceClient struct {
@@ -51,6 +56,16 @@ func (c *adapterServiceClient) Execute(ctx context.Context, in *ExecuteRequest, 
 	return out, nil
 }
 
+func (c *adapterServiceClient) Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelResponse)
+	err := c.cc.Invoke(ctx, AdapterService_Cancel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdapterServiceServer is the server API for AdapterService service.
 // All implementations must embed UnimplementedAdapterServiceServer
 // for forward compatibility.
@@ -60,6 +75,10 @@ type AdapterServiceServer interface {
 	// Execute runs one attempt. Answer Completed or Failed when the work is done within the call;
 	// answer Accepted for long work and finish it later through AdapterCallbackService.
 	Execute(context.Context, *ExecuteRequest) (*ExecuteResponse, error)
+	// Cancel asks the adapter to stop the work of one attempt whose execution was cancelled. Best
+	// effort: the execution is already settled, so whatever the work does next is not applied; an
+	// adapter that cannot stop work may answer UNIMPLEMENTED.
+	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
 	mustEmbedUnimplementedAdapterServiceServer()
 }
 
@@ -72,6 +91,9 @@ type UnimplementedAdapterServiceServer struct{}
 
 func (UnimplementedAdapterServiceServer) Execute(context.Context, *ExecuteRequest) (*ExecuteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Execute not implemented")
+}
+func (UnimplementedAdapterServiceServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
 }
 func (UnimplementedAdapterServiceServer) mustEmbedUnimplementedAdapterServiceServer() {}
 func (UnimplementedAdapterServiceServer) testEmbeddedByValue()                        {}
@@ -112,6 +134,24 @@ func _AdapterService_Execute_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdapterService_Cancel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdapterServiceServer).Cancel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdapterService_Cancel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdapterServiceServer).Cancel(ctx, req.(*CancelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdapterService_ServiceDesc is the grpc.ServiceDesc for AdapterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -122,6 +162,10 @@ var AdapterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Execute",
 			Handler:    _AdapterService_Execute_Handler,
+		},
+		{
+			MethodName: "Cancel",
+			Handler:    _AdapterService_Cancel_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

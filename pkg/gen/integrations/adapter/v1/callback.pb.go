@@ -30,7 +30,8 @@ type RenewLeaseRequest struct {
 	ExecutionId   string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
 	Attempt       int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	CallbackToken string                 `protobuf:"bytes,3,opt,name=callback_token,json=callbackToken,proto3" json:"callback_token,omitempty"`
-	// The new lease, counted from now. Zero means the capability's default.
+	// The new lease, counted from now. Zero means the capability's lease, which is also the
+	// longest granted; no lease runs past the execution's deadline.
 	Lease         *durationpb.Duration `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -95,7 +96,8 @@ func (x *RenewLeaseRequest) GetLease() *durationpb.Duration {
 }
 
 type RenewLeaseResponse struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the lease granted expires: renew well before.
 	LeaseExpireTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=lease_expire_time,json=leaseExpireTime,proto3" json:"lease_expire_time,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache

@@ -35,7 +35,10 @@ type AdapterCallbackServiceClient interface {
 	RenewLease(ctx context.Context, in *RenewLeaseRequest, opts ...grpc.CallOption) (*RenewLeaseResponse, error)
 	// ReportProgress stores progress, visible on the execution.
 	ReportProgress(ctx context.Context, in *ReportProgressRequest, opts ...grpc.CallOption) (*ReportProgressResponse, error)
-	// Complete ends the attempt with its outcome.
+	// Complete ends the attempt with its outcome. An outcome for an attempt that has ended (the
+	// execution settled, a later attempt started, or the lease expired and the attempt was ended)
+	// is refused with ABORTED, reason NO_LONGER_APPLICABLE, and recorded on the attempt for audit
+	// (Attempt.late_outcome), never applied.
 	Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error)
 }
 
@@ -88,7 +91,10 @@ type AdapterCallbackServiceServer interface {
 	RenewLease(context.Context, *RenewLeaseRequest) (*RenewLeaseResponse, error)
 	// ReportProgress stores progress, visible on the execution.
 	ReportProgress(context.Context, *ReportProgressRequest) (*ReportProgressResponse, error)
-	// Complete ends the attempt with its outcome.
+	// Complete ends the attempt with its outcome. An outcome for an attempt that has ended (the
+	// execution settled, a later attempt started, or the lease expired and the attempt was ended)
+	// is refused with ABORTED, reason NO_LONGER_APPLICABLE, and recorded on the attempt for audit
+	// (Attempt.late_outcome), never applied.
 	Complete(context.Context, *CompleteRequest) (*CompleteResponse, error)
 	mustEmbedUnimplementedAdapterCallbackServiceServer()
 }

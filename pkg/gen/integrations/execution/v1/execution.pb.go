@@ -219,9 +219,16 @@ type Attempt struct {
 	Number    int32                  `protobuf:"varint,1,opt,name=number,proto3" json:"number,omitempty"`
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	EndTime   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
-	// succeeded, failed, accepted, ... empty while the attempt runs.
-	Outcome       string   `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	Failure       *Failure `protobuf:"bytes,5,opt,name=failure,proto3" json:"failure,omitempty"`
+	// succeeded, failed, accepted (long work under way), timeout (the lease expired), cancelled;
+	// empty while the attempt runs.
+	Outcome string   `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Failure *Failure `protobuf:"bytes,5,opt,name=failure,proto3" json:"failure,omitempty"`
+	// An outcome the adapter reported after the attempt had ended (the execution settled, a later
+	// attempt started, or the lease expired and was swept): succeeded or failed. Recorded for
+	// audit, never applied.
+	LateOutcome string `protobuf:"bytes,6,opt,name=late_outcome,json=lateOutcome,proto3" json:"late_outcome,omitempty"`
+	// When the late outcome arrived.
+	LateTime      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=late_time,json=lateTime,proto3" json:"late_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -287,6 +294,20 @@ func (x *Attempt) GetOutcome() string {
 func (x *Attempt) GetFailure() *Failure {
 	if x != nil {
 		return x.Failure
+	}
+	return nil
+}
+
+func (x *Attempt) GetLateOutcome() string {
+	if x != nil {
+		return x.LateOutcome
+	}
+	return ""
+}
+
+func (x *Attempt) GetLateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LateTime
 	}
 	return nil
 }
@@ -478,14 +499,16 @@ const file_integrations_execution_v1_execution_proto_rawDesc = "" +
 	"\x05class\x18\x01 \x01(\tR\x05class\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
 	"\x04code\x18\x03 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xeb\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xc7\x02\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x129\n" +
 	"\n" +
 	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x18\n" +
 	"\aoutcome\x18\x04 \x01(\tR\aoutcome\x12<\n" +
-	"\afailure\x18\x05 \x01(\v2\".integrations.execution.v1.FailureR\afailure\"\xf1\x06\n" +
+	"\afailure\x18\x05 \x01(\v2\".integrations.execution.v1.FailureR\afailure\x12!\n" +
+	"\flate_outcome\x18\x06 \x01(\tR\vlateOutcome\x127\n" +
+	"\tlate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\blateTime\"\xf1\x06\n" +
 	"\tExecution\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
@@ -550,23 +573,24 @@ var file_integrations_execution_v1_execution_proto_depIdxs = []int32{
 	5,  // 0: integrations.execution.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
 	5,  // 1: integrations.execution.v1.Attempt.end_time:type_name -> google.protobuf.Timestamp
 	2,  // 2: integrations.execution.v1.Attempt.failure:type_name -> integrations.execution.v1.Failure
-	0,  // 3: integrations.execution.v1.Execution.mode:type_name -> integrations.execution.v1.Mode
-	1,  // 4: integrations.execution.v1.Execution.status:type_name -> integrations.execution.v1.ExecutionStatus
-	6,  // 5: integrations.execution.v1.Execution.payload:type_name -> google.protobuf.Struct
-	6,  // 6: integrations.execution.v1.Execution.result:type_name -> google.protobuf.Struct
-	2,  // 7: integrations.execution.v1.Execution.failure:type_name -> integrations.execution.v1.Failure
-	6,  // 8: integrations.execution.v1.Execution.progress:type_name -> google.protobuf.Struct
-	5,  // 9: integrations.execution.v1.Execution.deadline_time:type_name -> google.protobuf.Timestamp
-	5,  // 10: integrations.execution.v1.Execution.lease_expire_time:type_name -> google.protobuf.Timestamp
-	5,  // 11: integrations.execution.v1.Execution.create_time:type_name -> google.protobuf.Timestamp
-	5,  // 12: integrations.execution.v1.Execution.update_time:type_name -> google.protobuf.Timestamp
-	5,  // 13: integrations.execution.v1.Execution.settle_time:type_name -> google.protobuf.Timestamp
-	3,  // 14: integrations.execution.v1.Execution.attempts:type_name -> integrations.execution.v1.Attempt
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	5,  // 3: integrations.execution.v1.Attempt.late_time:type_name -> google.protobuf.Timestamp
+	0,  // 4: integrations.execution.v1.Execution.mode:type_name -> integrations.execution.v1.Mode
+	1,  // 5: integrations.execution.v1.Execution.status:type_name -> integrations.execution.v1.ExecutionStatus
+	6,  // 6: integrations.execution.v1.Execution.payload:type_name -> google.protobuf.Struct
+	6,  // 7: integrations.execution.v1.Execution.result:type_name -> google.protobuf.Struct
+	2,  // 8: integrations.execution.v1.Execution.failure:type_name -> integrations.execution.v1.Failure
+	6,  // 9: integrations.execution.v1.Execution.progress:type_name -> google.protobuf.Struct
+	5,  // 10: integrations.execution.v1.Execution.deadline_time:type_name -> google.protobuf.Timestamp
+	5,  // 11: integrations.execution.v1.Execution.lease_expire_time:type_name -> google.protobuf.Timestamp
+	5,  // 12: integrations.execution.v1.Execution.create_time:type_name -> google.protobuf.Timestamp
+	5,  // 13: integrations.execution.v1.Execution.update_time:type_name -> google.protobuf.Timestamp
+	5,  // 14: integrations.execution.v1.Execution.settle_time:type_name -> google.protobuf.Timestamp
+	3,  // 15: integrations.execution.v1.Execution.attempts:type_name -> integrations.execution.v1.Attempt
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_integrations_execution_v1_execution_proto_init() }

@@ -236,6 +236,95 @@ func (x *GetExecutionResponse) GetExecution() *v1.Execution {
 	return nil
 }
 
+type CancelExecutionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelExecutionRequest) Reset() {
+	*x = CancelExecutionRequest{}
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelExecutionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelExecutionRequest) ProtoMessage() {}
+
+func (x *CancelExecutionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelExecutionRequest.ProtoReflect.Descriptor instead.
+func (*CancelExecutionRequest) Descriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CancelExecutionRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type CancelExecutionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The execution as settled: status CANCELLED.
+	Execution     *v1.Execution `protobuf:"bytes,1,opt,name=execution,proto3" json:"execution,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelExecutionResponse) Reset() {
+	*x = CancelExecutionResponse{}
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelExecutionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelExecutionResponse) ProtoMessage() {}
+
+func (x *CancelExecutionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelExecutionResponse.ProtoReflect.Descriptor instead.
+func (*CancelExecutionResponse) Descriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CancelExecutionResponse) GetExecution() *v1.Execution {
+	if x != nil {
+		return x.Execution
+	}
+	return nil
+}
+
 type ListExecutionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// At most this many executions (default 50, at most 500).
@@ -252,7 +341,7 @@ type ListExecutionsRequest struct {
 
 func (x *ListExecutionsRequest) Reset() {
 	*x = ListExecutionsRequest{}
-	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[4]
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -264,7 +353,7 @@ func (x *ListExecutionsRequest) String() string {
 func (*ListExecutionsRequest) ProtoMessage() {}
 
 func (x *ListExecutionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[4]
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -277,7 +366,7 @@ func (x *ListExecutionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionsRequest.ProtoReflect.Descriptor instead.
 func (*ListExecutionsRequest) Descriptor() ([]byte, []int) {
-	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{4}
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListExecutionsRequest) GetPageSize() int32 {
@@ -318,7 +407,7 @@ type ListExecutionsResponse struct {
 
 func (x *ListExecutionsResponse) Reset() {
 	*x = ListExecutionsResponse{}
-	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[5]
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -330,7 +419,7 @@ func (x *ListExecutionsResponse) String() string {
 func (*ListExecutionsResponse) ProtoMessage() {}
 
 func (x *ListExecutionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[5]
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -343,7 +432,7 @@ func (x *ListExecutionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionsResponse.ProtoReflect.Descriptor instead.
 func (*ListExecutionsResponse) Descriptor() ([]byte, []int) {
-	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{5}
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListExecutionsResponse) GetExecutions() []*v1.Execution {
@@ -371,7 +460,7 @@ type WebhookConsumer struct {
 
 func (x *WebhookConsumer) Reset() {
 	*x = WebhookConsumer{}
-	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[6]
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -383,7 +472,7 @@ func (x *WebhookConsumer) String() string {
 func (*WebhookConsumer) ProtoMessage() {}
 
 func (x *WebhookConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[6]
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -396,7 +485,7 @@ func (x *WebhookConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookConsumer.ProtoReflect.Descriptor instead.
 func (*WebhookConsumer) Descriptor() ([]byte, []int) {
-	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{6}
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WebhookConsumer) GetUrl() string {
@@ -418,7 +507,7 @@ type SetConsumerRequest struct {
 
 func (x *SetConsumerRequest) Reset() {
 	*x = SetConsumerRequest{}
-	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[7]
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +519,7 @@ func (x *SetConsumerRequest) String() string {
 func (*SetConsumerRequest) ProtoMessage() {}
 
 func (x *SetConsumerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[7]
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +532,7 @@ func (x *SetConsumerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConsumerRequest.ProtoReflect.Descriptor instead.
 func (*SetConsumerRequest) Descriptor() ([]byte, []int) {
-	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{7}
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetConsumerRequest) GetConsumer() isSetConsumerRequest_Consumer {
@@ -486,7 +575,7 @@ type SetConsumerResponse struct {
 
 func (x *SetConsumerResponse) Reset() {
 	*x = SetConsumerResponse{}
-	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[8]
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +587,7 @@ func (x *SetConsumerResponse) String() string {
 func (*SetConsumerResponse) ProtoMessage() {}
 
 func (x *SetConsumerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[8]
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +600,7 @@ func (x *SetConsumerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConsumerResponse.ProtoReflect.Descriptor instead.
 func (*SetConsumerResponse) Descriptor() ([]byte, []int) {
-	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetConsumerResponse) GetConsumer() isSetConsumerResponse_Consumer {
@@ -565,6 +654,10 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x13GetExecutionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"Z\n" +
 	"\x14GetExecutionResponse\x12B\n" +
+	"\texecution\x18\x01 \x01(\v2$.integrations.execution.v1.ExecutionR\texecution\"(\n" +
+	"\x16CancelExecutionRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"]\n" +
+	"\x17CancelExecutionResponse\x12B\n" +
 	"\texecution\x18\x01 \x01(\v2$.integrations.execution.v1.ExecutionR\texecution\"\xb7\x01\n" +
 	"\x15ListExecutionsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -589,11 +682,12 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"\awebhook\x18\x01 \x01(\v2(.integrations.gateway.v1.WebhookConsumerH\x00R\awebhook\x12%\n" +
 	"\x0esigning_secret\x18\x02 \x01(\tR\rsigningSecretB\n" +
 	"\n" +
-	"\bconsumer2\xd6\x04\n" +
+	"\bconsumer2\xf4\x05\n" +
 	"\x0eGatewayService\x12\xa8\x01\n" +
 	"\x10InvokeCapability\x120.integrations.gateway.v1.InvokeCapabilityRequest\x1a1.integrations.gateway.v1.InvokeCapabilityResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/capabilities/{capability}:invoke\x12\x88\x01\n" +
 	"\fGetExecution\x12,.integrations.gateway.v1.GetExecutionRequest\x1a-.integrations.gateway.v1.GetExecutionResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/executions/{id}\x12\x89\x01\n" +
-	"\x0eListExecutions\x12..integrations.gateway.v1.ListExecutionsRequest\x1a/.integrations.gateway.v1.ListExecutionsResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/executions\x12\x81\x01\n" +
+	"\x0eListExecutions\x12..integrations.gateway.v1.ListExecutionsRequest\x1a/.integrations.gateway.v1.ListExecutionsResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/executions\x12\x9b\x01\n" +
+	"\x0fCancelExecution\x12/.integrations.gateway.v1.CancelExecutionRequest\x1a0.integrations.gateway.v1.CancelExecutionResponse\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/executions/{id}:cancel\x12\x81\x01\n" +
 	"\vSetConsumer\x12+.integrations.gateway.v1.SetConsumerRequest\x1a,.integrations.gateway.v1.SetConsumerResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\x1a\f/v1/consumerBYZWgithub.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1;gatewayv1b\x06proto3"
 
 var (
@@ -608,44 +702,49 @@ func file_integrations_gateway_v1_gateway_proto_rawDescGZIP() []byte {
 	return file_integrations_gateway_v1_gateway_proto_rawDescData
 }
 
-var file_integrations_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_integrations_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_integrations_gateway_v1_gateway_proto_goTypes = []any{
 	(*InvokeCapabilityRequest)(nil),  // 0: integrations.gateway.v1.InvokeCapabilityRequest
 	(*InvokeCapabilityResponse)(nil), // 1: integrations.gateway.v1.InvokeCapabilityResponse
 	(*GetExecutionRequest)(nil),      // 2: integrations.gateway.v1.GetExecutionRequest
 	(*GetExecutionResponse)(nil),     // 3: integrations.gateway.v1.GetExecutionResponse
-	(*ListExecutionsRequest)(nil),    // 4: integrations.gateway.v1.ListExecutionsRequest
-	(*ListExecutionsResponse)(nil),   // 5: integrations.gateway.v1.ListExecutionsResponse
-	(*WebhookConsumer)(nil),          // 6: integrations.gateway.v1.WebhookConsumer
-	(*SetConsumerRequest)(nil),       // 7: integrations.gateway.v1.SetConsumerRequest
-	(*SetConsumerResponse)(nil),      // 8: integrations.gateway.v1.SetConsumerResponse
-	(v1.Mode)(0),                     // 9: integrations.execution.v1.Mode
-	(*structpb.Struct)(nil),          // 10: google.protobuf.Struct
-	(*v1.Execution)(nil),             // 11: integrations.execution.v1.Execution
-	(v1.ExecutionStatus)(0),          // 12: integrations.execution.v1.ExecutionStatus
+	(*CancelExecutionRequest)(nil),   // 4: integrations.gateway.v1.CancelExecutionRequest
+	(*CancelExecutionResponse)(nil),  // 5: integrations.gateway.v1.CancelExecutionResponse
+	(*ListExecutionsRequest)(nil),    // 6: integrations.gateway.v1.ListExecutionsRequest
+	(*ListExecutionsResponse)(nil),   // 7: integrations.gateway.v1.ListExecutionsResponse
+	(*WebhookConsumer)(nil),          // 8: integrations.gateway.v1.WebhookConsumer
+	(*SetConsumerRequest)(nil),       // 9: integrations.gateway.v1.SetConsumerRequest
+	(*SetConsumerResponse)(nil),      // 10: integrations.gateway.v1.SetConsumerResponse
+	(v1.Mode)(0),                     // 11: integrations.execution.v1.Mode
+	(*structpb.Struct)(nil),          // 12: google.protobuf.Struct
+	(*v1.Execution)(nil),             // 13: integrations.execution.v1.Execution
+	(v1.ExecutionStatus)(0),          // 14: integrations.execution.v1.ExecutionStatus
 }
 var file_integrations_gateway_v1_gateway_proto_depIdxs = []int32{
-	9,  // 0: integrations.gateway.v1.InvokeCapabilityRequest.mode:type_name -> integrations.execution.v1.Mode
-	10, // 1: integrations.gateway.v1.InvokeCapabilityRequest.payload:type_name -> google.protobuf.Struct
-	11, // 2: integrations.gateway.v1.InvokeCapabilityResponse.execution:type_name -> integrations.execution.v1.Execution
-	11, // 3: integrations.gateway.v1.GetExecutionResponse.execution:type_name -> integrations.execution.v1.Execution
-	12, // 4: integrations.gateway.v1.ListExecutionsRequest.status:type_name -> integrations.execution.v1.ExecutionStatus
-	11, // 5: integrations.gateway.v1.ListExecutionsResponse.executions:type_name -> integrations.execution.v1.Execution
-	6,  // 6: integrations.gateway.v1.SetConsumerRequest.webhook:type_name -> integrations.gateway.v1.WebhookConsumer
-	6,  // 7: integrations.gateway.v1.SetConsumerResponse.webhook:type_name -> integrations.gateway.v1.WebhookConsumer
-	0,  // 8: integrations.gateway.v1.GatewayService.InvokeCapability:input_type -> integrations.gateway.v1.InvokeCapabilityRequest
-	2,  // 9: integrations.gateway.v1.GatewayService.GetExecution:input_type -> integrations.gateway.v1.GetExecutionRequest
-	4,  // 10: integrations.gateway.v1.GatewayService.ListExecutions:input_type -> integrations.gateway.v1.ListExecutionsRequest
-	7,  // 11: integrations.gateway.v1.GatewayService.SetConsumer:input_type -> integrations.gateway.v1.SetConsumerRequest
-	1,  // 12: integrations.gateway.v1.GatewayService.InvokeCapability:output_type -> integrations.gateway.v1.InvokeCapabilityResponse
-	3,  // 13: integrations.gateway.v1.GatewayService.GetExecution:output_type -> integrations.gateway.v1.GetExecutionResponse
-	5,  // 14: integrations.gateway.v1.GatewayService.ListExecutions:output_type -> integrations.gateway.v1.ListExecutionsResponse
-	8,  // 15: integrations.gateway.v1.GatewayService.SetConsumer:output_type -> integrations.gateway.v1.SetConsumerResponse
-	12, // [12:16] is the sub-list for method output_type
-	8,  // [8:12] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	11, // 0: integrations.gateway.v1.InvokeCapabilityRequest.mode:type_name -> integrations.execution.v1.Mode
+	12, // 1: integrations.gateway.v1.InvokeCapabilityRequest.payload:type_name -> google.protobuf.Struct
+	13, // 2: integrations.gateway.v1.InvokeCapabilityResponse.execution:type_name -> integrations.execution.v1.Execution
+	13, // 3: integrations.gateway.v1.GetExecutionResponse.execution:type_name -> integrations.execution.v1.Execution
+	13, // 4: integrations.gateway.v1.CancelExecutionResponse.execution:type_name -> integrations.execution.v1.Execution
+	14, // 5: integrations.gateway.v1.ListExecutionsRequest.status:type_name -> integrations.execution.v1.ExecutionStatus
+	13, // 6: integrations.gateway.v1.ListExecutionsResponse.executions:type_name -> integrations.execution.v1.Execution
+	8,  // 7: integrations.gateway.v1.SetConsumerRequest.webhook:type_name -> integrations.gateway.v1.WebhookConsumer
+	8,  // 8: integrations.gateway.v1.SetConsumerResponse.webhook:type_name -> integrations.gateway.v1.WebhookConsumer
+	0,  // 9: integrations.gateway.v1.GatewayService.InvokeCapability:input_type -> integrations.gateway.v1.InvokeCapabilityRequest
+	2,  // 10: integrations.gateway.v1.GatewayService.GetExecution:input_type -> integrations.gateway.v1.GetExecutionRequest
+	6,  // 11: integrations.gateway.v1.GatewayService.ListExecutions:input_type -> integrations.gateway.v1.ListExecutionsRequest
+	4,  // 12: integrations.gateway.v1.GatewayService.CancelExecution:input_type -> integrations.gateway.v1.CancelExecutionRequest
+	9,  // 13: integrations.gateway.v1.GatewayService.SetConsumer:input_type -> integrations.gateway.v1.SetConsumerRequest
+	1,  // 14: integrations.gateway.v1.GatewayService.InvokeCapability:output_type -> integrations.gateway.v1.InvokeCapabilityResponse
+	3,  // 15: integrations.gateway.v1.GatewayService.GetExecution:output_type -> integrations.gateway.v1.GetExecutionResponse
+	7,  // 16: integrations.gateway.v1.GatewayService.ListExecutions:output_type -> integrations.gateway.v1.ListExecutionsResponse
+	5,  // 17: integrations.gateway.v1.GatewayService.CancelExecution:output_type -> integrations.gateway.v1.CancelExecutionResponse
+	10, // 18: integrations.gateway.v1.GatewayService.SetConsumer:output_type -> integrations.gateway.v1.SetConsumerResponse
+	14, // [14:19] is the sub-list for method output_type
+	9,  // [9:14] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_integrations_gateway_v1_gateway_proto_init() }
@@ -653,10 +752,10 @@ func file_integrations_gateway_v1_gateway_proto_init() {
 	if File_integrations_gateway_v1_gateway_proto != nil {
 		return
 	}
-	file_integrations_gateway_v1_gateway_proto_msgTypes[7].OneofWrappers = []any{
+	file_integrations_gateway_v1_gateway_proto_msgTypes[9].OneofWrappers = []any{
 		(*SetConsumerRequest_Webhook)(nil),
 	}
-	file_integrations_gateway_v1_gateway_proto_msgTypes[8].OneofWrappers = []any{
+	file_integrations_gateway_v1_gateway_proto_msgTypes[10].OneofWrappers = []any{
 		(*SetConsumerResponse_Webhook)(nil),
 	}
 	type x struct{}
@@ -665,7 +764,7 @@ func file_integrations_gateway_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_integrations_gateway_v1_gateway_proto_rawDesc), len(file_integrations_gateway_v1_gateway_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

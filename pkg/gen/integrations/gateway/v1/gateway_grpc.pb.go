@@ -22,6 +22,7 @@ const (
 	GatewayService_InvokeCapability_FullMethodName = "/integrations.gateway.v1.GatewayService/InvokeCapability"
 	GatewayService_GetExecution_FullMethodName     = "/integrations.gateway.v1.GatewayService/GetExecution"
 	GatewayService_ListExecutions_FullMethodName   = "/integrations.gateway.v1.GatewayService/ListExecutions"
+	GatewayService_CancelExecution_FullMethodName  = "/integrations.gateway.v1.GatewayService/CancelExecution"
 	GatewayService_SetConsumer_FullMethodName      = "/integrations.gateway.v1.GatewayService/SetConsumer"
 )
 
@@ -41,6 +42,11 @@ type GatewayServiceClient interface {
 	GetExecution(ctx context.Context, in *GetExecutionRequest, opts ...grpc.CallOption) (*GetExecutionResponse, error)
 	// ListExecutions lists the calling application's executions, newest first.
 	ListExecutions(ctx context.Context, in *ListExecutionsRequest, opts ...grpc.CallOption) (*ListExecutionsResponse, error)
+	// CancelExecution settles one of the calling application's executions CANCELLED (failure
+	// reason "cancelled") if it is still pending or running, and asks a running adapter to stop
+	// where it can. The completion event is still delivered. An execution already settled answers
+	// FAILED_PRECONDITION (reason ALREADY_SETTLED, with its status and attempt).
+	CancelExecution(ctx context.Context, in *CancelExecutionRequest, opts ...grpc.CallOption) (*CancelExecutionResponse, error)
 	// SetConsumer registers where the calling application's completion events are delivered, and
 	// answers the secret their signatures are made with.
 	SetConsumer(ctx context.Context, in *SetConsumerRequest, opts ...grpc.CallOption) (*SetConsumerResponse, error)
@@ -84,6 +90,16 @@ func (c *gatewayServiceClient) ListExecutions(ctx context.Context, in *ListExecu
 	return out, nil
 }
 
+func (c *gatewayServiceClient) CancelExecution(ctx context.Context, in *CancelExecutionRequest, opts ...grpc.CallOption) (*CancelExecutionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelExecutionResponse)
+	err := c.cc.Invoke(ctx, GatewayService_CancelExecution_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *gatewayServiceClient) SetConsumer(ctx context.Context, in *SetConsumerRequest, opts ...grpc.CallOption) (*SetConsumerResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SetConsumerResponse)
@@ -110,6 +126,11 @@ type GatewayServiceServer interface {
 	GetExecution(context.Context, *GetExecutionRequest) (*GetExecutionResponse, error)
 	// ListExecutions lists the calling application's executions, newest first.
 	ListExecutions(context.Context, *ListExecutionsRequest) (*ListExecutionsResponse, error)
+	// CancelExecution settles one of the calling application's executions CANCELLED (failure
+	// reason "cancelled") if it is still pending or running, and asks a running adapter to stop
+	// where it can. The completion event is still delivered. An execution already settled answers
+	// FAILED_PRECONDITION (reason ALREADY_SETTLED, with its status and attempt).
+	CancelExecution(context.Context, *CancelExecutionRequest) (*CancelExecutionResponse, error)
 	// SetConsumer registers where the calling application's completion events are delivered, and
 	// answers the secret their signatures are made with.
 	SetConsumer(context.Context, *SetConsumerRequest) (*SetConsumerResponse, error)
@@ -131,6 +152,9 @@ func (UnimplementedGatewayServiceServer) GetExecution(context.Context, *GetExecu
 }
 func (UnimplementedGatewayServiceServer) ListExecutions(context.Context, *ListExecutionsRequest) (*ListExecutionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListExecutions not implemented")
+}
+func (UnimplementedGatewayServiceServer) CancelExecution(context.Context, *CancelExecutionRequest) (*CancelExecutionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelExecution not implemented")
 }
 func (UnimplementedGatewayServiceServer) SetConsumer(context.Context, *SetConsumerRequest) (*SetConsumerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetConsumer not implemented")
@@ -210,6 +234,24 @@ func _GatewayService_ListExecutions_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GatewayService_CancelExecution_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelExecutionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServiceServer).CancelExecution(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GatewayService_CancelExecution_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServiceServer).CancelExecution(ctx, req.(*CancelExecutionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _GatewayService_SetConsumer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SetConsumerRequest)
 	if err := dec(in); err != nil {
@@ -246,6 +288,10 @@ var GatewayService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListExecutions",
 			Handler:    _GatewayService_ListExecutions_Handler,
+		},
+		{
+			MethodName: "CancelExecution",
+			Handler:    _GatewayService_CancelExecution_Handler,
 		},
 		{
 			MethodName: "SetConsumer",

@@ -1,0 +1,152 @@
+// Package sweeper ends the attempts nobody else will end: running executions whose lease expired
+// (the adapter went silent, or the consumer that ran the attempt died) or whose deadline passed.
+// Each is a timeout failure of its attempt, decided by the same retry rules as every other failed
+// attempt (store.ExecutionSweep). Several replicas sweep at once without meeting: the claim skips
+// locked rows.
+package sweeper
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.uber.org/zap"
+
+	"github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/services/settlement/internal/store"
+)
+
+// Outcomes of a swept execution, as counted.
+const (
+	OutcomeRetried = "retried"
+	OutcomeFailed  = "failed"
+)
+
+var (
+	swept = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "integrations_sweeper_swept_total",
+		Help: "Running executions whose lease expired or deadline passed, by what followed: retried (next attempt scheduled) or failed (settled).",
+	}, []string{"outcome"})
+	lastRun = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "integrations_sweeper_last_run_timestamp_seconds",
+		Help: "Unix time of the sweeper's last completed pass; alert when it is stale.",
+	})
+)
+
+func init() {
+	// Both series exist from the start, so that a rate over them is defined before the first sweep.
+	swept.WithLabelValues(OutcomeRetried)
+	swept.WithLabelValues(OutcomeFailed)
+}
+
+// DefaultBatchSize is how many executions one transaction claims.
+const DefaultBatchSize = 100
+
+// Options configures a Sweeper.
+type Options struct {
+	// Interval between passes.
+	Interval time.Duration
+	// BatchSize is how many executions one transaction claims; 0 means DefaultBatchSize.
+	BatchSize int
+	// Scale shrinks the retry schedule's delays (INTEGRATIONS_TIME_SCALE).
+	Scale func(time.Duration) time.Duration
+	// Nudge wakes the dispatcher after a next attempt was scheduled.
+	Nudge  func()
+	Logger *zap.Logger
+}
+
+// Sweeper runs the passes.
+type Sweeper struct {
+	store *store.Store
+	opts  Options
+	log   *zap.Logger
+}
+
+// New returns a Sweeper.
+func New(st *store.Store, opts Options) *Sweeper {
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = DefaultBatchSize
+	}
+	if opts.Nudge == nil {
+		opts.Nudge = func() {}
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	return &Sweeper{store: st, opts: opts, log: opts.Logger}
+}
+
+// Run passes every interval until ctx ends.
+func (s *Sweeper) Run(ctx context.Context) error {
+	t := time.NewTicker(s.opts.Interval)
+	defer t.Stop()
+	for {
+		if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("sweep pass failed", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Counts is what one pass did.
+type Counts struct {
+	Retried, Failed, Errors int
+}
+
+// Pass sweeps, batch by batch, until a batch comes back short; then it records the time.
+func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
+	var total Counts
+	for {
+		list, err := s.store.ExecutionSweep(ctx, s.opts.BatchSize, s.opts.Scale)
+		if err != nil {
+			return total, err
+		}
+		c := s.report(list)
+		total.Retried += c.Retried
+		total.Failed += c.Failed
+		total.Errors += c.Errors
+		if c.Retried > 0 {
+			s.opts.Nudge()
+		}
+		// A batch whose every row failed would be claimed again at once: wait for the next pass.
+		if len(list) < s.opts.BatchSize || c.Errors == len(list) {
+			lastRun.SetToCurrentTime()
+			return total, nil
+		}
+	}
+}
+
+func (s *Sweeper) report(list []store.Swept) Counts {
+	var c Counts
+	for _, sw := range list {
+		fields := []zap.Field{log.ExecutionID(sw.ExecutionID), log.Attempt(sw.Attempt), zap.String("cause", sw.Cause)}
+		switch {
+		case sw.Err != nil:
+			c.Errors++
+			s.log.Error("sweep of execution failed", append(fields, zap.Error(sw.Err))...)
+		case sw.Result.NextAttemptAt != nil:
+			c.Retried++
+			swept.WithLabelValues(OutcomeRetried).Inc()
+			s.log.Info("attempt timed out, next scheduled", append(fields, zap.Time("next_attempt_at", *sw.Result.NextAttemptAt))...)
+		default:
+			c.Failed++
+			swept.WithLabelValues(OutcomeFailed).Inc()
+			s.log.Info("attempt timed out, execution settled", append(fields,
+				zap.String("status", sw.Result.Execution.Status), zap.String("reason", str(sw.Result.Execution.FailureReason)),
+				log.EventID(sw.Result.EventID))...)
+		}
+	}
+	return c
+}
+
+func str(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
