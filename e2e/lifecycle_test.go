@@ -27,9 +27,10 @@ import (
 	"github.com/integrations-platform/integrations/pkg/routes"
 )
 
-// lifecycleCapabilities adds capabilities with short schedules to the dev catalog: dummy.fast
+// lifecycleCapabilities adds capabilities with other schedules to the dev catalog: dummy.fast
 // retries every minute (60 ms time-scaled) up to the default ceiling of 10, so the ceiling binds
-// before the budget; dummy.tight has a one-minute budget shorter than its retry delay.
+// before the budget; dummy.tight has a one-minute budget shorter than its retry delay; dummy.long
+// allows leases of an hour (3.6 s scaled), so that renewals on a loaded machine have slack.
 func lifecycleCapabilities(s *stack) string {
 	return fmt.Sprintf(`
 adapters:
@@ -47,6 +48,10 @@ capabilities:
     modes: [async]
     async_budget: 1m
     retry_delays: [2m]
+  - name: dummy.long
+    adapter: dummy
+    modes: [async]
+    lease: 1h
 `, s.addrs["dummy-adapter"], s.adapterCredential)
 }
 
@@ -222,7 +227,9 @@ func TestLifecycle(t *testing.T) {
 	})
 
 	t.Run("long-running work: accepted, leases renewed, progress visible, completed by callback, event delivered", func(t *testing.T) {
-		id := s.invoke(t, "dummy.echo", `{"mode": "MODE_ASYNC", "payload": {"export": "all", "dummy": {"complete_later_ms": 900, "lease_ms": 150}}}`)
+		// Renewed every 300 ms under a 900 ms lease for 2 s: a renewal may be 600 ms late on a
+		// loaded machine before the lease would expire.
+		id := s.invoke(t, "dummy.long", `{"mode": "MODE_ASYNC", "payload": {"export": "all", "dummy": {"complete_later_ms": 2000, "lease_ms": 900}}}`)
 		require.Eventually(t, func() bool {
 			_, body := s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
 			p, _ := execution(body)["progress"].(map[string]any)
@@ -232,6 +239,6 @@ func TestLifecycle(t *testing.T) {
 		assert.Equal(t, "succeeded", data["status"])
 		assert.EqualValues(t, 1, data["attempt"])
 		renewals := strings.Count(s.log("adapter-callback"), "AdapterCallbackService/RenewLease")
-		assert.GreaterOrEqual(t, renewals, 3, "a 900 ms task under a 150 ms lease is renewed")
+		assert.GreaterOrEqual(t, renewals, 3, "a 2 s task under a 900 ms lease is renewed")
 	})
 }
