@@ -128,6 +128,10 @@ func newStack(t *testing.T) *stack {
 		"INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL=" + adapterCredential,
 		"INTEGRATIONS_MAX_PAYLOAD_BYTES=65536",
 		"INTEGRATIONS_ADMIN_TOKEN=" + adminToken,
+		// Sweep expired leases promptly: the real-time grace for in-flight outcomes is kept
+		// short here, where everything is local.
+		"INTEGRATIONS_SWEEP_INTERVAL=100ms",
+		"INTEGRATIONS_SWEEP_GRACE=100ms",
 	}
 	c, err := catalog.Parse(mustRead(t, "../deploy/catalog/dev.yaml"), func(name string) (string, bool) {
 		switch name {

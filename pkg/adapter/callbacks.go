@@ -163,9 +163,16 @@ func (s *Server) background(ctx context.Context, cancel context.CancelCauseFunc,
 // renewLoop renews the lease every third of it (of the lease granted, if shorter than asked),
 // so that two renewals in a row may fail before it expires. A refusal (as opposed to an outage)
 // means the attempt is over: the work is cancelled with ErrAttemptGone.
+//
+// The first renewal goes out at once: the platform may grant less than the lease asked for in
+// Accepted (at most the capability's lease), and the SDK learns the granted lease only from a
+// renewal's answer.
 func (s *Server) renewLoop(ctx context.Context, log *zap.Logger, cb *Callbacks, cancelWork context.CancelCauseFunc) {
-	for {
+	for first := true; ; first = false {
 		every := cb.renewEvery()
+		if first {
+			every = minRenewEvery
+		}
 		t := time.NewTimer(every)
 		select {
 		case <-ctx.Done():

@@ -487,9 +487,11 @@ func (c *consumer) handle(j *job) settlement {
 		return c.deadLetter(j, log, deadReasonRejected, res.err)
 	case outcomeDefer:
 		if len(c.top.delayTTLs) == 0 {
-			log.Error("mq handler deferred a message on a route without delay levels; requeueing",
+			// A requeue would come straight back and be deferred again, a hot loop until the
+			// delivery limit: dead-letter it, saying why, where an operator sees it.
+			log.Error("mq handler deferred a message on a route without delay levels; dead-lettering",
 				zap.Duration("delay", res.delay))
-			return settlement{job: j, act: actRequeue, ev: evRequeued}
+			return c.deadLetter(j, log, deadReasonRejected, errors.New("deferred on a route without delay levels"))
 		}
 		return c.deferCopy(j, log, res.delay)
 	default:

@@ -242,25 +242,27 @@ func TestDeferBelowTheSmallestLevelHoldsTheDelivery(t *testing.T) {
 		"the held message is back in the work queue")
 }
 
-// TestDeferWithoutLevelsRequeues: Defer on a route that has no delay levels is a programming
-// error; the delivery goes back to the broker rather than being held for an unbounded time.
-func TestDeferWithoutLevelsRequeues(t *testing.T) {
+// TestDeferWithoutLevelsDeadLetters: Defer on a route that has no delay levels is a programming
+// error; a requeue would loop hot until the delivery limit, so the message is dead-lettered,
+// saying why, after one delivery.
+func TestDeferWithoutLevelsDeadLetters(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, 1)
 	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "plain"}))
-	got := make(chan seen, 2)
+	var calls atomic.Int32
 	tb.consume(t, "plain", 1, func(_ context.Context, m *Message) Result {
-		got <- see(m)
-		if !m.Redelivered {
-			return Defer(time.Minute)
-		}
-		return Ack()
+		calls.Add(1)
+		return Defer(time.Minute)
 	})
 	require.NoError(t, tb.b.Publish(tb.ctx, "plain", Outgoing{ID: "m"}))
-	receive(t, got, "first delivery")
-	assert.True(t, receive(t, got, "redelivery").Redelivered)
-	require.Eventually(t, func() bool { return tb.b.Counters("plain").Acknowledged == 1 }, waitFor, 10*time.Millisecond)
-	assert.EqualValues(t, 1, tb.b.Counters("plain").Requeued)
+	require.Eventually(t, func() bool { return tb.b.Counters("plain").DeadLettered == 1 }, waitFor, 10*time.Millisecond)
+	dead, err := tb.b.DeadLetters(tb.ctx, "plain", 10)
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	assert.Equal(t, "m", dead[0].ID)
+	assert.Contains(t, dead[0].LastError, "without delay levels")
+	assert.EqualValues(t, 1, calls.Load(), "no hot loop")
+	assert.Zero(t, tb.b.Counters("plain").Requeued)
 }
 
 // TestDelayQueuesDiagnosedAndDeleted: Diagnose misses a deleted delay queue; DeleteRoutes deletes

@@ -60,7 +60,7 @@ func run() error {
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err
 	}
-	sw := sweeper.New(st, sweeper.Options{Interval: cfg.SweepInterval, Scale: cfg.Scale, Nudge: settlement.Nudge, Logger: logger})
+	sw := sweeper.New(st, sweeper.Options{Interval: cfg.SweepInterval, Grace: cfg.SweepGrace, Scale: cfg.Scale, Nudge: settlement.Nudge, Logger: logger})
 	app.Go("sweeper", sw.Run)
 	if err := metrics.Serve(app, logger, cfg.MetricsAddr); err != nil {
 		return err

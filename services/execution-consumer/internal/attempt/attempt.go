@@ -161,8 +161,11 @@ func (h *Handler) record(ctx context.Context, logger *zap.Logger, started *store
 			return err
 		})
 	case adaptercall.Accepted:
+		// The adapter may ask for less than the capability's lease, never more: a lease beyond it
+		// would let a silent adapter hold the attempt until the budget ends instead of being
+		// retried (the store also keeps the lease within the deadline).
 		lease := out.Lease
-		if lease <= 0 {
+		if lease <= 0 || lease > started.Lease {
 			lease = started.Lease
 		}
 		logger.Info("attempt accepted as long-running work", zap.Duration("lease", lease))

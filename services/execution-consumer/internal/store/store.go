@@ -100,7 +100,7 @@ func (s *Store) AttemptStartable(ctx context.Context, id string, n int32) (bool,
 func (s *Store) AttemptAccepted(ctx context.Context, id string, n int32, lease time.Duration) error {
 	_, err := s.pool.Exec(ctx, `
 		WITH e AS (
-			UPDATE executions SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
+			UPDATE executions SET lease_expires_at = least(now() + make_interval(secs => $3), deadline_at), updated_at = now()
 			WHERE id = $1 AND status = 'running' AND attempt = $2
 			RETURNING id
 		)

@@ -18,11 +18,18 @@ type Config struct {
 	DispatcherAddr string `env:"INTEGRATIONS_DISPATCHER_ADDR" envDefault:"127.0.0.1:9091"`
 	// SweepInterval is the time between the sweeper's passes over expired leases and deadlines.
 	SweepInterval time.Duration `env:"INTEGRATIONS_SWEEP_INTERVAL" envDefault:"1s"`
+	// SweepGrace is how long after a lease or deadline passed the sweeper ends the attempt, so
+	// that an outcome that arrived just in time is not overridden (not time-scaled: it covers
+	// real network and settlement latency).
+	SweepGrace time.Duration `env:"INTEGRATIONS_SWEEP_GRACE" envDefault:"5s"`
 }
 
 // Validate checks the settings.
 func (c Config) Validate() error {
 	errs := []error{c.Common.Validate()}
+	if c.SweepGrace < 0 {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_SWEEP_GRACE: %v must not be negative", c.SweepGrace))
+	}
 	if c.SweepInterval <= 0 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_SWEEP_INTERVAL: %v must be positive", c.SweepInterval))
 	}

@@ -264,15 +264,20 @@ type Swept struct {
 //
 // Each execution is handled in a savepoint of its own, so that one that cannot be handled is
 // reported in its Swept.Err and does not hold back the others.
-func (s *Store) ExecutionSweep(ctx context.Context, limit int, scale func(time.Duration) time.Duration) ([]Swept, error) {
+//
+// A lease or deadline counts as passed only grace after it: an adapter call is cut at the lease
+// (or the sync deadline), and an outcome that arrived just in time is still on its way to
+// settlement; sweeping it in between would fail work the provider did.
+func (s *Store) ExecutionSweep(ctx context.Context, limit int, grace time.Duration, scale func(time.Duration) time.Duration) ([]Swept, error) {
 	var out []Swept
 	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
-			SELECT id::text, attempt, mode, deadline_at < now()
+			SELECT id::text, attempt, mode, deadline_at < now() - make_interval(secs => $2)
 			FROM executions
-			WHERE status = 'running' AND (lease_expires_at < now() OR deadline_at < now())
+			WHERE status = 'running' AND (lease_expires_at < now() - make_interval(secs => $2)
+				OR deadline_at < now() - make_interval(secs => $2))
 			LIMIT $1
-			FOR UPDATE SKIP LOCKED`, limit)
+			FOR UPDATE SKIP LOCKED`, limit, grace.Seconds())
 		if err != nil {
 			return fmt.Errorf("claim expired executions: %w", err)
 		}

@@ -37,7 +37,7 @@ func TestExecutionSweepSchedulesTheNextAttemptOfAnExpiredLease(t *testing.T) {
 	id := b.insertRunningAs(t, 1, dbtest.Execution{LeaseExpiresAt: expired()})
 
 	before := time.Now()
-	swept, err := b.store.ExecutionSweep(context.Background(), 10, identity)
+	swept, err := b.store.ExecutionSweep(context.Background(), 10, 0, identity)
 	after := time.Now()
 	require.NoError(t, err)
 
@@ -67,7 +67,7 @@ func TestExecutionSweepSchedulesTheNextAttemptOfAnExpiredLease(t *testing.T) {
 	require.WithinRange(t, ds[0].DueAt, before.Add(delay-5*time.Second), after.Add(delay+5*time.Second))
 	require.Empty(t, b.events(t, id))
 
-	again, err := b.store.ExecutionSweep(context.Background(), 10, identity)
+	again, err := b.store.ExecutionSweep(context.Background(), 10, 0, identity)
 	require.NoError(t, err)
 	require.Empty(t, again, "a swept execution is not swept again")
 }
@@ -103,7 +103,7 @@ func TestExecutionSweepSettlesWhenNoRetryIsLeft(t *testing.T) {
 			b := setup(t)
 			id := b.insertRunningAs(t, tt.attempt, tt.execution)
 
-			swept, err := b.store.ExecutionSweep(context.Background(), 10, identity)
+			swept, err := b.store.ExecutionSweep(context.Background(), 10, 0, identity)
 			require.NoError(t, err)
 
 			require.Len(t, swept, 1)
@@ -157,7 +157,7 @@ func TestExecutionSweepLeavesLiveWorkAlone(t *testing.T) {
 		before = append(before, b.execution(t, id))
 	}
 
-	swept, err := b.store.ExecutionSweep(context.Background(), 10, identity)
+	swept, err := b.store.ExecutionSweep(context.Background(), 10, 0, identity)
 	require.NoError(t, err)
 	require.Empty(t, swept)
 	for i, id := range ids {
@@ -192,7 +192,7 @@ func TestExecutionSweepConcurrentSweepersHandleEachExecutionOnce(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			for {
-				list, err := b.store.ExecutionSweep(ctx, 7, identity)
+				list, err := b.store.ExecutionSweep(ctx, 7, 0, identity)
 				if err != nil {
 					errs[i] = err
 					return
@@ -240,4 +240,19 @@ func TestExecutionSweepConcurrentSweepersHandleEachExecutionOnce(t *testing.T) {
 	require.NoError(t, b.schema.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM integration_events), (SELECT count(*) FROM dispatches)`).Scan(&events, &dispatches))
 	require.Equal(t, n/2, events)
 	require.Equal(t, n/2, dispatches)
+}
+
+func TestExecutionSweepWaitsOutTheGrace(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insertRunningAs(t, 1, dbtest.Execution{LeaseExpiresAt: expired()})
+
+	swept, err := b.store.ExecutionSweep(context.Background(), 10, time.Hour, identity)
+	require.NoError(t, err)
+	require.Empty(t, swept, "a lease expired a second ago is within an hour's grace")
+	require.Equal(t, execution.StatusRunning, b.execution(t, id).Status)
+
+	swept, err = b.store.ExecutionSweep(context.Background(), 10, 100*time.Millisecond, identity)
+	require.NoError(t, err)
+	require.Len(t, swept, 1, "past the grace it is swept")
 }

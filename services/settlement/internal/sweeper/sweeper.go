@@ -49,6 +49,9 @@ type Options struct {
 	Interval time.Duration
 	// BatchSize is how many executions one transaction claims; 0 means DefaultBatchSize.
 	BatchSize int
+	// Grace is how long after a lease or deadline passed an execution is swept (see
+	// store.ExecutionSweep).
+	Grace time.Duration
 	// Scale shrinks the retry schedule's delays (INTEGRATIONS_TIME_SCALE).
 	Scale func(time.Duration) time.Duration
 	// Nudge wakes the dispatcher after a next attempt was scheduled.
@@ -102,7 +105,7 @@ type Counts struct {
 func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
 	var total Counts
 	for {
-		list, err := s.store.ExecutionSweep(ctx, s.opts.BatchSize, s.opts.Scale)
+		list, err := s.store.ExecutionSweep(ctx, s.opts.BatchSize, s.opts.Grace, s.opts.Scale)
 		if err != nil {
 			return total, err
 		}
