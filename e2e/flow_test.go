@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -50,6 +51,16 @@ func newReceiver(t *testing.T) *receiver {
 		r.mu.Unlock()
 		if err := webhook.Verify(secret, req.Header, body, time.Now(), webhook.DefaultTolerance); err != nil {
 			r.bad <- err
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		// And with the Standard Webhooks reference library, as a receiver would.
+		reference, err := standardwebhooks.NewWebhook(secret)
+		if err == nil {
+			err = reference.Verify(body, req.Header)
+		}
+		if err != nil {
+			r.bad <- fmt.Errorf("reference library: %w", err)
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
