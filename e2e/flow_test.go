@@ -279,7 +279,7 @@ func TestFlow(t *testing.T) {
 	t.Run("a poison dispatch is dead-lettered, listed and redriven through the operator API", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		b, err := mq.Dial(ctx, mq.Config{URL: amqpURL(), Scope: "e2e." + s.schema.Name, TimeScale: timeScale})
+		b, err := mq.Dial(ctx, mq.Config{URL: amqpURL(), Scope: "e2e." + s.schema.Name, TimeScale: s.scale})
 		require.NoError(t, err)
 		defer b.Close()
 		require.NoError(t, b.Declare(ctx, routes.Executions))

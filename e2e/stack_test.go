@@ -75,6 +75,10 @@ func TestMain(m *testing.M) {
 
 // stack is one running platform: its own schema, queue scope, ports and processes.
 type stack struct {
+	// scale is the stack's INTEGRATIONS_TIME_SCALE.
+	scale float64
+	// extraEnv holds per-program environment overrides, by instance name.
+	extraEnv map[string][]string
 	// adapterCredential is the dummy adapter's, for calling adapter-callback as it would.
 	adapterCredential string
 	t                 *testing.T
@@ -95,12 +99,16 @@ type process struct {
 }
 
 // newStack prepares a stack and applies its catalog; start launches processes.
-func newStack(t *testing.T) *stack {
+func newStack(t *testing.T) *stack { return newStackScaled(t, timeScale) }
+
+// newStackScaled prepares a stack whose delays are multiplied by scale.
+func newStackScaled(t *testing.T, scale float64) *stack {
 	t.Helper()
 	schema := dbtest.NewSchema(t)
 	s := &stack{
 		t: t, schema: schema, addrs: map[string]string{}, procs: map[string]*process{},
 		logDir: t.TempDir(), apiKey: "dev_" + randomHex(16), timeout: 20 * time.Second,
+		scale: scale, extraEnv: map[string][]string{},
 	}
 	for _, name := range []string{"gateway", "gateway-http", "dispatcher", "execution-consumer", "adapter-callback", "settlement", "event-router", "dummy-adapter"} {
 		s.addrs[name] = freeAddr(t)
@@ -116,7 +124,7 @@ func newStack(t *testing.T) *stack {
 		"INTEGRATIONS_DATABASE_URL=" + schema.URL,
 		"INTEGRATIONS_AMQP_URL=" + amqpURL(),
 		"INTEGRATIONS_QUEUE_SCOPE=e2e." + schema.Name,
-		"INTEGRATIONS_TIME_SCALE=" + fmt.Sprint(timeScale),
+		"INTEGRATIONS_TIME_SCALE=" + fmt.Sprint(scale),
 		"INTEGRATIONS_LOG_LEVEL=debug",
 		"INTEGRATIONS_SECRET_KEY=" + base64.StdEncoding.EncodeToString(key),
 		"INTEGRATIONS_WEBHOOK_ALLOW_HTTP=true",
@@ -151,7 +159,7 @@ func newStack(t *testing.T) *stack {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		b, err := mq.Dial(ctx, mq.Config{URL: amqpURL(), Scope: scope, TimeScale: timeScale})
+		b, err := mq.Dial(ctx, mq.Config{URL: amqpURL(), Scope: scope, TimeScale: scale})
 		if err != nil {
 			t.Logf("delete queues of %s: %v", scope, err)
 			return
@@ -193,6 +201,7 @@ func (s *stack) launch(name, binary string) {
 	s.t.Helper()
 	{
 		env := append(append([]string{}, s.env...), "INTEGRATIONS_GRPC_ADDR="+s.addrs[name])
+		env = append(env, s.extraEnv[name]...)
 		if name == "gateway" {
 			env = append(env, "INTEGRATIONS_HTTP_ADDR="+s.addrs["gateway-http"])
 		}

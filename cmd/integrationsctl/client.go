@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
@@ -164,33 +168,195 @@ func listCmd(f *clientFlags) *cobra.Command {
 
 func consumerCmd(f *clientFlags) *cobra.Command {
 	var secretFile string
-	cmd := &cobra.Command{Use: "consumer", Short: "Register where the application's events are delivered"}
+	cmd := &cobra.Command{Use: "consumer", Short: "Register where the application's events are delivered; rotate its signing secret"}
 	set := &cobra.Command{
 		Use: "set-webhook URL", Short: "Register a webhook; prints (or writes) its signing secret", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return setConsumer(cmd, f, secretFile, &gatewayv1.SetConsumerRequest{
+				Consumer: &gatewayv1.SetConsumerRequest_Webhook{Webhook: &gatewayv1.WebhookConsumer{Url: args[0]}},
+			})
+		},
+	}
+	set.Flags().StringVar(&secretFile, "secret-file", "", "write the signing secret to this file (mode 0600) instead of printing it")
+	setGRPC := &cobra.Command{
+		Use: "set-grpc HOST:PORT", Short: "Register a gRPC EventConsumerService endpoint", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return setConsumer(cmd, f, "", &gatewayv1.SetConsumerRequest{
+				Consumer: &gatewayv1.SetConsumerRequest_Grpc{Grpc: &gatewayv1.GrpcConsumer{Target: args[0]}},
+			})
+		},
+	}
+	var rotateFile string
+	rotate := &cobra.Command{
+		Use:   "rotate-secret",
+		Short: "Replace the signing secret; prints (or writes) the new one — the previous one keeps signing until the time printed",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, ctx, done, err := f.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			resp, err := client.RotateSigningSecret(ctx, &gatewayv1.RotateSigningSecretRequest{})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if err := writeSecret(out, rotateFile, resp.GetSigningSecret()); err != nil {
+				return err
+			}
+			if t := resp.GetPreviousSecretExpireTime(); t != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "the previous secret also signs until %s\n", t.AsTime().Format(time.RFC3339))
+			}
+			return nil
+		},
+	}
+	rotate.Flags().StringVar(&rotateFile, "secret-file", "", "write the new signing secret to this file (mode 0600) instead of printing it")
+	cmd.AddCommand(set, setGRPC, rotate)
+	return cmd
+}
+
+func setConsumer(cmd *cobra.Command, f *clientFlags, secretFile string, req *gatewayv1.SetConsumerRequest) error {
+	client, ctx, done, err := f.dial(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer done()
+	resp, err := client.SetConsumer(ctx, req)
+	if err != nil {
+		return err
+	}
+	return writeSecret(cmd.OutOrStdout(), secretFile, resp.GetSigningSecret())
+}
+
+// writeSecret prints a signing secret, or writes it to file (mode 0600) and says so.
+func writeSecret(out io.Writer, file, secret string) error {
+	if file == "" {
+		fmt.Fprintln(out, secret)
+		return nil
+	}
+	if err := os.WriteFile(file, []byte(secret), 0o600); err != nil {
+		return fmt.Errorf("write signing secret: %w", err)
+	}
+	fmt.Fprintf(out, "signing secret written to %s\n", file)
+	return nil
+}
+
+func eventsCmd(f *clientFlags) *cobra.Command {
+	cmd := &cobra.Command{Use: "events", Short: "List, read, redeliver and redrive the application's events"}
+	var (
+		limit        int32
+		status, exec string
+		since, until string
+	)
+	list := &cobra.Command{
+		Use: "list", Short: "List the application's events, newest first", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req := &gatewayv1.ListEventsRequest{PageSize: limit, ExecutionId: exec}
+			if status != "" {
+				v, ok := eventsv1.EventStatus_value["EVENT_STATUS_"+strings.ToUpper(status)]
+				if !ok {
+					return fmt.Errorf("--status: %q is not pending, delivered or dead", status)
+				}
+				req.Status = eventsv1.EventStatus(v)
+			}
+			var err error
+			if req.Since, err = parseTime("--since", since); err != nil {
+				return err
+			}
+			if req.Until, err = parseTime("--until", until); err != nil {
+				return err
+			}
+			client, ctx, done, err := f.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			resp, err := client.ListEvents(ctx, req)
+			if err != nil {
+				return err
+			}
+			for _, e := range resp.GetEvents() {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s  %-24s %-22s execution %s  attempts %d  %s\n", e.GetId(), e.GetStatus(),
+					e.GetType(), e.GetExecutionId(), e.GetAttempts(), e.GetCreateTime().AsTime().Format(time.RFC3339))
+			}
+			return nil
+		},
+	}
+	list.Flags().Int32Var(&limit, "limit", 20, "how many")
+	list.Flags().StringVar(&status, "status", "", "only pending, delivered or dead events")
+	list.Flags().StringVar(&exec, "execution", "", "only the events of this execution")
+	list.Flags().StringVar(&since, "since", "", "only events created at or after this time (RFC 3339, or a duration ago: 2h)")
+	list.Flags().StringVar(&until, "until", "", "only events created before this time (RFC 3339, or a duration ago)")
+
+	get := &cobra.Command{
+		Use: "get EVENT_ID", Short: "Show an event with its delivery attempts", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, ctx, done, err := f.dial(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer done()
-			resp, err := client.SetConsumer(ctx, &gatewayv1.SetConsumerRequest{
-				Consumer: &gatewayv1.SetConsumerRequest_Webhook{Webhook: &gatewayv1.WebhookConsumer{Url: args[0]}},
-			})
+			resp, err := client.GetEvent(ctx, &gatewayv1.GetEventRequest{Id: args[0]})
 			if err != nil {
 				return err
 			}
-			if secretFile != "" {
-				if err := os.WriteFile(secretFile, []byte(resp.GetSigningSecret()), 0o600); err != nil {
-					return fmt.Errorf("write signing secret: %w", err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "webhook %s registered; signing secret written to %s\n", args[0], secretFile)
-				return nil
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), resp.GetSigningSecret())
+			fmt.Fprintln(cmd.OutOrStdout(), printJSON.Format(resp.GetEvent()))
 			return nil
 		},
 	}
-	set.Flags().StringVar(&secretFile, "secret-file", "", "write the signing secret to this file (mode 0600) instead of printing it")
-	cmd.AddCommand(set)
+	redeliver := &cobra.Command{
+		Use: "redeliver EVENT_ID", Short: "Deliver an event again, with a fresh attempt budget", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, ctx, done, err := f.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			resp, err := client.RedeliverEvent(ctx, &gatewayv1.RedeliverEventRequest{Id: args[0]})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "event %s %s\n", resp.GetEvent().GetId(), resp.GetEvent().GetStatus())
+			return nil
+		},
+	}
+	var redriveSince string
+	redrive := &cobra.Command{
+		Use: "redrive", Short: "Deliver every dead event again (optionally only those created since a time)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ts, err := parseTime("--since", redriveSince)
+			if err != nil {
+				return err
+			}
+			client, ctx, done, err := f.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			resp, err := client.RedriveEvents(ctx, &gatewayv1.RedriveEventsRequest{Since: ts})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d dead events redriven\n", resp.GetCount())
+			return nil
+		},
+	}
+	redrive.Flags().StringVar(&redriveSince, "since", "", "only dead events created at or after this time (RFC 3339, or a duration ago: 2h)")
+	cmd.AddCommand(list, get, redeliver, redrive)
 	return cmd
+}
+
+// parseTime reads a flag's time: RFC 3339, or a duration meaning that long ago; empty is unset.
+func parseTime(flag, v string) (*timestamppb.Timestamp, error) {
+	if v == "" {
+		return nil, nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return timestamppb.New(t), nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return timestamppb.New(time.Now().Add(-d)), nil
+	}
+	return nil, fmt.Errorf("%s: %q is neither an RFC 3339 time nor a duration", flag, v)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/catalog"
 	"github.com/integrations-platform/integrations/pkg/db"
+	"github.com/integrations-platform/integrations/pkg/secret"
 )
 
 func main() {
@@ -37,7 +38,7 @@ func root() *cobra.Command {
 	var client clientFlags
 	client.register(cmd)
 	cmd.AddCommand(migrateCmd(&databaseURL), catalogCmd(&databaseURL),
-		invokeCmd(&client), getCmd(&client), listCmd(&client), consumerCmd(&client))
+		invokeCmd(&client), getCmd(&client), listCmd(&client), consumerCmd(&client), eventsCmd(&client))
 	return cmd
 }
 
@@ -108,7 +109,17 @@ func catalogCmd(databaseURL *string) *cobra.Command {
 					return err
 				}
 				defer pool.Close()
-				if err := catalog.Apply(cmd.Context(), pool, c); err != nil {
+				var opts []catalog.ApplyOption
+				// The key is needed only to create the signing secret of an application that
+				// declares a webhook and has none yet; Apply says so if it is.
+				if key := os.Getenv("INTEGRATIONS_SECRET_KEY"); key != "" {
+					box, err := secret.NewBox("INTEGRATIONS_SECRET_KEY", key, os.Getenv("INTEGRATIONS_SECRET_KEY_PREVIOUS"))
+					if err != nil {
+						return err
+					}
+					opts = append(opts, catalog.WithSecretBox(box))
+				}
+				if err := catalog.Apply(cmd.Context(), pool, c, opts...); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "catalog applied: %d applications, %d adapters, %d capabilities\n",

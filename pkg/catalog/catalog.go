@@ -13,9 +13,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +28,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/db"
 	"github.com/integrations-platform/integrations/pkg/secret"
+	"github.com/integrations-platform/integrations/pkg/webhook"
 )
 
 // Catalog is the whole file.
@@ -41,6 +45,35 @@ type Application struct {
 	Name         string `yaml:"name"`
 	APIKey       string `yaml:"api_key"`
 	APIKeySHA256 string `yaml:"api_key_sha256"`
+	// Consumer, if given, is where the application's events are delivered; applying it replaces
+	// one registered through the API. Without it, the registered consumer is left alone.
+	Consumer *Consumer `yaml:"consumer"`
+}
+
+// Consumer is an application's event consumer: exactly one of Webhook or GRPC.
+type Consumer struct {
+	Webhook *WebhookConsumer `yaml:"webhook"`
+	GRPC    *GRPCConsumer    `yaml:"grpc"`
+}
+
+// WebhookConsumer receives events as signed HTTP POSTs.
+type WebhookConsumer struct {
+	// URL is an absolute http(s) URL.
+	URL string `yaml:"url"`
+}
+
+// GRPCConsumer receives events through the EventConsumerService it serves.
+type GRPCConsumer struct {
+	// Target is host:port.
+	Target string `yaml:"target"`
+}
+
+// kind and endpoint are the consumer as stored (applications.consumer_kind, consumer_endpoint).
+func (c *Consumer) kind() (kind, endpoint string) {
+	if c.Webhook != nil {
+		return "webhook", c.Webhook.URL
+	}
+	return "grpc", c.GRPC.Target
 }
 
 // Adapter is a provider integration reachable over gRPC. Give exactly one of Credential or
@@ -161,6 +194,11 @@ func (c *Catalog) Validate() error {
 		if err := checkSecret(a.APIKey, a.APIKeySHA256); err != nil {
 			bad("%s: api_key/api_key_sha256: %v", where, err)
 		}
+		if a.Consumer != nil {
+			if err := checkConsumer(a.Consumer); err != nil {
+				bad("%s.consumer%v", where, err)
+			}
+		}
 	}
 	for i, a := range c.Adapters {
 		where := fmt.Sprintf("adapters[%d]", i)
@@ -219,6 +257,28 @@ func (c *Catalog) Validate() error {
 	return errors.Join(errs...)
 }
 
+// checkConsumer checks the form of a consumer; its error starts with the field at fault (".grpc.target: ...").
+// Private addresses are not refused here: the catalog is the platform team's, and the event router
+// still refuses them after name resolution unless the deployment allows them.
+func checkConsumer(c *Consumer) error {
+	switch {
+	case (c.Webhook == nil) == (c.GRPC == nil):
+		return errors.New(": give exactly one of webhook or grpc")
+	case c.Webhook != nil:
+		u, err := url.Parse(c.Webhook.URL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Hostname() == "" || u.User != nil {
+			return fmt.Errorf(".webhook.url: %q must be an absolute http(s) URL without credentials", c.Webhook.URL)
+		}
+	default:
+		host, port, err := net.SplitHostPort(c.GRPC.Target)
+		p, perr := strconv.Atoi(port)
+		if err != nil || host == "" || strings.ContainsAny(host, "/@ ") || perr != nil || p < 1 || p > 65535 {
+			return fmt.Errorf(".grpc.target: %q must be host:port", c.GRPC.Target)
+		}
+	}
+	return nil
+}
+
 func checkSecret(clear, hash string) error {
 	switch {
 	case clear != "" && hash != "":
@@ -231,6 +291,35 @@ func checkSecret(clear, hash string) error {
 		}
 	case len(clear) < 16:
 		return errors.New("a key must be at least 16 characters")
+	}
+	return nil
+}
+
+// applyConsumer stores the application's consumer, with a new signing secret if it has none.
+func applyConsumer(ctx context.Context, tx pgx.Tx, appID string, c *Consumer, box *secret.Box) error {
+	var sealedNew []byte
+	if box != nil {
+		fresh, err := webhook.NewSecret()
+		if err != nil {
+			return err
+		}
+		if sealedNew, err = box.Seal([]byte(fresh)); err != nil {
+			return fmt.Errorf("seal signing secret of application %s: %w", appID, err)
+		}
+	}
+	kind, endpoint := c.kind()
+	var hasSecret bool
+	if err := tx.QueryRow(ctx, `
+		UPDATE applications SET consumer_kind = $2, consumer_endpoint = $3,
+			signing_secret_enc = coalesce(signing_secret_enc, $4), updated_at = now()
+		WHERE id = $1
+		RETURNING signing_secret_enc IS NOT NULL`, appID, kind, endpoint, sealedNew).Scan(&hasSecret); err != nil {
+		return fmt.Errorf("apply consumer of application %s: %w", appID, err)
+	}
+	// A gRPC consumer's deliveries are not signed; a webhook's cannot go out without a secret.
+	if !hasSecret && kind == "webhook" {
+		return fmt.Errorf("application %s declares a webhook but has no signing secret yet: "+
+			"INTEGRATIONS_SECRET_KEY is needed to create one", appID)
 	}
 	return nil
 }
@@ -255,9 +344,29 @@ func millis(s string, def time.Duration) int64 {
 	return d.Milliseconds()
 }
 
+// ApplyOption changes how Apply applies a catalog.
+type ApplyOption func(*applyOptions)
+
+type applyOptions struct {
+	box *secret.Box
+}
+
+// WithSecretBox lets Apply create the signing secret of an application that declares a consumer
+// and has none yet, sealed with box (the deployment's INTEGRATIONS_SECRET_KEY). Without it, an
+// application that declares a webhook and has no secret makes Apply fail, naming the application:
+// a webhook cannot be signed without one. (A gRPC consumer's deliveries are not signed.)
+func WithSecretBox(box *secret.Box) ApplyOption {
+	return func(o *applyOptions) { o.box = box }
+}
+
 // Apply upserts every entry in one transaction. Entries absent from the file are left alone:
-// executions refer to them.
-func Apply(ctx context.Context, pool *pgxpool.Pool, c *Catalog) error {
+// executions refer to them. An application's declared consumer replaces its registered one; its
+// signing secret is kept if it has one, and created otherwise (see WithSecretBox).
+func Apply(ctx context.Context, pool *pgxpool.Pool, c *Catalog, opts ...ApplyOption) error {
+	var o applyOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	return db.WithTx(ctx, pool, func(tx pgx.Tx) error {
 		for _, a := range c.Applications {
 			name := a.Name
@@ -269,6 +378,11 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, c *Catalog) error {
 				ON CONFLICT (id) DO UPDATE SET name = excluded.name, api_key_hash = excluded.api_key_hash, updated_at = now()`,
 				a.ID, name, hashOf(a.APIKey, a.APIKeySHA256)); err != nil {
 				return fmt.Errorf("apply application %s: %w", a.ID, err)
+			}
+			if a.Consumer != nil {
+				if err := applyConsumer(ctx, tx, a.ID, a.Consumer, o.box); err != nil {
+					return err
+				}
 			}
 		}
 		for _, a := range c.Adapters {

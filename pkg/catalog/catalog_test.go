@@ -2,7 +2,9 @@ package catalog_test
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/catalog"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+	"github.com/integrations-platform/integrations/pkg/secret"
 )
 
 func TestMain(m *testing.M) {
@@ -167,6 +170,17 @@ func TestValidationErrorsNameTheField(t *testing.T) {
 		{"key shorter than 16 characters", spec{appKey: "short-key"}, []string{"applications[0]", "api_key", "at least 16"}},
 		{"both api_key and api_key_sha256", spec{appKey: testAPIKey, appKeySHA: hexKey}, []string{"applications[0]", "api_key_sha256", "not both"}},
 		{"api_key_sha256 not 64 hex digits", spec{appKeySHA: "abcd"}, []string{"applications[0]", "api_key_sha256", "64 hex digits"}},
+		{"consumer of neither kind", spec{appExtra: "    consumer: {}\n"}, []string{"applications[0].consumer", "exactly one"}},
+		{"consumer of both kinds", spec{appExtra: "    consumer: {webhook: {url: 'https://a.example/e'}, grpc: {target: 'a.example:443'}}\n"},
+			[]string{"applications[0].consumer", "exactly one"}},
+		{"webhook url not http(s)", spec{appExtra: "    consumer: {webhook: {url: 'ftp://a.example/e'}}\n"},
+			[]string{"applications[0].consumer.webhook.url", `"ftp://a.example/e"`}},
+		{"webhook url relative", spec{appExtra: "    consumer: {webhook: {url: '/events'}}\n"},
+			[]string{"applications[0].consumer.webhook.url"}},
+		{"grpc target without port", spec{appExtra: "    consumer: {grpc: {target: 'a.example'}}\n"},
+			[]string{"applications[0].consumer.grpc.target", `"a.example"`}},
+		{"grpc target with a bad port", spec{appExtra: "    consumer: {grpc: {target: 'a.example:70000'}}\n"},
+			[]string{"applications[0].consumer.grpc.target"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -270,4 +284,88 @@ func TestParseKeepsVariableValuesVerbatim(t *testing.T) {
 		require.NoError(t, err, key)
 		require.Equal(t, key, c.Applications[0].APIKey)
 	}
+}
+
+func newBox(t *testing.T) *secret.Box {
+	t.Helper()
+	key := make([]byte, 32)
+	_, err := rand.Read(key)
+	require.NoError(t, err)
+	box, err := secret.NewBox("INTEGRATIONS_SECRET_KEY", base64.StdEncoding.EncodeToString(key))
+	require.NoError(t, err)
+	return box
+}
+
+type consumerRow struct {
+	kind, endpoint *string
+	sealed         []byte
+}
+
+func readConsumer(t *testing.T, pool *pgxpool.Pool, app string) consumerRow {
+	t.Helper()
+	var r consumerRow
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT consumer_kind, consumer_endpoint, signing_secret_enc FROM applications WHERE id = $1`, app).
+		Scan(&r.kind, &r.endpoint, &r.sealed))
+	return r
+}
+
+func TestApplyDeclaredConsumer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := dbtest.NewSchema(t)
+	box := newBox(t)
+
+	webhookCatalog, err := catalog.Parse([]byte(catalogYAML(t, spec{
+		appExtra: "    consumer:\n      webhook:\n        url: https://consumer.example/events\n"})), env(nil))
+	require.NoError(t, err)
+	require.NoError(t, catalog.Apply(ctx, s.Pool, webhookCatalog, catalog.WithSecretBox(box)))
+	got := readConsumer(t, s.Pool, "app")
+	require.Equal(t, "webhook", *got.kind)
+	require.Equal(t, "https://consumer.example/events", *got.endpoint)
+	plain, err := box.Open(got.sealed)
+	require.NoError(t, err)
+	require.Regexp(t, `^whsec_`, string(plain), "a signing secret is created and sealed")
+
+	// Applying again, or switching to a gRPC consumer, keeps the secret; no box is needed then.
+	require.NoError(t, catalog.Apply(ctx, s.Pool, webhookCatalog))
+	require.Equal(t, got, readConsumer(t, s.Pool, "app"))
+	grpcCatalog, err := catalog.Parse([]byte(catalogYAML(t, spec{
+		appExtra: "    consumer: {grpc: {target: 'consumer.example:9000'}}\n"})), env(nil))
+	require.NoError(t, err)
+	require.NoError(t, catalog.Apply(ctx, s.Pool, grpcCatalog))
+	switched := readConsumer(t, s.Pool, "app")
+	require.Equal(t, "grpc", *switched.kind)
+	require.Equal(t, "consumer.example:9000", *switched.endpoint)
+	require.Equal(t, got.sealed, switched.sealed)
+
+	// An application without a declared consumer keeps the one registered through the API.
+	plainCatalog, err := catalog.Parse([]byte(catalogYAML(t, spec{})), env(nil))
+	require.NoError(t, err)
+	require.NoError(t, catalog.Apply(ctx, s.Pool, plainCatalog))
+	require.Equal(t, switched, readConsumer(t, s.Pool, "app"))
+}
+
+func TestApplyRefusesAWebhookItCannotSign(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := dbtest.NewSchema(t)
+
+	c, err := catalog.Parse([]byte(catalogYAML(t, spec{
+		appExtra: "    consumer: {webhook: {url: 'https://consumer.example/events'}}\n"})), env(nil))
+	require.NoError(t, err)
+	err = catalog.Apply(ctx, s.Pool, c)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "application app")
+	require.Contains(t, err.Error(), "INTEGRATIONS_SECRET_KEY")
+	require.Empty(t, rows(t, s.Pool), "nothing applied")
+
+	// A gRPC consumer's deliveries are not signed: it needs no secret.
+	c, err = catalog.Parse([]byte(catalogYAML(t, spec{
+		appExtra: "    consumer: {grpc: {target: 'consumer.example:9000'}}\n"})), env(nil))
+	require.NoError(t, err)
+	require.NoError(t, catalog.Apply(ctx, s.Pool, c))
+	got := readConsumer(t, s.Pool, "app")
+	require.Equal(t, "grpc", *got.kind)
+	require.Nil(t, got.sealed)
 }

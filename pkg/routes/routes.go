@@ -27,9 +27,22 @@ var Executions = mq.Route{
 	Prefetch: 32,
 }
 
-// Events carries EventNotice messages from the event relay to the event deliverer.
+// Events carries EventNotice messages from the event relay (and a redelivery) to the event
+// deliverer. As on Executions, its port-level Retry covers only a deliverer that could not do its
+// own work (Postgres unreachable) and is short. The delivery schedule (1m, 5m, 30m, 2h, 6h by
+// default) is counted on the event row in Postgres: after a failed attempt the deliverer records
+// when the next one is due and returns mq.Defer, so the notice waits in DelayLevels without
+// spending a port attempt; it also defers, by the smallest level, a notice whose application is
+// at its concurrency bound. The levels reach 6h, the schedule's longest delay; a longer
+// configured delay is reached by deferring again.
+//
+// Changing Retry.Delays changes the names of the route's retry holding queues: a deployment that
+// ran with the earlier delays (1m, 5m, 30m, 2h, 6h) keeps those queues, which still dead-letter
+// whatever they hold back to the work queue, and can delete them once empty.
 var Events = mq.Route{
-	Name:     "events",
-	Retry:    mq.RetryPolicy{Delays: []time.Duration{time.Minute, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 6 * time.Hour}, MaxAttempts: 6},
+	Name:  "events",
+	Retry: mq.RetryPolicy{Delays: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}, MaxAttempts: 4},
+	DelayLevels: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute,
+		30 * time.Minute, 2 * time.Hour, 6 * time.Hour},
 	Prefetch: 32,
 }

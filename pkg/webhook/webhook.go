@@ -55,18 +55,34 @@ func Sign(secret, id string, ts time.Time, body []byte) (string, error) {
 
 // SetHeaders signs body and sets the three headers on h.
 func SetHeaders(h http.Header, secret, id string, ts time.Time, body []byte) error {
-	sig, err := Sign(secret, id, ts, body)
-	if err != nil {
-		return err
+	return SetHeadersRotating(h, []string{secret}, id, ts, body)
+}
+
+// SetHeadersRotating signs body with every secret and sets the three headers on h, the signatures
+// space-separated in webhook-signature, as Standard Webhooks prescribes for secret rotation: a
+// receiver that knows either the current or the previous secret finds a signature it can verify.
+// At least one secret is required.
+func SetHeadersRotating(h http.Header, secrets []string, id string, ts time.Time, body []byte) error {
+	if len(secrets) == 0 {
+		return errors.New("no signing secret")
+	}
+	sigs := make([]string, len(secrets))
+	for i, secret := range secrets {
+		sig, err := Sign(secret, id, ts, body)
+		if err != nil {
+			return err
+		}
+		sigs[i] = sig
 	}
 	h.Set(HeaderID, id)
 	h.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
-	h.Set(HeaderSignature, sig)
+	h.Set(HeaderSignature, strings.Join(sigs, " "))
 	return nil
 }
 
-// Verify checks the headers of a received webhook against body: a v1 signature must match and
-// the timestamp must be within tolerance of now.
+// Verify checks the headers of a received webhook against body: one of its v1 signatures (there
+// are several while the sender rotates its secret) must match and the timestamp must be within
+// tolerance of now.
 func Verify(secret string, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
 	key, err := secretKey(secret)
 	if err != nil {

@@ -194,3 +194,23 @@ func TestStandardWebhooksTestVector(t *testing.T) {
 	h.Set(webhook.HeaderSignature, want)
 	require.NoError(t, webhook.Verify(secret, h, payload, ts, webhook.DefaultTolerance))
 }
+
+// TestRotatingSignaturesEachVerify: while a secret rotates, webhook-signature carries one
+// signature per secret, and a receiver holding either secret verifies; a third does not.
+func TestRotatingSignaturesEachVerify(t *testing.T) {
+	t.Parallel()
+	current, previous, other := newSecret(t), newSecret(t), newSecret(t)
+
+	h := http.Header{}
+	require.NoError(t, webhook.SetHeadersRotating(h, []string{current, previous}, "evt_01", now, body))
+	sigs := strings.Fields(h.Get(webhook.HeaderSignature))
+	require.Len(t, sigs, 2)
+	for i, secret := range []string{current, previous} {
+		want, err := webhook.Sign(secret, "evt_01", now, body)
+		require.NoError(t, err)
+		require.Equal(t, want, sigs[i], "signature %d is the secret's own, in order", i)
+		require.NoError(t, webhook.Verify(secret, h, body, now, webhook.DefaultTolerance))
+	}
+	require.Error(t, webhook.Verify(other, h, body, now, webhook.DefaultTolerance))
+	require.Error(t, webhook.SetHeadersRotating(http.Header{}, nil, "evt_01", now, body), "no secret, no headers")
+}

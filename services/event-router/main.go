@@ -61,7 +61,15 @@ func run() error {
 	}
 	st := store.New(pool)
 	rel := relay.New(st, broker, logger, cfg.RelayInterval)
-	del := deliver.New(st, box, cfg.DeliveryTimeout, cfg.WebhookAllowPrivate, logger)
+	levels := broker.DelayLevels(routes.Events.Name)
+	del := deliver.New(st, box, deliver.Config{
+		Delays:       cfg.ScaledRetryDelays(),
+		Timeout:      cfg.DeliveryTimeout,
+		AllowPrivate: cfg.WebhookAllowPrivate,
+		PerApp:       cfg.PerAppConcurrency,
+		Busy:         levels[0],
+		TimeScale:    cfg.TimeScale,
+	}, logger)
 
 	app := lifecycle.New(logger, cfg.ShutdownTimeout)
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
@@ -76,6 +84,7 @@ func run() error {
 		return broker.Consume(ctx, routes.Events.Name, cfg.Concurrency, del.Handle)
 	})
 	app.Close("broker", broker.Close)
+	app.Close("consumer connections", del.Close)
 	app.Close("postgres", func() error { pool.Close(); return nil })
 	return app.Run(ctx)
 }

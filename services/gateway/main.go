@@ -87,6 +87,8 @@ func run() error {
 			Scale:               cfg.Scale,
 			WebhookAllowHTTP:    cfg.WebhookAllowHTTP,
 			WebhookAllowPrivate: cfg.WebhookAllowPrivate,
+			// Not scaled: receivers switch secrets on the wall clock.
+			SecretRotationOverlap: cfg.SecretRotationOverlap,
 		}, logger))
 	// REST is registered first so that it stops first: it proxies to the gRPC server.
 	if err := httpapi.Run(ctx, app, logger, httpapi.Config{

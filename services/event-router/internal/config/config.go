@@ -19,6 +19,12 @@ type Config struct {
 	RelayInterval     time.Duration `env:"INTEGRATIONS_RELAY_INTERVAL" envDefault:"1s"`
 	Concurrency       int           `env:"INTEGRATIONS_DELIVERY_CONCURRENCY" envDefault:"16"`
 	DeliveryTimeout   time.Duration `env:"INTEGRATIONS_DELIVERY_TIMEOUT" envDefault:"10s"`
+	// RetryDelays is the delivery schedule, before time scaling: the wait before attempt 2, 3, …;
+	// an event gets 1+len(RetryDelays) attempts, then it is dead.
+	RetryDelays []time.Duration `env:"INTEGRATIONS_EVENT_RETRY_DELAYS" envDefault:"1m,5m,30m,2h,6h" envSeparator:","`
+	// PerAppConcurrency bounds one application's deliveries in flight in one replica, so that a
+	// slow or hanging consumer cannot take every worker.
+	PerAppConcurrency int `env:"INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY" envDefault:"4"`
 	// Deliveries go to public addresses only unless allowed (local development, tests).
 	WebhookAllowPrivate bool `env:"INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE" envDefault:"false"`
 }
@@ -32,8 +38,29 @@ func (c Config) Validate() error {
 	if c.Concurrency < 1 || c.Concurrency > 1024 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_DELIVERY_CONCURRENCY: %d must be between 1 and 1024", c.Concurrency))
 	}
+	if len(c.RetryDelays) == 0 || len(c.RetryDelays) > 20 {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_EVENT_RETRY_DELAYS: %d delays; give between 1 and 20", len(c.RetryDelays)))
+	}
+	for _, d := range c.RetryDelays {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("INTEGRATIONS_EVENT_RETRY_DELAYS: %v must be positive", d))
+		}
+	}
+	if c.PerAppConcurrency < 1 || c.PerAppConcurrency > c.Concurrency {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY: %d must be between 1 and INTEGRATIONS_DELIVERY_CONCURRENCY (%d)",
+			c.PerAppConcurrency, c.Concurrency))
+	}
 	if c.DeliveryTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_DELIVERY_TIMEOUT: %v must be positive", c.DeliveryTimeout))
 	}
 	return errors.Join(errs...)
+}
+
+// ScaledRetryDelays is the delivery schedule with the time scale applied.
+func (c Config) ScaledRetryDelays() []time.Duration {
+	out := make([]time.Duration, len(c.RetryDelays))
+	for i, d := range c.RetryDelays {
+		out[i] = max(c.Scale(d), time.Millisecond)
+	}
+	return out
 }

@@ -1,19 +1,21 @@
-// Package deliver delivers completion events to each application's webhook, signed per the
-// Standard Webhooks convention, recording every attempt. A failed delivery is retried by the
-// message port's schedule (the events route's delays); past the last attempt the event is dead,
-// and its message waits in the route's dead-letter queue.
+// Package deliver delivers events to each application's consumer — a webhook signed per the
+// Standard Webhooks convention, or a gRPC EventConsumerService — recording every attempt.
+//
+// Two levels of retry are kept apart (DESIGN.md §5). The delivery schedule is counted on the
+// event row: after a failed attempt the deliverer records when the next one is due and returns
+// mq.Defer, so the notice waits in the events route's delay levels without spending a port
+// attempt; after the last attempt the event is dead and the notice acked. The route's own short
+// Fail budget covers only the deliverer failing to do its own work (Postgres unreachable).
+//
+// One application cannot hold up another's deliveries: at most PerApp deliveries per application
+// are in flight in one deliverer, and a notice for an application at its bound is deferred by the
+// route's smallest delay level instead of occupying a worker (docs/decisions.md).
 package deliver
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"net/netip"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -22,45 +24,79 @@ import (
 	queuev1 "github.com/integrations-platform/integrations/pkg/gen/integrations/queue/v1"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/mq"
-	"github.com/integrations-platform/integrations/pkg/routes"
 	"github.com/integrations-platform/integrations/pkg/safetext"
 	"github.com/integrations-platform/integrations/pkg/secret"
-	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/services/event-router/internal/store"
 )
 
-// Deliverer posts events to webhooks.
+const (
+	// maxErrorLen bounds a stored attempt error.
+	maxErrorLen = 512
+	// maxStoredBody bounds the start of a consumer's answer kept with its attempt.
+	maxStoredBody = 1 << 10
+	// claimMargin is added to the timeout for an attempt's claim: time to record the attempt.
+	claimMargin = 5 * time.Second
+	// claimPoll is how often a notice of an event claimed by another delivery looks again.
+	claimPoll = time.Second
+)
+
+// Config is how the deliverer delivers.
+type Config struct {
+	// Delays is the schedule, already time-scaled: attempt n+1 is due Delays[n-1] after attempt n
+	// failed. There are 1+len(Delays) attempts in all.
+	Delays []time.Duration
+	// Timeout bounds one attempt: connection, request and the (bounded) answer.
+	Timeout time.Duration
+	// AllowPrivate lets consumers be reached at private, loopback and link-local addresses.
+	AllowPrivate bool
+	// PerApp is the most deliveries of one application in flight at once in this deliverer.
+	PerApp int
+	// Busy is how long a notice for an application at its bound is deferred: the route's smallest
+	// delay level, so that the copy waits in the broker rather than in a worker.
+	Busy time.Duration
+	// TimeScale shrinks a consumer's Retry-After as the schedule is shrunk (INTEGRATIONS_TIME_SCALE).
+	TimeScale float64
+}
+
+// Deliverer delivers events.
 type Deliverer struct {
-	store  *store.Store
-	box    *secret.Box
-	client *http.Client
-	log    *zap.Logger
+	store   *store.Store
+	box     *secret.Box
+	cfg     Config
+	limiter *limiter
+	webhook *webhookClient
+	grpc    *grpcClients
+	log     *zap.Logger
 }
 
-// New returns a Deliverer. Unless allowPrivate, connections to private, loopback and link-local
-// addresses are refused after name resolution, so a webhook URL cannot reach inside the cluster.
-func New(st *store.Store, box *secret.Box, timeout time.Duration, allowPrivate bool, log *zap.Logger) *Deliverer {
-	dialer := &net.Dialer{Timeout: timeout}
-	if !allowPrivate {
-		dialer.Control = refusePrivate
+// New returns a Deliverer. Unless cfg.AllowPrivate, connections to private, loopback and
+// link-local addresses are refused after name resolution, so a consumer endpoint cannot reach
+// inside the cluster.
+func New(st *store.Store, box *secret.Box, cfg Config, log *zap.Logger) *Deliverer {
+	if cfg.TimeScale <= 0 {
+		cfg.TimeScale = 1
 	}
-	transport := &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 8, IdleConnTimeout: 90 * time.Second}
-	client := &http.Client{Timeout: timeout, Transport: transport,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return &Deliverer{store: st, box: box, client: client, log: log}
+	return &Deliverer{
+		store: st, box: box, cfg: cfg, log: log,
+		limiter: newLimiter(max(cfg.PerApp, 1)),
+		webhook: newWebhookClient(cfg.Timeout, cfg.AllowPrivate),
+		grpc:    newGRPCClients(cfg.AllowPrivate),
+	}
 }
 
-// refusePrivate runs after name resolution, on the address actually dialled, so a public name
-// that resolves to a private address (DNS rebinding) is refused too.
-func refusePrivate(_, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return fmt.Errorf("webhook address %q: %w", address, err)
-	}
-	if !webhook.PublicAddress(ap.Addr()) {
-		return fmt.Errorf("webhook address %s is not public", ap.Addr())
-	}
-	return nil
+// Close closes the deliverer's cached consumer connections.
+func (d *Deliverer) Close() error { return d.grpc.close() }
+
+// maxAttempts is the number of delivery attempts an event gets.
+func (d *Deliverer) maxAttempts() int { return 1 + len(d.cfg.Delays) }
+
+// result is what one attempt found.
+type result struct {
+	statusCode int    // the webhook's HTTP status, 0 if none
+	body       string // the start of the answer, truncated and cleaned
+	err        error  // nil: delivered
+	// retryAfter is a 429 or 503 answer's Retry-After, time-scaled; 0 if none.
+	retryAfter time.Duration
 }
 
 // Handle is the mq.Handler of the events route.
@@ -69,84 +105,141 @@ func (d *Deliverer) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	if err := proto.Unmarshal(m.Body, &n); err != nil || n.GetEventId() == "" {
 		return mq.Reject(fmt.Errorf("malformed event notice %s", m.ID))
 	}
-	logger := d.log.With(log.EventID(n.GetEventId()), log.ApplicationID(n.GetApplicationId()), zap.Int("delivery_attempt", m.Attempt))
-	ev, err := d.store.DeliveryGet(ctx, n.GetEventId())
+	logger := d.log.With(log.EventID(n.GetEventId()), log.ApplicationID(n.GetApplicationId()))
+
+	// The bound is taken before anything else, so a notice of a busy application costs no query.
+	// A notice without an application (none today) shares the "" bound.
+	if !d.limiter.acquire(n.GetApplicationId()) {
+		return mq.Defer(d.cfg.Busy)
+	}
+	defer d.limiter.release(n.GetApplicationId())
+
+	ev, err := d.store.DeliveryClaim(ctx, n.GetEventId(), d.cfg.Timeout+claimMargin)
 	if errors.Is(err, store.ErrNotFound) {
 		return mq.Reject(err)
 	}
 	if err != nil {
 		return mq.Fail(err)
 	}
-	if ev.Status != "pending" {
-		return mq.Ack() // a duplicate notice of a settled delivery
+	switch {
+	case ev.Status != "pending":
+		return mq.Ack() // a duplicate notice of a delivered or dead event
+	case ev.Wait > 0:
+		// Early: the next attempt is not due yet (a notice handed out again after a restart, or a
+		// second copy). Come back when it is.
+		return mq.Defer(ev.Wait)
+	case ev.ClaimWait > 0:
+		// Another delivery of this event is in flight (a duplicate notice), or its deliverer died
+		// holding the claim. Look again soon rather than when the claim would expire: the usual
+		// case is the other delivery finishing, and then this notice is acked.
+		return mq.Defer(min(ev.ClaimWait, max(d.cfg.Busy, claimPoll)))
 	}
+
 	start := time.Now()
-	code, deliverErr := d.post(ctx, ev)
+	res := d.attempt(ctx, ev)
+	elapsed := time.Since(start)
 	if ctx.Err() != nil {
-		return mq.Result{} // shutting down: the broker redelivers
+		// Stopped mid-attempt: nothing is recorded, and the broker hands the notice out again.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := d.store.DeliveryRelease(rctx, ev.EventID); err != nil {
+			logger.Warn("event claim not released; it expires by itself", zap.Error(err))
+		}
+		return mq.Result{}
 	}
-	a := store.Attempt{StatusCode: code, Duration: time.Since(start), Outcome: "delivered"}
-	// The event's own count decides the last attempt, not the message's: a duplicate notice or a
-	// port-level retry after a database error must not add attempts or end the event early.
-	last := int(ev.Attempts)+1 >= maxAttempts()
-	if deliverErr != nil {
-		a.Err = safetext.Error(deliverErr, 512)
-		a.Outcome = "pending"
-		if last {
-			a.Outcome = "dead"
+
+	a := store.Attempt{StatusCode: res.statusCode, Duration: elapsed, ResponseBody: res.body, Outcome: "delivered"}
+	attempt := int(ev.Attempts) + 1 // the event's own count, not the message's
+	if res.err != nil {
+		a.Err = safetext.Error(res.err, maxErrorLen)
+		a.Outcome = "dead"
+		if attempt < d.maxAttempts() {
+			a.Outcome = "pending"
+			a.NextIn = nextDelay(d.cfg.Delays, attempt, res.retryAfter)
 		}
 	}
-	if err := d.store.DeliveryRecord(ctx, ev.EventID, a); err != nil {
+	recorded, err := d.store.DeliveryRecord(ctx, ev.EventID, a)
+	if err != nil {
+		// The attempt happened but is not recorded; the port retries the notice shortly, and it
+		// waits for the claim to expire before delivering again (at least once).
 		return mq.Fail(err)
 	}
+	fields := []zap.Field{zap.Int("attempt", attempt), zap.Int("status_code", res.statusCode), zap.Duration("duration", elapsed)}
 	switch {
-	case deliverErr == nil:
-		logger.Info("event delivered", zap.Int("status_code", code), zap.Duration("duration", a.Duration))
+	case !recorded:
+		logger.Info("event settled meanwhile by another delivery; attempt not recorded", fields...)
 		return mq.Ack()
-	case last:
-		logger.Warn("event dead after its last delivery attempt", zap.Int("status_code", code))
-		return mq.Reject(deliverErr)
+	case a.Outcome == "delivered":
+		logger.Info("event delivered", fields...)
+		return mq.Ack()
+	case a.Outcome == "dead":
+		logger.Warn("event dead after its last delivery attempt", append(fields, zap.String("error", a.Err))...)
+		return mq.Ack()
 	default:
-		logger.Info("event delivery failed; will retry", zap.Int("status_code", code), zap.String("error", a.Err))
-		return mq.Fail(deliverErr)
+		logger.Info("event delivery failed; next attempt scheduled",
+			append(fields, zap.String("error", a.Err), zap.Duration("next_in", a.NextIn))...)
+		return mq.Defer(a.NextIn)
 	}
 }
 
-func maxAttempts() int {
-	if routes.Events.Retry.MaxAttempts > 0 {
-		return routes.Events.Retry.MaxAttempts
+// nextDelay is the wait after failed attempt n (from 1, below the last) of the schedule delays.
+//
+// "Honouring Retry-After on 429/503 up to the next level" is read as: the consumer may ask us to
+// wait longer than the schedule's delay, and we do, but never longer than the level after it
+// would have made us wait. So the delay is max(delays[n-1], retryAfter), capped at delays[n]; for
+// the last gap, which has no level after it, the schedule's own delay stands. A Retry-After
+// shorter than the schedule never brings an attempt forward: the schedule is what keeps a
+// struggling consumer from being hammered.
+func nextDelay(delays []time.Duration, n int, retryAfter time.Duration) time.Duration {
+	base := delays[n-1]
+	if retryAfter <= base {
+		return base
 	}
-	return len(routes.Events.Retry.Delays) + 1
+	limit := base
+	if n < len(delays) {
+		limit = delays[n]
+	}
+	return min(retryAfter, limit)
 }
 
-func (d *Deliverer) post(ctx context.Context, ev *store.Delivery) (int, error) {
-	if ev.ConsumerKind == nil || ev.Endpoint == nil || ev.SealedSecret == nil {
-		return 0, errors.New("application has no consumer registered")
+// attempt delivers ev once to its application's consumer.
+func (d *Deliverer) attempt(ctx context.Context, ev *store.Delivery) result {
+	if ev.ConsumerKind == nil || ev.Endpoint == nil {
+		return result{err: errors.New("application has no consumer registered")}
 	}
-	if *ev.ConsumerKind != "webhook" {
-		return 0, fmt.Errorf("consumer kind %q is not supported", *ev.ConsumerKind)
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	switch *ev.ConsumerKind {
+	case "webhook":
+		secrets, err := d.secrets(ev)
+		if err != nil {
+			return result{err: err}
+		}
+		return d.webhook.post(ctx, *ev.Endpoint, secrets, ev, d.cfg.TimeScale)
+	case "grpc":
+		return d.grpc.deliver(ctx, *ev.Endpoint, ev)
+	default:
+		return result{err: fmt.Errorf("consumer kind %q is not supported", *ev.ConsumerKind)}
 	}
-	signingSecret, err := d.box.Open(ev.SealedSecret)
+}
+
+// secrets opens the application's signing secrets: the current one, then the previous one while
+// its overlap lasts.
+func (d *Deliverer) secrets(ev *store.Delivery) ([]string, error) {
+	if ev.SealedSecret == nil {
+		return nil, errors.New("application has no signing secret")
+	}
+	current, err := d.box.Open(ev.SealedSecret)
 	if err != nil {
-		return 0, fmt.Errorf("open signing secret: %w", err)
+		return nil, fmt.Errorf("open signing secret: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, *ev.Endpoint, bytes.NewReader(ev.Payload))
-	if err != nil {
-		return 0, fmt.Errorf("build request: %w", err)
+	out := []string{string(current)}
+	if ev.PrevSealedSecret != nil {
+		prev, err := d.box.Open(ev.PrevSealedSecret)
+		if err != nil {
+			return nil, fmt.Errorf("open previous signing secret: %w", err)
+		}
+		out = append(out, string(prev))
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "integrations-event-router/1")
-	if err := webhook.SetHeaders(req.Header, string(signingSecret), ev.EventID, time.Now(), ev.Payload); err != nil {
-		return 0, err
-	}
-	resp, err := d.client.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("post webhook: %w", err)
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, fmt.Errorf("webhook answered %d", resp.StatusCode)
-	}
-	return resp.StatusCode, nil
+	return out, nil
 }

@@ -76,67 +76,136 @@ func (s *Store) EventMarkRelayed(ctx context.Context, ids []string, claimedUntil
 type Delivery struct {
 	EventID       string
 	ApplicationID string
+	Type          string
+	CreatedAt     time.Time
 	Payload       []byte
 	Status        string
 	Attempts      int32
 	ConsumerKind  *string
 	Endpoint      *string
 	SealedSecret  []byte
+	// PrevSealedSecret is the application's previous signing secret while its overlap lasts
+	// (signing_secret_prev_until in the future), nil otherwise.
+	PrevSealedSecret []byte
+	// Wait is how long until the event's next attempt is due, when it is pending but not yet.
+	Wait time.Duration
+	// ClaimWait is how long another delivery's claim on the event still runs, if one does.
+	// The event is claimed by this call only when both are zero.
+	ClaimWait time.Duration
 }
 
-// DeliveryGet reads an event with its application's consumer.
-func (s *Store) DeliveryGet(ctx context.Context, eventID string) (*Delivery, error) {
+// DeliveryClaim reads an event with its application's consumer and, if it is pending and due,
+// claims it for ttl (one attempt's length, with a margin): until the claim is recorded, released
+// or expired, no other notice of the event is delivered. A pending event that is not due, or
+// claimed by another delivery, comes back unclaimed with Wait or ClaimWait set; a delivered or
+// dead one comes back as it is. Times are the
+// database's, which wrote next_attempt_at.
+//
+// After a redelivery (attempts reset to 0) next_attempt_at is ignored: the redelivered event is
+// due at once.
+func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Duration) (*Delivery, error) {
 	var d Delivery
-	err := s.pool.QueryRow(ctx, `
-		SELECT e.id, e.application_id, e.payload, e.delivery_status, e.attempts,
-			a.consumer_kind, a.consumer_endpoint, a.signing_secret_enc
-		FROM integration_events e JOIN applications a ON a.id = e.application_id
-		WHERE e.id = $1`, eventID).Scan(&d.EventID, &d.ApplicationID, &d.Payload, &d.Status, &d.Attempts,
-		&d.ConsumerKind, &d.Endpoint, &d.SealedSecret)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
-	}
+	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var wait, claimWait float64
+		err := tx.QueryRow(ctx, `
+			SELECT e.id, e.application_id, e.type, e.created_at, e.payload, e.delivery_status, e.attempts,
+				a.consumer_kind, a.consumer_endpoint, a.signing_secret_enc,
+				CASE WHEN a.signing_secret_prev_until > now() THEN a.signing_secret_prev_enc END,
+				COALESCE(extract(epoch FROM
+					CASE WHEN e.attempts > 0 THEN e.next_attempt_at END - now()), 0)::float8,
+				COALESCE(extract(epoch FROM e.delivery_claimed_until - now()), 0)::float8
+			FROM integration_events e JOIN applications a ON a.id = e.application_id
+			WHERE e.id = $1
+			FOR UPDATE OF e`, eventID).Scan(&d.EventID, &d.ApplicationID, &d.Type, &d.CreatedAt, &d.Payload,
+			&d.Status, &d.Attempts, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret,
+			&wait, &claimWait)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("read event %s: %w", eventID, err)
+		}
+		if d.Status != "pending" {
+			return nil
+		}
+		d.Wait = max(time.Duration(wait*float64(time.Second)), 0)
+		d.ClaimWait = max(time.Duration(claimWait*float64(time.Second)), 0)
+		if d.Wait > 0 || d.ClaimWait > 0 {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `
+			UPDATE integration_events SET delivery_claimed_until = now() + make_interval(secs => $2)
+			WHERE id = $1`, eventID, ttl.Seconds()); err != nil {
+			return fmt.Errorf("claim event %s: %w", eventID, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("read event %s: %w", eventID, err)
+		return nil, err
 	}
 	return &d, nil
 }
 
+// DeliveryRelease gives up a claim without recording an attempt (the deliverer was stopped
+// mid-attempt), so that the notice the broker hands out again need not wait for it to expire.
+func (s *Store) DeliveryRelease(ctx context.Context, eventID string) error {
+	if _, err := s.pool.Exec(ctx, `
+		UPDATE integration_events SET delivery_claimed_until = NULL WHERE id = $1 AND delivery_status = 'pending'`,
+		eventID); err != nil {
+		return fmt.Errorf("release event %s: %w", eventID, err)
+	}
+	return nil
+}
+
 // Attempt is one delivery attempt's record.
 type Attempt struct {
+	// StatusCode is the webhook's HTTP status; 0 when there was none (a transport error, a gRPC
+	// consumer), stored as NULL.
 	StatusCode int
 	Err        string
 	Duration   time.Duration
+	// ResponseBody is the start of the consumer's answer, already truncated and cleaned.
+	ResponseBody string
 	// Outcome is the event's status afterwards: pending (will be retried), delivered or dead.
 	Outcome string
+	// NextIn is, for a pending outcome, how long after now the next attempt is due.
+	NextIn time.Duration
 }
 
-// DeliveryRecord records one attempt and the event's resulting state in one transaction.
-func (s *Store) DeliveryRecord(ctx context.Context, eventID string, a Attempt) error {
-	return db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		var n int32
-		err := tx.QueryRow(ctx, `
+// DeliveryRecord records one attempt and the event's resulting state in one transaction, and
+// ends the event's claim. The attempt's number follows the event's whole history (max(n)+1), so
+// that the attempts before a redelivery, which resets the event's count, are kept. It reports
+// false, recording nothing, if the event was no longer pending.
+func (s *Store) DeliveryRecord(ctx context.Context, eventID string, a Attempt) (bool, error) {
+	recorded := false
+	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
 			UPDATE integration_events
 			SET attempts = attempts + 1, delivery_status = $2, last_error = nullif($3, ''),
 				delivered_at = CASE WHEN $2 = 'delivered' THEN now() END,
-				dead_at = CASE WHEN $2 = 'dead' THEN now() END
-			WHERE id = $1 AND delivery_status = 'pending'
-			RETURNING attempts`, eventID, a.Outcome, a.Err).Scan(&n)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // delivered or dead meanwhile by another copy
-		}
+				dead_at = CASE WHEN $2 = 'dead' THEN now() END,
+				next_attempt_at = CASE WHEN $2 = 'pending' THEN now() + make_interval(secs => $4) END,
+				delivery_claimed_until = NULL
+			WHERE id = $1 AND delivery_status = 'pending'`, eventID, a.Outcome, a.Err, a.NextIn.Seconds())
 		if err != nil {
 			return fmt.Errorf("record delivery of %s: %w", eventID, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return nil // delivered or dead meanwhile by another copy
 		}
 		var code *int
 		if a.StatusCode != 0 {
 			code = &a.StatusCode
 		}
 		if _, err := tx.Exec(ctx, `
-			INSERT INTO event_deliveries (event_id, n, status_code, error, duration_ms) VALUES ($1, $2, $3, nullif($4, ''), $5)`,
-			eventID, n, code, a.Err, a.Duration.Milliseconds()); err != nil {
-			return fmt.Errorf("record delivery %d of %s: %w", n, eventID, err)
+			INSERT INTO event_deliveries (event_id, n, status_code, error, duration_ms, response_body)
+			SELECT $1, COALESCE(max(n), 0) + 1, $2, nullif($3, ''), $4, nullif($5, '')
+			FROM event_deliveries WHERE event_id = $1`,
+			eventID, code, a.Err, a.Duration.Milliseconds(), a.ResponseBody); err != nil {
+			return fmt.Errorf("record delivery attempt of %s: %w", eventID, err)
 		}
+		recorded = true
 		return nil
 	})
+	return recorded, err
 }

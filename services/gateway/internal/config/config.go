@@ -4,6 +4,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/integrations-platform/integrations/pkg/config"
 )
@@ -27,6 +28,9 @@ type Config struct {
 	// AdminToken authenticates the operator endpoints under /api/v1/system/; empty disables them.
 	AdminToken          string `env:"INTEGRATIONS_ADMIN_TOKEN"`
 	WebhookAllowPrivate bool   `env:"INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE" envDefault:"false"`
+	// SecretRotationOverlap is how long a rotated-out signing secret keeps signing deliveries
+	// beside the new one. Not time-scaled: receivers switch secrets on the wall clock.
+	SecretRotationOverlap time.Duration `env:"INTEGRATIONS_SECRET_ROTATION_OVERLAP" envDefault:"24h"`
 }
 
 // Validate checks the gateway's own settings.
@@ -34,6 +38,9 @@ func (c Config) Validate() error {
 	errs := []error{c.Common.Validate()}
 	if c.MaxPayloadBytes < 1024 || c.MaxPayloadBytes > 64<<20 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_MAX_PAYLOAD_BYTES: %d must be between 1024 and 67108864", c.MaxPayloadBytes))
+	}
+	if c.SecretRotationOverlap < 0 || c.SecretRotationOverlap > 30*24*time.Hour {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_SECRET_ROTATION_OVERLAP: %v must be between 0s and 720h", c.SecretRotationOverlap))
 	}
 	return errors.Join(errs...)
 }

@@ -56,6 +56,9 @@ type Options struct {
 	Scale               func(time.Duration) time.Duration
 	WebhookAllowHTTP    bool
 	WebhookAllowPrivate bool
+	// SecretRotationOverlap is how long a replaced signing secret keeps signing deliveries beside
+	// the new one (zero: not at all).
+	SecretRotationOverlap time.Duration
 }
 
 // Server is the GatewayService.
@@ -402,14 +405,29 @@ func (s *Server) ListExecutions(ctx context.Context, req *gatewayv1.ListExecutio
 	return resp, nil
 }
 
-// SetConsumer implements GatewayService.SetConsumer.
+// SetConsumer implements GatewayService.SetConsumer. Either kind of consumer gets a signing
+// secret (kept if the application has one): a gRPC consumer does not use it, but an application
+// with a consumer then always has one, and switching to a webhook keeps the secret it knows.
 func (s *Server) SetConsumer(ctx context.Context, req *gatewayv1.SetConsumerRequest) (*gatewayv1.SetConsumerResponse, error) {
-	wh := req.GetWebhook()
-	if wh == nil {
-		return nil, apperr.Invalid("webhook", "required: {\"webhook\": {\"url\": \"https://...\"}}")
-	}
-	if err := s.checkWebhookURL(wh.GetUrl()); err != nil {
-		return nil, err
+	var kind string
+	var register func(ctx context.Context, applicationID, endpoint string, sealedNew []byte) ([]byte, error)
+	var endpoint string
+	resp := &gatewayv1.SetConsumerResponse{}
+	switch c := req.GetConsumer().(type) {
+	case *gatewayv1.SetConsumerRequest_Webhook:
+		if err := s.checkWebhookURL(c.Webhook.GetUrl()); err != nil {
+			return nil, err
+		}
+		kind, endpoint, register = "webhook", c.Webhook.GetUrl(), s.store.ConsumerSetWebhook
+		resp.Consumer = &gatewayv1.SetConsumerResponse_Webhook{Webhook: &gatewayv1.WebhookConsumer{Url: endpoint}}
+	case *gatewayv1.SetConsumerRequest_Grpc:
+		if err := s.checkGRPCTarget(c.Grpc.GetTarget()); err != nil {
+			return nil, err
+		}
+		kind, endpoint, register = "grpc", c.Grpc.GetTarget(), s.store.ConsumerSetGRPC
+		resp.Consumer = &gatewayv1.SetConsumerResponse_Grpc{Grpc: &gatewayv1.GrpcConsumer{Target: endpoint}}
+	default:
+		return nil, apperr.Invalid("consumer", "required: {\"webhook\": {\"url\": \"https://...\"}} or {\"grpc\": {\"target\": \"host:port\"}}")
 	}
 	fresh, err := webhook.NewSecret()
 	if err != nil {
@@ -419,7 +437,7 @@ func (s *Server) SetConsumer(ctx context.Context, req *gatewayv1.SetConsumerRequ
 	if err != nil {
 		return nil, err
 	}
-	sealed, err := s.store.ConsumerSetWebhook(ctx, applicationID(ctx), wh.GetUrl(), sealedFresh)
+	sealed, err := register(ctx, applicationID(ctx), endpoint, sealedFresh)
 	if err != nil {
 		return nil, err
 	}
@@ -427,11 +445,9 @@ func (s *Server) SetConsumer(ctx context.Context, req *gatewayv1.SetConsumerRequ
 	if err != nil {
 		return nil, fmt.Errorf("open signing secret: %w", err)
 	}
-	s.log.Info("consumer registered", log.ApplicationID(applicationID(ctx)), zap.String("kind", "webhook"))
-	return &gatewayv1.SetConsumerResponse{
-		Consumer:      &gatewayv1.SetConsumerResponse_Webhook{Webhook: &gatewayv1.WebhookConsumer{Url: wh.GetUrl()}},
-		SigningSecret: string(plain),
-	}, nil
+	s.log.Info("consumer registered", log.ApplicationID(applicationID(ctx)), zap.String("kind", kind))
+	resp.SigningSecret = string(plain)
+	return resp, nil
 }
 
 // checkWebhookURL refuses what an event router should not post to: anything but https (unless

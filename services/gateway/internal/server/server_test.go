@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"net"
 	"sync"
 	"testing"
@@ -21,6 +23,7 @@ import (
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
 
@@ -87,6 +90,7 @@ func (f *fakeAdapter) requests() []*adapterv1.CancelRequest {
 type bundle struct {
 	schema     *dbtest.Schema
 	server     *Server
+	box        *secret.Box
 	settlement *fakeSettlement
 	adapter    *fakeAdapter
 	ctx        context.Context // authenticated as dbtest.TestApp
@@ -110,9 +114,15 @@ func setup(t *testing.T) *bundle {
 	pool := adaptercall.NewPool()
 	t.Cleanup(func() { _ = pool.Close() })
 	settlement := &fakeSettlement{}
-	server := New(store.New(s.Pool), pool, nil, settlement, nil,
-		Options{MaxPayloadBytes: 1 << 20, Scale: func(d time.Duration) time.Duration { return d }}, zaptest.NewLogger(t))
-	return &bundle{schema: s, server: server, settlement: settlement, adapter: adapter,
+	key := make([]byte, 32)
+	_, err = rand.Read(key)
+	require.NoError(t, err)
+	box, err := secret.NewBox("INTEGRATIONS_SECRET_KEY", base64.StdEncoding.EncodeToString(key))
+	require.NoError(t, err)
+	server := New(store.New(s.Pool), pool, nil, settlement, box,
+		Options{MaxPayloadBytes: 1 << 20, Scale: func(d time.Duration) time.Duration { return d },
+			SecretRotationOverlap: testRotationOverlap}, zaptest.NewLogger(t))
+	return &bundle{schema: s, server: server, box: box, settlement: settlement, adapter: adapter,
 		ctx: context.WithValue(context.Background(), applicationKey{}, dbtest.TestApp)}
 }
 

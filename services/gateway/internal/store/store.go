@@ -222,20 +222,7 @@ func (s *Store) ExecutionList(ctx context.Context, applicationID string, f ListF
 // application has one (re-registering a URL must not break verification); sealedNew is stored
 // otherwise. It returns the sealed secret in force.
 func (s *Store) ConsumerSetWebhook(ctx context.Context, applicationID, url string, sealedNew []byte) ([]byte, error) {
-	var sealed []byte
-	err := s.pool.QueryRow(ctx, `
-		UPDATE applications
-		SET consumer_kind = 'webhook', consumer_endpoint = $2,
-			signing_secret_enc = coalesce(signing_secret_enc, $3), updated_at = now()
-		WHERE id = $1
-		RETURNING signing_secret_enc`, applicationID, url, sealedNew).Scan(&sealed)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("set consumer of %s: %w", applicationID, err)
-	}
-	return sealed, nil
+	return s.consumerSet(ctx, applicationID, "webhook", url, sealedNew)
 }
 
 func nullable(s string) *string {

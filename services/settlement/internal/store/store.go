@@ -237,6 +237,10 @@ func attemptFail(ctx context.Context, tx pgx.Tx, a AttemptFailure) (*AttemptFail
 const (
 	SweptLeaseExpired   = "lease_expired"
 	SweptDeadlinePassed = "deadline_passed"
+	// SweptStranded is a pending execution past its deadline that nothing will start any more:
+	// no dispatch record waits for it (its message was dead-lettered, e.g. during a database
+	// outage).
+	SweptStranded = "stranded"
 )
 
 // Swept is one running execution the sweeper ended the attempt of.
@@ -307,6 +311,63 @@ func (s *Store) ExecutionSweep(ctx context.Context, limit int, grace time.Durati
 				a.Failure.Message = "the execution's deadline passed while the attempt was running"
 			}
 			sw.Result, sw.Err = sweepOne(ctx, tx, a)
+			out = append(out, sw)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ExecutionSweepStranded settles failed, with reason retry_exhausted.budget and its completion
+// event, up to limit pending executions whose deadline passed grace ago and for which no
+// dispatch record waits: their next attempt can no longer start in time (its message, if any,
+// is in a dead-letter queue or about to be skipped as obsolete), and without this they would
+// never settle.
+func (s *Store) ExecutionSweepStranded(ctx context.Context, limit int, grace time.Duration) ([]Swept, error) {
+	var out []Swept
+	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT id::text, attempt, coalesce(failure_class, '')
+			FROM executions e
+			WHERE status = 'pending' AND deadline_at < now() - make_interval(secs => $2)
+				AND NOT EXISTS (SELECT 1 FROM dispatches d WHERE d.execution_id = e.id)
+			LIMIT $1
+			FOR UPDATE SKIP LOCKED`, limit, grace.Seconds())
+		if err != nil {
+			return fmt.Errorf("claim stranded executions: %w", err)
+		}
+		type claimed struct {
+			id      string
+			attempt int32
+			class   string
+		}
+		list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimed, error) {
+			var c claimed
+			err := r.Scan(&c.id, &c.attempt, &c.class)
+			return c, err
+		})
+		if err != nil {
+			return fmt.Errorf("claim stranded executions: %w", err)
+		}
+		for _, c := range list {
+			class := c.class
+			if class == "" {
+				class = execution.ClassTimeout
+			}
+			sw := Swept{ExecutionID: c.id, Attempt: c.attempt, Cause: SweptStranded}
+			err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+				settled, err := settle(ctx, sp, Outcome{ExecutionID: c.id, Attempt: c.attempt,
+					FromStatus: execution.StatusPending, Status: execution.StatusFailed,
+					Failure: execution.Failure{Class: class, Reason: execution.ReasonBudget,
+						Message: "the deadline passed before the next attempt could start"}})
+				if err == nil {
+					sw.Result = &AttemptFailed{Execution: settled.Execution, EventID: settled.EventID}
+				}
+				return err
+			})
+			if err != nil {
+				sw.Err = fmt.Errorf("sweep stranded %s: %w", c.id, err)
+			}
 			out = append(out, sw)
 		}
 		return nil

@@ -256,3 +256,37 @@ func TestExecutionSweepWaitsOutTheGrace(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, swept, 1, "past the grace it is swept")
 }
+
+func TestExecutionSweepStrandedSettlesPendingPastDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	past := time.Now().Add(-time.Minute)
+	stranded := b.schema.InsertExecution(t, dbtest.Execution{Attempt: 1, Deadline: past})
+	b.schema.InsertAttempts(t, stranded, dbtest.Attempt{N: 1, Outcome: "failed", FailureClass: execution.ClassTransient})
+	_, err := b.schema.Pool.Exec(ctx, `UPDATE executions SET failure_class = 'transient' WHERE id = $1`, stranded)
+	require.NoError(t, err)
+	waiting := b.schema.InsertExecution(t, dbtest.Execution{Attempt: 1, Deadline: past})
+	_, err = b.schema.Pool.Exec(ctx, `INSERT INTO dispatches (execution_id, attempt, due_at) VALUES ($1, 2, now())`, waiting)
+	require.NoError(t, err)
+	inTime := b.schema.InsertExecution(t, dbtest.Execution{Attempt: 1})
+
+	swept, err := b.store.ExecutionSweepStranded(ctx, 10, time.Second)
+	require.NoError(t, err)
+	require.Len(t, swept, 1)
+	require.NoError(t, swept[0].Err)
+	require.Equal(t, stranded, swept[0].ExecutionID)
+	row := b.execution(t, stranded)
+	require.Equal(t, execution.StatusFailed, row.Status)
+	require.Equal(t, execution.ReasonBudget, *row.FailureReason)
+	require.Equal(t, execution.ClassTransient, *row.FailureClass, "the last attempt's class")
+	var events int
+	require.NoError(t, b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM integration_events WHERE execution_id = $1`, stranded).Scan(&events))
+	require.Equal(t, 1, events)
+	require.Equal(t, execution.StatusPending, b.execution(t, waiting).Status, "a dispatch record still waits for it")
+	require.Equal(t, execution.StatusPending, b.execution(t, inTime).Status, "its deadline has not passed")
+
+	again, err := b.store.ExecutionSweepStranded(ctx, 10, time.Second)
+	require.NoError(t, err)
+	require.Empty(t, again)
+}

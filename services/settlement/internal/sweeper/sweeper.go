@@ -103,9 +103,29 @@ type Counts struct {
 
 // Pass sweeps, batch by batch, until a batch comes back short; then it records the time.
 func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
+	total, err := s.sweep(ctx, func() ([]store.Swept, error) {
+		return s.store.ExecutionSweep(ctx, s.opts.BatchSize, s.opts.Grace, s.opts.Scale)
+	})
+	if err != nil {
+		return total, err
+	}
+	stranded, err := s.sweep(ctx, func() ([]store.Swept, error) {
+		return s.store.ExecutionSweepStranded(ctx, s.opts.BatchSize, s.opts.Grace)
+	})
+	total.Failed += stranded.Failed
+	total.Errors += stranded.Errors
+	if err != nil {
+		return total, err
+	}
+	lastRun.SetToCurrentTime()
+	return total, nil
+}
+
+// sweep runs one kind of sweep batch by batch until a batch comes back short.
+func (s *Sweeper) sweep(ctx context.Context, batch func() ([]store.Swept, error)) (Counts, error) {
 	var total Counts
 	for {
-		list, err := s.store.ExecutionSweep(ctx, s.opts.BatchSize, s.opts.Grace, s.opts.Scale)
+		list, err := batch()
 		if err != nil {
 			return total, err
 		}
@@ -118,7 +138,6 @@ func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
 		}
 		// A batch whose every row failed would be claimed again at once: wait for the next pass.
 		if len(list) < s.opts.BatchSize || c.Errors == len(list) {
-			lastRun.SetToCurrentTime()
 			return total, nil
 		}
 	}

@@ -7,11 +7,13 @@
 package gatewayv1
 
 import (
+	v11 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
 	v1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -495,11 +497,59 @@ func (x *WebhookConsumer) GetUrl() string {
 	return ""
 }
 
+// GrpcConsumer receives events through the integrations.events.v1.EventConsumerService Deliver
+// call the application implements.
+type GrpcConsumer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// host:port of the application's EventConsumerService.
+	Target        string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrpcConsumer) Reset() {
+	*x = GrpcConsumer{}
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrpcConsumer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrpcConsumer) ProtoMessage() {}
+
+func (x *GrpcConsumer) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrpcConsumer.ProtoReflect.Descriptor instead.
+func (*GrpcConsumer) Descriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GrpcConsumer) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
 type SetConsumerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Consumer:
 	//
 	//	*SetConsumerRequest_Webhook
+	//	*SetConsumerRequest_Grpc
 	Consumer      isSetConsumerRequest_Consumer `protobuf_oneof:"consumer"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -507,7 +557,7 @@ type SetConsumerRequest struct {
 
 func (x *SetConsumerRequest) Reset() {
 	*x = SetConsumerRequest{}
-	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[9]
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +569,7 @@ func (x *SetConsumerRequest) String() string {
 func (*SetConsumerRequest) ProtoMessage() {}
 
 func (x *SetConsumerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[9]
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +582,7 @@ func (x *SetConsumerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConsumerRequest.ProtoReflect.Descriptor instead.
 func (*SetConsumerRequest) Descriptor() ([]byte, []int) {
-	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetConsumerRequest) GetConsumer() isSetConsumerRequest_Consumer {
@@ -551,6 +601,15 @@ func (x *SetConsumerRequest) GetWebhook() *WebhookConsumer {
 	return nil
 }
 
+func (x *SetConsumerRequest) GetGrpc() *GrpcConsumer {
+	if x != nil {
+		if x, ok := x.Consumer.(*SetConsumerRequest_Grpc); ok {
+			return x.Grpc
+		}
+	}
+	return nil
+}
+
 type isSetConsumerRequest_Consumer interface {
 	isSetConsumerRequest_Consumer()
 }
@@ -559,13 +618,20 @@ type SetConsumerRequest_Webhook struct {
 	Webhook *WebhookConsumer `protobuf:"bytes,1,opt,name=webhook,proto3,oneof"`
 }
 
+type SetConsumerRequest_Grpc struct {
+	Grpc *GrpcConsumer `protobuf:"bytes,2,opt,name=grpc,proto3,oneof"`
+}
+
 func (*SetConsumerRequest_Webhook) isSetConsumerRequest_Consumer() {}
+
+func (*SetConsumerRequest_Grpc) isSetConsumerRequest_Consumer() {}
 
 type SetConsumerResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Consumer:
 	//
 	//	*SetConsumerResponse_Webhook
+	//	*SetConsumerResponse_Grpc
 	Consumer isSetConsumerResponse_Consumer `protobuf_oneof:"consumer"`
 	// The secret webhook signatures are made with: "whsec_" and base64.
 	SigningSecret string `protobuf:"bytes,2,opt,name=signing_secret,json=signingSecret,proto3" json:"signing_secret,omitempty"`
@@ -575,7 +641,7 @@ type SetConsumerResponse struct {
 
 func (x *SetConsumerResponse) Reset() {
 	*x = SetConsumerResponse{}
-	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[10]
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -587,7 +653,7 @@ func (x *SetConsumerResponse) String() string {
 func (*SetConsumerResponse) ProtoMessage() {}
 
 func (x *SetConsumerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[10]
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -600,7 +666,7 @@ func (x *SetConsumerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConsumerResponse.ProtoReflect.Descriptor instead.
 func (*SetConsumerResponse) Descriptor() ([]byte, []int) {
-	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{10}
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetConsumerResponse) GetConsumer() isSetConsumerResponse_Consumer {
@@ -614,6 +680,15 @@ func (x *SetConsumerResponse) GetWebhook() *WebhookConsumer {
 	if x != nil {
 		if x, ok := x.Consumer.(*SetConsumerResponse_Webhook); ok {
 			return x.Webhook
+		}
+	}
+	return nil
+}
+
+func (x *SetConsumerResponse) GetGrpc() *GrpcConsumer {
+	if x != nil {
+		if x, ok := x.Consumer.(*SetConsumerResponse_Grpc); ok {
+			return x.Grpc
 		}
 	}
 	return nil
@@ -634,13 +709,519 @@ type SetConsumerResponse_Webhook struct {
 	Webhook *WebhookConsumer `protobuf:"bytes,1,opt,name=webhook,proto3,oneof"`
 }
 
+type SetConsumerResponse_Grpc struct {
+	Grpc *GrpcConsumer `protobuf:"bytes,3,opt,name=grpc,proto3,oneof"`
+}
+
 func (*SetConsumerResponse_Webhook) isSetConsumerResponse_Consumer() {}
+
+func (*SetConsumerResponse_Grpc) isSetConsumerResponse_Consumer() {}
+
+type RotateSigningSecretRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateSigningSecretRequest) Reset() {
+	*x = RotateSigningSecretRequest{}
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateSigningSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateSigningSecretRequest) ProtoMessage() {}
+
+func (x *RotateSigningSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateSigningSecretRequest.ProtoReflect.Descriptor instead.
+func (*RotateSigningSecretRequest) Descriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{12}
+}
+
+type RotateSigningSecretResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new secret: "whsec_" and base64.
+	SigningSecret string `protobuf:"bytes,1,opt,name=signing_secret,json=signingSecret,proto3" json:"signing_secret,omitempty"`
+	// Until when the previous secret also signs each delivery.
+	PreviousSecretExpireTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=previous_secret_expire_time,json=previousSecretExpireTime,proto3" json:"previous_secret_expire_time,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
+}
+
+func (x *RotateSigningSecretResponse) Reset() {
+	*x = RotateSigningSecretResponse{}
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateSigningSecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateSigningSecretResponse) ProtoMessage() {}
+
+func (x *RotateSigningSecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateSigningSecretResponse.ProtoReflect.Descriptor instead.
+func (*RotateSigningSecretResponse) Descriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RotateSigningSecretResponse) GetSigningSecret() string {
+	if x != nil {
+		return x.SigningSecret
+	}
+	return ""
+}
+
+func (x *RotateSigningSecretResponse) GetPreviousSecretExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PreviousSecretExpireTime
+	}
+	return nil
+}
+
+type ListEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many events (default 50, at most 500).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only events with this delivery status.
+	Status v11.EventStatus `protobuf:"varint,3,opt,name=status,proto3,enum=integrations.events.v1.EventStatus" json:"status,omitempty"`
+	// Only events about this execution.
+	ExecutionId string `protobuf:"bytes,4,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Only events created at or after this time.
+	Since *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
+	// Only events created before this time.
+	Until         *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=until,proto3" json:"until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEventsRequest) Reset() {
+	*x = ListEventsRequest{}
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEventsRequest) ProtoMessage() {}
+
+func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListEventsRequest) Descriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListEventsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListEventsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetStatus() v11.EventStatus {
+	if x != nil {
+		return x.Status
+	}
+	return v11.EventStatus(0)
+}
+
+func (x *ListEventsRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ListEventsRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+type ListEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Without their delivery attempts (GetEvent has them).
+	Events        []*v11.Event `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	NextPageToken string       `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEventsResponse) Reset() {
+	*x = ListEventsResponse{}
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEventsResponse) ProtoMessage() {}
+
+func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListEventsResponse) Descriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListEventsResponse) GetEvents() []*v11.Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *ListEventsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type GetEventRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetEventRequest) Reset() {
+	*x = GetEventRequest{}
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetEventRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetEventRequest) ProtoMessage() {}
+
+func (x *GetEventRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetEventRequest.ProtoReflect.Descriptor instead.
+func (*GetEventRequest) Descriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *GetEventRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type GetEventResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Event         *v11.Event             `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetEventResponse) Reset() {
+	*x = GetEventResponse{}
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetEventResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetEventResponse) ProtoMessage() {}
+
+func (x *GetEventResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetEventResponse.ProtoReflect.Descriptor instead.
+func (*GetEventResponse) Descriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GetEventResponse) GetEvent() *v11.Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+type RedeliverEventRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedeliverEventRequest) Reset() {
+	*x = RedeliverEventRequest{}
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedeliverEventRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedeliverEventRequest) ProtoMessage() {}
+
+func (x *RedeliverEventRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedeliverEventRequest.ProtoReflect.Descriptor instead.
+func (*RedeliverEventRequest) Descriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RedeliverEventRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RedeliverEventResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event as reset: pending, 0 attempts.
+	Event         *v11.Event `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedeliverEventResponse) Reset() {
+	*x = RedeliverEventResponse{}
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedeliverEventResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedeliverEventResponse) ProtoMessage() {}
+
+func (x *RedeliverEventResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedeliverEventResponse.ProtoReflect.Descriptor instead.
+func (*RedeliverEventResponse) Descriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RedeliverEventResponse) GetEvent() *v11.Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+type RedriveEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only dead events created at or after this time; all dead events when unset.
+	Since         *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveEventsRequest) Reset() {
+	*x = RedriveEventsRequest{}
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveEventsRequest) ProtoMessage() {}
+
+func (x *RedriveEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveEventsRequest.ProtoReflect.Descriptor instead.
+func (*RedriveEventsRequest) Descriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RedriveEventsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+type RedriveEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many dead events were made pending again.
+	Count         int64 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveEventsResponse) Reset() {
+	*x = RedriveEventsResponse{}
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveEventsResponse) ProtoMessage() {}
+
+func (x *RedriveEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveEventsResponse.ProtoReflect.Descriptor instead.
+func (*RedriveEventsResponse) Descriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RedriveEventsResponse) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
 
 var File_integrations_gateway_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"\n" +
-	"%integrations/gateway/v1/gateway.proto\x12\x17integrations.gateway.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a)integrations/execution/v1/execution.proto\"\xca\x01\n" +
+	"%integrations/gateway/v1/gateway.proto\x12\x17integrations.gateway.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a#integrations/events/v1/events.proto\x1a)integrations/execution/v1/execution.proto\"\xca\x01\n" +
 	"\x17InvokeCapabilityRequest\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x01 \x01(\tR\n" +
@@ -673,22 +1254,60 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"executions\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"#\n" +
 	"\x0fWebhookConsumer\x12\x10\n" +
-	"\x03url\x18\x01 \x01(\tR\x03url\"f\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\"&\n" +
+	"\fGrpcConsumer\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\"\xa3\x01\n" +
 	"\x12SetConsumerRequest\x12D\n" +
-	"\awebhook\x18\x01 \x01(\v2(.integrations.gateway.v1.WebhookConsumerH\x00R\awebhookB\n" +
+	"\awebhook\x18\x01 \x01(\v2(.integrations.gateway.v1.WebhookConsumerH\x00R\awebhook\x12;\n" +
+	"\x04grpc\x18\x02 \x01(\v2%.integrations.gateway.v1.GrpcConsumerH\x00R\x04grpcB\n" +
 	"\n" +
-	"\bconsumer\"\x8e\x01\n" +
+	"\bconsumer\"\xcb\x01\n" +
 	"\x13SetConsumerResponse\x12D\n" +
-	"\awebhook\x18\x01 \x01(\v2(.integrations.gateway.v1.WebhookConsumerH\x00R\awebhook\x12%\n" +
+	"\awebhook\x18\x01 \x01(\v2(.integrations.gateway.v1.WebhookConsumerH\x00R\awebhook\x12;\n" +
+	"\x04grpc\x18\x03 \x01(\v2%.integrations.gateway.v1.GrpcConsumerH\x00R\x04grpc\x12%\n" +
 	"\x0esigning_secret\x18\x02 \x01(\tR\rsigningSecretB\n" +
 	"\n" +
-	"\bconsumer2\xf4\x05\n" +
+	"\bconsumer\"\x1c\n" +
+	"\x1aRotateSigningSecretRequest\"\x9f\x01\n" +
+	"\x1bRotateSigningSecretResponse\x12%\n" +
+	"\x0esigning_secret\x18\x01 \x01(\tR\rsigningSecret\x12Y\n" +
+	"\x1bprevious_secret_expire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x18previousSecretExpireTime\"\x93\x02\n" +
+	"\x11ListEventsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12;\n" +
+	"\x06status\x18\x03 \x01(\x0e2#.integrations.events.v1.EventStatusR\x06status\x12!\n" +
+	"\fexecution_id\x18\x04 \x01(\tR\vexecutionId\x120\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"s\n" +
+	"\x12ListEventsResponse\x125\n" +
+	"\x06events\x18\x01 \x03(\v2\x1d.integrations.events.v1.EventR\x06events\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"!\n" +
+	"\x0fGetEventRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"G\n" +
+	"\x10GetEventResponse\x123\n" +
+	"\x05event\x18\x01 \x01(\v2\x1d.integrations.events.v1.EventR\x05event\"'\n" +
+	"\x15RedeliverEventRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"M\n" +
+	"\x16RedeliverEventResponse\x123\n" +
+	"\x05event\x18\x01 \x01(\v2\x1d.integrations.events.v1.EventR\x05event\"H\n" +
+	"\x14RedriveEventsRequest\x120\n" +
+	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"-\n" +
+	"\x15RedriveEventsResponse\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x03R\x05count2\xbd\v\n" +
 	"\x0eGatewayService\x12\xa8\x01\n" +
 	"\x10InvokeCapability\x120.integrations.gateway.v1.InvokeCapabilityRequest\x1a1.integrations.gateway.v1.InvokeCapabilityResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/capabilities/{capability}:invoke\x12\x88\x01\n" +
 	"\fGetExecution\x12,.integrations.gateway.v1.GetExecutionRequest\x1a-.integrations.gateway.v1.GetExecutionResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/executions/{id}\x12\x89\x01\n" +
 	"\x0eListExecutions\x12..integrations.gateway.v1.ListExecutionsRequest\x1a/.integrations.gateway.v1.ListExecutionsResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/executions\x12\x9b\x01\n" +
 	"\x0fCancelExecution\x12/.integrations.gateway.v1.CancelExecutionRequest\x1a0.integrations.gateway.v1.CancelExecutionResponse\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/executions/{id}:cancel\x12\x81\x01\n" +
-	"\vSetConsumer\x12+.integrations.gateway.v1.SetConsumerRequest\x1a,.integrations.gateway.v1.SetConsumerResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\x1a\f/v1/consumerBYZWgithub.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1;gatewayv1b\x06proto3"
+	"\vSetConsumer\x12+.integrations.gateway.v1.SetConsumerRequest\x1a,.integrations.gateway.v1.SetConsumerResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\x1a\f/v1/consumer\x12\xa7\x01\n" +
+	"\x13RotateSigningSecret\x123.integrations.gateway.v1.RotateSigningSecretRequest\x1a4.integrations.gateway.v1.RotateSigningSecretResponse\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/consumer:rotate-secret\x12y\n" +
+	"\n" +
+	"ListEvents\x12*.integrations.gateway.v1.ListEventsRequest\x1a+.integrations.gateway.v1.ListEventsResponse\"\x12\x82\xd3\xe4\x93\x02\f\x12\n" +
+	"/v1/events\x12x\n" +
+	"\bGetEvent\x12(.integrations.gateway.v1.GetEventRequest\x1a).integrations.gateway.v1.GetEventResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/events/{id}\x12\x97\x01\n" +
+	"\x0eRedeliverEvent\x12..integrations.gateway.v1.RedeliverEventRequest\x1a/.integrations.gateway.v1.RedeliverEventResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/events/{id}:redeliver\x12\x8d\x01\n" +
+	"\rRedriveEvents\x12-.integrations.gateway.v1.RedriveEventsRequest\x1a..integrations.gateway.v1.RedriveEventsResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/events:redriveBYZWgithub.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1;gatewayv1b\x06proto3"
 
 var (
 	file_integrations_gateway_v1_gateway_proto_rawDescOnce sync.Once
@@ -702,49 +1321,83 @@ func file_integrations_gateway_v1_gateway_proto_rawDescGZIP() []byte {
 	return file_integrations_gateway_v1_gateway_proto_rawDescData
 }
 
-var file_integrations_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_integrations_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_integrations_gateway_v1_gateway_proto_goTypes = []any{
-	(*InvokeCapabilityRequest)(nil),  // 0: integrations.gateway.v1.InvokeCapabilityRequest
-	(*InvokeCapabilityResponse)(nil), // 1: integrations.gateway.v1.InvokeCapabilityResponse
-	(*GetExecutionRequest)(nil),      // 2: integrations.gateway.v1.GetExecutionRequest
-	(*GetExecutionResponse)(nil),     // 3: integrations.gateway.v1.GetExecutionResponse
-	(*CancelExecutionRequest)(nil),   // 4: integrations.gateway.v1.CancelExecutionRequest
-	(*CancelExecutionResponse)(nil),  // 5: integrations.gateway.v1.CancelExecutionResponse
-	(*ListExecutionsRequest)(nil),    // 6: integrations.gateway.v1.ListExecutionsRequest
-	(*ListExecutionsResponse)(nil),   // 7: integrations.gateway.v1.ListExecutionsResponse
-	(*WebhookConsumer)(nil),          // 8: integrations.gateway.v1.WebhookConsumer
-	(*SetConsumerRequest)(nil),       // 9: integrations.gateway.v1.SetConsumerRequest
-	(*SetConsumerResponse)(nil),      // 10: integrations.gateway.v1.SetConsumerResponse
-	(v1.Mode)(0),                     // 11: integrations.execution.v1.Mode
-	(*structpb.Struct)(nil),          // 12: google.protobuf.Struct
-	(*v1.Execution)(nil),             // 13: integrations.execution.v1.Execution
-	(v1.ExecutionStatus)(0),          // 14: integrations.execution.v1.ExecutionStatus
+	(*InvokeCapabilityRequest)(nil),     // 0: integrations.gateway.v1.InvokeCapabilityRequest
+	(*InvokeCapabilityResponse)(nil),    // 1: integrations.gateway.v1.InvokeCapabilityResponse
+	(*GetExecutionRequest)(nil),         // 2: integrations.gateway.v1.GetExecutionRequest
+	(*GetExecutionResponse)(nil),        // 3: integrations.gateway.v1.GetExecutionResponse
+	(*CancelExecutionRequest)(nil),      // 4: integrations.gateway.v1.CancelExecutionRequest
+	(*CancelExecutionResponse)(nil),     // 5: integrations.gateway.v1.CancelExecutionResponse
+	(*ListExecutionsRequest)(nil),       // 6: integrations.gateway.v1.ListExecutionsRequest
+	(*ListExecutionsResponse)(nil),      // 7: integrations.gateway.v1.ListExecutionsResponse
+	(*WebhookConsumer)(nil),             // 8: integrations.gateway.v1.WebhookConsumer
+	(*GrpcConsumer)(nil),                // 9: integrations.gateway.v1.GrpcConsumer
+	(*SetConsumerRequest)(nil),          // 10: integrations.gateway.v1.SetConsumerRequest
+	(*SetConsumerResponse)(nil),         // 11: integrations.gateway.v1.SetConsumerResponse
+	(*RotateSigningSecretRequest)(nil),  // 12: integrations.gateway.v1.RotateSigningSecretRequest
+	(*RotateSigningSecretResponse)(nil), // 13: integrations.gateway.v1.RotateSigningSecretResponse
+	(*ListEventsRequest)(nil),           // 14: integrations.gateway.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 15: integrations.gateway.v1.ListEventsResponse
+	(*GetEventRequest)(nil),             // 16: integrations.gateway.v1.GetEventRequest
+	(*GetEventResponse)(nil),            // 17: integrations.gateway.v1.GetEventResponse
+	(*RedeliverEventRequest)(nil),       // 18: integrations.gateway.v1.RedeliverEventRequest
+	(*RedeliverEventResponse)(nil),      // 19: integrations.gateway.v1.RedeliverEventResponse
+	(*RedriveEventsRequest)(nil),        // 20: integrations.gateway.v1.RedriveEventsRequest
+	(*RedriveEventsResponse)(nil),       // 21: integrations.gateway.v1.RedriveEventsResponse
+	(v1.Mode)(0),                        // 22: integrations.execution.v1.Mode
+	(*structpb.Struct)(nil),             // 23: google.protobuf.Struct
+	(*v1.Execution)(nil),                // 24: integrations.execution.v1.Execution
+	(v1.ExecutionStatus)(0),             // 25: integrations.execution.v1.ExecutionStatus
+	(*timestamppb.Timestamp)(nil),       // 26: google.protobuf.Timestamp
+	(v11.EventStatus)(0),                // 27: integrations.events.v1.EventStatus
+	(*v11.Event)(nil),                   // 28: integrations.events.v1.Event
 }
 var file_integrations_gateway_v1_gateway_proto_depIdxs = []int32{
-	11, // 0: integrations.gateway.v1.InvokeCapabilityRequest.mode:type_name -> integrations.execution.v1.Mode
-	12, // 1: integrations.gateway.v1.InvokeCapabilityRequest.payload:type_name -> google.protobuf.Struct
-	13, // 2: integrations.gateway.v1.InvokeCapabilityResponse.execution:type_name -> integrations.execution.v1.Execution
-	13, // 3: integrations.gateway.v1.GetExecutionResponse.execution:type_name -> integrations.execution.v1.Execution
-	13, // 4: integrations.gateway.v1.CancelExecutionResponse.execution:type_name -> integrations.execution.v1.Execution
-	14, // 5: integrations.gateway.v1.ListExecutionsRequest.status:type_name -> integrations.execution.v1.ExecutionStatus
-	13, // 6: integrations.gateway.v1.ListExecutionsResponse.executions:type_name -> integrations.execution.v1.Execution
+	22, // 0: integrations.gateway.v1.InvokeCapabilityRequest.mode:type_name -> integrations.execution.v1.Mode
+	23, // 1: integrations.gateway.v1.InvokeCapabilityRequest.payload:type_name -> google.protobuf.Struct
+	24, // 2: integrations.gateway.v1.InvokeCapabilityResponse.execution:type_name -> integrations.execution.v1.Execution
+	24, // 3: integrations.gateway.v1.GetExecutionResponse.execution:type_name -> integrations.execution.v1.Execution
+	24, // 4: integrations.gateway.v1.CancelExecutionResponse.execution:type_name -> integrations.execution.v1.Execution
+	25, // 5: integrations.gateway.v1.ListExecutionsRequest.status:type_name -> integrations.execution.v1.ExecutionStatus
+	24, // 6: integrations.gateway.v1.ListExecutionsResponse.executions:type_name -> integrations.execution.v1.Execution
 	8,  // 7: integrations.gateway.v1.SetConsumerRequest.webhook:type_name -> integrations.gateway.v1.WebhookConsumer
-	8,  // 8: integrations.gateway.v1.SetConsumerResponse.webhook:type_name -> integrations.gateway.v1.WebhookConsumer
-	0,  // 9: integrations.gateway.v1.GatewayService.InvokeCapability:input_type -> integrations.gateway.v1.InvokeCapabilityRequest
-	2,  // 10: integrations.gateway.v1.GatewayService.GetExecution:input_type -> integrations.gateway.v1.GetExecutionRequest
-	6,  // 11: integrations.gateway.v1.GatewayService.ListExecutions:input_type -> integrations.gateway.v1.ListExecutionsRequest
-	4,  // 12: integrations.gateway.v1.GatewayService.CancelExecution:input_type -> integrations.gateway.v1.CancelExecutionRequest
-	9,  // 13: integrations.gateway.v1.GatewayService.SetConsumer:input_type -> integrations.gateway.v1.SetConsumerRequest
-	1,  // 14: integrations.gateway.v1.GatewayService.InvokeCapability:output_type -> integrations.gateway.v1.InvokeCapabilityResponse
-	3,  // 15: integrations.gateway.v1.GatewayService.GetExecution:output_type -> integrations.gateway.v1.GetExecutionResponse
-	7,  // 16: integrations.gateway.v1.GatewayService.ListExecutions:output_type -> integrations.gateway.v1.ListExecutionsResponse
-	5,  // 17: integrations.gateway.v1.GatewayService.CancelExecution:output_type -> integrations.gateway.v1.CancelExecutionResponse
-	10, // 18: integrations.gateway.v1.GatewayService.SetConsumer:output_type -> integrations.gateway.v1.SetConsumerResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	9,  // 8: integrations.gateway.v1.SetConsumerRequest.grpc:type_name -> integrations.gateway.v1.GrpcConsumer
+	8,  // 9: integrations.gateway.v1.SetConsumerResponse.webhook:type_name -> integrations.gateway.v1.WebhookConsumer
+	9,  // 10: integrations.gateway.v1.SetConsumerResponse.grpc:type_name -> integrations.gateway.v1.GrpcConsumer
+	26, // 11: integrations.gateway.v1.RotateSigningSecretResponse.previous_secret_expire_time:type_name -> google.protobuf.Timestamp
+	27, // 12: integrations.gateway.v1.ListEventsRequest.status:type_name -> integrations.events.v1.EventStatus
+	26, // 13: integrations.gateway.v1.ListEventsRequest.since:type_name -> google.protobuf.Timestamp
+	26, // 14: integrations.gateway.v1.ListEventsRequest.until:type_name -> google.protobuf.Timestamp
+	28, // 15: integrations.gateway.v1.ListEventsResponse.events:type_name -> integrations.events.v1.Event
+	28, // 16: integrations.gateway.v1.GetEventResponse.event:type_name -> integrations.events.v1.Event
+	28, // 17: integrations.gateway.v1.RedeliverEventResponse.event:type_name -> integrations.events.v1.Event
+	26, // 18: integrations.gateway.v1.RedriveEventsRequest.since:type_name -> google.protobuf.Timestamp
+	0,  // 19: integrations.gateway.v1.GatewayService.InvokeCapability:input_type -> integrations.gateway.v1.InvokeCapabilityRequest
+	2,  // 20: integrations.gateway.v1.GatewayService.GetExecution:input_type -> integrations.gateway.v1.GetExecutionRequest
+	6,  // 21: integrations.gateway.v1.GatewayService.ListExecutions:input_type -> integrations.gateway.v1.ListExecutionsRequest
+	4,  // 22: integrations.gateway.v1.GatewayService.CancelExecution:input_type -> integrations.gateway.v1.CancelExecutionRequest
+	10, // 23: integrations.gateway.v1.GatewayService.SetConsumer:input_type -> integrations.gateway.v1.SetConsumerRequest
+	12, // 24: integrations.gateway.v1.GatewayService.RotateSigningSecret:input_type -> integrations.gateway.v1.RotateSigningSecretRequest
+	14, // 25: integrations.gateway.v1.GatewayService.ListEvents:input_type -> integrations.gateway.v1.ListEventsRequest
+	16, // 26: integrations.gateway.v1.GatewayService.GetEvent:input_type -> integrations.gateway.v1.GetEventRequest
+	18, // 27: integrations.gateway.v1.GatewayService.RedeliverEvent:input_type -> integrations.gateway.v1.RedeliverEventRequest
+	20, // 28: integrations.gateway.v1.GatewayService.RedriveEvents:input_type -> integrations.gateway.v1.RedriveEventsRequest
+	1,  // 29: integrations.gateway.v1.GatewayService.InvokeCapability:output_type -> integrations.gateway.v1.InvokeCapabilityResponse
+	3,  // 30: integrations.gateway.v1.GatewayService.GetExecution:output_type -> integrations.gateway.v1.GetExecutionResponse
+	7,  // 31: integrations.gateway.v1.GatewayService.ListExecutions:output_type -> integrations.gateway.v1.ListExecutionsResponse
+	5,  // 32: integrations.gateway.v1.GatewayService.CancelExecution:output_type -> integrations.gateway.v1.CancelExecutionResponse
+	11, // 33: integrations.gateway.v1.GatewayService.SetConsumer:output_type -> integrations.gateway.v1.SetConsumerResponse
+	13, // 34: integrations.gateway.v1.GatewayService.RotateSigningSecret:output_type -> integrations.gateway.v1.RotateSigningSecretResponse
+	15, // 35: integrations.gateway.v1.GatewayService.ListEvents:output_type -> integrations.gateway.v1.ListEventsResponse
+	17, // 36: integrations.gateway.v1.GatewayService.GetEvent:output_type -> integrations.gateway.v1.GetEventResponse
+	19, // 37: integrations.gateway.v1.GatewayService.RedeliverEvent:output_type -> integrations.gateway.v1.RedeliverEventResponse
+	21, // 38: integrations.gateway.v1.GatewayService.RedriveEvents:output_type -> integrations.gateway.v1.RedriveEventsResponse
+	29, // [29:39] is the sub-list for method output_type
+	19, // [19:29] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_integrations_gateway_v1_gateway_proto_init() }
@@ -752,11 +1405,13 @@ func file_integrations_gateway_v1_gateway_proto_init() {
 	if File_integrations_gateway_v1_gateway_proto != nil {
 		return
 	}
-	file_integrations_gateway_v1_gateway_proto_msgTypes[9].OneofWrappers = []any{
-		(*SetConsumerRequest_Webhook)(nil),
-	}
 	file_integrations_gateway_v1_gateway_proto_msgTypes[10].OneofWrappers = []any{
+		(*SetConsumerRequest_Webhook)(nil),
+		(*SetConsumerRequest_Grpc)(nil),
+	}
+	file_integrations_gateway_v1_gateway_proto_msgTypes[11].OneofWrappers = []any{
 		(*SetConsumerResponse_Webhook)(nil),
+		(*SetConsumerResponse_Grpc)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -764,7 +1419,7 @@ func file_integrations_gateway_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_integrations_gateway_v1_gateway_proto_rawDesc), len(file_integrations_gateway_v1_gateway_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,11 +19,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	GatewayService_InvokeCapability_FullMethodName = "/integrations.gateway.v1.GatewayService/InvokeCapability"
-	GatewayService_GetExecution_FullMethodName     = "/integrations.gateway.v1.GatewayService/GetExecution"
-	GatewayService_ListExecutions_FullMethodName   = "/integrations.gateway.v1.GatewayService/ListExecutions"
-	GatewayService_CancelExecution_FullMethodName  = "/integrations.gateway.v1.GatewayService/CancelExecution"
-	GatewayService_SetConsumer_FullMethodName      = "/integrations.gateway.v1.GatewayService/SetConsumer"
+	GatewayService_InvokeCapability_FullMethodName    = "/integrations.gateway.v1.GatewayService/InvokeCapability"
+	GatewayService_GetExecution_FullMethodName        = "/integrations.gateway.v1.GatewayService/GetExecution"
+	GatewayService_ListExecutions_FullMethodName      = "/integrations.gateway.v1.GatewayService/ListExecutions"
+	GatewayService_CancelExecution_FullMethodName     = "/integrations.gateway.v1.GatewayService/CancelExecution"
+	GatewayService_SetConsumer_FullMethodName         = "/integrations.gateway.v1.GatewayService/SetConsumer"
+	GatewayService_RotateSigningSecret_FullMethodName = "/integrations.gateway.v1.GatewayService/RotateSigningSecret"
+	GatewayService_ListEvents_FullMethodName          = "/integrations.gateway.v1.GatewayService/ListEvents"
+	GatewayService_GetEvent_FullMethodName            = "/integrations.gateway.v1.GatewayService/GetEvent"
+	GatewayService_RedeliverEvent_FullMethodName      = "/integrations.gateway.v1.GatewayService/RedeliverEvent"
+	GatewayService_RedriveEvents_FullMethodName       = "/integrations.gateway.v1.GatewayService/RedriveEvents"
 )
 
 // GatewayServiceClient is the client API for GatewayService service.
@@ -50,6 +55,21 @@ type GatewayServiceClient interface {
 	// SetConsumer registers where the calling application's completion events are delivered, and
 	// answers the secret their signatures are made with.
 	SetConsumer(ctx context.Context, in *SetConsumerRequest, opts ...grpc.CallOption) (*SetConsumerResponse, error)
+	// RotateSigningSecret replaces the calling application's signing secret with a new one and
+	// answers it. The previous secret keeps signing too (webhook-signature then carries both
+	// signatures, space-separated) until previous_secret_expire_time, so receivers can switch over.
+	RotateSigningSecret(ctx context.Context, in *RotateSigningSecretRequest, opts ...grpc.CallOption) (*RotateSigningSecretResponse, error)
+	// ListEvents lists the calling application's events, newest first.
+	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
+	// GetEvent reads one of the calling application's events with its delivery attempts.
+	GetEvent(ctx context.Context, in *GetEventRequest, opts ...grpc.CallOption) (*GetEventResponse, error)
+	// RedeliverEvent delivers one of the calling application's events again, whatever its state:
+	// it becomes pending with a fresh attempt budget. Its delivery history is kept. The event id
+	// does not change, so receivers deduplicate a redelivery like any other duplicate.
+	RedeliverEvent(ctx context.Context, in *RedeliverEventRequest, opts ...grpc.CallOption) (*RedeliverEventResponse, error)
+	// RedriveEvents redelivers every dead event of the calling application (optionally only those
+	// created since a time), as RedeliverEvent does for one, and answers how many.
+	RedriveEvents(ctx context.Context, in *RedriveEventsRequest, opts ...grpc.CallOption) (*RedriveEventsResponse, error)
 }
 
 type gatewayServiceClient struct {
@@ -110,6 +130,56 @@ func (c *gatewayServiceClient) SetConsumer(ctx context.Context, in *SetConsumerR
 	return out, nil
 }
 
+func (c *gatewayServiceClient) RotateSigningSecret(ctx context.Context, in *RotateSigningSecretRequest, opts ...grpc.CallOption) (*RotateSigningSecretResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateSigningSecretResponse)
+	err := c.cc.Invoke(ctx, GatewayService_RotateSigningSecret_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayServiceClient) ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListEventsResponse)
+	err := c.cc.Invoke(ctx, GatewayService_ListEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayServiceClient) GetEvent(ctx context.Context, in *GetEventRequest, opts ...grpc.CallOption) (*GetEventResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetEventResponse)
+	err := c.cc.Invoke(ctx, GatewayService_GetEvent_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayServiceClient) RedeliverEvent(ctx context.Context, in *RedeliverEventRequest, opts ...grpc.CallOption) (*RedeliverEventResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RedeliverEventResponse)
+	err := c.cc.Invoke(ctx, GatewayService_RedeliverEvent_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayServiceClient) RedriveEvents(ctx context.Context, in *RedriveEventsRequest, opts ...grpc.CallOption) (*RedriveEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RedriveEventsResponse)
+	err := c.cc.Invoke(ctx, GatewayService_RedriveEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServiceServer is the server API for GatewayService service.
 // All implementations must embed UnimplementedGatewayServiceServer
 // for forward compatibility.
@@ -134,6 +204,21 @@ type GatewayServiceServer interface {
 	// SetConsumer registers where the calling application's completion events are delivered, and
 	// answers the secret their signatures are made with.
 	SetConsumer(context.Context, *SetConsumerRequest) (*SetConsumerResponse, error)
+	// RotateSigningSecret replaces the calling application's signing secret with a new one and
+	// answers it. The previous secret keeps signing too (webhook-signature then carries both
+	// signatures, space-separated) until previous_secret_expire_time, so receivers can switch over.
+	RotateSigningSecret(context.Context, *RotateSigningSecretRequest) (*RotateSigningSecretResponse, error)
+	// ListEvents lists the calling application's events, newest first.
+	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
+	// GetEvent reads one of the calling application's events with its delivery attempts.
+	GetEvent(context.Context, *GetEventRequest) (*GetEventResponse, error)
+	// RedeliverEvent delivers one of the calling application's events again, whatever its state:
+	// it becomes pending with a fresh attempt budget. Its delivery history is kept. The event id
+	// does not change, so receivers deduplicate a redelivery like any other duplicate.
+	RedeliverEvent(context.Context, *RedeliverEventRequest) (*RedeliverEventResponse, error)
+	// RedriveEvents redelivers every dead event of the calling application (optionally only those
+	// created since a time), as RedeliverEvent does for one, and answers how many.
+	RedriveEvents(context.Context, *RedriveEventsRequest) (*RedriveEventsResponse, error)
 	mustEmbedUnimplementedGatewayServiceServer()
 }
 
@@ -158,6 +243,21 @@ func (UnimplementedGatewayServiceServer) CancelExecution(context.Context, *Cance
 }
 func (UnimplementedGatewayServiceServer) SetConsumer(context.Context, *SetConsumerRequest) (*SetConsumerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetConsumer not implemented")
+}
+func (UnimplementedGatewayServiceServer) RotateSigningSecret(context.Context, *RotateSigningSecretRequest) (*RotateSigningSecretResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateSigningSecret not implemented")
+}
+func (UnimplementedGatewayServiceServer) ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListEvents not implemented")
+}
+func (UnimplementedGatewayServiceServer) GetEvent(context.Context, *GetEventRequest) (*GetEventResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetEvent not implemented")
+}
+func (UnimplementedGatewayServiceServer) RedeliverEvent(context.Context, *RedeliverEventRequest) (*RedeliverEventResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RedeliverEvent not implemented")
+}
+func (UnimplementedGatewayServiceServer) RedriveEvents(context.Context, *RedriveEventsRequest) (*RedriveEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RedriveEvents not implemented")
 }
 func (UnimplementedGatewayServiceServer) mustEmbedUnimplementedGatewayServiceServer() {}
 func (UnimplementedGatewayServiceServer) testEmbeddedByValue()                        {}
@@ -270,6 +370,96 @@ func _GatewayService_SetConsumer_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GatewayService_RotateSigningSecret_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateSigningSecretRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServiceServer).RotateSigningSecret(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GatewayService_RotateSigningSecret_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServiceServer).RotateSigningSecret(ctx, req.(*RotateSigningSecretRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GatewayService_ListEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServiceServer).ListEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GatewayService_ListEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServiceServer).ListEvents(ctx, req.(*ListEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GatewayService_GetEvent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetEventRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServiceServer).GetEvent(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GatewayService_GetEvent_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServiceServer).GetEvent(ctx, req.(*GetEventRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GatewayService_RedeliverEvent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RedeliverEventRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServiceServer).RedeliverEvent(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GatewayService_RedeliverEvent_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServiceServer).RedeliverEvent(ctx, req.(*RedeliverEventRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GatewayService_RedriveEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RedriveEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServiceServer).RedriveEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GatewayService_RedriveEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServiceServer).RedriveEvents(ctx, req.(*RedriveEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GatewayService_ServiceDesc is the grpc.ServiceDesc for GatewayService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -296,6 +486,26 @@ var GatewayService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetConsumer",
 			Handler:    _GatewayService_SetConsumer_Handler,
+		},
+		{
+			MethodName: "RotateSigningSecret",
+			Handler:    _GatewayService_RotateSigningSecret_Handler,
+		},
+		{
+			MethodName: "ListEvents",
+			Handler:    _GatewayService_ListEvents_Handler,
+		},
+		{
+			MethodName: "GetEvent",
+			Handler:    _GatewayService_GetEvent_Handler,
+		},
+		{
+			MethodName: "RedeliverEvent",
+			Handler:    _GatewayService_RedeliverEvent_Handler,
+		},
+		{
+			MethodName: "RedriveEvents",
+			Handler:    _GatewayService_RedriveEvents_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,41 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/integrations-platform/integrations/pkg/config"
+)
+
+// These tests set the environment, so they do not run in parallel.
+
+func TestDefaultsAndScaledSchedule(t *testing.T) {
+	t.Setenv("INTEGRATIONS_SECRET_KEY", "k")
+	t.Setenv("INTEGRATIONS_TIME_SCALE", "0.001")
+	cfg, err := config.Load[Config]()
+	require.NoError(t, err)
+	require.Equal(t, []time.Duration{time.Minute, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 6 * time.Hour}, cfg.RetryDelays)
+	require.Equal(t, 4, cfg.PerAppConcurrency)
+	require.Equal(t, []time.Duration{60 * time.Millisecond, 300 * time.Millisecond, 1800 * time.Millisecond,
+		7200 * time.Millisecond, 21600 * time.Millisecond}, cfg.ScaledRetryDelays())
+}
+
+func TestValidationNamesTheVariable(t *testing.T) {
+	tests := []struct{ name, value, want string }{
+		{"INTEGRATIONS_EVENT_RETRY_DELAYS", "1m,-5s", "INTEGRATIONS_EVENT_RETRY_DELAYS"},
+		{"INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY", "17", "INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY"},
+		{"INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY", "0", "INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
+			t.Setenv("INTEGRATIONS_SECRET_KEY", "k")
+			t.Setenv(tc.name, tc.value)
+			_, err := config.Load[Config]()
+			require.Error(t, err)
+			require.True(t, strings.Contains(err.Error(), tc.want), err.Error())
+		})
+	}
+}

@@ -1,0 +1,102 @@
+package deliver
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/integrations-platform/integrations/pkg/safetext"
+	"github.com/integrations-platform/integrations/pkg/webhook"
+	"github.com/integrations-platform/integrations/services/event-router/internal/store"
+)
+
+// maxReadBody bounds how much of a consumer's answer is read.
+const maxReadBody = 64 << 10
+
+// webhookClient posts events to webhooks.
+type webhookClient struct {
+	client *http.Client
+}
+
+func newWebhookClient(timeout time.Duration, allowPrivate bool) *webhookClient {
+	dialer := &net.Dialer{Timeout: timeout}
+	if !allowPrivate {
+		dialer.Control = refusePrivate
+	}
+	transport := &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 8, IdleConnTimeout: 90 * time.Second}
+	return &webhookClient{client: &http.Client{Timeout: timeout, Transport: transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// refusePrivate runs after name resolution, on the address actually dialled, so a public name
+// that resolves to a private address (DNS rebinding) is refused too.
+func refusePrivate(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("consumer address %q: %w", address, err)
+	}
+	if !webhook.PublicAddress(ap.Addr()) {
+		return fmt.Errorf("consumer address %s is not public", ap.Addr())
+	}
+	return nil
+}
+
+// post delivers ev to the webhook at url once. Only a 2xx answer within the timeout counts
+// (redirects are not followed, so a 3xx is a failure); the answer is read up to maxReadBody.
+func (c *webhookClient) post(ctx context.Context, url string, secrets []string, ev *store.Delivery, scale float64) result {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(ev.Payload))
+	if err != nil {
+		return result{err: fmt.Errorf("build request: %w", err)}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "integrations-event-router/1")
+	if err := webhook.SetHeadersRotating(req.Header, secrets, ev.EventID, time.Now(), ev.Payload); err != nil {
+		return result{err: err}
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return result{err: fmt.Errorf("post webhook: %w", err)}
+	}
+	defer resp.Body.Close()
+	body, readErr := io.ReadAll(io.LimitReader(resp.Body, maxReadBody))
+	res := result{statusCode: resp.StatusCode, body: safetext.Truncate(string(body[:min(len(body), maxStoredBody)]), maxStoredBody)}
+	switch {
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		res.err = fmt.Errorf("webhook answered %d", resp.StatusCode)
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+			if ra, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+				res.retryAfter = time.Duration(float64(ra) * scale)
+			}
+		}
+	case readErr != nil:
+		// A 2xx whose answer did not arrive within the timeout does not count.
+		res.err = fmt.Errorf("read webhook answer: %w", readErr)
+	}
+	return res
+}
+
+// parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 || secs > int64(365*24*time.Hour/time.Second) {
+			return 0, false
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}

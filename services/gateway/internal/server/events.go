@@ -1,0 +1,262 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/integrations-platform/integrations/pkg/apperr"
+	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
+	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	"github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/pkg/webhook"
+	"github.com/integrations-platform/integrations/services/gateway/internal/store"
+)
+
+var eventStatusToProto = map[string]eventsv1.EventStatus{
+	store.EventPending:   eventsv1.EventStatus_EVENT_STATUS_PENDING,
+	store.EventDelivered: eventsv1.EventStatus_EVENT_STATUS_DELIVERED,
+	store.EventDead:      eventsv1.EventStatus_EVENT_STATUS_DEAD,
+}
+
+func eventStatusFromProto(s eventsv1.EventStatus) string {
+	for k, v := range eventStatusToProto {
+		if v == s {
+			return k
+		}
+	}
+	return ""
+}
+
+// eventProto is the API's view of an event; deliveries are added by GetEvent.
+func eventProto(e *store.Event) (*eventsv1.Event, error) {
+	out := &eventsv1.Event{
+		Id: e.ID, Type: e.Type, ExecutionId: e.ExecutionID, CreateTime: timestamppb.New(e.CreatedAt),
+		Status: eventStatusToProto[e.Status], Attempts: e.Attempts,
+		NextAttemptTime: optTime(e.NextAttemptAt), DeliveredTime: optTime(e.DeliveredAt), DeadTime: optTime(e.DeadAt),
+	}
+	if e.LastError != nil {
+		out.LastError = *e.LastError
+	}
+	if len(e.Data) > 0 && string(e.Data) != "null" {
+		out.Data = &structpb.Struct{}
+		if err := protojson.Unmarshal(e.Data, out.Data); err != nil {
+			return nil, fmt.Errorf("decode data of event %s: %w", e.ID, err)
+		}
+	}
+	return out, nil
+}
+
+func deliveryProto(d store.Delivery) *eventsv1.DeliveryAttempt {
+	out := &eventsv1.DeliveryAttempt{Number: d.N, Time: timestamppb.New(d.At), Duration: durationpb.New(d.Duration)}
+	if d.StatusCode != nil {
+		out.StatusCode = *d.StatusCode
+	}
+	if d.Error != nil {
+		out.Error = *d.Error
+	}
+	if d.ResponseBody != nil {
+		out.ResponseBody = *d.ResponseBody
+	}
+	return out
+}
+
+func optTime(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+// optTimestamp validates an optional timestamp field.
+func optTimestamp(field string, ts *timestamppb.Timestamp) (*time.Time, error) {
+	if ts == nil {
+		return nil, nil
+	}
+	if err := ts.CheckValid(); err != nil {
+		return nil, apperr.Invalid(field, "not a valid time: %v", err)
+	}
+	t := ts.AsTime()
+	return &t, nil
+}
+
+func checkEventID(id string) error {
+	if uuid.Validate(id) != nil {
+		return apperr.Invalid("id", "%q is not an event id", id)
+	}
+	return nil
+}
+
+// ListEvents implements GatewayService.ListEvents.
+func (s *Server) ListEvents(ctx context.Context, req *gatewayv1.ListEventsRequest) (*gatewayv1.ListEventsResponse, error) {
+	f := store.EventFilter{Limit: int(req.GetPageSize())}
+	switch {
+	case f.Limit < 0 || f.Limit > 500:
+		return nil, apperr.Invalid("page_size", "must be between 1 and 500")
+	case f.Limit == 0:
+		f.Limit = 50
+	}
+	if req.GetStatus() != eventsv1.EventStatus_EVENT_STATUS_UNSPECIFIED {
+		if f.Status = eventStatusFromProto(req.GetStatus()); f.Status == "" {
+			return nil, apperr.Invalid("status", "unknown status %v", req.GetStatus())
+		}
+	}
+	if id := req.GetExecutionId(); id != "" {
+		if uuid.Validate(id) != nil {
+			return nil, apperr.Invalid("execution_id", "%q is not an execution id", id)
+		}
+		f.ExecutionID = id
+	}
+	var err error
+	if f.Since, err = optTimestamp("since", req.GetSince()); err != nil {
+		return nil, err
+	}
+	if f.Until, err = optTimestamp("until", req.GetUntil()); err != nil {
+		return nil, err
+	}
+	if f.Since != nil && f.Until != nil && !f.Until.After(*f.Since) {
+		return nil, apperr.Invalid("until", "must be after since")
+	}
+	if tok := req.GetPageToken(); tok != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil || uuid.Validate(string(raw)) != nil {
+			return nil, apperr.Invalid("page_token", "not a token from a previous page")
+		}
+		f.Before = string(raw)
+	}
+	rows, err := s.store.EventList(ctx, applicationID(ctx), f)
+	if err != nil {
+		return nil, err
+	}
+	resp := &gatewayv1.ListEventsResponse{}
+	for _, r := range rows {
+		e, err := eventProto(r)
+		if err != nil {
+			return nil, err
+		}
+		resp.Events = append(resp.Events, e)
+	}
+	if len(rows) == f.Limit {
+		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(rows[len(rows)-1].ID))
+	}
+	return resp, nil
+}
+
+// GetEvent implements GatewayService.GetEvent.
+func (s *Server) GetEvent(ctx context.Context, req *gatewayv1.GetEventRequest) (*gatewayv1.GetEventResponse, error) {
+	if err := checkEventID(req.GetId()); err != nil {
+		return nil, err
+	}
+	row, deliveries, err := s.store.EventGet(ctx, applicationID(ctx), req.GetId())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apperr.NotFound("event %s not found", req.GetId())
+	}
+	if err != nil {
+		return nil, err
+	}
+	e, err := eventProto(row)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range deliveries {
+		e.Deliveries = append(e.Deliveries, deliveryProto(d))
+	}
+	return &gatewayv1.GetEventResponse{Event: e}, nil
+}
+
+// RedeliverEvent implements GatewayService.RedeliverEvent.
+func (s *Server) RedeliverEvent(ctx context.Context, req *gatewayv1.RedeliverEventRequest) (*gatewayv1.RedeliverEventResponse, error) {
+	if err := checkEventID(req.GetId()); err != nil {
+		return nil, err
+	}
+	appID := applicationID(ctx)
+	row, err := s.store.EventRedeliver(ctx, appID, req.GetId())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apperr.NotFound("event %s not found", req.GetId())
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("event redelivered", log.EventID(row.ID), log.ApplicationID(appID))
+	e, err := eventProto(row)
+	if err != nil {
+		return nil, err
+	}
+	return &gatewayv1.RedeliverEventResponse{Event: e}, nil
+}
+
+// RedriveEvents implements GatewayService.RedriveEvents.
+func (s *Server) RedriveEvents(ctx context.Context, req *gatewayv1.RedriveEventsRequest) (*gatewayv1.RedriveEventsResponse, error) {
+	since, err := optTimestamp("since", req.GetSince())
+	if err != nil {
+		return nil, err
+	}
+	appID := applicationID(ctx)
+	n, err := s.store.EventRedrive(ctx, appID, since)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("dead events redriven", log.ApplicationID(appID), zap.Int64("count", n))
+	return &gatewayv1.RedriveEventsResponse{Count: n}, nil
+}
+
+// RotateSigningSecret implements GatewayService.RotateSigningSecret.
+func (s *Server) RotateSigningSecret(ctx context.Context, _ *gatewayv1.RotateSigningSecretRequest) (*gatewayv1.RotateSigningSecretResponse, error) {
+	fresh, err := webhook.NewSecret()
+	if err != nil {
+		return nil, err
+	}
+	sealed, err := s.box.Seal([]byte(fresh))
+	if err != nil {
+		return nil, err
+	}
+	appID := applicationID(ctx)
+	until, err := s.store.SigningSecretRotate(ctx, appID, sealed, s.opts.SecretRotationOverlap)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("signing secret rotated", log.ApplicationID(appID), zap.Bool("previous_kept", until != nil))
+	return &gatewayv1.RotateSigningSecretResponse{SigningSecret: fresh, PreviousSecretExpireTime: optTime(until)}, nil
+}
+
+// checkGRPCTarget refuses a gRPC consumer target that is not host:port, or (unless allowed) names
+// a literal private, loopback or link-local address or localhost — the rule webhook URLs follow.
+// Names are checked again when delivering, after resolution.
+func (s *Server) checkGRPCTarget(target string) error {
+	const field = "grpc.target"
+	host, port, err := net.SplitHostPort(target)
+	if err != nil || host == "" || strings.ContainsAny(host, "/:@ ") && !isIPv6(host) {
+		return apperr.Invalid(field, "%q is not host:port", target)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return apperr.Invalid(field, "port %q is not valid", port)
+	}
+	if s.opts.WebhookAllowPrivate {
+		return nil
+	}
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return apperr.Invalid(field, "private addresses are not allowed")
+	}
+	if addr, err := netip.ParseAddr(host); err == nil && !webhook.PublicAddress(addr) {
+		return apperr.Invalid(field, "private addresses are not allowed")
+	}
+	return nil
+}
+
+func isIPv6(host string) bool {
+	addr, err := netip.ParseAddr(host)
+	return err == nil && addr.Is6()
+}

@@ -1,0 +1,225 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/integrations-platform/integrations/pkg/db"
+	"github.com/integrations-platform/integrations/pkg/execution"
+)
+
+// Event delivery statuses as stored.
+const (
+	EventPending   = "pending"
+	EventDelivered = "delivered"
+	EventDead      = "dead"
+)
+
+// Event is an integration_events row as the events API shows it.
+type Event struct {
+	ID          string
+	Type        string
+	ExecutionID string
+	// Data is the event body's "data" object (JSON), nil if the body has none.
+	Data          []byte
+	CreatedAt     time.Time
+	Status        string
+	Attempts      int32
+	NextAttemptAt *time.Time
+	LastError     *string
+	DeliveredAt   *time.Time
+	DeadAt        *time.Time
+}
+
+// eventColumns are the columns scanEvent reads, in order.
+const eventColumns = `id::text, type, execution_id::text, payload->'data', created_at, delivery_status, attempts,
+	next_attempt_at, last_error, delivered_at, dead_at`
+
+func scanEvent(r pgx.Row) (*Event, error) {
+	var e Event
+	err := r.Scan(&e.ID, &e.Type, &e.ExecutionID, &e.Data, &e.CreatedAt, &e.Status, &e.Attempts,
+		&e.NextAttemptAt, &e.LastError, &e.DeliveredAt, &e.DeadAt)
+	if err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// Delivery is one event_deliveries row.
+type Delivery struct {
+	N            int32
+	At           time.Time
+	StatusCode   *int32
+	Error        *string
+	Duration     time.Duration
+	ResponseBody *string
+}
+
+// EventFilter narrows EventList.
+type EventFilter struct {
+	Status      string
+	ExecutionID string
+	// Since (inclusive) and Until (exclusive) bound created_at when set.
+	Since, Until *time.Time
+	// Before is the id to continue after (exclusive), from the previous page.
+	Before string
+	Limit  int
+}
+
+// EventList lists the application's events, newest first (ids are UUIDv7, so id order is
+// creation order).
+func (s *Store) EventList(ctx context.Context, applicationID string, f EventFilter) ([]*Event, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+`
+		FROM integration_events
+		WHERE application_id = $1
+			AND ($2 = '' OR delivery_status = $2)
+			AND ($3::uuid IS NULL OR execution_id = $3::uuid)
+			AND ($4::timestamptz IS NULL OR created_at >= $4)
+			AND ($5::timestamptz IS NULL OR created_at < $5)
+			AND ($6::uuid IS NULL OR id < $6::uuid)
+		ORDER BY id DESC
+		LIMIT $7`, applicationID, f.Status, nullable(f.ExecutionID), f.Since, f.Until, nullable(f.Before), f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Event, error) { return scanEvent(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	return list, nil
+}
+
+// EventGet reads one of the application's events with its delivery attempts, oldest first.
+func (s *Store) EventGet(ctx context.Context, applicationID, id string) (*Event, []Delivery, error) {
+	e, err := scanEvent(s.pool.QueryRow(ctx, `SELECT `+eventColumns+`
+		FROM integration_events WHERE id = $1 AND application_id = $2`, id, applicationID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("read event %s: %w", id, err)
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT n, at, status_code, error, duration_ms, response_body
+		FROM event_deliveries WHERE event_id = $1 ORDER BY n`, id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read deliveries of %s: %w", id, err)
+	}
+	deliveries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
+		var d Delivery
+		var ms int64
+		err := r.Scan(&d.N, &d.At, &d.StatusCode, &d.Error, &ms, &d.ResponseBody)
+		d.Duration = time.Duration(ms) * time.Millisecond
+		return d, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read deliveries of %s: %w", id, err)
+	}
+	return e, deliveries, nil
+}
+
+// redeliverSet is the reset a redelivery makes: pending with a fresh attempt budget, and
+// unrelayed, so that the event router's relay publishes a new notice of it. The relay claim is
+// dropped too: a relay holding one from before would otherwise mark the event relayed after its
+// own (earlier) notice, and the redelivery would publish nothing. A delivery claim is kept, so a
+// new notice waits for an attempt in flight instead of racing it. Delivery history is kept: new
+// attempts continue its numbering.
+const redeliverSet = `
+	SET delivery_status = 'pending', attempts = 0, next_attempt_at = NULL, last_error = NULL,
+		delivered_at = NULL, dead_at = NULL, relayed_at = NULL, relay_claimed_until = NULL`
+
+// EventRedeliver resets one of the application's events for delivery, whatever its state, and
+// wakes the relay.
+func (s *Store) EventRedeliver(ctx context.Context, applicationID, id string) (*Event, error) {
+	var e *Event
+	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		e, err = scanEvent(tx.QueryRow(ctx, `UPDATE integration_events`+redeliverSet+`
+			WHERE id = $1 AND application_id = $2
+			RETURNING `+eventColumns, id, applicationID))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("redeliver event %s: %w", id, err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, execution.EventsNotifyChannel, id); err != nil {
+			return fmt.Errorf("notify event relay: %w", err)
+		}
+		return nil
+	})
+	return e, err
+}
+
+// EventRedrive resets every dead event of the application (created at or after since, if set)
+// for delivery, as EventRedeliver does for one, in one statement, wakes the relay if any was
+// reset, and returns how many were. The NOTIFY payload is the same for every row, so Postgres
+// sends it once per transaction.
+func (s *Store) EventRedrive(ctx context.Context, applicationID string, since *time.Time) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `
+		WITH redriven AS (
+			UPDATE integration_events`+redeliverSet+`
+			WHERE application_id = $1 AND delivery_status = 'dead'
+				AND ($2::timestamptz IS NULL OR created_at >= $2)
+			RETURNING id
+		)
+		SELECT count(*) FROM (SELECT pg_notify($3, 'redrive') FROM redriven) notified`,
+		applicationID, since, execution.EventsNotifyChannel).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("redrive dead events of %s: %w", applicationID, err)
+	}
+	return n, nil
+}
+
+// ConsumerSetGRPC registers the application's gRPC EventConsumerService endpoint. Like
+// ConsumerSetWebhook it keeps a signing secret the application has, or stores sealedNew, and
+// returns the sealed secret in force: an application with a consumer always has one, so that
+// switching to a webhook later signs with the secret it already knows.
+func (s *Store) ConsumerSetGRPC(ctx context.Context, applicationID, target string, sealedNew []byte) ([]byte, error) {
+	return s.consumerSet(ctx, applicationID, "grpc", target, sealedNew)
+}
+
+func (s *Store) consumerSet(ctx context.Context, applicationID, kind, endpoint string, sealedNew []byte) ([]byte, error) {
+	var sealed []byte
+	err := s.pool.QueryRow(ctx, `
+		UPDATE applications
+		SET consumer_kind = $2, consumer_endpoint = $3,
+			signing_secret_enc = coalesce(signing_secret_enc, $4), updated_at = now()
+		WHERE id = $1
+		RETURNING signing_secret_enc`, applicationID, kind, endpoint, sealedNew).Scan(&sealed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("set consumer of %s: %w", applicationID, err)
+	}
+	return sealed, nil
+}
+
+// SigningSecretRotate makes sealedNew the application's signing secret and keeps the one it
+// replaces as the previous secret until overlap from now (the database's clock, which the event
+// router compares against). It returns that deadline, or nil when the application had no secret
+// to keep. A rotation during an overlap replaces the previous secret: only one is kept.
+func (s *Store) SigningSecretRotate(ctx context.Context, applicationID string, sealedNew []byte, overlap time.Duration) (*time.Time, error) {
+	var until *time.Time
+	err := s.pool.QueryRow(ctx, `
+		UPDATE applications
+		SET signing_secret_prev_enc = signing_secret_enc,
+			signing_secret_prev_until = CASE WHEN signing_secret_enc IS NOT NULL
+				THEN now() + make_interval(secs => $3) END,
+			signing_secret_enc = $2, updated_at = now()
+		WHERE id = $1
+		RETURNING signing_secret_prev_until`, applicationID, sealedNew, overlap.Seconds()).Scan(&until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rotate signing secret of %s: %w", applicationID, err)
+	}
+	return until, nil
+}
