@@ -146,8 +146,12 @@ func TestEvents(t *testing.T) {
 		d := receiveFor(t, hookB.arrived, id)
 		assert.NotEmpty(t, d.WebhookID)
 		assert.Empty(t, hookA.deliveriesOf(id), "not to another application's consumer")
-		ev := s.eventOf(t, keyB, id)
-		assert.Equal(t, "EVENT_STATUS_DELIVERED", ev["status"])
+		// The router records the delivery once the answer is in.
+		var ev map[string]any
+		require.Eventually(t, func() bool {
+			ev = s.eventOf(t, keyB, id)
+			return ev["status"] == "EVENT_STATUS_DELIVERED"
+		}, 10*time.Second, 20*time.Millisecond)
 		data, _ := ev["data"].(map[string]any)
 		result, _ := data["result"].(map[string]any)
 		assert.Equal(t, map[string]any{"for": "b"}, result["echo"])

@@ -254,7 +254,12 @@ func TestLaterCompletesThroughCallback(t *testing.T) {
 	require.Len(t, b.fake.progress, 1)
 	require.Equal(t, map[string]any{"percent": 50.0}, b.fake.progress[0].GetProgress().AsMap())
 	require.Equal(t, token, b.fake.progress[0].GetCallbackToken())
-	require.Equal(t, []string{credential, credential}, b.fake.bearers)
+	// Progress and Complete, and the first lease renewal if it went out before the work ended:
+	// every callback carries the adapter's credential.
+	require.GreaterOrEqual(t, len(b.fake.bearers), 2)
+	for _, bearer := range b.fake.bearers {
+		require.Equal(t, credential, bearer)
+	}
 }
 
 func TestLaterRenewsLease(t *testing.T) {

@@ -60,7 +60,7 @@ func run() error {
 		return err
 	}
 	st := store.New(pool)
-	rel := relay.New(st, broker, logger, cfg.RelayInterval)
+	rel := relay.New(st, broker, logger, cfg.RelayInterval, cfg.EventStaleAfter)
 	levels := broker.DelayLevels(routes.Events.Name)
 	del := deliver.New(st, box, deliver.Config{
 		Delays:       cfg.ScaledRetryDelays(),

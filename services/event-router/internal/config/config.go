@@ -17,8 +17,12 @@ type Config struct {
 	SecretKey         string        `env:"INTEGRATIONS_SECRET_KEY,required"`
 	SecretKeyPrevious string        `env:"INTEGRATIONS_SECRET_KEY_PREVIOUS"`
 	RelayInterval     time.Duration `env:"INTEGRATIONS_RELAY_INTERVAL" envDefault:"1s"`
-	Concurrency       int           `env:"INTEGRATIONS_DELIVERY_CONCURRENCY" envDefault:"16"`
-	DeliveryTimeout   time.Duration `env:"INTEGRATIONS_DELIVERY_TIMEOUT" envDefault:"10s"`
+	// EventStaleAfter is how overdue a pending event's notice may be before the relay publishes
+	// it again (a notice lost to the deliverer's own retries running out). Not time-scaled: it
+	// covers real outages.
+	EventStaleAfter time.Duration `env:"INTEGRATIONS_EVENT_STALE_AFTER" envDefault:"10m"`
+	Concurrency     int           `env:"INTEGRATIONS_DELIVERY_CONCURRENCY" envDefault:"16"`
+	DeliveryTimeout time.Duration `env:"INTEGRATIONS_DELIVERY_TIMEOUT" envDefault:"10s"`
 	// RetryDelays is the delivery schedule, before time scaling: the wait before attempt 2, 3, …;
 	// an event gets 1+len(RetryDelays) attempts, then it is dead.
 	RetryDelays []time.Duration `env:"INTEGRATIONS_EVENT_RETRY_DELAYS" envDefault:"1m,5m,30m,2h,6h" envSeparator:","`
@@ -32,6 +36,9 @@ type Config struct {
 // Validate checks the router's own settings.
 func (c Config) Validate() error {
 	errs := []error{c.Common.Validate()}
+	if c.EventStaleAfter < time.Second {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_EVENT_STALE_AFTER: %v must be at least 1s", c.EventStaleAfter))
+	}
 	if c.RelayInterval <= 0 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_RELAY_INTERVAL: %v must be positive", c.RelayInterval))
 	}

@@ -110,7 +110,7 @@ func setup(t *testing.T, o options) *bundle {
 	st := store.New(s.Pool)
 	d := New(st, box, Config{Delays: o.delays, Timeout: o.timeout, AllowPrivate: true, PerApp: o.perApp,
 		Busy: route.DelayLevels[0], TimeScale: o.timeScale}, zap.NewNop())
-	rel := relay.New(st, b, zap.NewNop(), 50*time.Millisecond)
+	rel := relay.New(st, b, zap.NewNop(), 50*time.Millisecond, time.Hour)
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)

@@ -31,15 +31,17 @@ type Publisher interface {
 
 // Relay publishes outbox events.
 type Relay struct {
-	store    *store.Store
-	pub      Publisher
-	log      *zap.Logger
-	interval time.Duration
+	store      *store.Store
+	pub        Publisher
+	log        *zap.Logger
+	interval   time.Duration
+	staleAfter time.Duration
 }
 
-// New returns a Relay.
-func New(st *store.Store, pub Publisher, log *zap.Logger, interval time.Duration) *Relay {
-	return &Relay{store: st, pub: pub, log: log, interval: interval}
+// New returns a Relay. A pending event whose notice is overdue by staleAfter is published again
+// (see store.EventReleaseStale).
+func New(st *store.Store, pub Publisher, log *zap.Logger, interval, staleAfter time.Duration) *Relay {
+	return &Relay{store: st, pub: pub, log: log, interval: interval, staleAfter: staleAfter}
 }
 
 // Run relays until ctx ends.
@@ -98,6 +100,13 @@ func (r *Relay) listenOnce(ctx context.Context, pool *pgxpool.Pool, wake chan<- 
 }
 
 func (r *Relay) pass(ctx context.Context) error {
+	released, err := r.store.EventReleaseStale(ctx, r.staleAfter)
+	if err != nil {
+		return err
+	}
+	if released > 0 {
+		r.log.Warn("event notices overdue; publishing them again", zap.Int64("events", released))
+	}
 	for {
 		claimed, err := r.store.EventClaimUnrelayed(ctx, batchSize, claimTTL)
 		if err != nil || len(claimed) == 0 {

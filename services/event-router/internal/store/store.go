@@ -62,6 +62,25 @@ func (s *Store) EventClaimUnrelayed(ctx context.Context, limit int, ttl time.Dur
 	return out, nil
 }
 
+// EventReleaseStale makes pending events whose notice should have come back more than staleAfter
+// ago — after their next attempt was due, or after they were relayed when no attempt has been
+// made — unrelayed again, so that the relay publishes a fresh notice. A notice can be lost for
+// good when the deliverer's own retries run out (the database unreachable for longer than the
+// events route's port-level budget) and it is dead-lettered; without this the event would stay
+// pending forever. An event under a live delivery claim is being delivered and is left alone; a
+// notice that was only late makes a duplicate, which the delivery claim makes harmless.
+func (s *Store) EventReleaseStale(ctx context.Context, staleAfter time.Duration) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE integration_events SET relayed_at = NULL, relay_claimed_until = NULL
+		WHERE delivery_status = 'pending' AND relayed_at IS NOT NULL
+			AND coalesce(next_attempt_at, relayed_at) < now() - make_interval(secs => $1)
+			AND (delivery_claimed_until IS NULL OR delivery_claimed_until < now())`, staleAfter.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("release stale events: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // EventMarkRelayed records that the broker confirmed the events.
 func (s *Store) EventMarkRelayed(ctx context.Context, ids []string, claimedUntil time.Time) error {
 	if _, err := s.pool.Exec(ctx, `
