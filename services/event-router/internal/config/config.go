@@ -53,8 +53,10 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("INTEGRATIONS_EVENT_RETRY_DELAYS: %v must be positive", d))
 		}
 	}
-	if c.PerAppConcurrency < 1 || c.PerAppConcurrency > c.Concurrency {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY: %d must be between 1 and INTEGRATIONS_DELIVERY_CONCURRENCY (%d)",
+	// Below the handler concurrency, so that one application's hanging consumer cannot hold
+	// every worker.
+	if c.PerAppConcurrency < 1 || c.PerAppConcurrency >= c.Concurrency {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY: %d must be at least 1 and below INTEGRATIONS_DELIVERY_CONCURRENCY (%d)",
 			c.PerAppConcurrency, c.Concurrency))
 	}
 	if c.DeliveryTimeout <= 0 {

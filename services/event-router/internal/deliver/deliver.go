@@ -142,13 +142,14 @@ func (d *Deliverer) Handle(ctx context.Context, m *mq.Message) mq.Result {
 		// Stopped mid-attempt: nothing is recorded, and the broker hands the notice out again.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := d.store.DeliveryRelease(rctx, ev.EventID); err != nil {
+		if err := d.store.DeliveryRelease(rctx, ev.EventID, ev.Claim); err != nil {
 			logger.Warn("event claim not released; it expires by itself", zap.Error(err))
 		}
 		return mq.Result{}
 	}
 
-	a := store.Attempt{StatusCode: res.statusCode, Duration: elapsed, ResponseBody: res.body, Outcome: "delivered"}
+	a := store.Attempt{StatusCode: res.statusCode, Duration: elapsed, ResponseBody: res.body, Outcome: "delivered",
+		Claim: ev.Claim, Attempts: ev.Attempts}
 	attempt := int(ev.Attempts) + 1 // the event's own count, not the message's
 	if res.err != nil {
 		a.Err = safetext.Error(res.err, maxErrorLen)
@@ -167,7 +168,9 @@ func (d *Deliverer) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	fields := []zap.Field{zap.Int("attempt", attempt), zap.Int("status_code", res.statusCode), zap.Duration("duration", elapsed)}
 	switch {
 	case !recorded:
-		logger.Info("event settled meanwhile by another delivery; attempt not recorded", fields...)
+		// Settled, redelivered or taken over meanwhile: whoever did that owns what follows (a
+		// redelivery published its own notice).
+		logger.Info("event moved on during the attempt; attempt kept in the history only", fields...)
 		return mq.Ack()
 	case a.Outcome == "delivered":
 		logger.Info("event delivered", fields...)
@@ -235,11 +238,14 @@ func (d *Deliverer) secrets(ev *store.Delivery) ([]string, error) {
 	}
 	out := []string{string(current)}
 	if ev.PrevSealedSecret != nil {
-		prev, err := d.box.Open(ev.PrevSealedSecret)
-		if err != nil {
-			return nil, fmt.Errorf("open previous signing secret: %w", err)
+		// The previous secret only eases a receiver's switch; if it cannot be opened (its key
+		// was dropped from INTEGRATIONS_SECRET_KEY_PREVIOUS early), sign with the current one.
+		if prev, err := d.box.Open(ev.PrevSealedSecret); err != nil {
+			d.log.Warn("previous signing secret unreadable; signing with the current one only",
+				log.ApplicationID(ev.ApplicationID), zap.Error(err))
+		} else {
+			out = append(out, string(prev))
 		}
-		out = append(out, string(prev))
 	}
 	return out, nil
 }

@@ -71,7 +71,9 @@ func (c *grpcClients) deliver(ctx context.Context, target string, ev *store.Deli
 	}
 	// WaitForReady(false), the default: an unreachable consumer fails the attempt at once rather
 	// than holding the worker until the timeout.
-	if _, err := eventsv1.NewEventConsumerServiceClient(cc).Deliver(ctx, req); err != nil {
+	// WaitForReady: a connection still backing off from an earlier outage would otherwise fail
+	// the attempt at once after the consumer recovered; the attempt's deadline bounds the wait.
+	if _, err := eventsv1.NewEventConsumerServiceClient(cc).Deliver(ctx, req, grpc.WaitForReady(true)); err != nil {
 		st := status.Convert(err)
 		return result{err: fmt.Errorf("gRPC consumer answered %s: %s", st.Code(), st.Message())}
 	}

@@ -63,8 +63,9 @@ func (s *Store) EventClaimUnrelayed(ctx context.Context, limit int, ttl time.Dur
 }
 
 // EventReleaseStale makes pending events whose notice should have come back more than staleAfter
-// ago — after their next attempt was due, or after they were relayed when no attempt has been
-// made — unrelayed again, so that the relay publishes a fresh notice. A notice can be lost for
+// ago — after their next attempt was due or after they were last relayed, whichever is later (so
+// an event relayed again is not released again until a fresh notice had its time) — unrelayed
+// again, so that the relay publishes a fresh notice. A notice can be lost for
 // good when the deliverer's own retries run out (the database unreachable for longer than the
 // events route's port-level budget) and it is dead-lettered; without this the event would stay
 // pending forever. An event under a live delivery claim is being delivered and is left alone; a
@@ -73,7 +74,7 @@ func (s *Store) EventReleaseStale(ctx context.Context, staleAfter time.Duration)
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE integration_events SET relayed_at = NULL, relay_claimed_until = NULL
 		WHERE delivery_status = 'pending' AND relayed_at IS NOT NULL
-			AND coalesce(next_attempt_at, relayed_at) < now() - make_interval(secs => $1)
+			AND greatest(coalesce(next_attempt_at, relayed_at), relayed_at) < now() - make_interval(secs => $1)
 			AND (delivery_claimed_until IS NULL OR delivery_claimed_until < now())`, staleAfter.Seconds())
 	if err != nil {
 		return 0, fmt.Errorf("release stale events: %w", err)
@@ -111,6 +112,9 @@ type Delivery struct {
 	// ClaimWait is how long another delivery's claim on the event still runs, if one does.
 	// The event is claimed by this call only when both are zero.
 	ClaimWait time.Duration
+	// Claim identifies this call's claim (its expiry, as the database wrote it) when it claimed
+	// the event: DeliveryRecord and DeliveryRelease act only while it still holds.
+	Claim time.Time
 }
 
 // DeliveryClaim reads an event with its application's consumer and, if it is pending and due,
@@ -152,9 +156,10 @@ func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Dura
 		if d.Wait > 0 || d.ClaimWait > 0 {
 			return nil
 		}
-		if _, err := tx.Exec(ctx, `
+		if err := tx.QueryRow(ctx, `
 			UPDATE integration_events SET delivery_claimed_until = now() + make_interval(secs => $2)
-			WHERE id = $1`, eventID, ttl.Seconds()); err != nil {
+			WHERE id = $1
+			RETURNING delivery_claimed_until`, eventID, ttl.Seconds()).Scan(&d.Claim); err != nil {
 			return fmt.Errorf("claim event %s: %w", eventID, err)
 		}
 		return nil
@@ -166,11 +171,13 @@ func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Dura
 }
 
 // DeliveryRelease gives up a claim without recording an attempt (the deliverer was stopped
-// mid-attempt), so that the notice the broker hands out again need not wait for it to expire.
-func (s *Store) DeliveryRelease(ctx context.Context, eventID string) error {
+// mid-attempt), so that the notice the broker hands out again need not wait for it to expire. A
+// claim that is no longer this delivery's (it expired and another took the event) is left alone.
+func (s *Store) DeliveryRelease(ctx context.Context, eventID string, claim time.Time) error {
 	if _, err := s.pool.Exec(ctx, `
-		UPDATE integration_events SET delivery_claimed_until = NULL WHERE id = $1 AND delivery_status = 'pending'`,
-		eventID); err != nil {
+		UPDATE integration_events SET delivery_claimed_until = NULL
+		WHERE id = $1 AND delivery_status = 'pending' AND delivery_claimed_until = $2`,
+		eventID, claim); err != nil {
 		return fmt.Errorf("release event %s: %w", eventID, err)
 	}
 	return nil
@@ -189,14 +196,24 @@ type Attempt struct {
 	Outcome string
 	// NextIn is, for a pending outcome, how long after now the next attempt is due.
 	NextIn time.Duration
+	// Claim and Attempts are the claim the attempt was made under and the event's attempt count
+	// when it was claimed: the outcome applies only if both still hold.
+	Claim    time.Time
+	Attempts int32
 }
 
-// DeliveryRecord records one attempt and the event's resulting state in one transaction, and
-// ends the event's claim. The attempt's number follows the event's whole history (max(n)+1), so
-// that the attempts before a redelivery, which resets the event's count, are kept. It reports
-// false, recording nothing, if the event was no longer pending.
+// DeliveryRecord records one attempt in the event's history and, if the event is still as the
+// attempt found it — pending, at the same attempt count, under the same claim — applies its
+// outcome to the event and ends the claim, in one transaction. The attempt's number follows the
+// event's whole history (max(n)+1), so that the attempts before a redelivery, which resets the
+// event's count, are kept.
+//
+// It reports whether the outcome was applied. It is not when another delivery settled the event
+// meanwhile, or a redelivery reset it (the attempt belongs to the old budget: counting it against
+// the fresh one could end that one early, or kill the event while its redelivery waits), or the
+// claim expired and another delivery took it; the attempt is still recorded in the history.
 func (s *Store) DeliveryRecord(ctx context.Context, eventID string, a Attempt) (bool, error) {
-	recorded := false
+	applied := false
 	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			UPDATE integration_events
@@ -205,13 +222,12 @@ func (s *Store) DeliveryRecord(ctx context.Context, eventID string, a Attempt) (
 				dead_at = CASE WHEN $2 = 'dead' THEN now() END,
 				next_attempt_at = CASE WHEN $2 = 'pending' THEN now() + make_interval(secs => $4) END,
 				delivery_claimed_until = NULL
-			WHERE id = $1 AND delivery_status = 'pending'`, eventID, a.Outcome, a.Err, a.NextIn.Seconds())
+			WHERE id = $1 AND delivery_status = 'pending' AND attempts = $5 AND delivery_claimed_until = $6`,
+			eventID, a.Outcome, a.Err, a.NextIn.Seconds(), a.Attempts, a.Claim)
 		if err != nil {
 			return fmt.Errorf("record delivery of %s: %w", eventID, err)
 		}
-		if tag.RowsAffected() == 0 {
-			return nil // delivered or dead meanwhile by another copy
-		}
+		applied = tag.RowsAffected() == 1
 		var code *int
 		if a.StatusCode != 0 {
 			code = &a.StatusCode
@@ -223,8 +239,7 @@ func (s *Store) DeliveryRecord(ctx context.Context, eventID string, a Attempt) (
 			eventID, code, a.Err, a.Duration.Milliseconds(), a.ResponseBody); err != nil {
 			return fmt.Errorf("record delivery attempt of %s: %w", eventID, err)
 		}
-		recorded = true
 		return nil
 	})
-	return recorded, err
+	return applied, err
 }

@@ -53,4 +53,56 @@ func TestEventReleaseStale(t *testing.T) {
 	require.True(t, relayed(delivering), "a delivery holds it")
 	require.False(t, relayed(unrelayed), "already waiting for the relay")
 	require.True(t, relayed(delivered), "delivered events are done")
+
+	// Relayed again (a fresh notice is out): not released again until that one had its time.
+	_, err = s.Pool.Exec(ctx, `UPDATE integration_events SET relayed_at = now() WHERE id = ANY($1::uuid[])`, []string{lost, neverTried})
+	require.NoError(t, err)
+	n, err = st.EventReleaseStale(ctx, 10*time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, n, "an event is not republished on every pass")
+}
+
+// TestDeliveryRecordAfterRedelivery: an attempt that was in flight when the event was redelivered
+// (its count reset to 0) belongs to the old budget: it is kept in the history but does not count
+// against the fresh budget or settle the event.
+func TestDeliveryRecordAfterRedelivery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	st := New(s.Pool)
+	exec := s.InsertExecution(t, dbtest.Execution{Status: "succeeded", Attempt: 1})
+	id := uuid.NewString()
+	_, err := s.Pool.Exec(ctx, `
+		INSERT INTO integration_events (id, application_id, execution_id, type, payload, relayed_at, attempts)
+		VALUES ($1, $2, $3, 'execution.completed', '{}', now(), 5)`, id, dbtest.TestApp, exec)
+	require.NoError(t, err)
+
+	ev, err := st.DeliveryClaim(ctx, id, time.Minute)
+	require.NoError(t, err)
+	require.False(t, ev.Claim.IsZero(), "claimed")
+	require.EqualValues(t, 5, ev.Attempts)
+	// The application redelivers the event while attempt 6 is in flight.
+	_, err = s.Pool.Exec(ctx, `UPDATE integration_events SET attempts = 0, relayed_at = NULL WHERE id = $1`, id)
+	require.NoError(t, err)
+
+	applied, err := st.DeliveryRecord(ctx, id, Attempt{StatusCode: 500, Err: "webhook answered 500", Outcome: "dead",
+		Claim: ev.Claim, Attempts: ev.Attempts})
+	require.NoError(t, err)
+	require.False(t, applied, "the old budget's last attempt does not kill the redelivered event")
+	var status string
+	var attempts, history int
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT delivery_status, attempts FROM integration_events WHERE id = $1`, id).Scan(&status, &attempts))
+	require.Equal(t, "pending", status)
+	require.Zero(t, attempts)
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM event_deliveries WHERE event_id = $1`, id).Scan(&history))
+	require.Equal(t, 1, history, "the attempt is in the history")
+
+	// A claim that expired and was taken by another delivery is not released by the first.
+	_, err = s.Pool.Exec(ctx, `UPDATE integration_events SET delivery_claimed_until = now() + interval '1 minute' WHERE id = $1`, id)
+	require.NoError(t, err)
+	require.NoError(t, st.DeliveryRelease(ctx, id, ev.Claim))
+	var claimed bool
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT delivery_claimed_until IS NOT NULL FROM integration_events WHERE id = $1`, id).Scan(&claimed))
+	require.True(t, claimed, "another delivery's claim stays")
 }
