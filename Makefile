@@ -70,5 +70,12 @@ bench-mq: ## Message-port throughput beside a raw amqp091-go baseline, on the re
 	@scripts/deps.sh up
 	@set -a; . .run/deps.env; set +a; go run $(MODULE)/bench/cmd/bench-mq
 
+.PHONY: bench-accept
+bench-accept: ## Accept throughput (gRPC, REST) on the real stack beside the raw Postgres ceiling and River's insert
+	@scripts/deps.sh up bench
+	@set -a; . .run/deps.env; set +a; \
+	export INTEGRATIONS_BENCH_DATABASE_URL="$${INTEGRATIONS_BENCH_DATABASE_URL:-$$INTEGRATIONS_PG_URL/bench?sslmode=disable}"; \
+	go run $(MODULE)/bench/cmd/bench -scenarios accept $(BENCH_FLAGS)
+
 .PHONY: bench
-bench: bench-mq ## All benchmarks
+bench: bench-mq bench-accept ## All benchmarks (BENCH_FLAGS=... passes flags to bench/cmd/bench)

@@ -1,0 +1,536 @@
+// Command bench runs the platform's benchmarks against the real stack, started as separate
+// processes (bench/internal/stack), beside the peers and the physical ceilings measured in the same
+// run, and prints one table plus a JSON file in bench/results/ (issue 6).
+//
+// Scenarios (-scenarios):
+//
+//	accept   async invokes of dummy.echo through the gateway over gRPC and REST, closed loop at
+//	         each -callers; beside them the Postgres ceiling (a raw pgx transaction writing the
+//	         same two rows) and River's Insert, at the same concurrency.
+//
+// Still to come (issue 6): end to end beside Temporal and River, latency under open-loop offered
+// load, cost per execution, the message port figures of bench-mq.
+//
+// It is a benchmark, not a test: the exit code is 0 whether or not a target is met (non-zero only
+// when it could not measure). See docs/benchmarks.md.
+//
+// Usage: go run ./bench/cmd/bench [-scenarios accept] [-callers 1,16,64] [-d 3s | -n 5000] [-r 3] ...
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/integrations-platform/integrations/bench/internal/accept"
+	"github.com/integrations-platform/integrations/bench/internal/load"
+	"github.com/integrations-platform/integrations/bench/internal/procstat"
+	"github.com/integrations-platform/integrations/bench/internal/stack"
+)
+
+type options struct {
+	root         string
+	dbURL        string
+	amqpURL      string
+	scenarios    map[string]bool
+	callers      []int
+	n            int
+	duration     time.Duration
+	reps         int
+	warmup       time.Duration
+	drain        bool
+	drainTimeout time.Duration
+	out          string
+	dbParams     url.Values
+	profileDir   string
+	pprof        bool
+	only         map[string]bool // workloads by scenario/transport key; empty: all
+	maxErrors    int
+	keepLogs     bool
+	without      []string
+	peerPool     int
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags() (options, error) {
+	o := options{}
+	var scen, callers, params, only string
+	flag.StringVar(&o.root, "root", "", "workspace root (default: the directory of go.work at or above the working directory)")
+	flag.StringVar(&o.dbURL, "db", defaultDBURL(), "database the stack's schema (and River's) is created in (default $INTEGRATIONS_BENCH_DATABASE_URL, else $INTEGRATIONS_PG_URL/bench)")
+	flag.StringVar(&o.amqpURL, "amqp", envOr("INTEGRATIONS_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL (default $INTEGRATIONS_AMQP_URL)")
+	flag.StringVar(&scen, "scenarios", "accept", "scenarios to run (accept)")
+	flag.StringVar(&callers, "callers", "1,16,64", "concurrent callers (closed loop)")
+	flag.IntVar(&o.n, "n", 0, "calls per run (0: run for -d instead)")
+	flag.DurationVar(&o.duration, "d", 5*time.Second, "duration of a run when -n is 0")
+	flag.IntVar(&o.reps, "r", 3, "repetitions of each run; the median req/s is reported")
+	flag.DurationVar(&o.warmup, "warmup", time.Second, "unreported warm-up run of each workload at each concurrency (0: none)")
+	flag.BoolVar(&o.drain, "drain", true, "before each run, wait until the stack has settled every execution and delivered every event")
+	flag.DurationVar(&o.drainTimeout, "drain-timeout", 3*time.Minute, "give up waiting for the stack to drain after this long")
+	flag.StringVar(&o.out, "out", "", "directory for the JSON result (default <root>/bench/results; \"-\": none)")
+	flag.StringVar(&params, "service-db-params", "", "query parameters added to the services' database URL, e.g. pool_max_conns=16 (default: none, as deployed)")
+	flag.StringVar(&o.profileDir, "gateway-profile", "", "directory for CPU profiles of the gateway, one per accept run of the first repetition (needs -d; turns on -pprof)")
+	flag.BoolVar(&o.pprof, "pprof", false, "serve net/http/pprof on the gateway's metrics address (INTEGRATIONS_PPROF=true)")
+	flag.StringVar(&only, "only", "", "run only these workloads: accept/grpc, accept/rest, postgres/pgx, river/pgx (comma-separated; default all)")
+	flag.IntVar(&o.maxErrors, "max-errors", 100, "stop a run after this many failed calls")
+	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep the programs' log directory")
+	flag.IntVar(&o.peerPool, "peer-pool", 16, "the peers' (raw pgx, River) pool: min(callers, this) connections; 16 is their best on the 2-core dev machine (64 backends do worse)")
+	var without string
+	flag.StringVar(&without, "diagnose-without", "", "DIAGNOSIS ONLY: programs not to start (e.g. dispatcher); the figures are then not the platform's")
+	flag.Parse()
+	var err error
+	if o.callers, err = ints(callers); err != nil {
+		return o, fmt.Errorf("-callers: %w", err)
+	}
+	if o.reps < 1 || o.n < 0 || (o.n == 0 && o.duration <= 0) {
+		return o, errors.New("-r must be positive, and -n positive or -d positive")
+	}
+	o.scenarios = map[string]bool{}
+	for _, s := range strings.Split(scen, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "accept":
+			o.scenarios[s] = true
+		default:
+			return o, fmt.Errorf("-scenarios: unknown %q (this step has: accept)", s)
+		}
+	}
+	if params != "" {
+		if o.dbParams, err = url.ParseQuery(params); err != nil {
+			return o, fmt.Errorf("-service-db-params: %w", err)
+		}
+	}
+	for _, s := range strings.Split(without, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			o.without = append(o.without, s)
+		}
+	}
+	o.only = map[string]bool{}
+	for _, s := range strings.Split(only, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			o.only[s] = true
+		}
+	}
+	if o.profileDir != "" {
+		if o.n > 0 {
+			return o, errors.New("-gateway-profile needs duration runs (-n 0)")
+		}
+		o.pprof = true
+	}
+	return o, nil
+}
+
+func run() error {
+	o, err := parseFlags()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if o.root == "" {
+		if o.root, err = stack.FindRoot(); err != nil {
+			return err
+		}
+	}
+	if o.out == "" {
+		o.out = filepath.Join(o.root, "bench", "results")
+	}
+	started := time.Now()
+
+	fmt.Fprintln(os.Stderr, "bench: building the services")
+	binDir, err := stack.Build(ctx, o.root, os.Stderr)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(binDir)
+
+	st, err := stack.Start(ctx, stack.Config{
+		Root: o.root, BinDir: binDir, DatabaseURL: o.dbURL, AMQPURL: o.amqpURL,
+		DatabaseParams: o.dbParams, GatewayPprof: o.pprof, Log: os.Stderr, Without: o.without,
+	})
+	if err != nil {
+		return err
+	}
+	failed := true
+	defer func() {
+		if failed {
+			fmt.Fprint(os.Stderr, st.LogTails())
+		}
+		var cerr error
+		if failed || o.keepLogs {
+			cerr = st.CloseKeepLogs()
+			fmt.Fprintln(os.Stderr, "bench: logs kept in", st.LogDir)
+		} else {
+			cerr = st.Close()
+		}
+		if cerr != nil {
+			fmt.Fprintln(os.Stderr, "bench: cleanup:", cerr)
+		}
+	}()
+
+	machine, err := describeMachine(ctx, st)
+	if err != nil {
+		return err
+	}
+	rep := &Report{
+		Benchmark: "bench", Started: started.UTC(), Machine: machine,
+		Config: Config{
+			Scenarios: keys(o.scenarios), Callers: o.callers, N: o.n, Duration: o.duration.String(), Reps: o.reps,
+			Warmup: o.warmup.String(), Drain: o.drain, ServiceDBParams: o.dbParams.Encode(), GatewayPprof: o.pprof,
+			LogLevel: "info", TimeScale: 1, DiagnoseWithout: o.without, PeerPool: o.peerPool,
+		},
+	}
+	printHeader(os.Stdout, rep)
+
+	if o.scenarios["accept"] {
+		rows, err := runAccept(ctx, o, st)
+		rep.Rows = append(rep.Rows, rows...)
+		if err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
+	rep.Finished = time.Now().UTC()
+	fmt.Println()
+	printTable(os.Stdout, rep)
+	if ctx.Err() != nil {
+		fmt.Println("\ninterrupted: the table holds what was measured before the signal")
+	}
+	if o.out != "-" && len(rep.Rows) > 0 {
+		path, err := rep.Write(o.out)
+		if err != nil {
+			return err
+		}
+		fmt.Println("\nwrote", path)
+	}
+	failed = false
+	return nil
+}
+
+// runAccept measures the accept scenario: for each concurrency, the four workloads, repetition by
+// repetition in rotating order, so that drift (table and index growth, autovacuum, a neighbour)
+// hits each alike.
+func runAccept(ctx context.Context, o options, st *stack.Stack) ([]Row, error) {
+	riverSchema := st.Schema + "_river"
+	if err := accept.MigrateRiver(ctx, o.dbURL, riverSchema); err != nil {
+		return nil, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if pool, err := accept.Pool(cctx, o.dbURL, 1); err == nil {
+			if _, err := pool.Exec(cctx, "DROP SCHEMA "+riverSchema+" CASCADE"); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: drop River schema:", err)
+			}
+			pool.Close()
+		}
+	}()
+	all := []accept.Workload{accept.Postgres(st, o.peerPool), accept.River(o.dbURL, riverSchema, o.peerPool), accept.GRPC(st), accept.REST(st)}
+	var workloads []accept.Workload
+	for _, w := range all {
+		if len(o.only) == 0 || o.only[w.Scenario+"/"+w.Transport] {
+			workloads = append(workloads, w)
+		}
+	}
+	if len(workloads) == 0 {
+		return nil, errors.New("-only selects no workload")
+	}
+	if o.profileDir != "" {
+		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+
+	var rows []Row
+	for _, c := range o.callers {
+		runs := make([][]load.Result, len(workloads))
+		cpus := make([][]map[string]float64, len(workloads))
+		for r := -1; r < o.reps; r++ {
+			for k := range workloads {
+				i := (k + max(r, 0)) % len(workloads) // rotate the order each repetition
+				w := workloads[i]
+				if ctx.Err() != nil {
+					return append(rows, summarize(workloads, c, runs, cpus)...), ctx.Err()
+				}
+				p := load.Params{Callers: c, N: o.n, Duration: o.duration}
+				if r < 0 { // warm-up
+					if o.warmup <= 0 {
+						continue
+					}
+					p = load.Params{Callers: c, Duration: o.warmup}
+				}
+				profile := ""
+				if r == 0 && o.profileDir != "" && w.Scenario == "accept" {
+					profile = filepath.Join(o.profileDir, fmt.Sprintf("gateway-%s-c%d.pprof", w.Transport, c))
+				}
+				res, cpu, err := measure(ctx, o, st, w, p, profile)
+				if err != nil {
+					return append(rows, summarize(workloads, c, runs, cpus)...), err
+				}
+				label := "warm-up"
+				if r >= 0 {
+					label = fmt.Sprintf("run %d", r+1)
+					runs[i] = append(runs[i], res)
+					cpus[i] = append(cpus[i], cpu)
+				}
+				fmt.Fprintf(os.Stderr, "  %-8s %-4s c=%-3d %-7s %6d calls %6.2fs %7.0f req/s  p50 %6.2fms  p99 %7.2fms  cpu %s\n",
+					w.Scenario, w.Transport, c, label, res.Requests, res.Elapsed.Seconds(), res.Rate(),
+					ms(res.P50), ms(res.P99), cpuText(cpu))
+			}
+		}
+		rows = append(rows, summarize(workloads, c, runs, cpus)...)
+	}
+	return rows, nil
+}
+
+// measure drains the stack, prepares the workload, runs it (taking a gateway CPU profile meanwhile
+// if profile is set) and checks that every program still runs.
+func measure(ctx context.Context, o options, st *stack.Stack, w accept.Workload, p load.Params, profile string) (load.Result, map[string]float64, error) {
+	if o.drain {
+		took, err := st.Drain(ctx, o.drainTimeout)
+		if err != nil {
+			return load.Result{}, nil, err
+		}
+		if took > time.Second {
+			fmt.Fprintf(os.Stderr, "  (stack drained its backlog in %.1fs)\n", took.Seconds())
+		}
+	}
+	op, release, err := w.Prepare(ctx, p.Callers)
+	if err != nil {
+		return load.Result{}, nil, fmt.Errorf("%s/%s: %w", w.Scenario, w.Transport, err)
+	}
+	defer release()
+	var profDone chan error
+	if profile != "" {
+		profDone = make(chan error, 1)
+		go func() { profDone <- fetchProfile(ctx, st.PprofURL(), p.Duration, profile) }()
+	}
+	before := cpuSnapshot(st)
+	res := load.Run(ctx, p, o.maxErrors, op)
+	cpu := cpuDelta(before, cpuSnapshot(st))
+	if profDone != nil {
+		if err := <-profDone; err != nil {
+			fmt.Fprintln(os.Stderr, "bench: gateway profile:", err)
+		} else {
+			fmt.Fprintln(os.Stderr, "  (gateway CPU profile:", profile+")")
+		}
+	}
+	if err := st.Check(); err != nil {
+		return res, cpu, err
+	}
+	if ctx.Err() != nil {
+		return res, cpu, nil
+	}
+	if err := res.Check(); err != nil {
+		return res, cpu, fmt.Errorf("%s/%s c=%d: %w", w.Scenario, w.Transport, p.Callers, err)
+	}
+	return res, cpu, nil
+}
+
+func summarize(workloads []accept.Workload, c int, runs [][]load.Result, cpus [][]map[string]float64) []Row {
+	var rows []Row
+	for i, w := range workloads {
+		if len(runs[i]) == 0 {
+			continue
+		}
+		s := load.Summarize(runs[i])
+		m := s.Median
+		row := Row{
+			Scenario: w.Scenario, Transport: w.Transport, Callers: c, What: w.What,
+			Requests: m.Requests, Seconds: m.Elapsed.Seconds(), Rate: m.Rate(), RateMin: s.Min, RateMax: s.Max,
+			P50ms: ms(m.P50), P99ms: ms(m.P99), Errors: s.Errors, Runs: len(s.Runs),
+			CPUPerCall: cpuPerCall(cpus[i], runs[i]),
+		}
+		if s.FirstErr != nil {
+			row.FirstError = s.FirstErr.Error()
+		}
+		rows = append(rows, row)
+	}
+	fillRatios(rows)
+	return rows
+}
+
+// The targets of issue 6 for the accept rows.
+const (
+	targetVsRiver    = 1.0
+	targetVsPostgres = 0.7
+)
+
+// fillRatios sets each accept row's ratios to the peers at the same concurrency and its verdicts.
+func fillRatios(rows []Row) {
+	peer := map[string]float64{}
+	for _, r := range rows {
+		if r.Scenario != "accept" {
+			peer[r.Scenario] = r.Rate
+		}
+	}
+	for i := range rows {
+		r := &rows[i]
+		if r.Scenario != "accept" {
+			continue
+		}
+		if pg := peer["postgres"]; pg > 0 {
+			r.VsPostgres = r.Rate / pg
+			r.Targets = append(r.Targets, Target{Name: "vs postgres", Want: targetVsPostgres, Got: r.VsPostgres, Pass: r.VsPostgres >= targetVsPostgres})
+		}
+		if rv := peer["river"]; rv > 0 {
+			r.VsRiver = r.Rate / rv
+			r.Targets = append(r.Targets, Target{Name: "vs river", Want: targetVsRiver, Got: r.VsRiver, Pass: r.VsRiver >= targetVsRiver})
+		}
+	}
+}
+
+// snapshot is the CPU time of every program of the stack, of the Postgres processes and the
+// RabbitMQ node, and of this process (the load generator and the peers' clients).
+type snapshot struct {
+	byName map[string]map[int]time.Duration
+	procs  map[string]time.Duration
+}
+
+// cpuSnapshot reads a snapshot.
+func cpuSnapshot(st *stack.Stack) snapshot {
+	s := snapshot{byName: procstat.ByName("postgres", "beam.smp"), procs: map[string]time.Duration{}}
+	for name, pid := range st.PIDs() {
+		if d, ok := procstat.CPU(pid); ok {
+			s.procs[name] = d
+		}
+	}
+	s.procs["bench"] = procstat.Self()
+	return s
+}
+
+// cpuDelta is the CPU seconds spent between two snapshots, by process name.
+func cpuDelta(before, after snapshot) map[string]float64 {
+	out := map[string]float64{}
+	for k, d := range procstat.Diff(before.byName, after.byName) {
+		out[k] = d.Seconds()
+	}
+	for k, a := range after.procs {
+		if d := a - before.procs[k]; d > 0 {
+			out[k] = d.Seconds()
+		}
+	}
+	return out
+}
+
+// cpuPerCall is, per process, the CPU time of all the runs of a row divided by their calls, in
+// microseconds per call (background work of the stack included: it processes what was accepted).
+func cpuPerCall(cpus []map[string]float64, runs []load.Result) map[string]float64 {
+	calls := 0
+	for _, r := range runs {
+		calls += r.Requests
+	}
+	if calls == 0 {
+		return nil
+	}
+	out := map[string]float64{}
+	for _, m := range cpus {
+		for k, v := range m {
+			out[k] += v
+		}
+	}
+	for k, v := range out {
+		out[k] = round1(v * 1e6 / float64(calls))
+	}
+	return out
+}
+
+func cpuText(cpu map[string]float64) string {
+	var parts []string
+	for _, k := range []string{"gateway", "postgres", "bench", "dispatcher", "execution-consumer", "settlement", "event-router", "dummy-adapter", "beam.smp"} {
+		if v := cpu[k]; v >= 0.05 {
+			parts = append(parts, fmt.Sprintf("%s %.1fs", k, v))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// fetchProfile takes a CPU profile of the gateway over d and writes it to path.
+func fetchProfile(ctx context.Context, base string, d time.Duration, path string) error {
+	secs := max(int((d+time.Second-1)/time.Second), 1)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/profile?seconds="+strconv.Itoa(secs), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s: %.200s", resp.Status, b)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func defaultDBURL() string {
+	if u := os.Getenv("INTEGRATIONS_BENCH_DATABASE_URL"); u != "" {
+		return u
+	}
+	if u := os.Getenv("INTEGRATIONS_PG_URL"); u != "" {
+		return strings.TrimRight(u, "/") + "/bench?sslmode=disable"
+	}
+	return "postgres://postgres@127.0.0.1:5432/bench?sslmode=disable"
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
+}
+
+// ms is d in milliseconds, to 0.01 ms.
+func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Millisecond)*100) / 100 }
+
+func round1(v float64) float64 { return math.Round(v*10) / 10 }
+
+func keys(m map[string]bool) []string {
+	out := slices.Collect(maps.Keys(m))
+	slices.Sort(out)
+	return out
+}

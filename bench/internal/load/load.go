@@ -1,0 +1,188 @@
+// Package load drives a closed-loop workload: C callers, each calling the operation again as soon
+// as its previous call answered, for a fixed count or a fixed duration, recording each call's
+// latency. (An open-loop driver, fixed arrival rate, belongs here too when it is written: closed
+// loops hide queueing, see issue 6.)
+package load
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Op is one call. worker is the caller's index (0..Callers-1), seq the call's number across all
+// callers (0-based).
+type Op func(ctx context.Context, worker int, seq int64) error
+
+// Params is one closed-loop run.
+type Params struct {
+	Callers int
+	// N calls in all when positive; otherwise calls until Duration has passed.
+	N        int
+	Duration time.Duration
+}
+
+// Result is the outcome of a run.
+type Result struct {
+	Requests int           // calls that answered without error
+	Errors   int           // calls that failed
+	FirstErr error         // the first failure, for the report
+	Elapsed  time.Duration // first call sent → last call answered
+	P50, P99 time.Duration // latency of the successful calls
+	Max      time.Duration
+}
+
+// Rate is successful calls per second.
+func (r Result) Rate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Requests) / r.Elapsed.Seconds()
+}
+
+// Run runs op closed-loop. It stops early, returning what was measured, when ctx ends, or after
+// maxErrors failures (0: never).
+func Run(ctx context.Context, p Params, maxErrors int, op Op) Result {
+	if p.Callers < 1 {
+		p.Callers = 1
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var deadline time.Time
+	var next atomic.Int64
+	var errCount atomic.Int64
+	var firstErr atomic.Value
+	lats := make([][]time.Duration, p.Callers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	if p.N <= 0 {
+		deadline = start.Add(p.Duration)
+	}
+	var last atomic.Int64 // UnixNano of the last answer
+	for w := range p.Callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := make([]time.Duration, 0, 1024)
+			for ctx.Err() == nil {
+				seq := next.Add(1) - 1
+				if p.N > 0 && seq >= int64(p.N) {
+					break
+				}
+				t0 := time.Now()
+				if !deadline.IsZero() && t0.After(deadline) {
+					break
+				}
+				err := op(ctx, w, seq)
+				t1 := time.Now()
+				for {
+					l := last.Load()
+					if t1.UnixNano() <= l || last.CompareAndSwap(l, t1.UnixNano()) {
+						break
+					}
+				}
+				if err != nil {
+					if ctx.Err() != nil {
+						break // interrupted: not the operation's failure
+					}
+					firstErr.CompareAndSwap(nil, errBox{err})
+					if n := errCount.Add(1); maxErrors > 0 && n >= int64(maxErrors) {
+						cancel()
+					}
+					continue
+				}
+				mine = append(mine, t1.Sub(t0))
+			}
+			lats[w] = mine
+		}()
+	}
+	wg.Wait()
+	r := Result{Errors: int(errCount.Load())}
+	if b, ok := firstErr.Load().(errBox); ok {
+		r.FirstErr = b.err
+	}
+	if l := last.Load(); l > 0 {
+		r.Elapsed = time.Unix(0, l).Sub(start)
+	}
+	all := slices.Concat(lats...)
+	r.Requests = len(all)
+	if len(all) > 0 {
+		slices.Sort(all)
+		r.P50, r.P99, r.Max = Percentile(all, 50), Percentile(all, 99), all[len(all)-1]
+	}
+	return r
+}
+
+type errBox struct{ err error }
+
+// Percentile of sorted durations (nearest rank below).
+func Percentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[(len(sorted)-1)*p/100]
+}
+
+// Summary is the median of repeated runs.
+type Summary struct {
+	Runs     []Result
+	Median   Result  // the run with the median rate; its P50/P99 are the medians of the runs'
+	Min, Max float64 // lowest and highest rate among the runs
+	Errors   int     // failures over all runs
+	FirstErr error
+}
+
+// Summarize takes the run with the median rate (the lower middle one for an even count).
+func Summarize(runs []Result) Summary {
+	var s Summary
+	for _, r := range runs {
+		s.Errors += r.Errors
+		if s.FirstErr == nil {
+			s.FirstErr = r.FirstErr
+		}
+	}
+	if len(runs) == 0 {
+		return s
+	}
+	s.Runs = runs
+	sorted := slices.Clone(runs)
+	slices.SortFunc(sorted, func(a, b Result) int {
+		switch ra, rb := a.Rate(), b.Rate(); {
+		case ra < rb:
+			return -1
+		case ra > rb:
+			return 1
+		}
+		return 0
+	})
+	s.Median = sorted[(len(sorted)-1)/2]
+	s.Min, s.Max = sorted[0].Rate(), sorted[len(sorted)-1].Rate()
+	p50 := make([]time.Duration, 0, len(runs))
+	p99 := make([]time.Duration, 0, len(runs))
+	for _, r := range runs {
+		p50 = append(p50, r.P50)
+		p99 = append(p99, r.P99)
+	}
+	slices.Sort(p50)
+	slices.Sort(p99)
+	s.Median.P50, s.Median.P99 = p50[(len(p50)-1)/2], p99[(len(p99)-1)/2]
+	return s
+}
+
+// ErrNoCalls is returned by Check for a run in which no call succeeded.
+var ErrNoCalls = errors.New("no call succeeded")
+
+// Check returns an error describing the failures of a run, if any.
+func (r Result) Check() error {
+	switch {
+	case r.Errors > 0:
+		return fmt.Errorf("%d of %d calls failed, first: %w", r.Errors, r.Errors+r.Requests, r.FirstErr)
+	case r.Requests == 0:
+		return ErrNoCalls
+	}
+	return nil
+}

@@ -1,0 +1,630 @@
+// Package stack runs the whole platform for a benchmark as a user would: the six services and the
+// dummy adapter as separate processes built from this workspace, on free ports, with a Postgres
+// schema and a RabbitMQ queue scope of their own, the dev catalog applied and a webhook receiver
+// registered as the dev application's consumer. Close stops every process (SIGTERM), drops the
+// schema and deletes the scope's queues.
+//
+// It follows e2e/stack_test.go, which cannot be imported (a _test file), without the testing.T.
+package stack
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/integrations-platform/integrations/pkg/catalog"
+	"github.com/integrations-platform/integrations/pkg/db"
+	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/mq"
+	"github.com/integrations-platform/integrations/pkg/routes"
+)
+
+const modulePrefix = "github.com/integrations-platform/integrations/"
+
+// Programs are the processes of a stack, by name → package, in start order.
+var Programs = []struct{ Name, Package string }{
+	{"settlement", modulePrefix + "services/settlement"},
+	{"dispatcher", modulePrefix + "services/dispatcher"},
+	{"adapter-callback", modulePrefix + "services/adapter-callback"},
+	{"execution-consumer", modulePrefix + "services/execution-consumer"},
+	{"event-router", modulePrefix + "services/event-router"},
+	{"gateway", modulePrefix + "services/gateway"},
+	{"dummy-adapter", modulePrefix + "cmd/dummy-adapter"},
+}
+
+// AppID is the dev catalog's application, which the stack's API key belongs to.
+const AppID = "dev-app"
+
+// Capability is the dev catalog's capability served by the dummy adapter.
+const Capability = "dummy.echo"
+
+// declareGrace is how long after the last service started (and declared its queues) the queues
+// may be deleted: RabbitMQ 3.10's at-least-once dead-letter worker crashes when its queue is
+// deleted while it starts (see the hazard note in pkg/mq/names.go).
+const declareGrace = 2 * time.Second
+
+// Build compiles every program into a new temporary directory and returns it; the caller removes
+// it. root is the workspace root (the directory of go.work).
+func Build(ctx context.Context, root string, out io.Writer) (string, error) {
+	dir, err := os.MkdirTemp("", "integrations-bench-bin-")
+	if err != nil {
+		return "", err
+	}
+	args := []string{"build", "-o", dir + "/"}
+	for _, p := range Programs {
+		args = append(args, p.Package)
+	}
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("build services: %w", err)
+	}
+	return dir, nil
+}
+
+// FindRoot returns the workspace root: the nearest directory at or above the working directory
+// that holds go.work.
+func FindRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.work at or above the working directory: run from the repository (or pass -root)")
+		}
+		dir = parent
+	}
+}
+
+// Config says how to run a stack.
+type Config struct {
+	// Root is the workspace root (for deploy/catalog/dev.yaml).
+	Root string
+	// BinDir holds the programs (Build).
+	BinDir string
+	// DatabaseURL is the database the stack's schema is created in (no search_path).
+	DatabaseURL string
+	// AMQPURL is the broker.
+	AMQPURL string
+	// Name prefixes the schema and the queue scope ("bench" when empty).
+	Name string
+	// LogLevel of the services ("info" when empty).
+	LogLevel string
+	// TimeScale of the services' delays (1 when zero).
+	TimeScale float64
+	// DatabaseParams are added to the services' database URL (e.g. pool_max_conns=16).
+	DatabaseParams url.Values
+	// Env is added to every program's environment; ProgramEnv to one program's.
+	Env        []string
+	ProgramEnv map[string][]string
+	// GatewayPprof serves net/http/pprof on the gateway's metrics address (INTEGRATIONS_PPROF).
+	GatewayPprof bool
+	// Without names programs not to start — for diagnosis only (e.g. the gateway without the
+	// dispatcher, to see what the background work costs the accept path); a benchmark runs all.
+	Without []string
+	// StartTimeout bounds the wait for each program to report SERVING (20 s when zero).
+	StartTimeout time.Duration
+	// Log receives progress lines (nothing when nil).
+	Log io.Writer
+}
+
+// Stack is a running platform.
+type Stack struct {
+	cfg Config
+	// Schema is the stack's Postgres schema; SchemaURL connects with search_path set to it.
+	Schema    string
+	SchemaURL string
+	// DB is a small pool on the schema for the harness's own queries.
+	DB *pgxpool.Pool
+	// Scope is the stack's RabbitMQ queue scope.
+	Scope string
+	// APIKey is the dev application's API key.
+	APIKey string
+	// Addrs are the programs' gRPC addresses by name, and "gateway-http", "gateway-metrics".
+	Addrs map[string]string
+	// RESTURL is the gateway's REST base URL ("http://host:port").
+	RESTURL string
+	// Receiver is the dev application's webhook consumer; SigningSecret signs its deliveries.
+	Receiver      *Receiver
+	SigningSecret string
+	// LogDir holds one log file per program.
+	LogDir string
+
+	admin      *pgxpool.Pool
+	env        []string
+	procs      map[string]*process
+	started    time.Time
+	mu         sync.Mutex
+	closeOnce  sync.Once
+	closeErr   error
+	stopping   bool
+	unexpected []string
+}
+
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Start creates the schema, applies the migrations and the catalog, starts every program and
+// waits until each is SERVING, then registers the webhook receiver. On error everything started
+// is stopped and removed again; the error carries the log tails of the programs.
+func Start(ctx context.Context, cfg Config) (*Stack, error) {
+	if cfg.Name == "" {
+		cfg.Name = "bench"
+	}
+	if cfg.LogLevel == "" {
+		cfg.LogLevel = "info"
+	}
+	if cfg.TimeScale == 0 {
+		cfg.TimeScale = 1
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 20 * time.Second
+	}
+	s := &Stack{cfg: cfg, Addrs: map[string]string{}, procs: map[string]*process{}}
+	if err := s.start(ctx); err != nil {
+		tails := s.LogTails()
+		if cerr := s.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		return nil, fmt.Errorf("%w\n%s", err, tails)
+	}
+	return s, nil
+}
+
+func (s *Stack) logf(format string, args ...any) {
+	if s.cfg.Log != nil {
+		fmt.Fprintf(s.cfg.Log, "stack: "+format+"\n", args...)
+	}
+}
+
+func (s *Stack) start(ctx context.Context) error {
+	var err error
+	if s.LogDir, err = os.MkdirTemp("", "integrations-bench-logs-"); err != nil {
+		return err
+	}
+	// The schema.
+	if s.admin, err = db.Open(ctx, s.cfg.DatabaseURL); err != nil {
+		return fmt.Errorf("benchmark database: %w", err)
+	}
+	s.Schema = s.cfg.Name + "_" + time.Now().UTC().Format("20060102t150405") + "_" + randomHex(3)
+	s.Scope = s.cfg.Name + "." + s.Schema
+	if _, err := s.admin.Exec(ctx, "CREATE SCHEMA "+s.Schema); err != nil {
+		s.Schema = "" // nothing to drop
+		return fmt.Errorf("create schema: %w", err)
+	}
+	if s.SchemaURL, err = WithSearchPath(s.cfg.DatabaseURL, s.Schema); err != nil {
+		return err
+	}
+	if _, err := db.Migrate(ctx, s.SchemaURL); err != nil {
+		return err
+	}
+	if s.DB, err = openPool(ctx, s.SchemaURL, 2); err != nil {
+		return err
+	}
+	s.logf("schema %s migrated, queue scope %s, logs in %s", s.Schema, s.Scope, s.LogDir)
+
+	// Addresses, secrets, environment.
+	for _, p := range Programs {
+		if s.Addrs[p.Name], err = freeAddr(); err != nil {
+			return err
+		}
+	}
+	for _, n := range []string{"gateway-http", "gateway-metrics"} {
+		if s.Addrs[n], err = freeAddr(); err != nil {
+			return err
+		}
+	}
+	s.RESTURL = "http://" + s.Addrs["gateway-http"]
+	s.APIKey = "dev_" + randomHex(16)
+	credential := "adc_" + randomHex(16)
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	serviceURL := s.SchemaURL
+	if len(s.cfg.DatabaseParams) > 0 {
+		u, err := url.Parse(serviceURL)
+		if err != nil {
+			return err
+		}
+		q := u.Query()
+		for k, vs := range s.cfg.DatabaseParams {
+			q[k] = vs
+		}
+		u.RawQuery = q.Encode()
+		serviceURL = u.String()
+	}
+	s.env = append([]string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + os.Getenv("HOME"),
+		"INTEGRATIONS_DATABASE_URL=" + serviceURL,
+		"INTEGRATIONS_AMQP_URL=" + s.cfg.AMQPURL,
+		"INTEGRATIONS_QUEUE_SCOPE=" + s.Scope,
+		"INTEGRATIONS_TIME_SCALE=" + fmt.Sprint(s.cfg.TimeScale),
+		"INTEGRATIONS_LOG_LEVEL=" + s.cfg.LogLevel,
+		"INTEGRATIONS_SECRET_KEY=" + base64.StdEncoding.EncodeToString(key),
+		"INTEGRATIONS_WEBHOOK_ALLOW_HTTP=true",
+		"INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE=true",
+		"INTEGRATIONS_DISPATCHER_ADDR=" + s.Addrs["dispatcher"],
+		"INTEGRATIONS_SETTLEMENT_ADDR=" + s.Addrs["settlement"],
+		"INTEGRATIONS_CALLBACK_ADDR=" + s.Addrs["adapter-callback"],
+		"INTEGRATIONS_DUMMY_ADAPTER_ADDR=" + s.Addrs["dummy-adapter"],
+		"INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL=" + credential,
+	}, s.cfg.Env...)
+
+	// The dev catalog, with this stack's key, adapter address and credential.
+	raw, err := os.ReadFile(filepath.Join(s.cfg.Root, "deploy", "catalog", "dev.yaml"))
+	if err != nil {
+		return err
+	}
+	c, err := catalog.Parse(raw, func(name string) (string, bool) {
+		switch name {
+		case "INTEGRATIONS_DEV_API_KEY":
+			return s.APIKey, true
+		case "INTEGRATIONS_DUMMY_ADAPTER_ADDR":
+			return s.Addrs["dummy-adapter"], true
+		case "INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL":
+			return credential, true
+		}
+		return "", false
+	})
+	if err != nil {
+		return fmt.Errorf("dev catalog: %w", err)
+	}
+	if err := catalog.Apply(ctx, s.DB, c); err != nil {
+		return fmt.Errorf("apply dev catalog: %w", err)
+	}
+
+	// The programs.
+	s.started = time.Now()
+	var names []string
+	for _, p := range Programs {
+		if !slices.Contains(s.cfg.Without, p.Name) {
+			names = append(names, p.Name)
+		}
+	}
+	for _, name := range names {
+		if err := s.launch(name); err != nil {
+			return err
+		}
+	}
+	for _, name := range names {
+		if err := s.awaitServing(ctx, name); err != nil {
+			return err
+		}
+	}
+	s.logf("%d programs serving after %s (gateway gRPC %s, REST %s)", len(names),
+		time.Since(s.started).Round(time.Millisecond), s.Addrs["gateway"], s.RESTURL)
+
+	// The webhook receiver, registered as the application's consumer through the API.
+	if s.Receiver, err = NewReceiver(); err != nil {
+		return err
+	}
+	conn, err := s.DialGateway()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := gatewayv1.NewGatewayServiceClient(conn).SetConsumer(grpcx.WithBearer(cctx, s.APIKey),
+		&gatewayv1.SetConsumerRequest{Consumer: &gatewayv1.SetConsumerRequest_Webhook{
+			Webhook: &gatewayv1.WebhookConsumer{Url: s.Receiver.URL},
+		}})
+	if err != nil {
+		return fmt.Errorf("register the webhook receiver: %w", err)
+	}
+	s.SigningSecret = resp.GetSigningSecret()
+	s.Receiver.SetSecret(s.SigningSecret)
+	return nil
+}
+
+func (s *Stack) launch(name string) error {
+	env := append(slices.Clone(s.env), "INTEGRATIONS_GRPC_ADDR="+s.Addrs[name])
+	if name == "gateway" {
+		env = append(env, "INTEGRATIONS_HTTP_ADDR="+s.Addrs["gateway-http"],
+			"INTEGRATIONS_METRICS_ADDR="+s.Addrs["gateway-metrics"])
+		if s.cfg.GatewayPprof {
+			env = append(env, "INTEGRATIONS_PPROF=true")
+		}
+	}
+	env = append(env, s.cfg.ProgramEnv[name]...)
+	logFile, err := os.Create(filepath.Join(s.LogDir, name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(filepath.Join(s.cfg.BinDir, name))
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		_ = logFile.Close()
+		s.mu.Lock()
+		if !s.stopping {
+			s.unexpected = append(s.unexpected, fmt.Sprintf("%s exited: %v", name, err))
+		}
+		s.mu.Unlock()
+		close(p.done)
+	}()
+	s.mu.Lock()
+	s.procs[name] = p
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Stack) awaitServing(ctx context.Context, name string) error {
+	conn, err := grpcx.Dial(s.Addrs[name])
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := grpc_health_v1.NewHealthClient(conn)
+	deadline := time.Now().Add(s.cfg.StartTimeout)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := client.Check(cctx, &grpc_health_v1.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == grpc_health_v1.HealthCheckResponse_SERVING {
+			return nil
+		}
+		select {
+		case <-s.procs[name].done:
+			return fmt.Errorf("%s exited during start-up", name)
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not serving after %s (last error %v)", name, s.cfg.StartTimeout, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a health endpoint: there is no event to await
+	}
+}
+
+// DialGateway returns a gRPC client connection to the gateway.
+func (s *Stack) DialGateway(opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return grpcx.Dial(s.Addrs["gateway"], opts...)
+}
+
+// PprofURL is the gateway's net/http/pprof base ("" unless Config.GatewayPprof).
+func (s *Stack) PprofURL() string {
+	if !s.cfg.GatewayPprof {
+		return ""
+	}
+	return "http://" + s.Addrs["gateway-metrics"] + "/debug/pprof"
+}
+
+// Check reports a program that exited while it should be running.
+func (s *Stack) Check() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.unexpected) > 0 {
+		return errors.New(strings.Join(s.unexpected, "; "))
+	}
+	return nil
+}
+
+// PIDs returns the process ids of the running programs by name.
+func (s *Stack) PIDs() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for n, p := range s.procs {
+		out[n] = p.cmd.Process.Pid
+	}
+	return out
+}
+
+// Backlog counts what the stack has still to do: executions not settled and events not yet
+// delivered (or dead).
+func (s *Stack) Backlog(ctx context.Context) (executions, events int64, err error) {
+	err = s.DB.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM executions WHERE settled_at IS NULL),
+		(SELECT count(*) FROM integration_events WHERE delivery_status = 'pending')`).Scan(&executions, &events)
+	return executions, events, err
+}
+
+// Drain waits until the stack has settled every execution and delivered every event, polling,
+// for at most timeout, and returns how long it took.
+func (s *Stack) Drain(ctx context.Context, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for {
+		ex, ev, err := s.Backlog(ctx)
+		if err != nil {
+			return time.Since(start), err
+		}
+		if ex == 0 && ev == 0 {
+			return time.Since(start), nil
+		}
+		if err := s.Check(); err != nil {
+			return time.Since(start), err
+		}
+		if time.Since(start) > timeout {
+			return time.Since(start), fmt.Errorf("backlog not drained after %s: %d executions unsettled, %d events undelivered", timeout, ex, ev)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// LogTails returns the last lines of every program's log, for a failure report.
+func (s *Stack) LogTails() string {
+	if s.LogDir == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, p := range Programs {
+		raw, err := os.ReadFile(filepath.Join(s.LogDir, p.Name+".log"))
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+		if len(lines) > 30 {
+			lines = lines[len(lines)-30:]
+		}
+		fmt.Fprintf(&b, "--- %s (%s) ---\n%s\n", p.Name, filepath.Join(s.LogDir, p.Name+".log"), strings.Join(lines, "\n"))
+	}
+	return b.String()
+}
+
+// Close stops every program with SIGTERM (SIGKILL after 20 s), drops the schema, deletes the
+// scope's queues and removes the log directory. Safe to call more than once.
+func (s *Stack) Close() error { return s.close(false) }
+
+// CloseKeepLogs is Close, leaving the log directory in place.
+func (s *Stack) CloseKeepLogs() error { return s.close(true) }
+
+func (s *Stack) close(keepLogs bool) error {
+	s.closeOnce.Do(func() {
+		var errs []error
+		s.mu.Lock()
+		s.stopping = true
+		procs := s.procs
+		s.procs = map[string]*process{}
+		s.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, p := range procs {
+			wg.Add(1)
+			go func() { defer wg.Done(); stop(p) }()
+		}
+		wg.Wait()
+		if s.Receiver != nil {
+			s.Receiver.Close()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if s.DB != nil {
+			s.DB.Close()
+		}
+		if s.admin != nil {
+			if s.Schema != "" {
+				if _, err := s.admin.Exec(ctx, "DROP SCHEMA "+s.Schema+" CASCADE"); err != nil {
+					errs = append(errs, fmt.Errorf("drop schema %s: %w", s.Schema, err))
+				} else {
+					s.logf("dropped schema %s", s.Schema)
+				}
+			}
+			s.admin.Close()
+		}
+		if !s.started.IsZero() {
+			if wait := time.Until(s.started.Add(declareGrace)); wait > 0 {
+				time.Sleep(wait)
+			}
+			if err := deleteQueues(ctx, s.cfg.AMQPURL, s.Scope, s.cfg.TimeScale); err != nil {
+				errs = append(errs, err)
+			} else {
+				s.logf("deleted the queues of scope %s", s.Scope)
+			}
+		}
+		if !keepLogs && s.LogDir != "" {
+			_ = os.RemoveAll(s.LogDir)
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+func stop(p *process) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func deleteQueues(ctx context.Context, amqpURL, scope string, scale float64) error {
+	b, err := mq.Dial(ctx, mq.Config{URL: amqpURL, Scope: scope, TimeScale: scale})
+	if err != nil {
+		return fmt.Errorf("delete queues of %s: %w", scope, err)
+	}
+	defer b.Close() //nolint:errcheck // at exit
+	if err := b.DeleteRoutes(ctx, routes.Executions, routes.Events); err != nil {
+		return fmt.Errorf("delete queues of %s: %w", scope, err)
+	}
+	return nil
+}
+
+// WithSearchPath returns url with search_path set to schema.
+func WithSearchPath(raw, schema string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("database url: %w", err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+func openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := l.Addr().String()
+	return addr, l.Close()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// httpServe serves h on a free loopback port and returns the server and its base URL.
+func httpServe(h http.Handler) (*http.Server, string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return srv, "http://" + l.Addr().String(), nil
+}
