@@ -13,13 +13,16 @@ import (
 
 // Common holds the settings every service shares.
 type Common struct {
-	LogLevel        string        `env:"INTEGRATIONS_LOG_LEVEL" envDefault:"info"`
-	DatabaseURL     string        `env:"INTEGRATIONS_DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/integrations?sslmode=disable"`
-	AMQPURL         string        `env:"INTEGRATIONS_AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
-	QueueScope      string        `env:"INTEGRATIONS_QUEUE_SCOPE" envDefault:"integrations"`
-	TimeScale       float64       `env:"INTEGRATIONS_TIME_SCALE" envDefault:"1"`
-	MetricsAddr     string        `env:"INTEGRATIONS_METRICS_ADDR"`
-	ShutdownTimeout time.Duration `env:"INTEGRATIONS_SHUTDOWN_TIMEOUT" envDefault:"15s"`
+	LogLevel    string `env:"INTEGRATIONS_LOG_LEVEL" envDefault:"info"`
+	DatabaseURL string `env:"INTEGRATIONS_DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/integrations?sslmode=disable"`
+	// DatabaseMaxConns sizes the service's connection pool; 0 keeps the URL's pool_max_conns or
+	// the service's own default.
+	DatabaseMaxConns int           `env:"INTEGRATIONS_DATABASE_MAX_CONNS" envDefault:"0"`
+	AMQPURL          string        `env:"INTEGRATIONS_AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	QueueScope       string        `env:"INTEGRATIONS_QUEUE_SCOPE" envDefault:"integrations"`
+	TimeScale        float64       `env:"INTEGRATIONS_TIME_SCALE" envDefault:"1"`
+	MetricsAddr      string        `env:"INTEGRATIONS_METRICS_ADDR"`
+	ShutdownTimeout  time.Duration `env:"INTEGRATIONS_SHUTDOWN_TIMEOUT" envDefault:"15s"`
 }
 
 // Validate checks the shared settings.
@@ -27,6 +30,9 @@ func (c Common) Validate() error {
 	var errs []error
 	if c.TimeScale <= 0 || c.TimeScale > 1 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_TIME_SCALE: %v must be in (0, 1]", c.TimeScale))
+	}
+	if c.DatabaseMaxConns < 0 || c.DatabaseMaxConns > 1000 {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_DATABASE_MAX_CONNS: %d must be between 0 and 1000", c.DatabaseMaxConns))
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_SHUTDOWN_TIMEOUT: %v must be positive", c.ShutdownTimeout))

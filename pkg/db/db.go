@@ -19,11 +19,27 @@ import (
 	"github.com/integrations-platform/integrations/migrations"
 )
 
+// Option adjusts a pool's configuration.
+type Option func(*pgxpool.Config)
+
+// MaxConns sets the pool's size; 0 keeps what the URL says (pool_max_conns) or pgx's default
+// (the larger of 4 and the number of CPUs).
+func MaxConns(n int) Option {
+	return func(c *pgxpool.Config) {
+		if n > 0 {
+			c.MaxConns = int32(n)
+		}
+	}
+}
+
 // Open returns a pool for url and checks that the database answers.
-func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+func Open(ctx context.Context, url string, opts ...Option) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	for _, o := range opts {
+		o(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -46,7 +46,7 @@ func run() error {
 	defer func() { _ = logger.Sync() }()
 	ctx := context.Background()
 
-	pool, err := db.Open(ctx, cfg.DatabaseURL)
+	pool, err := db.Open(ctx, cfg.DatabaseURL, db.MaxConns(cfg.DatabaseMaxConns))
 	if err != nil {
 		return err
 	}

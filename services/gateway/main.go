@@ -63,7 +63,14 @@ func run() error {
 	defer func() { _ = logger.Sync() }()
 	ctx := context.Background()
 
-	pool, err := db.Open(ctx, cfg.DatabaseURL)
+	// Every accept is a few round trips on its own connection: pgx's default pool (4 on a 2-core
+	// host) capped accept throughput in the benchmark (docs/benchmarks.md), so the gateway
+	// defaults to 16.
+	maxConns := cfg.DatabaseMaxConns
+	if maxConns == 0 {
+		maxConns = 16
+	}
+	pool, err := db.Open(ctx, cfg.DatabaseURL, db.MaxConns(maxConns))
 	if err != nil {
 		return err
 	}

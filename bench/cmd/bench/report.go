@@ -150,7 +150,7 @@ func printHeader(w io.Writer, r *Report) {
 	if r.Config.N > 0 {
 		runs = fmt.Sprintf("%d calls a run", r.Config.N)
 	}
-	svcParams := "services' database URL as deployed (pgxpool defaults)"
+	svcParams := "services' database pools as deployed (gateway 16, others pgxpool's default)"
 	if r.Config.ServiceDBParams != "" {
 		svcParams = "services' database URL + " + r.Config.ServiceDBParams
 	}
