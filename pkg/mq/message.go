@@ -3,9 +3,10 @@ package mq
 import (
 	"context"
 	"time"
-	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/integrations-platform/integrations/pkg/safetext"
 )
 
 type outcome uint8
@@ -198,20 +199,13 @@ func attemptOf(h amqp.Table) int {
 	return int(n)
 }
 
-// errText renders a handler's error for x-last-error, cut at maxErrorLen bytes on a rune boundary.
+// errText renders a handler's error for x-last-error: valid UTF-8, no URL an HTTP client error
+// carried, at most maxErrorLen bytes.
 func errText(err error) string {
-	s := "no error given"
-	if err != nil {
-		s = err.Error()
+	if err == nil {
+		return "no error given"
 	}
-	if len(s) <= maxErrorLen {
-		return s
-	}
-	cut := maxErrorLen
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
+	return safetext.Error(err, maxErrorLen)
 }
 
 // newMessage builds the handler's view of a delivery.

@@ -36,7 +36,14 @@ type Relay struct {
 	log        *zap.Logger
 	interval   time.Duration
 	staleAfter time.Duration
+	// lastStaleCheck is when the overdue-notice check last ran: it runs on the scheduled pass at
+	// most every staleCheckEvery, not on every NOTIFY, which is the hot path.
+	lastStaleCheck time.Time
 }
+
+// staleCheckEvery is the most often the relay looks for overdue notices; they are overdue by
+// minutes, so looking more often finds nothing more.
+const staleCheckEvery = 30 * time.Second
 
 // New returns a Relay. A pending event whose notice is overdue by staleAfter is published again
 // (see store.EventReleaseStale).
@@ -100,12 +107,15 @@ func (r *Relay) listenOnce(ctx context.Context, pool *pgxpool.Pool, wake chan<- 
 }
 
 func (r *Relay) pass(ctx context.Context) error {
-	released, err := r.store.EventReleaseStale(ctx, r.staleAfter)
-	if err != nil {
-		return err
-	}
-	if released > 0 {
-		r.log.Warn("event notices overdue; publishing them again", zap.Int64("events", released))
+	if time.Since(r.lastStaleCheck) >= min(staleCheckEvery, r.staleAfter) {
+		released, err := r.store.EventReleaseStale(ctx, r.staleAfter)
+		if err != nil {
+			return err
+		}
+		r.lastStaleCheck = time.Now()
+		if released > 0 {
+			r.log.Warn("event notices overdue; publishing them again", zap.Int64("events", released))
+		}
 	}
 	for {
 		claimed, err := r.store.EventClaimUnrelayed(ctx, batchSize, claimTTL)

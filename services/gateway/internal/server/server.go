@@ -33,6 +33,7 @@ import (
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/pkg/nudge"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
@@ -66,7 +67,7 @@ type Server struct {
 	gatewayv1.UnimplementedGatewayServiceServer
 	store      *store.Store
 	adapters   *adaptercall.Pool
-	dispatcher dispatcherv1.DispatcherServiceClient
+	nudge      func()
 	settlement settlementv1.SettlementServiceClient
 	box        *secret.Box
 	opts       Options
@@ -76,7 +77,7 @@ type Server struct {
 // New returns a Server.
 func New(st *store.Store, adapters *adaptercall.Pool, dispatcher dispatcherv1.DispatcherServiceClient,
 	settlement settlementv1.SettlementServiceClient, box *secret.Box, opts Options, log *zap.Logger) *Server {
-	return &Server{store: st, adapters: adapters, dispatcher: dispatcher, settlement: settlement, box: box, opts: opts, log: log}
+	return &Server{store: st, adapters: adapters, nudge: nudge.Dispatcher(dispatcher, log), settlement: settlement, box: box, opts: opts, log: log}
 }
 
 // InvokeCapability implements GatewayService.InvokeCapability.
@@ -197,18 +198,6 @@ func (s *Server) response(row *execution.Row, e *executionv1.Execution) (*gatewa
 		}
 	}
 	return &gatewayv1.InvokeCapabilityResponse{Execution: e, Url: "/v1/executions/" + e.GetId()}, nil
-}
-
-// nudge wakes the dispatcher without making the caller wait; a lost nudge is recovered by the
-// dispatcher's scheduled pass.
-func (s *Server) nudge() {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if _, err := s.dispatcher.Nudge(ctx, &dispatcherv1.NudgeRequest{}); err != nil {
-			s.log.Debug("dispatcher nudge lost", zap.Error(err))
-		}
-	}()
 }
 
 func acceptError(err error) error {

@@ -17,6 +17,7 @@ import (
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/pkg/nudge"
 	"github.com/integrations-platform/integrations/services/settlement/internal/store"
 )
 
@@ -30,28 +31,20 @@ const (
 // Server is the SettlementService.
 type Server struct {
 	settlementv1.UnimplementedSettlementServiceServer
-	store      *store.Store
-	dispatcher dispatcherv1.DispatcherServiceClient
-	scale      func(time.Duration) time.Duration
-	log        *zap.Logger
+	store *store.Store
+	nudge func()
+	scale func(time.Duration) time.Duration
+	log   *zap.Logger
 }
 
 // New returns a Server. scale shrinks retry delays (INTEGRATIONS_TIME_SCALE).
 func New(st *store.Store, dispatcher dispatcherv1.DispatcherServiceClient, scale func(time.Duration) time.Duration, log *zap.Logger) *Server {
-	return &Server{store: st, dispatcher: dispatcher, scale: scale, log: log}
+	return &Server{store: st, nudge: nudge.Dispatcher(dispatcher, log), scale: scale, log: log}
 }
 
 // Nudge tells the dispatcher a record was scheduled, without waiting; a lost nudge only delays
 // the attempt until the dispatcher's next scheduled pass. The sweeper uses it too.
-func (s *Server) Nudge() {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if _, err := s.dispatcher.Nudge(ctx, &dispatcherv1.NudgeRequest{}); err != nil {
-			s.log.Debug("dispatcher nudge lost", zap.Error(err))
-		}
-	}()
-}
+func (s *Server) Nudge() { s.nudge() }
 
 // Settle implements SettlementService.Settle.
 func (s *Server) Settle(ctx context.Context, req *settlementv1.SettleRequest) (*settlementv1.SettleResponse, error) {

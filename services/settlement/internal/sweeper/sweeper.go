@@ -103,13 +103,13 @@ type Counts struct {
 
 // Pass sweeps, batch by batch, until a batch comes back short; then it records the time.
 func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
-	total, err := s.sweep(ctx, func() ([]store.Swept, error) {
+	total, err := s.sweep(func() ([]store.Swept, error) {
 		return s.store.ExecutionSweep(ctx, s.opts.BatchSize, s.opts.Grace, s.opts.Scale)
 	})
 	if err != nil {
 		return total, err
 	}
-	stranded, err := s.sweep(ctx, func() ([]store.Swept, error) {
+	stranded, err := s.sweep(func() ([]store.Swept, error) {
 		return s.store.ExecutionSweepStranded(ctx, s.opts.BatchSize, s.opts.Grace)
 	})
 	total.Failed += stranded.Failed
@@ -122,7 +122,7 @@ func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
 }
 
 // sweep runs one kind of sweep batch by batch until a batch comes back short.
-func (s *Sweeper) sweep(ctx context.Context, batch func() ([]store.Swept, error)) (Counts, error) {
+func (s *Sweeper) sweep(batch func() ([]store.Swept, error)) (Counts, error) {
 	var total Counts
 	for {
 		list, err := batch()
