@@ -12,7 +12,11 @@ cd "$(dirname "$0")/.."
 root=$PWD
 say() { printf 'run: %s\n' "$*" >&2; }
 
-scripts/deps.sh up
+# A database and a queue scope of this checkout's own: the signing secrets in the database are
+# sealed with this checkout's .run/secret.key, and two checkouts must not share queues.
+checkout=$(printf '%s' "$root" | sha1sum | cut -c1-8)
+dev_db="integrations_dev_$checkout"
+scripts/deps.sh up "$dev_db"
 set -a; . .run/deps.env; set +a
 
 mkdir -p .run/logs bin
@@ -21,14 +25,14 @@ mkdir -p .run/logs bin
 [ -s .run/adapter.credential ] || printf 'adc_%s' "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" > .run/adapter.credential
 chmod 600 .run/secret.key .run/adapter.credential
 
-export INTEGRATIONS_DATABASE_URL="${INTEGRATIONS_PG_URL}/integrations?sslmode=disable"
+export INTEGRATIONS_DATABASE_URL="${INTEGRATIONS_PG_URL}/${dev_db}?sslmode=disable"
 export INTEGRATIONS_DEV_API_KEY="${INTEGRATIONS_DEV_API_KEY:-dev-api-key-change-me}"
 export INTEGRATIONS_SECRET_KEY; INTEGRATIONS_SECRET_KEY=$(cat .run/secret.key)
 export INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL; INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL=$(cat .run/adapter.credential)
 export INTEGRATIONS_DUMMY_ADAPTER_ADDR=127.0.0.1:9096
 export INTEGRATIONS_CALLBACK_ADDR=127.0.0.1:9093
 export INTEGRATIONS_WEBHOOK_ALLOW_HTTP=true INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE=true
-export INTEGRATIONS_QUEUE_SCOPE="${INTEGRATIONS_QUEUE_SCOPE:-integrations}"
+export INTEGRATIONS_QUEUE_SCOPE="${INTEGRATIONS_QUEUE_SCOPE:-dev.$checkout}"
 export INTEGRATIONS_LOG_LEVEL="${INTEGRATIONS_LOG_LEVEL:-info}"
 export INTEGRATIONS_DEMO_CONSUMER_ADDR=127.0.0.1:8081
 export INTEGRATIONS_DEMO_CONSUMER_SECRET_FILE="$root/.run/consumer.secret"

@@ -431,6 +431,13 @@ func (s *Server) SetConsumer(ctx context.Context, req *gatewayv1.SetConsumerRequ
 		return nil, err
 	}
 	plain, err := s.box.Open(sealed)
+	if errors.Is(err, secret.ErrUnknownKey) {
+		// The application's secret was sealed with a key this deployment no longer holds (a
+		// rotated-out key, another environment's database): say so and how to recover.
+		return nil, apperr.New(apperr.KindFailedPrecondition, "SIGNING_SECRET_UNREADABLE",
+			"the application's signing secret was sealed with a key that is not configured "+
+				"(INTEGRATIONS_SECRET_KEY, INTEGRATIONS_SECRET_KEY_PREVIOUS); issue a new one with POST /v1/consumer:rotate-secret")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open signing secret: %w", err)
 	}

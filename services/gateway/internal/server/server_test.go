@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -304,4 +305,35 @@ func TestInvokeSyncSettledMeanwhile(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, executionv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED, resp.GetExecution().GetStatus())
 	require.Equal(t, execution.ReasonCancelled, resp.GetExecution().GetFailure().GetReason())
+}
+
+// TestSetConsumerWithUnreadableSecret: a signing secret sealed with a key this deployment does not
+// hold (another environment's database, a key rotated out) is refused with a reason and a way
+// out, not an internal error; rotating issues a readable one.
+func TestSetConsumerWithUnreadableSecret(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	other := make([]byte, 32)
+	_, err := rand.Read(other)
+	require.NoError(t, err)
+	foreignBox, err := secret.NewBox("OTHER_KEY", base64.StdEncoding.EncodeToString(other))
+	require.NoError(t, err)
+	sealed, err := foreignBox.Seal([]byte("whsec_c29tZXRoaW5n"))
+	require.NoError(t, err)
+	_, err = b.schema.Pool.Exec(context.Background(), `UPDATE applications SET signing_secret_enc = $1 WHERE id = $2`, sealed, dbtest.TestApp)
+	require.NoError(t, err)
+
+	req := &gatewayv1.SetConsumerRequest{Consumer: &gatewayv1.SetConsumerRequest_Webhook{
+		Webhook: &gatewayv1.WebhookConsumer{Url: "https://hooks.example.com/in"}}}
+	_, err = b.server.SetConsumer(b.ctx, req)
+	c, reason := code(err)
+	require.Equal(t, codes.FailedPrecondition, c, "%v", err)
+	require.Equal(t, "SIGNING_SECRET_UNREADABLE", reason)
+	require.Contains(t, err.Error(), "rotate-secret")
+
+	_, err = b.server.RotateSigningSecret(b.ctx, &gatewayv1.RotateSigningSecretRequest{})
+	require.NoError(t, err)
+	resp, err := b.server.SetConsumer(b.ctx, req)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(resp.GetSigningSecret(), "whsec_"))
 }
