@@ -32,6 +32,18 @@ func MaxConns(n int) Option {
 	}
 }
 
+// AsyncCommit makes the pool's commits return before their WAL reaches the disk
+// (synchronous_commit=off): a Postgres crash may lose the last few hundred milliseconds of them,
+// never half of one. It is for bookkeeping whose loss can only cause a duplicate message — a claim,
+// or the record that a message was published — never for an outcome: the platform tolerates
+// duplicates everywhere (every consumer compares state before acting), so such a write need not
+// wait for an fsync. Any later durable commit flushes it too.
+func AsyncCommit() Option {
+	return func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
+}
+
 // Open returns a pool for url and checks that the database answers.
 func Open(ctx context.Context, url string, opts ...Option) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)

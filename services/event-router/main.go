@@ -47,7 +47,12 @@ func run() error {
 	defer func() { _ = logger.Sync() }()
 	ctx := context.Background()
 
-	pool, err := db.Open(ctx, cfg.DatabaseURL, db.MaxConns(cfg.DatabaseMaxConns))
+	// Everything the router writes — relay claims and marks, delivery claims, the records of
+	// delivery attempts — only sends a notice or a webhook again if a Postgres crash loses it (a
+	// lost record leaves the event pending; receivers deduplicate by webhook-id), so its commits
+	// do not wait for the disk (db.AsyncCommit). The events themselves are written durably by the
+	// settlement service, in the transaction that settles their execution.
+	pool, err := db.Open(ctx, cfg.DatabaseURL, db.MaxConns(cfg.DatabaseMaxConns), db.AsyncCommit())
 	if err != nil {
 		return err
 	}
@@ -68,6 +73,7 @@ func run() error {
 		AllowPrivate: cfg.WebhookAllowPrivate,
 		PerApp:       cfg.PerAppConcurrency,
 		Busy:         levels[0],
+		BusyPatience: cfg.PerAppPatience,
 		TimeScale:    cfg.TimeScale,
 	}, logger)
 

@@ -89,7 +89,7 @@ func run() error {
 	app.Close("settlement-conn", settlementConn.Close)
 	app.Close("postgres", func() error { pool.Close(); return nil })
 
-	st := store.New(pool)
+	st := store.New(pool).WithCache(cfg.CacheTTL)
 	// The gRPC limit leaves room for the envelope around a payload of the largest size allowed,
 	// so that an oversized payload is refused by validation with a message naming the field.
 	srv := grpcx.NewServer(grpcx.ServerConfig{

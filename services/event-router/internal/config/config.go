@@ -21,14 +21,18 @@ type Config struct {
 	// it again (a notice lost to the deliverer's own retries running out). Not time-scaled: it
 	// covers real outages.
 	EventStaleAfter time.Duration `env:"INTEGRATIONS_EVENT_STALE_AFTER" envDefault:"10m"`
-	Concurrency     int           `env:"INTEGRATIONS_DELIVERY_CONCURRENCY" envDefault:"16"`
+	Concurrency     int           `env:"INTEGRATIONS_DELIVERY_CONCURRENCY" envDefault:"32"`
 	DeliveryTimeout time.Duration `env:"INTEGRATIONS_DELIVERY_TIMEOUT" envDefault:"10s"`
 	// RetryDelays is the delivery schedule, before time scaling: the wait before attempt 2, 3, …;
 	// an event gets 1+len(RetryDelays) attempts, then it is dead.
 	RetryDelays []time.Duration `env:"INTEGRATIONS_EVENT_RETRY_DELAYS" envDefault:"1m,5m,30m,2h,6h" envSeparator:","`
 	// PerAppConcurrency bounds one application's deliveries in flight in one replica, so that a
 	// slow or hanging consumer cannot take every worker.
-	PerAppConcurrency int `env:"INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY" envDefault:"4"`
+	PerAppConcurrency int `env:"INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY" envDefault:"8"`
+	// PerAppPatience is how long a notice of an application at its bound waits for a slot before
+	// it is deferred through the smallest delay level (1 s): healthy deliveries free a slot in
+	// milliseconds, a hanging consumer holds it for the delivery timeout.
+	PerAppPatience time.Duration `env:"INTEGRATIONS_DELIVERY_PER_APP_PATIENCE" envDefault:"100ms"`
 	// Deliveries go to public addresses only unless allowed (local development, tests).
 	WebhookAllowPrivate bool `env:"INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE" envDefault:"false"`
 }
@@ -38,6 +42,9 @@ func (c Config) Validate() error {
 	errs := []error{c.Common.Validate()}
 	if c.EventStaleAfter < time.Second {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_EVENT_STALE_AFTER: %v must be at least 1s", c.EventStaleAfter))
+	}
+	if c.PerAppPatience < 0 || c.PerAppPatience > time.Second {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_DELIVERY_PER_APP_PATIENCE: %v must be between 0 and 1s", c.PerAppPatience))
 	}
 	if c.RelayInterval <= 0 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_RELAY_INTERVAL: %v must be positive", c.RelayInterval))

@@ -18,7 +18,8 @@ func TestDefaultsAndScaledSchedule(t *testing.T) {
 	cfg, err := config.Load[Config]()
 	require.NoError(t, err)
 	require.Equal(t, []time.Duration{time.Minute, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 6 * time.Hour}, cfg.RetryDelays)
-	require.Equal(t, 4, cfg.PerAppConcurrency)
+	require.Equal(t, 8, cfg.PerAppConcurrency)
+	require.Equal(t, 100*time.Millisecond, cfg.PerAppPatience)
 	require.Equal(t, []time.Duration{60 * time.Millisecond, 300 * time.Millisecond, 1800 * time.Millisecond,
 		7200 * time.Millisecond, 21600 * time.Millisecond}, cfg.ScaledRetryDelays())
 }
@@ -26,7 +27,8 @@ func TestDefaultsAndScaledSchedule(t *testing.T) {
 func TestValidationNamesTheVariable(t *testing.T) {
 	tests := []struct{ name, value, want string }{
 		{"INTEGRATIONS_EVENT_RETRY_DELAYS", "1m,-5s", "INTEGRATIONS_EVENT_RETRY_DELAYS"},
-		{"INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY", "17", "INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY"},
+		{"INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY", "33", "INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY"},
+		{"INTEGRATIONS_DELIVERY_PER_APP_PATIENCE", "2s", "INTEGRATIONS_DELIVERY_PER_APP_PATIENCE"},
 		{"INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY", "0", "INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY"},
 	}
 	for _, tc := range tests {

@@ -8,8 +8,9 @@
 // Fail budget covers only the deliverer failing to do its own work (Postgres unreachable).
 //
 // One application cannot hold up another's deliveries: at most PerApp deliveries per application
-// are in flight in one deliverer, and a notice for an application at its bound is deferred by the
-// route's smallest delay level instead of occupying a worker (docs/decisions.md).
+// are in flight in one deliverer; a notice for an application at its bound waits a moment
+// (BusyPatience) for a slot, then is deferred by the route's smallest delay level instead of
+// occupying a worker (docs/decisions.md).
 package deliver
 
 import (
@@ -54,6 +55,9 @@ type Config struct {
 	// Busy is how long a notice for an application at its bound is deferred: the route's smallest
 	// delay level, so that the copy waits in the broker rather than in a worker.
 	Busy time.Duration
+	// BusyPatience is how long a notice waits for a slot of its application before it is
+	// deferred by Busy (0: not at all).
+	BusyPatience time.Duration
 	// TimeScale shrinks a consumer's Retry-After as the schedule is shrunk (INTEGRATIONS_TIME_SCALE).
 	TimeScale float64
 }
@@ -78,7 +82,7 @@ func New(st *store.Store, box *secret.Box, cfg Config, log *zap.Logger) *Deliver
 	}
 	return &Deliverer{
 		store: st, box: box, cfg: cfg, log: log,
-		limiter: newLimiter(max(cfg.PerApp, 1)),
+		limiter: newLimiter(max(cfg.PerApp, 1), cfg.BusyPatience),
 		webhook: newWebhookClient(cfg.Timeout, cfg.AllowPrivate),
 		grpc:    newGRPCClients(cfg.AllowPrivate),
 	}
@@ -109,7 +113,7 @@ func (d *Deliverer) Handle(ctx context.Context, m *mq.Message) mq.Result {
 
 	// The bound is taken before anything else, so a notice of a busy application costs no query.
 	// A notice without an application (none today) shares the "" bound.
-	if !d.limiter.acquire(n.GetApplicationId()) {
+	if !d.limiter.acquire(ctx, n.GetApplicationId()) {
 		return mq.Defer(d.cfg.Busy)
 	}
 	defer d.limiter.release(n.GetApplicationId())

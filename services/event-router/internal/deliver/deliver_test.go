@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -552,15 +551,35 @@ func TestParseRetryAfter(t *testing.T) {
 
 func TestLimiter(t *testing.T) {
 	t.Parallel()
-	l := newLimiter(2)
-	require.True(t, l.acquire("a"))
-	require.True(t, l.acquire("a"))
-	require.False(t, l.acquire("a"), "a is at its bound")
-	require.True(t, l.acquire("b"), "b is not held up by a")
+	ctx := context.Background()
+	l := newLimiter(2, 0)
+	require.True(t, l.acquire(ctx, "a"))
+	require.True(t, l.acquire(ctx, "a"))
+	require.False(t, l.acquire(ctx, "a"), "a is at its bound")
+	require.True(t, l.acquire(ctx, "b"), "b is not held up by a")
 	l.release("a")
-	require.True(t, l.acquire("a"))
+	require.True(t, l.acquire(ctx, "a"))
 	l.release("a")
 	l.release("a")
 	l.release("b")
-	require.Empty(t, l.inFlight, fmt.Sprint("no slot leaks: ", l.inFlight))
+	require.Empty(t, l.slots["a"], "no slot of a leaks")
+	require.Empty(t, l.slots["b"], "no slot of b leaks")
+}
+
+func TestLimiterWaitsItsPatienceForASlot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newLimiter(1, time.Minute)
+	require.True(t, l.acquire(ctx, "a"))
+	got := make(chan bool)
+	go func() { got <- l.acquire(ctx, "a") }()
+	l.release("a") // the waiter takes the freed slot
+	require.True(t, <-got, "a waiter within its patience gets the slot a delivery frees")
+
+	short := newLimiter(1, time.Millisecond)
+	require.True(t, short.acquire(ctx, "a"))
+	require.False(t, short.acquire(ctx, "a"), "past its patience a waiter is told no")
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	require.False(t, l.acquire(cancelled, "a"), "a stopping worker does not wait")
 }

@@ -31,6 +31,9 @@ type Config struct {
 	// SecretRotationOverlap is how long a rotated-out signing secret keeps signing deliveries
 	// beside the new one. Not time-scaled: receivers switch secrets on the wall clock.
 	SecretRotationOverlap time.Duration `env:"INTEGRATIONS_SECRET_ROTATION_OVERLAP" envDefault:"24h"`
+	// CacheTTL is how long API keys' applications and capabilities read from Postgres are kept
+	// (0: read on every call); a catalog change or a revoked key takes effect within it.
+	CacheTTL time.Duration `env:"INTEGRATIONS_GATEWAY_CACHE_TTL" envDefault:"5s"`
 }
 
 // Validate checks the gateway's own settings.
@@ -41,6 +44,9 @@ func (c Config) Validate() error {
 	}
 	if c.SecretRotationOverlap < 0 || c.SecretRotationOverlap > 30*24*time.Hour {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_SECRET_ROTATION_OVERLAP: %v must be between 0s and 720h", c.SecretRotationOverlap))
+	}
+	if c.CacheTTL < 0 || c.CacheTTL > time.Hour {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_GATEWAY_CACHE_TTL: %v must be between 0s and 1h", c.CacheTTL))
 	}
 	return errors.Join(errs...)
 }

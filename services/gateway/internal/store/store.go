@@ -25,14 +25,27 @@ var (
 
 // Store is the gateway's data access.
 type Store struct {
-	pool *pgxpool.Pool
+	pool         *pgxpool.Pool
+	applications *cache[string]      // API key hash → application id
+	capabilities *cache[*Capability] // name → capability
 }
 
-// New returns a Store on pool.
+// New returns a Store on pool, reading API keys and capabilities afresh on every call.
 func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// WithCache keeps API keys' applications and capabilities found for ttl (0: not at all), so the
+// accept path does not read them on every call; a catalog change or a revoked key then takes
+// effect within ttl.
+func (s *Store) WithCache(ttl time.Duration) *Store {
+	s.applications, s.capabilities = newCache[string](ttl), newCache[*Capability](ttl)
+	return s
+}
 
 // ApplicationIDByKeyHash finds the application whose API key hashes to hash.
 func (s *Store) ApplicationIDByKeyHash(ctx context.Context, hash []byte) (string, error) {
+	if id, ok := s.applications.get(string(hash)); ok {
+		return id, nil
+	}
 	var id string
 	err := s.pool.QueryRow(ctx, `SELECT id FROM applications WHERE api_key_hash = $1`, hash).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -41,6 +54,7 @@ func (s *Store) ApplicationIDByKeyHash(ctx context.Context, hash []byte) (string
 	if err != nil {
 		return "", fmt.Errorf("look up application by key: %w", err)
 	}
+	s.applications.put(string(hash), id)
 	return id, nil
 }
 
@@ -65,7 +79,11 @@ func (c *Capability) AllowsMode(mode string) bool {
 }
 
 // CapabilityGet reads a capability with its adapter's endpoint.
+// The result is shared with other callers when cached: it must not be modified.
 func (s *Store) CapabilityGet(ctx context.Context, name string) (*Capability, error) {
+	if c, ok := s.capabilities.get(name); ok {
+		return c, nil
+	}
 	var c Capability
 	var budgetMS, syncMS int64
 	err := s.pool.QueryRow(ctx, `
@@ -80,6 +98,7 @@ func (s *Store) CapabilityGet(ctx context.Context, name string) (*Capability, er
 	}
 	c.AsyncBudget = time.Duration(budgetMS) * time.Millisecond
 	c.SyncTimeout = time.Duration(syncMS) * time.Millisecond
+	s.capabilities.put(name, &c)
 	return &c, nil
 }
 
@@ -99,30 +118,48 @@ type NewExecution struct {
 	LeaseExpiresAt    time.Time
 }
 
-// ExecutionAccept commits a new execution and its first step in one transaction: for async, the
-// execution pending at attempt 0 and the dispatch record of attempt 1; for sync, the execution
-// running at attempt 1 and that attempt's row. With an idempotency key already used by the
-// application, it returns the original execution (created=false) if the request is the same,
-// ErrIdempotencyReused if not, and writes nothing.
+// ExecutionAccept commits a new execution and its first step atomically: for async, the execution
+// pending at attempt 0 and the dispatch record of attempt 1, in one statement (one round trip, one
+// commit); for sync, the execution running at attempt 1 and that attempt's row. With an
+// idempotency key already used by the application, it returns the original execution
+// (created=false) if the request is the same, ErrIdempotencyReused if not, and writes nothing.
 func (s *Store) ExecutionAccept(ctx context.Context, n NewExecution) (row *execution.Row, created bool, err error) {
+	var key *string
+	if n.IdempotencyKey != "" {
+		key = &n.IdempotencyKey
+	}
+	if n.Mode != execution.ModeSync {
+		row, err = execution.Scan(s.pool.QueryRow(ctx, `
+			WITH e AS (
+				INSERT INTO executions (id, application_id, capability, mode, status, attempt, max_attempts,
+					payload, request_hash, idempotency_key, deadline_at)
+				VALUES ($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10)
+				ON CONFLICT (application_id, idempotency_key) DO NOTHING
+				RETURNING `+execution.Columns+`
+			), d AS (
+				INSERT INTO dispatches (execution_id, attempt, due_at) SELECT id, 1, now() FROM e
+			)
+			SELECT `+execution.Columns+` FROM e`,
+			n.ID, n.ApplicationID, n.Capability, n.Mode, execution.StatusPending, n.MaxAttempts,
+			n.Payload, n.RequestHash, key, n.Deadline))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			err = db.WithTx(ctx, s.pool, func(tx pgx.Tx) error { return s.idempotentReplay(ctx, tx, n, &row) })
+			return row, false, err
+		case err != nil:
+			return nil, false, fmt.Errorf("insert execution and its dispatch: %w", err)
+		}
+		return row, true, nil
+	}
 	err = db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		status, attempt := execution.StatusPending, int32(0)
-		var lease *time.Time
-		if n.Mode == execution.ModeSync {
-			status, attempt, lease = execution.StatusRunning, 1, &n.LeaseExpiresAt
-		}
-		var key *string
-		if n.IdempotencyKey != "" {
-			key = &n.IdempotencyKey
-		}
 		row, err = execution.Scan(tx.QueryRow(ctx, `
 			INSERT INTO executions (id, application_id, capability, mode, status, attempt, max_attempts,
 				payload, request_hash, idempotency_key, deadline_at, lease_expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+			VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11)
 			ON CONFLICT (application_id, idempotency_key) DO NOTHING
 			RETURNING `+execution.Columns,
-			n.ID, n.ApplicationID, n.Capability, n.Mode, status, attempt, n.MaxAttempts,
-			n.Payload, n.RequestHash, key, n.Deadline, lease))
+			n.ID, n.ApplicationID, n.Capability, n.Mode, execution.StatusRunning, n.MaxAttempts,
+			n.Payload, n.RequestHash, key, n.Deadline, n.LeaseExpiresAt))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return s.idempotentReplay(ctx, tx, n, &row)
 		}
@@ -130,16 +167,10 @@ func (s *Store) ExecutionAccept(ctx context.Context, n NewExecution) (row *execu
 			return fmt.Errorf("insert execution: %w", err)
 		}
 		created = true
-		if n.Mode == execution.ModeSync {
-			_, err = tx.Exec(ctx, `INSERT INTO execution_attempts (execution_id, n, callback_token_hash) VALUES ($1, 1, $2)`,
-				n.ID, n.CallbackTokenHash)
-			if err != nil {
-				return fmt.Errorf("insert attempt 1: %w", err)
-			}
-			return nil
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO dispatches (execution_id, attempt, due_at) VALUES ($1, 1, now())`, n.ID); err != nil {
-			return fmt.Errorf("insert dispatch of attempt 1: %w", err)
+		_, err = tx.Exec(ctx, `INSERT INTO execution_attempts (execution_id, n, callback_token_hash) VALUES ($1, 1, $2)`,
+			n.ID, n.CallbackTokenHash)
+		if err != nil {
+			return fmt.Errorf("insert attempt 1: %w", err)
 		}
 		return nil
 	})

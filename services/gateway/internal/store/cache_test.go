@@ -1,0 +1,70 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+	"github.com/integrations-platform/integrations/pkg/secret"
+)
+
+func TestCacheKeepsFoundValuesForItsTTL(t *testing.T) {
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	ctx := context.Background()
+	cached := New(s.Pool).WithCache(time.Hour)
+	fresh := New(s.Pool)
+
+	c, err := cached.CapabilityGet(ctx, dbtest.TestCapability)
+	require.NoError(t, err)
+	require.EqualValues(t, dbtest.TestMaxAttempts, c.MaxAttempts)
+	app, err := cached.ApplicationIDByKeyHash(ctx, secret.Hash(dbtest.TestAPIKey))
+	require.NoError(t, err)
+	require.Equal(t, dbtest.TestApp, app)
+
+	_, err = s.Pool.Exec(ctx, `UPDATE capabilities SET max_attempts = 7`)
+	require.NoError(t, err)
+	_, err = s.Pool.Exec(ctx, `UPDATE applications SET api_key_hash = $1`, secret.Hash("another-key"))
+	require.NoError(t, err)
+
+	c, err = cached.CapabilityGet(ctx, dbtest.TestCapability)
+	require.NoError(t, err)
+	require.EqualValues(t, dbtest.TestMaxAttempts, c.MaxAttempts, "within the TTL the cached capability answers")
+	app, err = cached.ApplicationIDByKeyHash(ctx, secret.Hash(dbtest.TestAPIKey))
+	require.NoError(t, err, "within the TTL the cached key answers")
+	require.Equal(t, dbtest.TestApp, app)
+
+	c, err = fresh.CapabilityGet(ctx, dbtest.TestCapability)
+	require.NoError(t, err)
+	require.EqualValues(t, 7, c.MaxAttempts, "without a cache every call reads Postgres")
+	_, err = fresh.ApplicationIDByKeyHash(ctx, secret.Hash(dbtest.TestAPIKey))
+	require.ErrorIs(t, err, ErrNotFound, "without a cache a revoked key is refused at once")
+}
+
+func TestCacheForgetsExpiredAndNeverKeepsMisses(t *testing.T) {
+	s := dbtest.NewSchema(t)
+	ctx := context.Background()
+	st := New(s.Pool).WithCache(time.Hour)
+
+	_, err := st.CapabilityGet(ctx, dbtest.TestCapability)
+	require.ErrorIs(t, err, ErrNotFound)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	_, err = st.CapabilityGet(ctx, dbtest.TestCapability)
+	require.NoError(t, err, "a miss is not cached: the capability is found once the catalog has it")
+
+	c := newCache[int](time.Minute)
+	c.put("k", 1)
+	v, ok := c.get("k")
+	require.True(t, ok)
+	require.Equal(t, 1, v)
+	c.entries["k"] = cacheEntry[int]{v: 1, expires: time.Now().Add(-time.Second)}
+	_, ok = c.get("k")
+	require.False(t, ok, "an expired entry is not used")
+	off := newCache[int](0)
+	off.put("k", 1)
+	_, ok = off.get("k")
+	require.False(t, ok, "a zero TTL keeps nothing")
+}
