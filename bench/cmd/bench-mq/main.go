@@ -24,10 +24,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"runtime"
@@ -64,6 +66,7 @@ type options struct {
 	scenarios   map[string]bool
 	cpuProfile  string
 	failTargetC int
+	jsonOut     string
 }
 
 func main() {
@@ -92,6 +95,7 @@ func parseFlags() (options, error) {
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "give up on one run after this long")
 	flag.StringVar(&scen, "scenarios", "raw-ack,port-ack,raw-fail,port-fail", "scenarios to run")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.StringVar(&o.jsonOut, "json", "", "also write the table as JSON to this file")
 	flag.IntVar(&o.failTargetC, "fail-target-c", 32, "concurrency at which the failed-path target applies")
 	flag.Parse()
 	var err error
@@ -308,11 +312,37 @@ func run() error {
 	}
 
 	fmt.Println()
-	printTable(os.Stdout, o, rows)
+	recs := printTable(os.Stdout, o, rows)
 	if ctx.Err() != nil {
 		fmt.Println("\ninterrupted: the table holds what was measured before the signal")
 	}
+	if o.jsonOut != "" {
+		b, err := json.MarshalIndent(recs, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(o.jsonOut, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("-json: %w", err)
+		}
+	}
 	return nil
+}
+
+// record is one row of the table, as written by -json (and included in make bench's report).
+type record struct {
+	Scenario    string  `json:"scenario"`
+	Concurrency int     `json:"concurrency"`
+	Prefetch    int     `json:"prefetch"`
+	Messages    int     `json:"messages"`
+	PerSecond   float64 `json:"msg_per_s"`
+	Min         float64 `json:"msg_per_s_min"`
+	Max         float64 `json:"msg_per_s_max"`
+	VsRaw       float64 `json:"vs_raw,omitempty"`
+	P50ms       float64 `json:"p50_ms,omitempty"`
+	P99ms       float64 `json:"p99_ms,omitempty"`
+	Target      string  `json:"target,omitempty"`
+	Verdict     string  `json:"verdict,omitempty"`
+	Error       string  `json:"error,omitempty"`
 }
 
 func appendRun(runs []mqbench.Run, r mqbench.Run, err error) ([]mqbench.Run, error) {
@@ -322,7 +352,8 @@ func appendRun(runs []mqbench.Run, r mqbench.Run, err error) ([]mqbench.Run, err
 	return append(runs, r), nil
 }
 
-func printTable(w io.Writer, o options, rows []row) {
+func printTable(w io.Writer, o options, rows []row) []record {
+	var recs []record
 	raw := map[string]float64{} // "ack/32" → raw msg/s
 	for _, r := range rows {
 		if path, ok := strings.CutPrefix(r.scenario, "raw-"); ok && len(r.sum.Runs) > 0 {
@@ -334,14 +365,18 @@ func printTable(w io.Writer, o options, rows []row) {
 	for _, r := range rows {
 		if len(r.sum.Runs) == 0 {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t\t\t\t\t\t\t\t\tERROR: %v\t\n", r.scenario, r.c, r.prefetch, r.n, r.err)
+			recs = append(recs, record{Scenario: r.scenario, Concurrency: r.c, Prefetch: r.prefetch, Messages: r.n, Error: fmt.Sprint(r.err)})
 			continue
 		}
 		m := r.sum.Median
 		rate := m.Rate(r.n)
 		ratio, target, verdict := "", "", ""
+		rec := record{Scenario: r.scenario, Concurrency: r.c, Prefetch: r.prefetch, Messages: r.n, PerSecond: math.Round(rate),
+			Min: math.Round(r.sum.Min), Max: math.Round(r.sum.Max), P50ms: msf(m.P50), P99ms: msf(m.P99)}
 		if path, ok := strings.CutPrefix(r.scenario, "port-"); ok {
 			if b := raw[path+"/"+strconv.Itoa(r.c)]; b > 0 {
 				ratio = fmt.Sprintf("%.2f×", rate/b)
+				rec.VsRaw = math.Round(rate/b*100) / 100
 			}
 			switch {
 			case path == "ack":
@@ -370,6 +405,11 @@ func printTable(w io.Writer, o options, rows []row) {
 		if m.Note != "" {
 			verdict += " [" + m.Note + "]"
 		}
+		rec.Target, rec.Verdict = target, verdict
+		if r.err != nil {
+			rec.Error = r.err.Error()
+		}
+		recs = append(recs, rec)
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.3f\t%.0f\t%.0f–%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.scenario, r.c, r.prefetch,
 			r.n, m.Elapsed.Seconds(), rate, r.sum.Min, r.sum.Max, pubRate, ratio, lat50, lat99, target, verdict)
 	}
@@ -382,6 +422,7 @@ msg/s: messages fully settled per second, first publish → last final ack, medi
 publish msg/s: the publishing side alone (first publish → last confirm), while consumers run.
 vs raw: the port's msg/s over raw amqp091-go's doing the same path at the same concurrency.
 Latency: publish → final handler, with all messages published at once (saturation, not idle).`)
+	return recs
 }
 
 func passFail(ok bool) string {
@@ -390,6 +431,8 @@ func passFail(ok bool) string {
 	}
 	return "FAIL"
 }
+
+func msf(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Millisecond)*100) / 100 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond)) }
 

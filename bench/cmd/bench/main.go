@@ -19,6 +19,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -43,26 +44,36 @@ import (
 )
 
 type options struct {
-	root         string
-	dbURL        string
-	amqpURL      string
-	scenarios    map[string]bool
-	callers      []int
-	n            int
-	duration     time.Duration
-	reps         int
-	warmup       time.Duration
-	drain        bool
-	drainTimeout time.Duration
-	out          string
-	dbParams     url.Values
-	profileDir   string
-	pprof        bool
-	only         map[string]bool // workloads by scenario/transport key; empty: all
-	maxErrors    int
-	keepLogs     bool
-	without      []string
-	peerPool     int
+	root           string
+	dbURL          string
+	amqpURL        string
+	scenarios      map[string]bool
+	callers        []int
+	n              int
+	duration       time.Duration
+	reps           int
+	warmup         time.Duration
+	drain          bool
+	drainTimeout   time.Duration
+	out            string
+	dbParams       url.Values
+	profileDir     string
+	pprof          bool
+	only           map[string]bool // workloads by scenario/transport key; empty: all
+	maxErrors      int
+	keepLogs       bool
+	without        []string
+	peerPool       int
+	serialN        int
+	e2eN, e2eC     int
+	rates          []float64
+	openD          time.Duration
+	peers          map[string]bool
+	mqJSON         string
+	e2eModes       []string
+	temporalClosed bool
+	profileAll     string
+	profileSecs    time.Duration
 }
 
 func main() {
@@ -78,7 +89,19 @@ func parseFlags() (options, error) {
 	flag.StringVar(&o.root, "root", "", "workspace root (default: the directory of go.work at or above the working directory)")
 	flag.StringVar(&o.dbURL, "db", defaultDBURL(), "database the stack's schema (and River's) is created in (default $INTEGRATIONS_BENCH_DATABASE_URL, else $INTEGRATIONS_PG_URL/bench)")
 	flag.StringVar(&o.amqpURL, "amqp", envOr("INTEGRATIONS_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL (default $INTEGRATIONS_AMQP_URL)")
-	flag.StringVar(&scen, "scenarios", "accept", "scenarios to run (accept)")
+	flag.StringVar(&scen, "scenarios", "accept,serial,e2e,latency", "scenarios to run: accept, serial, e2e, latency")
+	flag.IntVar(&o.serialN, "serial-n", 300, "serial: executions, one at a time")
+	flag.IntVar(&o.e2eN, "e2e-n", 20000, "e2e: executions (the peers run as many)")
+	flag.IntVar(&o.e2eC, "e2e-c", 64, "e2e: concurrent callers, each with one execution in flight (the peers the same)")
+	var rates, peers, modes string
+	flag.StringVar(&modes, "e2e-modes", "pipelined,closed", "e2e: pipelined (callers invoke without waiting for completions: throughput) and/or closed (each caller one execution in flight)")
+	flag.BoolVar(&o.temporalClosed, "temporal-closed", false, "e2e: run Temporal in the closed mode too (by default only pipelined: it takes minutes)")
+	flag.StringVar(&rates, "rates", "100,200,500", "latency: offered executions per second (open loop)")
+	flag.DurationVar(&o.openD, "open-d", 20*time.Second, "latency: duration of each offered rate")
+	flag.StringVar(&peers, "peers", "river,temporal", "e2e: peers to run beside the platform (river, temporal; empty: none)")
+	flag.StringVar(&o.profileAll, "profile", "", "e2e: directory for CPU profiles of every service over the first -profile-d of the run (serves pprof on each)")
+	flag.DurationVar(&o.profileSecs, "profile-d", 15*time.Second, "e2e: length of the -profile CPU profiles")
+	flag.StringVar(&o.mqJSON, "mq-json", "", "a bench-mq JSON result to include in the report (make bench passes the one it just measured)")
 	flag.StringVar(&callers, "callers", "1,16,64", "concurrent callers (closed loop)")
 	flag.IntVar(&o.n, "n", 0, "calls per run (0: run for -d instead)")
 	flag.DurationVar(&o.duration, "d", 5*time.Second, "duration of a run when -n is 0")
@@ -107,11 +130,44 @@ func parseFlags() (options, error) {
 	o.scenarios = map[string]bool{}
 	for _, s := range strings.Split(scen, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "accept":
+		case "accept", "serial", "e2e", "latency":
 			o.scenarios[s] = true
+		case "":
 		default:
-			return o, fmt.Errorf("-scenarios: unknown %q (this step has: accept)", s)
+			return o, fmt.Errorf("-scenarios: unknown %q (accept, serial, e2e, latency)", s)
 		}
+	}
+	o.peers = map[string]bool{}
+	for _, s := range strings.Split(peers, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "river", "temporal":
+			o.peers[s] = true
+		case "":
+		default:
+			return o, fmt.Errorf("-peers: unknown %q (river, temporal)", s)
+		}
+	}
+	for _, m := range strings.Split(modes, ",") {
+		switch m = strings.TrimSpace(m); m {
+		case "pipelined", "closed":
+			o.e2eModes = append(o.e2eModes, m)
+		case "":
+		default:
+			return o, fmt.Errorf("-e2e-modes: unknown %q (pipelined, closed)", m)
+		}
+	}
+	for _, f := range strings.Split(rates, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		r, err := strconv.ParseFloat(f, 64)
+		if err != nil || r <= 0 {
+			return o, fmt.Errorf("-rates: %q is not a positive rate", f)
+		}
+		o.rates = append(o.rates, r)
+	}
+	if o.e2eN < 1 || o.e2eC < 1 || o.serialN < 1 || o.openD <= 0 {
+		return o, errors.New("-e2e-n, -e2e-c, -serial-n and -open-d must be positive")
 	}
 	if params != "" {
 		if o.dbParams, err = url.ParseQuery(params); err != nil {
@@ -164,7 +220,7 @@ func run() error {
 
 	st, err := stack.Start(ctx, stack.Config{
 		Root: o.root, BinDir: binDir, DatabaseURL: o.dbURL, AMQPURL: o.amqpURL,
-		DatabaseParams: o.dbParams, GatewayPprof: o.pprof, Log: os.Stderr, Without: o.without,
+		DatabaseParams: o.dbParams, GatewayPprof: o.pprof, Pprof: o.profileAll != "", Log: os.Stderr, Without: o.without,
 	})
 	if err != nil {
 		return err
@@ -207,13 +263,27 @@ func run() error {
 			return err
 		}
 	}
+	if err := runFlow(ctx, o, st, rep); err != nil && ctx.Err() == nil {
+		return err
+	}
+	if o.mqJSON != "" {
+		raw, err := os.ReadFile(o.mqJSON)
+		if err != nil {
+			return fmt.Errorf("-mq-json: %w", err)
+		}
+		rep.MQ = json.RawMessage(raw)
+	}
 	rep.Finished = time.Now().UTC()
 	fmt.Println()
-	printTable(os.Stdout, rep)
+	if hasAccept(rep) {
+		printTable(os.Stdout, rep)
+	}
+	printFlowTable(os.Stdout, rep)
+	printMQ(os.Stdout, rep)
 	if ctx.Err() != nil {
 		fmt.Println("\ninterrupted: the table holds what was measured before the signal")
 	}
-	if o.out != "-" && len(rep.Rows) > 0 {
+	if o.out != "-" && (len(rep.Rows) > 0 || len(rep.Flow) > 0) {
 		path, err := rep.Write(o.out)
 		if err != nil {
 			return err
@@ -529,7 +599,7 @@ func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Mil
 
 func round1(v float64) float64 { return math.Round(v*10) / 10 }
 
-func keys(m map[string]bool) []string {
+func keys[V any](m map[string]V) []string {
 	out := slices.Collect(maps.Keys(m))
 	slices.Sort(out)
 	return out

@@ -24,7 +24,47 @@ type Report struct {
 	Finished  time.Time `json:"finished"`
 	Machine   Machine   `json:"machine"`
 	Config    Config    `json:"config"`
-	Rows      []Row     `json:"rows"`
+	// Rows are the accept scenario's.
+	Rows []Row `json:"rows"`
+	// Flow are the end-to-end (e2e, serial) and open-loop (latency) rows, the peers' among them.
+	Flow []FlowRow `json:"flow,omitempty"`
+	// Cost is what the platform's e2e run cost.
+	Cost *Cost `json:"cost,omitempty"`
+	// MQ is the message port's table from bench-mq (its -json), when make bench passed it.
+	MQ json.RawMessage `json:"message_port,omitempty"`
+}
+
+func hasAccept(r *Report) bool { return len(r.Rows) > 0 }
+
+// printMQ prints the message port's figures bench-mq measured before this run.
+func printMQ(w io.Writer, r *Report) {
+	if len(r.MQ) == 0 {
+		return
+	}
+	var recs []struct {
+		Scenario    string  `json:"scenario"`
+		Concurrency int     `json:"concurrency"`
+		PerSecond   float64 `json:"msg_per_s"`
+		VsRaw       float64 `json:"vs_raw"`
+		Target      string  `json:"target"`
+		Verdict     string  `json:"verdict"`
+		Error       string  `json:"error"`
+	}
+	if err := json.Unmarshal(r.MQ, &recs); err != nil {
+		fmt.Fprintln(w, "\nmessage port: unreadable bench-mq result:", err)
+		return
+	}
+	fmt.Fprintln(w, "\nMessage port (make bench-mq, measured just before; its table above has every column)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tconc\tmsg/s\tvs raw\ttarget\tverdict\t")
+	for _, m := range recs {
+		ratio := ""
+		if m.VsRaw > 0 {
+			ratio = fmt.Sprintf("%.2f×", m.VsRaw)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s%s\t\n", m.Scenario, m.Concurrency, m.PerSecond, ratio, m.Target, m.Verdict, m.Error)
+	}
+	tw.Flush() //nolint:errcheck // stdout
 }
 
 // Machine is where the run happened.
@@ -99,7 +139,7 @@ func (r *Report) Write(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	name := strings.Join(r.Config.Scenarios, "+") + "-" + r.Started.Format("20060102T150405Z") + ".json"
+	name := "bench-" + strings.Join(r.Config.Scenarios, "+") + "-" + r.Started.Format("20060102T150405Z") + ".json"
 	path := filepath.Join(dir, name)
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {

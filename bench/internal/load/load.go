@@ -1,7 +1,6 @@
-// Package load drives a closed-loop workload: C callers, each calling the operation again as soon
-// as its previous call answered, for a fixed count or a fixed duration, recording each call's
-// latency. (An open-loop driver, fixed arrival rate, belongs here too when it is written: closed
-// loops hide queueing, see issue 6.)
+// Package load drives workloads and records each call's latency: closed loop (Run: C callers, each
+// calling again as soon as its previous call answered) and open loop (RunOpen: arrivals at a fixed
+// rate whether or not earlier calls answered — closed loops hide queueing).
 package load
 
 import (
@@ -185,4 +184,185 @@ func (r Result) Check() error {
 		return ErrNoCalls
 	}
 	return nil
+}
+
+// OpenParams is one open-loop run: arrivals at a fixed Rate for Duration (or N arrivals), each
+// call started on its schedule whether or not earlier calls have answered, so that queueing in
+// the system under test shows in the latencies instead of slowing the arrivals down.
+type OpenParams struct {
+	Rate     float64 // arrivals per second
+	N        int     // arrivals in all when positive; otherwise Rate × Duration
+	Duration time.Duration
+	// MaxInFlight bounds the calls not yet answered (0: 10 000); an arrival finding the bound
+	// reached counts as an error ("overloaded") rather than waiting, which would close the loop.
+	MaxInFlight int
+}
+
+// ErrOverloaded is the failure of an open-loop arrival that found MaxInFlight calls unanswered.
+var ErrOverloaded = errors.New("overloaded: too many calls in flight")
+
+// RunOpen runs op open-loop. Each call's latency is measured from its scheduled arrival time, not
+// from when its goroutine got to run, so a lagging generator cannot hide latency (coordinated
+// omission). It returns when every started call has answered or ctx ends.
+func RunOpen(ctx context.Context, p OpenParams, op Op) Result {
+	n := p.N
+	if n <= 0 {
+		n = int(p.Rate * p.Duration.Seconds())
+	}
+	limit := p.MaxInFlight
+	if limit <= 0 {
+		limit = 10000
+	}
+	interval := time.Duration(float64(time.Second) / p.Rate)
+	var (
+		mu       sync.Mutex
+		lats     = make([]time.Duration, 0, n)
+		errCount int
+		firstErr error
+		last     time.Time
+		wg       sync.WaitGroup
+		inFlight atomic.Int64
+	)
+	record := func(lat time.Duration, end time.Time, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if end.After(last) {
+			last = end
+		}
+		if err != nil {
+			errCount++
+			if firstErr == nil {
+				firstErr = err
+			}
+			return
+		}
+		lats = append(lats, lat)
+	}
+	start := time.Now()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for i := range n {
+		due := start.Add(time.Duration(i) * interval)
+		if wait := time.Until(due); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+			case <-timer.C:
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if inFlight.Load() >= int64(limit) {
+			record(0, time.Now(), ErrOverloaded)
+			continue
+		}
+		inFlight.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer inFlight.Add(-1)
+			err := op(ctx, 0, int64(i))
+			end := time.Now()
+			if err != nil && ctx.Err() != nil {
+				return // interrupted: not the operation's failure
+			}
+			record(end.Sub(due), end, err)
+		}()
+	}
+	wg.Wait()
+	r := Result{Errors: errCount, FirstErr: firstErr, Requests: len(lats)}
+	if !last.IsZero() {
+		r.Elapsed = last.Sub(start)
+	}
+	if len(lats) > 0 {
+		slices.Sort(lats)
+		r.P50, r.P99, r.Max = Percentile(lats, 50), Percentile(lats, 99), lats[len(lats)-1]
+	}
+	return r
+}
+
+// Submit starts one call and returns at once with the function that waits for its completion
+// (the accept of an execution, and the wait for its webhook).
+type Submit func(ctx context.Context, worker int, seq int64) (wait func() error, err error)
+
+// RunPipelined runs p.Callers submitters closed loop on the submit alone — each submits again as
+// soon as its previous submit answered, without waiting for completions — until p.N calls are
+// submitted, and waits for every completion. Latency is submit → completion; Elapsed is the first
+// submit → the last completion, so Rate is the completion throughput with as much work in flight
+// as the submitters can put there.
+func RunPipelined(ctx context.Context, p Params, maxErrors int, submit Submit) Result {
+	if p.Callers < 1 {
+		p.Callers = 1
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		next     atomic.Int64
+		mu       sync.Mutex
+		lats     = make([]time.Duration, 0, max(p.N, 0))
+		errCount int
+		firstErr error
+		last     time.Time
+		waiters  sync.WaitGroup
+		callers  sync.WaitGroup
+	)
+	record := func(t0 time.Time, err error) {
+		t1 := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if t1.After(last) {
+			last = t1
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return // interrupted: not the call's failure
+			}
+			errCount++
+			if firstErr == nil {
+				firstErr = err
+			}
+			if maxErrors > 0 && errCount >= maxErrors {
+				cancel()
+			}
+			return
+		}
+		lats = append(lats, t1.Sub(t0))
+	}
+	start := time.Now()
+	var deadline time.Time
+	if p.N <= 0 {
+		deadline = start.Add(p.Duration)
+	}
+	for w := range p.Callers {
+		callers.Go(func() {
+			for ctx.Err() == nil {
+				seq := next.Add(1) - 1
+				if p.N > 0 && seq >= int64(p.N) {
+					return
+				}
+				t0 := time.Now()
+				if !deadline.IsZero() && t0.After(deadline) {
+					return
+				}
+				wait, err := submit(ctx, w, seq)
+				if err != nil {
+					record(t0, err)
+					continue
+				}
+				waiters.Go(func() { record(t0, wait()) })
+			}
+		})
+	}
+	callers.Wait()
+	waiters.Wait()
+	r := Result{Errors: errCount, FirstErr: firstErr, Requests: len(lats)}
+	if !last.IsZero() {
+		r.Elapsed = last.Sub(start)
+	}
+	if len(lats) > 0 {
+		slices.Sort(lats)
+		r.P50, r.P99, r.Max = Percentile(lats, 50), Percentile(lats, 99), lats[len(lats)-1]
+	}
+	return r
 }

@@ -126,6 +126,8 @@ type Config struct {
 	ProgramEnv map[string][]string
 	// GatewayPprof serves net/http/pprof on the gateway's metrics address (INTEGRATIONS_PPROF).
 	GatewayPprof bool
+	// Pprof serves net/http/pprof on every service's metrics address ("<name>-metrics" in Addrs).
+	Pprof bool
 	// Without names programs not to start — for diagnosis only (e.g. the gateway without the
 	// dispatcher, to see what the background work costs the accept path); a benchmark runs all.
 	Without []string
@@ -238,7 +240,15 @@ func (s *Stack) start(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, n := range []string{"gateway-http", "gateway-metrics"} {
+	extra := []string{"gateway-http", "gateway-metrics"}
+	if s.cfg.Pprof {
+		for _, p := range Programs {
+			if p.Name != "gateway" && strings.HasPrefix(p.Package, modulePrefix+"services/") {
+				extra = append(extra, p.Name+"-metrics")
+			}
+		}
+	}
+	for _, n := range extra {
 		if s.Addrs[n], err = freeAddr(); err != nil {
 			return err
 		}
@@ -349,9 +359,11 @@ func (s *Stack) start(ctx context.Context) error {
 func (s *Stack) launch(name string) error {
 	env := append(slices.Clone(s.env), "INTEGRATIONS_GRPC_ADDR="+s.Addrs[name])
 	if name == "gateway" {
-		env = append(env, "INTEGRATIONS_HTTP_ADDR="+s.Addrs["gateway-http"],
-			"INTEGRATIONS_METRICS_ADDR="+s.Addrs["gateway-metrics"])
-		if s.cfg.GatewayPprof {
+		env = append(env, "INTEGRATIONS_HTTP_ADDR="+s.Addrs["gateway-http"])
+	}
+	if addr, ok := s.Addrs[name+"-metrics"]; ok {
+		env = append(env, "INTEGRATIONS_METRICS_ADDR="+addr)
+		if s.cfg.Pprof || (name == "gateway" && s.cfg.GatewayPprof) {
 			env = append(env, "INTEGRATIONS_PPROF=true")
 		}
 	}
@@ -421,10 +433,19 @@ func (s *Stack) DialGateway(opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 
 // PprofURL is the gateway's net/http/pprof base ("" unless Config.GatewayPprof).
 func (s *Stack) PprofURL() string {
-	if !s.cfg.GatewayPprof {
+	if !s.cfg.GatewayPprof && !s.cfg.Pprof {
 		return ""
 	}
-	return "http://" + s.Addrs["gateway-metrics"] + "/debug/pprof"
+	return s.PprofURLOf("gateway")
+}
+
+// PprofURLOf is a service's net/http/pprof base URL ("" if it has no metrics address of its own).
+func (s *Stack) PprofURLOf(name string) string {
+	addr, ok := s.Addrs[name+"-metrics"]
+	if !ok {
+		return ""
+	}
+	return "http://" + addr + "/debug/pprof"
 }
 
 // Check reports a program that exited while it should be running.

@@ -1,0 +1,147 @@
+// Package flow is the end-to-end workload of issue 6 (items 2 and 3): an async invoke of
+// dummy.echo through the gateway, answered pending, then the wait for the application's signed
+// webhook announcing the execution's completion — accept → dispatch → adapter → settle → event
+// delivered. The call's latency is accept → webhook received.
+package flow
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/integrations-platform/integrations/bench/internal/load"
+	"github.com/integrations-platform/integrations/bench/internal/stack"
+	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
+	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+)
+
+// Timeout bounds the wait for one execution's webhook.
+const Timeout = 10 * time.Minute
+
+// Tracker matches the receiver's deliveries to the executions waiting for them, by execution id.
+// A delivery may arrive before its invoke has answered (it cannot in practice: the dispatch
+// follows the commit the answer reports, but nothing here relies on it); a second delivery of one
+// event (at-least-once) is ignored.
+type Tracker struct {
+	mu      sync.Mutex
+	waiting map[string]chan arrival
+	early   map[string]arrival
+}
+
+type arrival struct {
+	at  time.Time
+	err error
+}
+
+// NewTracker starts tracking the receiver's deliveries; Stop ends it.
+func NewTracker(r *stack.Receiver) *Tracker {
+	t := &Tracker{waiting: map[string]chan arrival{}, early: map[string]arrival{}}
+	r.OnEvent(t.onEvent)
+	return t
+}
+
+func (t *Tracker) onEvent(ev stack.Event) {
+	var body struct {
+		Data struct {
+			ExecutionID string `json:"execution_id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(ev.Body, &body); err != nil || body.Data.ExecutionID == "" {
+		return
+	}
+	a := arrival{at: ev.At, err: ev.VerifyErr}
+	if a.err != nil {
+		a.err = fmt.Errorf("webhook of %s did not verify: %w", body.Data.ExecutionID, a.err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ch, ok := t.waiting[body.Data.ExecutionID]; ok {
+		delete(t.waiting, body.Data.ExecutionID)
+		ch <- a
+		return
+	}
+	t.early[body.Data.ExecutionID] = a
+}
+
+// Await waits for the delivery of execution id's completion event and returns when it arrived.
+func (t *Tracker) Await(ctx context.Context, id string) (time.Time, error) {
+	ch := make(chan arrival, 1)
+	t.mu.Lock()
+	if a, ok := t.early[id]; ok {
+		delete(t.early, id)
+		t.mu.Unlock()
+		return a.at, a.err
+	}
+	t.waiting[id] = ch
+	t.mu.Unlock()
+	timer := time.NewTimer(Timeout)
+	defer timer.Stop()
+	select {
+	case a := <-ch:
+		return a.at, a.err
+	case <-ctx.Done():
+	case <-timer.C:
+	}
+	t.mu.Lock()
+	delete(t.waiting, id)
+	t.mu.Unlock()
+	if ctx.Err() != nil {
+		return time.Time{}, ctx.Err()
+	}
+	return time.Time{}, fmt.Errorf("no webhook for execution %s within %s", id, Timeout)
+}
+
+// Stop stops tracking.
+func (t *Tracker) Stop(r *stack.Receiver) { r.OnEvent(nil) }
+
+// Prepare returns the end-to-end call over one gRPC connection to the gateway — invoke, then
+// wait for the webhook — and its release.
+func Prepare(st *stack.Stack) (load.Op, func(), error) {
+	submit, release, err := PrepareSubmit(st)
+	if err != nil {
+		return nil, nil, err
+	}
+	op := func(ctx context.Context, w int, seq int64) error {
+		wait, err := submit(ctx, w, seq)
+		if err != nil {
+			return err
+		}
+		return wait()
+	}
+	return op, release, nil
+}
+
+// PrepareSubmit returns the end-to-end call split in two: the invoke, answered when the gateway
+// accepted the execution, and the wait for its webhook.
+func PrepareSubmit(st *stack.Stack) (load.Submit, func(), error) {
+	conn, err := st.DialGateway()
+	if err != nil {
+		return nil, nil, err
+	}
+	client := gatewayv1.NewGatewayServiceClient(conn)
+	p, err := structpb.NewStruct(map[string]any{"bench": "end-to-end"})
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	tracker := NewTracker(st.Receiver)
+	req := &gatewayv1.InvokeCapabilityRequest{Capability: stack.Capability, Mode: executionv1.Mode_MODE_ASYNC, Payload: p}
+	submit := func(ctx context.Context, _ int, _ int64) (func() error, error) {
+		resp, err := client.InvokeCapability(grpcx.WithBearer(ctx, st.APIKey), req)
+		if err != nil {
+			return nil, fmt.Errorf("invoke: %w", err)
+		}
+		id := resp.GetExecution().GetId()
+		return func() error { _, err := tracker.Await(ctx, id); return err }, nil
+	}
+	release := func() {
+		tracker.Stop(st.Receiver)
+		_ = conn.Close()
+	}
+	return submit, release, nil
+}

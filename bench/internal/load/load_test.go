@@ -1,0 +1,50 @@
+package load
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestRunPipelinedSubmitsWithoutWaitingForCompletions(t *testing.T) {
+	const n = 50
+	release := make(chan struct{})
+	var submitted atomic.Int64
+	submit := func(ctx context.Context, _ int, _ int64) (func() error, error) {
+		if submitted.Add(1) == n {
+			close(release) // completions may only happen once every call was submitted
+		}
+		return func() error { <-release; return nil }, nil
+	}
+	r := RunPipelined(context.Background(), Params{Callers: 4, N: n}, 0, submit)
+	require.Equal(t, n, r.Requests)
+	require.Zero(t, r.Errors)
+	require.Positive(t, r.Elapsed)
+	require.LessOrEqual(t, r.P50, r.P99)
+	require.LessOrEqual(t, r.P99, r.Max)
+}
+
+func TestRunOpenKeepsArrivingWhileCallsAreInFlight(t *testing.T) {
+	var inFlight, peak atomic.Int64
+	gate := make(chan struct{})
+	op := func(ctx context.Context, _ int, seq int64) error {
+		now := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
+		}
+		if seq == 0 {
+			<-gate // the first call answers only when the last has arrived
+		}
+		if seq == 9 {
+			close(gate)
+		}
+		return nil
+	}
+	r := RunOpen(context.Background(), OpenParams{Rate: 1000, N: 10}, op)
+	require.Equal(t, 10, r.Requests, "every arrival was made although the first call had not answered")
+	require.GreaterOrEqual(t, peak.Load(), int64(2))
+	require.GreaterOrEqual(t, r.Max, 9*time.Millisecond, "the first call's latency counts from its scheduled arrival until the last arrival released it")
+}
