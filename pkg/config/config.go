@@ -22,6 +22,8 @@ type Common struct {
 	QueueScope       string        `env:"INTEGRATIONS_QUEUE_SCOPE" envDefault:"integrations"`
 	TimeScale        float64       `env:"INTEGRATIONS_TIME_SCALE" envDefault:"1"`
 	MetricsAddr      string        `env:"INTEGRATIONS_METRICS_ADDR"`
+	// Pprof serves net/http/pprof on the metrics address too: for diagnosis, off by default.
+	Pprof bool `env:"INTEGRATIONS_PPROF" envDefault:"false"`
 	ShutdownTimeout  time.Duration `env:"INTEGRATIONS_SHUTDOWN_TIMEOUT" envDefault:"15s"`
 }
 

@@ -59,7 +59,7 @@ func run() error {
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err
 	}
-	if err := metrics.Serve(app, logger, cfg.MetricsAddr); err != nil {
+	if err := metrics.ServeWith(app, logger, cfg.MetricsAddr, metrics.Options{Pprof: cfg.Pprof}); err != nil {
 		return err
 	}
 	return app.Run(ctx)

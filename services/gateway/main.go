@@ -37,18 +37,8 @@ func main() {
 	}
 }
 
-// debugConfig holds settings for diagnosis, off by default.
-type debugConfig struct {
-	// Pprof serves net/http/pprof on the metrics address (INTEGRATIONS_METRICS_ADDR).
-	Pprof bool `env:"INTEGRATIONS_PPROF" envDefault:"false"`
-}
-
 func run() error {
 	cfg, err := config.Load[svcconfig.Config]()
-	if err != nil {
-		return err
-	}
-	dbg, err := config.Load[debugConfig]()
 	if err != nil {
 		return err
 	}
@@ -122,7 +112,7 @@ func run() error {
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err
 	}
-	if err := metrics.ServeWith(app, logger, cfg.MetricsAddr, metrics.Options{Pprof: dbg.Pprof}); err != nil {
+	if err := metrics.ServeWith(app, logger, cfg.MetricsAddr, metrics.Options{Pprof: cfg.Pprof}); err != nil {
 		return err
 	}
 	return app.Run(ctx)

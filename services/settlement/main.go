@@ -62,7 +62,7 @@ func run() error {
 	}
 	sw := sweeper.New(st, sweeper.Options{Interval: cfg.SweepInterval, Grace: cfg.SweepGrace, Scale: cfg.Scale, Nudge: settlement.Nudge, Logger: logger})
 	app.Go("sweeper", sw.Run)
-	if err := metrics.Serve(app, logger, cfg.MetricsAddr); err != nil {
+	if err := metrics.ServeWith(app, logger, cfg.MetricsAddr, metrics.Options{Pprof: cfg.Pprof}); err != nil {
 		return err
 	}
 	return app.Run(ctx)
