@@ -128,44 +128,48 @@ type Delivery struct {
 // due at once.
 func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Duration) (*Delivery, error) {
 	var d Delivery
-	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		var wait, claimWait float64
-		err := tx.QueryRow(ctx, `
+	var wait, claimWait float64
+	var claim *time.Time
+	// One statement (one round trip, one commit): read the event under its row lock, and claim
+	// it in the same statement if it is pending, due and unclaimed.
+	err := s.pool.QueryRow(ctx, `
+		WITH ev AS (
 			SELECT e.id, e.application_id, e.type, e.created_at, e.payload, e.delivery_status, e.attempts,
 				a.consumer_kind, a.consumer_endpoint, a.signing_secret_enc,
-				CASE WHEN a.signing_secret_prev_until > now() THEN a.signing_secret_prev_enc END,
+				CASE WHEN a.signing_secret_prev_until > now() THEN a.signing_secret_prev_enc END AS prev_secret,
 				COALESCE(extract(epoch FROM
-					CASE WHEN e.attempts > 0 THEN e.next_attempt_at END - now()), 0)::float8,
-				COALESCE(extract(epoch FROM e.delivery_claimed_until - now()), 0)::float8
+					CASE WHEN e.attempts > 0 THEN e.next_attempt_at END - now()), 0)::float8 AS wait,
+				COALESCE(extract(epoch FROM e.delivery_claimed_until - now()), 0)::float8 AS claim_wait
 			FROM integration_events e JOIN applications a ON a.id = e.application_id
 			WHERE e.id = $1
-			FOR UPDATE OF e`, eventID).Scan(&d.EventID, &d.ApplicationID, &d.Type, &d.CreatedAt, &d.Payload,
+			FOR UPDATE OF e
+		), claimed AS (
+			UPDATE integration_events e SET delivery_claimed_until = now() + make_interval(secs => $2)
+			FROM ev
+			WHERE e.id = ev.id AND ev.delivery_status = 'pending' AND ev.wait <= 0 AND ev.claim_wait <= 0
+			RETURNING e.delivery_claimed_until
+		)
+		SELECT ev.*, (SELECT delivery_claimed_until FROM claimed) FROM ev`, eventID, ttl.Seconds()).
+		Scan(&d.EventID, &d.ApplicationID, &d.Type, &d.CreatedAt, &d.Payload,
 			&d.Status, &d.Attempts, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret,
-			&wait, &claimWait)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotFound
-		}
-		if err != nil {
-			return fmt.Errorf("read event %s: %w", eventID, err)
-		}
-		if d.Status != "pending" {
-			return nil
-		}
-		d.Wait = max(time.Duration(wait*float64(time.Second)), 0)
-		d.ClaimWait = max(time.Duration(claimWait*float64(time.Second)), 0)
-		if d.Wait > 0 || d.ClaimWait > 0 {
-			return nil
-		}
-		if err := tx.QueryRow(ctx, `
-			UPDATE integration_events SET delivery_claimed_until = now() + make_interval(secs => $2)
-			WHERE id = $1
-			RETURNING delivery_claimed_until`, eventID, ttl.Seconds()).Scan(&d.Claim); err != nil {
-			return fmt.Errorf("claim event %s: %w", eventID, err)
-		}
-		return nil
-	})
+			&wait, &claimWait, &claim)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read and claim event %s: %w", eventID, err)
+	}
+	if d.Status != "pending" {
+		return &d, nil
+	}
+	d.Wait = max(time.Duration(wait*float64(time.Second)), 0)
+	d.ClaimWait = max(time.Duration(claimWait*float64(time.Second)), 0)
+	switch {
+	case claim != nil:
+		d.Claim = *claim
+	case d.Wait == 0 && d.ClaimWait == 0:
+		// Not claimed, yet due within a rounding of a nanosecond: come back in a moment.
+		d.Wait = time.Millisecond
 	}
 	return &d, nil
 }

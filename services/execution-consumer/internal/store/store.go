@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/integrations-platform/integrations/pkg/db"
 )
 
 // ErrNotStartable means the execution is not pending at the attempt before this one: the message
@@ -41,44 +40,35 @@ func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
 // AttemptStart claims attempt n of the execution: one UPDATE that succeeds only if the execution
 // is pending at attempt n-1, so that of any number of copies of the dispatch message exactly one
-// starts the attempt. With it, the attempt's row and its callback token hash are inserted.
+// starts the attempt. With it, in the same statement (one round trip, one commit), the attempt's
+// row and its callback token hash are inserted. scale shrinks the capability's lease as the
+// service's time scale does (it must be linear, as config.Common.Scale is).
 func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash []byte, scale func(time.Duration) time.Duration) (*Started, error) {
-	var st *Started
-	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		var leaseMS int64
-		r := Started{ExecutionID: id, Attempt: n}
-		err := tx.QueryRow(ctx, `
-			SELECT c.lease_ms FROM executions e JOIN capabilities c ON c.name = e.capability WHERE e.id = $1`,
-			id).Scan(&leaseMS)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotStartable
-		}
-		if err != nil {
-			return fmt.Errorf("read lease of %s: %w", id, err)
-		}
-		r.Lease = scale(time.Duration(leaseMS) * time.Millisecond)
-		err = tx.QueryRow(ctx, `
+	r := Started{ExecutionID: id, Attempt: n}
+	var leaseMS int64
+	err := s.pool.QueryRow(ctx, `
+		WITH started AS (
 			UPDATE executions e
-			SET status = 'running', attempt = $2, lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
+			SET status = 'running', attempt = $2,
+				lease_expires_at = now() + make_interval(secs => c.lease_ms / 1000.0 * $4), updated_at = now()
 			FROM capabilities c, adapters a
 			WHERE e.id = $1 AND e.status = 'pending' AND e.attempt = $2 - 1
 				AND c.name = e.capability AND a.id = c.adapter_id
-			RETURNING e.capability, e.mode, e.payload, e.deadline_at, e.lease_expires_at, a.endpoint`,
-			id, n, r.Lease.Seconds()).Scan(&r.Capability, &r.Mode, &r.Payload, &r.Deadline, &r.LeaseExpiresAt, &r.AdapterEndpoint)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotStartable
-		}
-		if err != nil {
-			return fmt.Errorf("start attempt %d of %s: %w", n, id, err)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO execution_attempts (execution_id, n, callback_token_hash) VALUES ($1, $2, $3)`,
-			id, n, tokenHash); err != nil {
-			return fmt.Errorf("record attempt %d of %s: %w", n, id, err)
-		}
-		st = &r
-		return nil
-	})
-	return st, err
+			RETURNING e.capability, e.mode, e.payload, e.deadline_at, e.lease_expires_at, a.endpoint, c.lease_ms
+		), attempt AS (
+			INSERT INTO execution_attempts (execution_id, n, callback_token_hash) SELECT $1, $2, $3 FROM started
+		)
+		SELECT * FROM started`,
+		id, n, tokenHash, scale(time.Second).Seconds()).
+		Scan(&r.Capability, &r.Mode, &r.Payload, &r.Deadline, &r.LeaseExpiresAt, &r.AdapterEndpoint, &leaseMS)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotStartable
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start attempt %d of %s: %w", n, id, err)
+	}
+	r.Lease = scale(time.Duration(leaseMS) * time.Millisecond)
+	return &r, nil
 }
 
 // AttemptStartable reports whether attempt n of the execution could start now: the execution is

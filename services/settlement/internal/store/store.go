@@ -91,21 +91,6 @@ func settle(ctx context.Context, tx pgx.Tx, o Outcome) (*Settled, error) {
 	if err != nil {
 		return nil, fmt.Errorf("settle execution %s: %w", o.ExecutionID, err)
 	}
-	if _, err := tx.Exec(ctx, `
-		UPDATE execution_attempts SET ended_at = now(), outcome = $3,
-			failure_class = coalesce($4, failure_class), failure_code = coalesce($5, failure_code),
-			failure_message = coalesce($6, failure_message)
-		WHERE execution_id = $1 AND n = $2 AND ended_at IS NULL`,
-		o.ExecutionID, o.Attempt, cmp.Or(o.AttemptOutcome, o.Status), nullable(f.Class), nullable(f.Code), nullable(f.Message)); err != nil {
-		return nil, fmt.Errorf("close attempt %d: %w", o.Attempt, err)
-	}
-	if o.FromStatus == execution.StatusPending {
-		// The next attempt will not start: its waiting dispatch record goes too. One already
-		// published finds the execution settled and is acknowledged without effect.
-		if _, err := tx.Exec(ctx, `DELETE FROM dispatches WHERE execution_id = $1`, o.ExecutionID); err != nil {
-			return nil, fmt.Errorf("delete dispatch records of %s: %w", o.ExecutionID, err)
-		}
-	}
 	eventID, err := uuid.NewV7()
 	if err != nil {
 		return nil, fmt.Errorf("event id: %w", err)
@@ -114,14 +99,27 @@ func settle(ctx context.Context, tx pgx.Tx, o Outcome) (*Settled, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, `
+	// The rest of the settlement in one round trip (pgx pipelines a batch): close the attempt,
+	// drop a waiting dispatch, insert the completion event, wake the event relay at commit.
+	b := &pgx.Batch{}
+	b.Queue(`
+		UPDATE execution_attempts SET ended_at = now(), outcome = $3,
+			failure_class = coalesce($4, failure_class), failure_code = coalesce($5, failure_code),
+			failure_message = coalesce($6, failure_message)
+		WHERE execution_id = $1 AND n = $2 AND ended_at IS NULL`,
+		o.ExecutionID, o.Attempt, cmp.Or(o.AttemptOutcome, o.Status), nullable(f.Class), nullable(f.Code), nullable(f.Message))
+	if o.FromStatus == execution.StatusPending {
+		// The next attempt will not start: its waiting dispatch record goes too. One already
+		// published finds the execution settled and is acknowledged without effect.
+		b.Queue(`DELETE FROM dispatches WHERE execution_id = $1`, o.ExecutionID)
+	}
+	b.Queue(`
 		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at)
 		VALUES ($1, $2, $3, $4, $5, now())`,
-		eventID, row.ApplicationID, row.ID, execution.EventTypeExecutionComplete, payload); err != nil {
-		return nil, fmt.Errorf("insert completion event: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, execution.EventsNotifyChannel, eventID.String()); err != nil {
-		return nil, fmt.Errorf("notify event relay: %w", err)
+		eventID, row.ApplicationID, row.ID, execution.EventTypeExecutionComplete, payload)
+	b.Queue(`SELECT pg_notify($1, $2)`, execution.EventsNotifyChannel, eventID.String())
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("close attempt %d, record the completion event of %s: %w", o.Attempt, o.ExecutionID, err)
 	}
 	return &Settled{Execution: row, EventID: eventID.String()}, nil
 }
