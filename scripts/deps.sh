@@ -639,6 +639,10 @@ write_env_file() {
     printf '# INTEGRATIONS_AMQP_URL source: %s\n' "$AMQP_SOURCE"
     env_line INTEGRATIONS_PG_URL "$PG_URL"
     env_line INTEGRATIONS_AMQP_URL "$AMQP_URL"
+    # The node rabbitmqctl reaches for the broker's own counters (make bench): the project-local one.
+    if [[ $AMQP_SOURCE == project-local* ]]; then
+      env_line INTEGRATIONS_RABBITMQ_NODE "$RMQ_NODENAME"
+    fi
   } >"$tmp"
   mv -f "$tmp" "$ENV_FILE"
 }

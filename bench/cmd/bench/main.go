@@ -72,6 +72,7 @@ type options struct {
 	mqJSON         string
 	e2eModes       []string
 	temporalClosed bool
+	gomaxprocs     int
 	profileAll     string
 	profileSecs    time.Duration
 }
@@ -101,6 +102,7 @@ func parseFlags() (options, error) {
 	flag.StringVar(&peers, "peers", "river,temporal", "e2e: peers to run beside the platform (river, temporal; empty: none)")
 	flag.StringVar(&o.profileAll, "profile", "", "e2e: directory for CPU profiles of every service over the first -profile-d of the run (serves pprof on each)")
 	flag.DurationVar(&o.profileSecs, "profile-d", 15*time.Second, "e2e: length of the -profile CPU profiles")
+	flag.IntVar(&o.gomaxprocs, "service-gomaxprocs", 0, "GOMAXPROCS of every program of the stack (0: Go's default, the CPUs available to it)")
 	flag.StringVar(&o.mqJSON, "mq-json", "", "a bench-mq JSON result to include in the report (make bench passes the one it just measured)")
 	flag.StringVar(&callers, "callers", "1,16,64", "concurrent callers (closed loop)")
 	flag.IntVar(&o.n, "n", 0, "calls per run (0: run for -d instead)")
@@ -221,6 +223,7 @@ func run() error {
 	st, err := stack.Start(ctx, stack.Config{
 		Root: o.root, BinDir: binDir, DatabaseURL: o.dbURL, AMQPURL: o.amqpURL,
 		DatabaseParams: o.dbParams, GatewayPprof: o.pprof, Pprof: o.profileAll != "", Log: os.Stderr, Without: o.without,
+		Env: gomaxprocsEnv(o.gomaxprocs),
 	})
 	if err != nil {
 		return err
@@ -567,6 +570,13 @@ func defaultDBURL() string {
 		return strings.TrimRight(u, "/") + "/bench?sslmode=disable"
 	}
 	return "postgres://postgres@127.0.0.1:5432/bench?sslmode=disable"
+}
+
+func gomaxprocsEnv(n int) []string {
+	if n <= 0 {
+		return nil
+	}
+	return []string{"GOMAXPROCS=" + strconv.Itoa(n)}
 }
 
 func envOr(k, def string) string {

@@ -63,8 +63,8 @@ lists:flatten(io_lib:format("~w ~w ~w ~w ~w", [maps:get(messages_received_total,
   S(messages_dead_lettered_expired_total, D)])).`
 
 // ReadMQ reads the broker's counters with rabbitmqctl ($INTEGRATIONS_RABBITMQCTL, default
-// "rabbitmqctl", which must reach the broker's node: the default node of this machine, or
-// RABBITMQ_NODENAME and the Erlang cookie of a local one).
+// "rabbitmqctl") on the node $INTEGRATIONS_RABBITMQ_NODE (scripts/deps.sh sets it for a
+// project-local broker; default: rabbitmqctl's own default node).
 func ReadMQ(ctx context.Context) (MQ, error) {
 	bin := os.Getenv("INTEGRATIONS_RABBITMQCTL")
 	if bin == "" {
@@ -72,7 +72,11 @@ func ReadMQ(ctx context.Context) (MQ, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "-q", "eval", mqExpr).CombinedOutput()
+	args := []string{"-q"}
+	if node := os.Getenv("INTEGRATIONS_RABBITMQ_NODE"); node != "" {
+		args = append(args, "-n", node)
+	}
+	out, err := exec.CommandContext(ctx, bin, append(args, "eval", mqExpr)...).CombinedOutput()
 	if err != nil {
 		return MQ{}, fmt.Errorf("rabbitmqctl eval: %w: %.200s", err, out)
 	}
