@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -24,23 +23,13 @@ import (
 const Timeout = 10 * time.Minute
 
 // Tracker matches the receiver's deliveries to the executions waiting for them, by execution id.
-// A delivery may arrive before its invoke has answered (it cannot in practice: the dispatch
-// follows the commit the answer reports, but nothing here relies on it); a second delivery of one
-// event (at-least-once) is ignored.
 type Tracker struct {
-	mu      sync.Mutex
-	waiting map[string]chan arrival
-	early   map[string]arrival
-}
-
-type arrival struct {
-	at  time.Time
-	err error
+	done *load.Completions[string]
 }
 
 // NewTracker starts tracking the receiver's deliveries; Stop ends it.
 func NewTracker(r *stack.Receiver) *Tracker {
-	t := &Tracker{waiting: map[string]chan arrival{}, early: map[string]arrival{}}
+	t := &Tracker{done: load.NewCompletions[string]()}
 	r.OnEvent(t.onEvent)
 	return t
 }
@@ -54,46 +43,20 @@ func (t *Tracker) onEvent(ev stack.Event) {
 	if err := json.Unmarshal(ev.Body, &body); err != nil || body.Data.ExecutionID == "" {
 		return
 	}
-	a := arrival{at: ev.At, err: ev.VerifyErr}
-	if a.err != nil {
-		a.err = fmt.Errorf("webhook of %s did not verify: %w", body.Data.ExecutionID, a.err)
+	var err error
+	if ev.VerifyErr != nil {
+		err = fmt.Errorf("webhook of %s did not verify: %w", body.Data.ExecutionID, ev.VerifyErr)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if ch, ok := t.waiting[body.Data.ExecutionID]; ok {
-		delete(t.waiting, body.Data.ExecutionID)
-		ch <- a
-		return
-	}
-	t.early[body.Data.ExecutionID] = a
+	t.done.Done(body.Data.ExecutionID, ev.At, err)
 }
 
 // Await waits for the delivery of execution id's completion event and returns when it arrived.
 func (t *Tracker) Await(ctx context.Context, id string) (time.Time, error) {
-	ch := make(chan arrival, 1)
-	t.mu.Lock()
-	if a, ok := t.early[id]; ok {
-		delete(t.early, id)
-		t.mu.Unlock()
-		return a.at, a.err
+	at, err := t.done.Await(ctx, id, Timeout)
+	if err != nil && ctx.Err() == nil {
+		return at, fmt.Errorf("webhook of execution %w", err)
 	}
-	t.waiting[id] = ch
-	t.mu.Unlock()
-	timer := time.NewTimer(Timeout)
-	defer timer.Stop()
-	select {
-	case a := <-ch:
-		return a.at, a.err
-	case <-ctx.Done():
-	case <-timer.C:
-	}
-	t.mu.Lock()
-	delete(t.waiting, id)
-	t.mu.Unlock()
-	if ctx.Err() != nil {
-		return time.Time{}, ctx.Err()
-	}
-	return time.Time{}, fmt.Errorf("no webhook for execution %s within %s", id, Timeout)
+	return at, err
 }
 
 // Stop stops tracking.

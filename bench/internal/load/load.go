@@ -201,6 +201,50 @@ type OpenParams struct {
 // ErrOverloaded is the failure of an open-loop arrival that found MaxInFlight calls unanswered.
 var ErrOverloaded = errors.New("overloaded: too many calls in flight")
 
+// recorder collects the outcomes of calls that end on goroutines of their own.
+type recorder struct {
+	mu       sync.Mutex
+	start    time.Time
+	lats     []time.Duration
+	errCount int
+	firstErr error
+	last     time.Time
+	onError  func(count int) // called with the failures so far, under the lock (nil: none)
+}
+
+// record notes a call that ended at end, after lat, with err.
+func (r *recorder) record(lat time.Duration, end time.Time, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if end.After(r.last) {
+		r.last = end
+	}
+	if err != nil {
+		r.errCount++
+		if r.firstErr == nil {
+			r.firstErr = err
+		}
+		if r.onError != nil {
+			r.onError(r.errCount)
+		}
+		return
+	}
+	r.lats = append(r.lats, lat)
+}
+
+// result summarizes what was recorded; call it when no call is running any more.
+func (r *recorder) result() Result {
+	res := Result{Errors: r.errCount, FirstErr: r.firstErr, Requests: len(r.lats)}
+	if !r.last.IsZero() {
+		res.Elapsed = r.last.Sub(r.start)
+	}
+	if len(r.lats) > 0 {
+		slices.Sort(r.lats)
+		res.P50, res.P99, res.Max = Percentile(r.lats, 50), Percentile(r.lats, 99), r.lats[len(r.lats)-1]
+	}
+	return res
+}
+
 // RunOpen runs op open-loop. Each call's latency is measured from its scheduled arrival time, not
 // from when its goroutine got to run, so a lagging generator cannot hide latency (coordinated
 // omission). It returns when every started call has answered or ctx ends.
@@ -215,34 +259,14 @@ func RunOpen(ctx context.Context, p OpenParams, op Op) Result {
 	}
 	interval := time.Duration(float64(time.Second) / p.Rate)
 	var (
-		mu       sync.Mutex
-		lats     = make([]time.Duration, 0, n)
-		errCount int
-		firstErr error
-		last     time.Time
 		wg       sync.WaitGroup
 		inFlight atomic.Int64
 	)
-	record := func(lat time.Duration, end time.Time, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if end.After(last) {
-			last = end
-		}
-		if err != nil {
-			errCount++
-			if firstErr == nil {
-				firstErr = err
-			}
-			return
-		}
-		lats = append(lats, lat)
-	}
-	start := time.Now()
+	rec := &recorder{start: time.Now(), lats: make([]time.Duration, 0, n)}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for i := range n {
-		due := start.Add(time.Duration(i) * interval)
+		due := rec.start.Add(time.Duration(i) * interval)
 		if wait := time.Until(due); wait > 0 {
 			timer.Reset(wait)
 			select {
@@ -254,7 +278,7 @@ func RunOpen(ctx context.Context, p OpenParams, op Op) Result {
 			break
 		}
 		if inFlight.Load() >= int64(limit) {
-			record(0, time.Now(), ErrOverloaded)
+			rec.record(0, time.Now(), ErrOverloaded)
 			continue
 		}
 		inFlight.Add(1)
@@ -267,19 +291,11 @@ func RunOpen(ctx context.Context, p OpenParams, op Op) Result {
 			if err != nil && ctx.Err() != nil {
 				return // interrupted: not the operation's failure
 			}
-			record(end.Sub(due), end, err)
+			rec.record(end.Sub(due), end, err)
 		}()
 	}
 	wg.Wait()
-	r := Result{Errors: errCount, FirstErr: firstErr, Requests: len(lats)}
-	if !last.IsZero() {
-		r.Elapsed = last.Sub(start)
-	}
-	if len(lats) > 0 {
-		slices.Sort(lats)
-		r.P50, r.P99, r.Max = Percentile(lats, 50), Percentile(lats, 99), lats[len(lats)-1]
-	}
-	return r
+	return rec.result()
 }
 
 // Submit starts one call and returns at once with the function that waits for its completion
@@ -298,41 +314,27 @@ func RunPipelined(ctx context.Context, p Params, maxErrors int, submit Submit) R
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		next     atomic.Int64
-		mu       sync.Mutex
-		lats     = make([]time.Duration, 0, max(p.N, 0))
-		errCount int
-		firstErr error
-		last     time.Time
-		waiters  sync.WaitGroup
-		callers  sync.WaitGroup
+		next             atomic.Int64
+		waiters, callers sync.WaitGroup
 	)
-	record := func(t0 time.Time, err error) {
-		t1 := time.Now()
-		mu.Lock()
-		defer mu.Unlock()
-		if t1.After(last) {
-			last = t1
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return // interrupted: not the call's failure
-			}
-			errCount++
-			if firstErr == nil {
-				firstErr = err
-			}
-			if maxErrors > 0 && errCount >= maxErrors {
+	rec := &recorder{start: time.Now(), lats: make([]time.Duration, 0, max(p.N, 0))}
+	if maxErrors > 0 {
+		rec.onError = func(count int) {
+			if count >= maxErrors {
 				cancel()
 			}
-			return
 		}
-		lats = append(lats, t1.Sub(t0))
 	}
-	start := time.Now()
+	record := func(t0 time.Time, err error) {
+		if err != nil && ctx.Err() != nil {
+			return // interrupted: not the call's failure
+		}
+		t1 := time.Now()
+		rec.record(t1.Sub(t0), t1, err)
+	}
 	var deadline time.Time
 	if p.N <= 0 {
-		deadline = start.Add(p.Duration)
+		deadline = rec.start.Add(p.Duration)
 	}
 	for w := range p.Callers {
 		callers.Go(func() {
@@ -356,13 +358,5 @@ func RunPipelined(ctx context.Context, p Params, maxErrors int, submit Submit) R
 	}
 	callers.Wait()
 	waiters.Wait()
-	r := Result{Errors: errCount, FirstErr: firstErr, Requests: len(lats)}
-	if !last.IsZero() {
-		r.Elapsed = last.Sub(start)
-	}
-	if len(lats) > 0 {
-		slices.Sort(lats)
-		r.P50, r.P99, r.Max = Percentile(lats, 50), Percentile(lats, 99), lats[len(lats)-1]
-	}
-	return r
+	return rec.result()
 }

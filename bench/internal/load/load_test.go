@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,4 +48,39 @@ func TestRunOpenKeepsArrivingWhileCallsAreInFlight(t *testing.T) {
 	require.Equal(t, 10, r.Requests, "every arrival was made although the first call had not answered")
 	require.GreaterOrEqual(t, peak.Load(), int64(2))
 	require.GreaterOrEqual(t, r.Max, 9*time.Millisecond, "the first call's latency counts from its scheduled arrival until the last arrival released it")
+}
+
+func TestCompletionsHandsEachCompletionToItsCaller(t *testing.T) {
+	c := NewCompletions[string]()
+	ctx := context.Background()
+	early := time.Unix(100, 0)
+	c.Done("a", early, nil) // reported before anyone awaits it
+	at, err := c.Await(ctx, "a", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, early, at)
+
+	got := make(chan time.Time)
+	go func() {
+		at, err := c.Await(ctx, "b", time.Minute)
+		require.NoError(t, err)
+		got <- at
+	}()
+	later := time.Unix(200, 0)
+	for {
+		c.mu.Lock()
+		_, waiting := c.waiting["b"]
+		c.mu.Unlock()
+		if waiting {
+			break
+		}
+		runtime.Gosched()
+	}
+	c.Done("b", later, nil)
+	require.Equal(t, later, <-got)
+
+	_, err = c.Await(ctx, "never", time.Millisecond)
+	require.ErrorContains(t, err, "never: no completion within 1ms")
+	c.mu.Lock()
+	require.Empty(t, c.waiting, "a caller that gave up leaves nothing behind")
+	c.mu.Unlock()
 }

@@ -146,16 +146,12 @@ type Peer struct {
 	dispatched  chan struct{} // closed when the dispatcher has drained the subscription
 	desc        string
 
-	mu      sync.Mutex
-	waiting map[int64]chan completion
-	early   map[int64]completion // completions observed before their inserter asked (cannot happen in practice)
+	done *load.Completions[int64] // by job id
 
 	statsMu   sync.Mutex
 	queueWait []time.Duration
 	complete  []time.Duration
 }
-
-type completion struct{ at time.Time }
 
 // Start empties the job table of c.Schema (a run may reuse the schema), opens the pool and starts
 // the River client working the default queue with c.Concurrency workers. Close releases it.
@@ -197,8 +193,7 @@ func Start(ctx context.Context, c Config) (*Peer, error) {
 	p := &Peer{
 		pool: pool, client: client,
 		dispatched: make(chan struct{}),
-		waiting:    map[int64]chan completion{},
-		early:      map[int64]completion{},
+		done:       load.NewCompletions[int64](),
 		desc: fmt.Sprintf("River v0.51.2 (riverpgxv5): one queue of MaxWorkers %d, worker echo returning nil; "+
 			"FetchCooldown %s, FetchPollInterval %s, LISTEN/NOTIFY on; pgx pool of %d connections; "+
 			"batch completer (River's, fixed: 50 ms tick, writes at ≥100 pending or every 250 ms); "+
@@ -241,15 +236,7 @@ func (p *Peer) dispatch(events <-chan *river.Event) {
 		if ev == nil || ev.Kind != river.EventKindJobCompleted || ev.Job == nil {
 			continue
 		}
-		id := ev.Job.ID
-		p.mu.Lock()
-		if ch, ok := p.waiting[id]; ok {
-			delete(p.waiting, id)
-			ch <- completion{at: at}
-		} else {
-			p.early[id] = completion{at: at}
-		}
-		p.mu.Unlock()
+		p.done.Done(ev.Job.ID, at, nil)
 		if ev.JobStats != nil {
 			p.statsMu.Lock()
 			p.queueWait = append(p.queueWait, ev.JobStats.QueueWaitDuration)
@@ -261,30 +248,11 @@ func (p *Peer) dispatch(events <-chan *river.Event) {
 
 // await waits for job id's completion event.
 func (p *Peer) await(ctx context.Context, id int64) (time.Time, error) {
-	ch := make(chan completion, 1)
-	p.mu.Lock()
-	if c, ok := p.early[id]; ok {
-		delete(p.early, id)
-		p.mu.Unlock()
-		return c.at, nil
+	at, err := p.done.Await(ctx, id, Timeout)
+	if err != nil && ctx.Err() == nil {
+		return at, fmt.Errorf("job %w", err)
 	}
-	p.waiting[id] = ch
-	p.mu.Unlock()
-	timer := time.NewTimer(Timeout)
-	defer timer.Stop()
-	select {
-	case c := <-ch:
-		return c.at, nil
-	case <-ctx.Done():
-	case <-timer.C:
-	}
-	p.mu.Lock()
-	delete(p.waiting, id)
-	p.mu.Unlock()
-	if ctx.Err() != nil {
-		return time.Time{}, ctx.Err()
-	}
-	return time.Time{}, fmt.Errorf("job %d not reported completed within %s", id, Timeout)
+	return at, err
 }
 
 // Op inserts an echo job and waits until its completion event is observed.
