@@ -624,13 +624,25 @@ func openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, e
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
+// handedOut holds every address freeAddr returned in this process: the kernel may give a port just
+// closed to the next listener.
+var handedOut sync.Map
+
+// freeAddr returns a loopback address no listener holds and freeAddr has not returned before.
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		addr := l.Addr().String()
+		if err := l.Close(); err != nil {
+			return "", err
+		}
+		if _, taken := handedOut.LoadOrStore(addr, true); !taken {
+			return addr, nil
+		}
 	}
-	addr := l.Addr().String()
-	return addr, l.Close()
 }
 
 func randomHex(n int) string {
