@@ -4,19 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/integrations-platform/integrations/bench/internal/accept"
+	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 )
 
-func databaseURL() string {
-	if u := os.Getenv("INTEGRATIONS_BENCH_DATABASE_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
+// databaseURL is the tests' database (INTEGRATIONS_TEST_DATABASE_URL), as for every other test.
+func databaseURL() string { return dbtest.BaseURL() }
 
 // freshSchema creates a schema with River's tables, dropped when the test ends.
 func freshSchema(t *testing.T, ctx context.Context, url string) string {
