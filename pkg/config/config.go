@@ -17,14 +17,14 @@ type Common struct {
 	DatabaseURL string `env:"INTEGRATIONS_DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/integrations?sslmode=disable"`
 	// DatabaseMaxConns sizes the service's connection pool; 0 keeps the URL's pool_max_conns or
 	// the service's own default.
-	DatabaseMaxConns int           `env:"INTEGRATIONS_DATABASE_MAX_CONNS" envDefault:"0"`
-	AMQPURL          string        `env:"INTEGRATIONS_AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
-	QueueScope       string        `env:"INTEGRATIONS_QUEUE_SCOPE" envDefault:"integrations"`
-	TimeScale        float64       `env:"INTEGRATIONS_TIME_SCALE" envDefault:"1"`
-	MetricsAddr      string        `env:"INTEGRATIONS_METRICS_ADDR"`
+	DatabaseMaxConns int     `env:"INTEGRATIONS_DATABASE_MAX_CONNS" envDefault:"0"`
+	AMQPURL          string  `env:"INTEGRATIONS_AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	QueueScope       string  `env:"INTEGRATIONS_QUEUE_SCOPE" envDefault:"integrations"`
+	TimeScale        float64 `env:"INTEGRATIONS_TIME_SCALE" envDefault:"1"`
+	MetricsAddr      string  `env:"INTEGRATIONS_METRICS_ADDR"`
 	// Pprof serves net/http/pprof on the metrics address too: for diagnosis, off by default.
-	Pprof bool `env:"INTEGRATIONS_PPROF" envDefault:"false"`
-	ShutdownTimeout  time.Duration `env:"INTEGRATIONS_SHUTDOWN_TIMEOUT" envDefault:"15s"`
+	Pprof           bool          `env:"INTEGRATIONS_PPROF" envDefault:"false"`
+	ShutdownTimeout time.Duration `env:"INTEGRATIONS_SHUTDOWN_TIMEOUT" envDefault:"15s"`
 }
 
 // Validate checks the shared settings.
