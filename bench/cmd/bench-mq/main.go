@@ -40,6 +40,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/integrations-platform/integrations/bench/internal/flagx"
 	"github.com/integrations-platform/integrations/bench/internal/mqbench"
 	"github.com/integrations-platform/integrations/pkg/mq"
 )
@@ -79,7 +80,7 @@ func main() {
 func parseFlags() (options, error) {
 	o := options{}
 	var conc, failConc, scen string
-	flag.StringVar(&o.url, "url", envOr("INTEGRATIONS_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL (default $INTEGRATIONS_AMQP_URL)")
+	flag.StringVar(&o.url, "url", flagx.EnvOr("INTEGRATIONS_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL (default $INTEGRATIONS_AMQP_URL)")
 	flag.IntVar(&o.n, "n", 20000, "messages per run (baseline and ack path)")
 	flag.IntVar(&o.failN, "fail-n", 5000, "messages per failed-path run")
 	flag.IntVar(&o.reps, "r", 3, "repetitions per scenario; the median is reported")
@@ -99,23 +100,17 @@ func parseFlags() (options, error) {
 	flag.IntVar(&o.failTargetC, "fail-target-c", 32, "concurrency at which the failed-path target applies")
 	flag.Parse()
 	var err error
-	if o.conc, err = ints(conc); err != nil {
+	if o.conc, err = flagx.Ints(conc); err != nil {
 		return o, fmt.Errorf("-c: %w", err)
 	}
-	if o.failConc, err = ints(failConc); err != nil {
+	if o.failConc, err = flagx.Ints(failConc); err != nil {
 		return o, fmt.Errorf("-fail-c: %w", err)
 	}
 	if o.n < 1 || o.failN < 1 || o.reps < 1 {
 		return o, errors.New("-n, -fail-n and -r must be positive")
 	}
-	o.scenarios = map[string]bool{}
-	for _, s := range strings.Split(scen, ",") {
-		switch s = strings.TrimSpace(s); s {
-		case "raw-ack", "port-ack", "raw-fail", "port-fail":
-			o.scenarios[s] = true
-		default:
-			return o, fmt.Errorf("-scenarios: unknown %q", s)
-		}
+	if o.scenarios, err = flagx.Set(scen, "raw-ack", "port-ack", "raw-fail", "port-fail"); err != nil {
+		return o, fmt.Errorf("-scenarios: %w", err)
 	}
 	return o, nil
 }
@@ -448,31 +443,6 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-time.After(d):
 	case <-ctx.Done():
 	}
-}
-
-func ints(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q is not a positive integer", f)
-		}
-		out = append(out, n)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("empty list")
-	}
-	return out, nil
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }
 
 func randHex(n int) string {

@@ -144,7 +144,7 @@ func runE2E(ctx context.Context, o options, st *stack.Stack, rep *Report, mode, 
 			if mode == modePipelined {
 				return load.RunPipelined(ctx, load.Params{Callers: o.e2eC, N: o.e2eN}, o.maxErrors, submit)
 			}
-			return load.Run(ctx, load.Params{Callers: o.e2eC, N: o.e2eN}, o.maxErrors, opOf(submit))
+			return load.Run(ctx, load.Params{Callers: o.e2eC, N: o.e2eN}, o.maxErrors, load.OpOf(submit))
 		}
 		if mode != modePipelined {
 			return drive()
@@ -182,20 +182,9 @@ func runE2E(ctx context.Context, o options, st *stack.Stack, rep *Report, mode, 
 	return nil
 }
 
-// opOf is the whole call of a submit: submit, then wait.
-func opOf(submit load.Submit) load.Op {
-	return func(ctx context.Context, w int, seq int64) error {
-		wait, err := submit(ctx, w, seq)
-		if err != nil {
-			return err
-		}
-		return wait()
-	}
-}
-
 // flowRun is flowRunSubmit for a run that needs the whole call.
 func flowRun(ctx context.Context, o options, st *stack.Stack, run func(load.Op) load.Result) (load.Result, error) {
-	return flowRunSubmit(ctx, o, st, func(s load.Submit) load.Result { return run(opOf(s)) })
+	return flowRunSubmit(ctx, o, st, func(s load.Submit) load.Result { return run(load.OpOf(s)) })
 }
 
 // flowRunSubmit drains the stack, runs a warm-up and then the measured run of the end-to-end call.
@@ -209,7 +198,7 @@ func flowRunSubmit(ctx context.Context, o options, st *stack.Stack, run func(loa
 	}
 	defer release()
 	if o.warmup > 0 {
-		load.Run(ctx, load.Params{Callers: 16, Duration: o.warmup}, o.maxErrors, opOf(submit))
+		load.Run(ctx, load.Params{Callers: 16, Duration: o.warmup}, o.maxErrors, load.OpOf(submit))
 		if _, err := st.Drain(ctx, o.drainTimeout); err != nil {
 			return load.Result{}, err
 		}

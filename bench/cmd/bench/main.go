@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/integrations-platform/integrations/bench/internal/accept"
+	"github.com/integrations-platform/integrations/bench/internal/flagx"
 	"github.com/integrations-platform/integrations/bench/internal/load"
 	"github.com/integrations-platform/integrations/bench/internal/procstat"
 	"github.com/integrations-platform/integrations/bench/internal/stack"
@@ -89,7 +90,7 @@ func parseFlags() (options, error) {
 	var scen, callers, params, only string
 	flag.StringVar(&o.root, "root", "", "workspace root (default: the directory of go.work at or above the working directory)")
 	flag.StringVar(&o.dbURL, "db", defaultDBURL(), "database the stack's schema (and River's) is created in (default $INTEGRATIONS_BENCH_DATABASE_URL, else $INTEGRATIONS_PG_URL/bench)")
-	flag.StringVar(&o.amqpURL, "amqp", envOr("INTEGRATIONS_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL (default $INTEGRATIONS_AMQP_URL)")
+	flag.StringVar(&o.amqpURL, "amqp", flagx.EnvOr("INTEGRATIONS_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL (default $INTEGRATIONS_AMQP_URL)")
 	flag.StringVar(&scen, "scenarios", "accept,serial,e2e,latency", "scenarios to run: accept, serial, e2e, latency")
 	flag.IntVar(&o.serialN, "serial-n", 300, "serial: executions, one at a time")
 	flag.IntVar(&o.e2eN, "e2e-n", 20000, "e2e: executions (the peers run as many)")
@@ -123,50 +124,23 @@ func parseFlags() (options, error) {
 	flag.StringVar(&without, "diagnose-without", "", "DIAGNOSIS ONLY: programs not to start (e.g. dispatcher); the figures are then not the platform's")
 	flag.Parse()
 	var err error
-	if o.callers, err = ints(callers); err != nil {
+	if o.callers, err = flagx.Ints(callers); err != nil {
 		return o, fmt.Errorf("-callers: %w", err)
 	}
 	if o.reps < 1 || o.n < 0 || (o.n == 0 && o.duration <= 0) {
 		return o, errors.New("-r must be positive, and -n positive or -d positive")
 	}
-	o.scenarios = map[string]bool{}
-	for _, s := range strings.Split(scen, ",") {
-		switch s = strings.TrimSpace(s); s {
-		case "accept", "serial", "e2e", "latency":
-			o.scenarios[s] = true
-		case "":
-		default:
-			return o, fmt.Errorf("-scenarios: unknown %q (accept, serial, e2e, latency)", s)
-		}
+	if o.scenarios, err = flagx.Set(scen, "accept", "serial", "e2e", "latency"); err != nil {
+		return o, fmt.Errorf("-scenarios: %w", err)
 	}
-	o.peers = map[string]bool{}
-	for _, s := range strings.Split(peers, ",") {
-		switch s = strings.TrimSpace(s); s {
-		case "river", "temporal":
-			o.peers[s] = true
-		case "":
-		default:
-			return o, fmt.Errorf("-peers: unknown %q (river, temporal)", s)
-		}
+	if o.peers, err = flagx.Set(peers, "river", "temporal"); err != nil {
+		return o, fmt.Errorf("-peers: %w", err)
 	}
-	for _, m := range strings.Split(modes, ",") {
-		switch m = strings.TrimSpace(m); m {
-		case "pipelined", "closed":
-			o.e2eModes = append(o.e2eModes, m)
-		case "":
-		default:
-			return o, fmt.Errorf("-e2e-modes: unknown %q (pipelined, closed)", m)
-		}
+	if o.e2eModes, err = flagx.Choices(modes, modePipelined, modeClosed); err != nil {
+		return o, fmt.Errorf("-e2e-modes: %w", err)
 	}
-	for _, f := range strings.Split(rates, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		r, err := strconv.ParseFloat(f, 64)
-		if err != nil || r <= 0 {
-			return o, fmt.Errorf("-rates: %q is not a positive rate", f)
-		}
-		o.rates = append(o.rates, r)
+	if o.rates, err = flagx.Floats(rates); err != nil {
+		return o, fmt.Errorf("-rates: %w", err)
 	}
 	if o.e2eN < 1 || o.e2eC < 1 || o.serialN < 1 || o.openD <= 0 {
 		return o, errors.New("-e2e-n, -e2e-c, -serial-n and -open-d must be positive")
@@ -176,16 +150,10 @@ func parseFlags() (options, error) {
 			return o, fmt.Errorf("-service-db-params: %w", err)
 		}
 	}
-	for _, s := range strings.Split(without, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			o.without = append(o.without, s)
-		}
-	}
+	o.without = flagx.List(without)
 	o.only = map[string]bool{}
-	for _, s := range strings.Split(only, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			o.only[s] = true
-		}
+	for _, s := range flagx.List(only) {
+		o.only[s] = true
 	}
 	if o.profileDir != "" {
 		if o.n > 0 {
@@ -577,31 +545,6 @@ func gomaxprocsEnv(n int) []string {
 		return nil
 	}
 	return []string{"GOMAXPROCS=" + strconv.Itoa(n)}
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
-func ints(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q is not a positive integer", f)
-		}
-		out = append(out, n)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("empty list")
-	}
-	return out, nil
 }
 
 // ms is d in milliseconds, to 0.01 ms.

@@ -62,23 +62,6 @@ func (t *Tracker) Await(ctx context.Context, id string) (time.Time, error) {
 // Stop stops tracking.
 func (t *Tracker) Stop(r *stack.Receiver) { r.OnEvent(nil) }
 
-// Prepare returns the end-to-end call over one gRPC connection to the gateway — invoke, then
-// wait for the webhook — and its release.
-func Prepare(st *stack.Stack) (load.Op, func(), error) {
-	submit, release, err := PrepareSubmit(st)
-	if err != nil {
-		return nil, nil, err
-	}
-	op := func(ctx context.Context, w int, seq int64) error {
-		wait, err := submit(ctx, w, seq)
-		if err != nil {
-			return err
-		}
-		return wait()
-	}
-	return op, release, nil
-}
-
 // PrepareSubmit returns the end-to-end call split in two: the invoke, answered when the gateway
 // accepted the execution, and the wait for its webhook.
 func PrepareSubmit(st *stack.Stack) (load.Submit, func(), error) {

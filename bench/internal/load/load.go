@@ -160,16 +160,23 @@ func Summarize(runs []Result) Summary {
 	})
 	s.Median = sorted[(len(sorted)-1)/2]
 	s.Min, s.Max = sorted[0].Rate(), sorted[len(sorted)-1].Rate()
-	p50 := make([]time.Duration, 0, len(runs))
-	p99 := make([]time.Duration, 0, len(runs))
-	for _, r := range runs {
-		p50 = append(p50, r.P50)
-		p99 = append(p99, r.P99)
-	}
-	slices.Sort(p50)
-	slices.Sort(p99)
-	s.Median.P50, s.Median.P99 = p50[(len(p50)-1)/2], p99[(len(p99)-1)/2]
+	s.Median.P50 = MedianOf(runs, func(r Result) time.Duration { return r.P50 })
+	s.Median.P99 = MedianOf(runs, func(r Result) time.Duration { return r.P99 })
 	return s
+}
+
+// MedianOf is the median (the lower middle one for an even count) of a duration taken from each
+// of items; 0 for none.
+func MedianOf[T any](items []T, d func(T) time.Duration) time.Duration {
+	if len(items) == 0 {
+		return 0
+	}
+	ds := make([]time.Duration, len(items))
+	for i, it := range items {
+		ds[i] = d(it)
+	}
+	slices.Sort(ds)
+	return ds[(len(ds)-1)/2]
 }
 
 // ErrNoCalls is returned by Check for a run in which no call succeeded.
@@ -301,6 +308,17 @@ func RunOpen(ctx context.Context, p OpenParams, op Op) Result {
 // Submit starts one call and returns at once with the function that waits for its completion
 // (the accept of an execution, and the wait for its webhook).
 type Submit func(ctx context.Context, worker int, seq int64) (wait func() error, err error)
+
+// OpOf is the whole call of a submit: submit, then wait for the completion.
+func OpOf(submit Submit) Op {
+	return func(ctx context.Context, w int, seq int64) error {
+		wait, err := submit(ctx, w, seq)
+		if err != nil {
+			return err
+		}
+		return wait()
+	}
+}
 
 // RunPipelined runs p.Callers submitters closed loop on the submit alone — each submits again as
 // soon as its previous submit answered, without waiting for completions — until p.N calls are

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/integrations-platform/integrations/bench/internal/load"
 )
 
 // tsHeader carries the publish time (UnixNano) for the latency figures.
@@ -63,15 +65,8 @@ func Summarize(n int, runs []Run) Summary {
 	s := Summary{Runs: runs, Median: sorted[(len(sorted)-1)/2]}
 	s.Min, s.Max = sorted[len(sorted)-1].Rate(n), sorted[0].Rate(n)
 	// Latency percentiles are medians of their own, not the median run's.
-	p50 := make([]time.Duration, 0, len(runs))
-	p99 := make([]time.Duration, 0, len(runs))
-	for _, r := range runs {
-		p50 = append(p50, r.P50)
-		p99 = append(p99, r.P99)
-	}
-	slices.Sort(p50)
-	slices.Sort(p99)
-	s.Median.P50, s.Median.P99 = p50[(len(p50)-1)/2], p99[(len(p99)-1)/2]
+	s.Median.P50 = load.MedianOf(runs, func(r Run) time.Duration { return r.P50 })
+	s.Median.P99 = load.MedianOf(runs, func(r Run) time.Duration { return r.P99 })
 	for _, r := range runs {
 		if r.Note != "" {
 			s.Median.Note = r.Note

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/integrations-platform/integrations/bench/internal/flagx"
 )
 
 // TestMeasure is the measurement behind BestConfig, run only on demand:
@@ -26,16 +28,16 @@ func TestMeasure(t *testing.T) {
 	ctx := context.Background()
 	url := databaseURL()
 	schema := freshSchema(t, ctx, url)
-	nSpec := envOr("RIVERPEER_N", "×40")
+	nSpec := flagx.EnvOr("RIVERPEER_N", "×40")
 	var concs []int
-	for _, s := range strings.Split(envOr("RIVERPEER_C", "1,16,64"), ",") {
+	for _, s := range strings.Split(flagx.EnvOr("RIVERPEER_C", "1,16,64"), ",") {
 		c, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil {
 			t.Fatal(err)
 		}
 		concs = append(concs, c)
 	}
-	for _, spec := range strings.Split(envOr("RIVERPEER_CONFIGS", "default;10ms/100ms/0"), ";") {
+	for _, spec := range strings.Split(flagx.EnvOr("RIVERPEER_CONFIGS", "default;10ms/100ms/0"), ";") {
 		c := parseConfig(t, spec)
 		c.DatabaseURL, c.Schema = url, schema
 		for _, conc := range concs {
@@ -49,13 +51,6 @@ func TestMeasure(t *testing.T) {
 				spec, conc, c.N, r.Rate(), ms(r.P50), ms(r.P99), ms(r.Max), ms(r.QueueWaitP50), ms(r.CompleteP50), r.Errors, r.FirstErr)
 		}
 	}
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }
 
 func jobs(t *testing.T, spec string, conc int) int {

@@ -256,17 +256,7 @@ func (p *Peer) await(ctx context.Context, id int64) (time.Time, error) {
 }
 
 // Op inserts an echo job and waits until its completion event is observed.
-func (p *Peer) Op() load.Op {
-	args := echoArgs{Bench: "end-to-end"}
-	return func(ctx context.Context, _ int, _ int64) error {
-		res, err := p.client.Insert(ctx, args, nil)
-		if err != nil {
-			return fmt.Errorf("insert: %w", err)
-		}
-		_, err = p.await(ctx, res.Job.ID)
-		return err
-	}
-}
+func (p *Peer) Op() load.Op { return load.OpOf(p.Submit()) }
 
 // stats returns the medians of River's queue-wait and complete durations so far.
 func (p *Peer) stats() (queueWait, complete time.Duration) {
