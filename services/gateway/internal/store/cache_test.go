@@ -55,16 +55,23 @@ func TestCacheForgetsExpiredAndNeverKeepsMisses(t *testing.T) {
 	_, err = st.CapabilityGet(ctx, dbtest.TestCapability)
 	require.NoError(t, err, "a miss is not cached: the capability is found once the catalog has it")
 
-	c := newCache[int](time.Minute)
-	c.put("k", 1)
-	v, ok := c.get("k")
-	require.True(t, ok)
-	require.Equal(t, 1, v)
-	c.entries["k"] = cacheEntry[int]{v: 1, expires: time.Now().Add(-time.Second)}
-	_, ok = c.get("k")
-	require.False(t, ok, "an expired entry is not used")
-	off := newCache[int](0)
-	off.put("k", 1)
-	_, ok = off.get("k")
-	require.False(t, ok, "a zero TTL keeps nothing")
+	short := New(s.Pool).WithCache(50 * time.Millisecond)
+	c, err := short.CapabilityGet(ctx, dbtest.TestCapability)
+	require.NoError(t, err)
+	require.EqualValues(t, dbtest.TestMaxAttempts, c.MaxAttempts)
+	_, err = s.Pool.Exec(ctx, `UPDATE capabilities SET max_attempts = 7`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		c, err := short.CapabilityGet(ctx, dbtest.TestCapability)
+		return err == nil && c.MaxAttempts == 7
+	}, 10*time.Second, 10*time.Millisecond, "an expired entry is not used")
+
+	off := New(s.Pool).WithCache(0)
+	c, err = off.CapabilityGet(ctx, dbtest.TestCapability)
+	require.NoError(t, err)
+	_, err = s.Pool.Exec(ctx, `UPDATE capabilities SET max_attempts = 8`)
+	require.NoError(t, err)
+	c, err = off.CapabilityGet(ctx, dbtest.TestCapability)
+	require.NoError(t, err)
+	require.EqualValues(t, 8, c.MaxAttempts, "a zero TTL keeps nothing")
 }

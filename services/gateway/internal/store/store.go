@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -25,10 +26,14 @@ var (
 
 // Store is the gateway's data access.
 type Store struct {
-	pool         *pgxpool.Pool
-	applications *cache[string]      // API key hash → application id
-	capabilities *cache[*Capability] // name → capability
+	pool *pgxpool.Pool
+	// Found values, kept for a short time (nil: no cache). Misses are never kept.
+	applications *expirable.LRU[string, string]      // API key hash → application id
+	capabilities *expirable.LRU[string, *Capability] // name → capability
 }
+
+// cacheSize bounds each cache; past it the least recently used entries go.
+const cacheSize = 10000
 
 // New returns a Store on pool, reading API keys and capabilities afresh on every call.
 func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
@@ -37,14 +42,19 @@ func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 // accept path does not read them on every call; a catalog change or a revoked key then takes
 // effect within ttl.
 func (s *Store) WithCache(ttl time.Duration) *Store {
-	s.applications, s.capabilities = newCache[string](ttl), newCache[*Capability](ttl)
+	if ttl > 0 { // expirable.NewLRU takes 0 as "never expire"
+		s.applications = expirable.NewLRU[string, string](cacheSize, nil, ttl)
+		s.capabilities = expirable.NewLRU[string, *Capability](cacheSize, nil, ttl)
+	}
 	return s
 }
 
 // ApplicationIDByKeyHash finds the application whose API key hashes to hash.
 func (s *Store) ApplicationIDByKeyHash(ctx context.Context, hash []byte) (string, error) {
-	if id, ok := s.applications.get(string(hash)); ok {
-		return id, nil
+	if s.applications != nil {
+		if id, ok := s.applications.Get(string(hash)); ok {
+			return id, nil
+		}
 	}
 	var id string
 	err := s.pool.QueryRow(ctx, `SELECT id FROM applications WHERE api_key_hash = $1`, hash).Scan(&id)
@@ -54,7 +64,9 @@ func (s *Store) ApplicationIDByKeyHash(ctx context.Context, hash []byte) (string
 	if err != nil {
 		return "", fmt.Errorf("look up application by key: %w", err)
 	}
-	s.applications.put(string(hash), id)
+	if s.applications != nil {
+		s.applications.Add(string(hash), id)
+	}
 	return id, nil
 }
 
@@ -81,8 +93,10 @@ func (c *Capability) AllowsMode(mode string) bool {
 // CapabilityGet reads a capability with its adapter's endpoint.
 // The result is shared with other callers when cached: it must not be modified.
 func (s *Store) CapabilityGet(ctx context.Context, name string) (*Capability, error) {
-	if c, ok := s.capabilities.get(name); ok {
-		return c, nil
+	if s.capabilities != nil {
+		if c, ok := s.capabilities.Get(name); ok {
+			return c, nil
+		}
 	}
 	var c Capability
 	var budgetMS, syncMS int64
@@ -98,7 +112,9 @@ func (s *Store) CapabilityGet(ctx context.Context, name string) (*Capability, er
 	}
 	c.AsyncBudget = time.Duration(budgetMS) * time.Millisecond
 	c.SyncTimeout = time.Duration(syncMS) * time.Millisecond
-	s.capabilities.put(name, &c)
+	if s.capabilities != nil {
+		s.capabilities.Add(name, &c)
+	}
 	return &c, nil
 }
 
