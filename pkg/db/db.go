@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -44,11 +46,41 @@ func AsyncCommit() Option {
 	}
 }
 
+// DefaultHealthCheckPeriod is how often the pool checks its idle connections unless the URL says
+// otherwise (pool_health_check_period): often enough that connections a restart or a failover
+// cut are replaced within seconds, not pgx's minute.
+const DefaultHealthCheckPeriod = 5 * time.Second
+
+// HealthCheckPeriod sets how often the pool checks its idle connections; 0 keeps what the URL says
+// (pool_health_check_period) or DefaultHealthCheckPeriod.
+func HealthCheckPeriod(d time.Duration) Option {
+	return func(c *pgxpool.Config) {
+		if d > 0 {
+			c.HealthCheckPeriod = d
+		}
+	}
+}
+
 // Open returns a pool for url and checks that the database answers.
+//
+// The pool never hands out a connection it can tell is dead: on every acquire it peeks at the
+// socket (no round trip, see peekAlive), and a connection whose backend has gone — its FATAL
+// error or the end of the stream is waiting there — is discarded and the next one taken, a fresh
+// one if every idle one is dead. So a burst of terminated backends costs reconnects, not failed
+// statements. pgx itself pings a connection idle for over a second before handing it out, which
+// also catches a peer that vanished without closing; the health check replaces idle connections
+// every HealthCheckPeriod.
 func Open(ctx context.Context, url string, opts ...Option) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if !strings.Contains(url, "pool_health_check_period") {
+		cfg.HealthCheckPeriod = DefaultHealthCheckPeriod
+	}
+	cfg.PrepareConn = func(_ context.Context, c *pgx.Conn) (bool, error) {
+		alive, _ := peekAlive(c.PgConn().Conn())
+		return alive, nil
 	}
 	for _, o := range opts {
 		o(cfg)
@@ -65,8 +97,30 @@ func Open(ctx context.Context, url string, opts ...Option) (*pgxpool.Pool, error
 }
 
 // WithTx runs fn in a transaction, committing if it returns nil and rolling back otherwise.
+//
+// A BEGIN that fails on a dead connection is tried once more on another: nothing of fn ran, and
+// BEGIN itself changes nothing, so the retry is safe whatever the error says was sent. A
+// connection lost later, inside fn or at COMMIT, is not retried here: fn may have side effects
+// in memory, and a lost COMMIT may have committed. Such an error is a connection error
+// (IsConnectionError), which the caller sees as UNAVAILABLE: retry.
 func WithTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, pool, fn)
+	tx, err := pool.Begin(ctx)
+	if err != nil && IsConnectionError(err) && ctx.Err() == nil {
+		tx, err = pool.Begin(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	// Roll back without the caller's context: a cancelled request must not leave the connection
+	// to be returned mid-transaction. After a commit the rollback is a no-op.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit transaction: %w", err)
+	}
+	return nil
 }
 
 // IsUniqueViolation reports whether err is a unique-constraint violation, optionally of the

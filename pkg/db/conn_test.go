@@ -1,0 +1,255 @@
+package db_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/integrations-platform/integrations/pkg/apperr"
+	"github.com/integrations-platform/integrations/pkg/db"
+	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+)
+
+const poolSize = 4
+
+// appURL is the test database's URL with an application_name of this test's own, so that the
+// test terminates its own backends and nobody else's.
+func appURL(t *testing.T) (string, string) {
+	t.Helper()
+	b := make([]byte, 6)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	name := "dbtest_" + hex.EncodeToString(b)
+	u, err := url.Parse(dbtest.BaseURL())
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String(), name
+}
+
+// fillAndTerminate makes the pool hold poolSize idle connections, then terminates their backends
+// and waits until Postgres has them gone: the pool now holds poolSize dead connections, idle for
+// well under a second (so pgx's own ping-after-a-second-idle does not look at them).
+func fillAndTerminate(t *testing.T, pool *pgxpool.Pool, app string) {
+	t.Helper()
+	ctx := context.Background()
+	conns := make([]*pgxpool.Conn, 0, poolSize)
+	for range poolSize {
+		c, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	require.Equal(t, int32(poolSize), pool.Stat().IdleConns())
+
+	admin, err := pgx.Connect(ctx, dbtest.BaseURL())
+	require.NoError(t, err)
+	defer func() { _ = admin.Close(ctx) }()
+	var n int
+	require.NoError(t, admin.QueryRow(ctx,
+		`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n))
+	require.Equal(t, poolSize, n)
+	require.Eventually(t, func() bool {
+		var left int
+		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&left)
+		return err == nil && left == 0
+	}, 5*time.Second, 5*time.Millisecond)
+}
+
+func TestPoolSkipsConnectionsWhoseBackendsWereTerminated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u, app := appURL(t)
+	pool, err := db.Open(ctx, u, db.MaxConns(poolSize))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	fillAndTerminate(t, pool, app)
+	start := time.Now()
+	for i := range poolSize + 1 {
+		var one int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT 1`).Scan(&one), "statement %d after the backends were terminated", i)
+	}
+	require.Less(t, time.Since(start), time.Second, "the dead connections were skipped, not waited out")
+
+	fillAndTerminate(t, pool, app)
+	var got int
+	require.NoError(t, db.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT 2`).Scan(&got)
+	}))
+	require.Equal(t, 2, got)
+}
+
+// The control: a pgx pool as it comes hands out the dead connections, and the statements on
+// them fail, with errors IsConnectionError knows.
+func TestPlainPgxPoolFailsOnTerminatedBackends(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u, app := appURL(t)
+	cfg, err := pgxpool.ParseConfig(u)
+	require.NoError(t, err)
+	cfg.MaxConns = poolSize
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	fillAndTerminate(t, pool, app)
+	var failures int
+	for range poolSize + 1 {
+		var one int
+		if err := pool.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
+			failures++
+			require.True(t, db.IsConnectionError(err), "%v", err)
+			require.True(t, apperr.IsDependencyFailure(err), "%v", err)
+		}
+	}
+	require.Positive(t, failures, "without the check, a dead connection is handed out")
+}
+
+func TestPoolHealthCheckPeriod(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := db.Open(ctx, dbtest.BaseURL())
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.Equal(t, db.DefaultHealthCheckPeriod, pool.Config().HealthCheckPeriod)
+
+	pool2, err := db.Open(ctx, dbtest.BaseURL()+"&pool_health_check_period=2s")
+	require.NoError(t, err)
+	t.Cleanup(pool2.Close)
+	require.Equal(t, 2*time.Second, pool2.Config().HealthCheckPeriod, "the URL's setting wins")
+
+	pool3, err := db.Open(ctx, dbtest.BaseURL(), db.HealthCheckPeriod(time.Second))
+	require.NoError(t, err)
+	t.Cleanup(pool3.Close)
+	require.Equal(t, time.Second, pool3.Config().HealthCheckPeriod)
+}
+
+func TestWithTxRollsBackAndCommits(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	ctx := context.Background()
+	_, err := s.Pool.Exec(ctx, `CREATE TABLE t (v int)`)
+	require.NoError(t, err)
+
+	boom := errors.New("boom")
+	err = db.WithTx(ctx, s.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (1)`); err != nil {
+			return err
+		}
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+
+	// A cancelled caller still leaves no transaction open on the connection.
+	cctx, cancel := context.WithCancel(ctx)
+	err = db.WithTx(cctx, s.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(cctx, `INSERT INTO t VALUES (2)`); err != nil {
+			return err
+		}
+		cancel()
+		return cctx.Err()
+	})
+	require.ErrorIs(t, err, context.Canceled)
+
+	require.NoError(t, db.WithTx(ctx, s.Pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO t VALUES (3)`)
+		return err
+	}))
+	var vals []int
+	rows, err := s.Pool.Query(ctx, `SELECT v FROM t ORDER BY v`)
+	require.NoError(t, err)
+	vals, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	require.Equal(t, []int{3}, vals)
+}
+
+func TestIsConnectionError(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	// A real dial failure: nothing listens on port 1.
+	_, dialErr := pgx.Connect(ctx, "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2")
+	require.Error(t, dialErr)
+
+	closed, err := db.Open(ctx, dbtest.BaseURL())
+	require.NoError(t, err)
+	closed.Close()
+	_, closedErr := closed.Exec(ctx, `SELECT 1`)
+	require.Error(t, closedErr)
+
+	// A real server error about the statement.
+	pool, err := db.Open(ctx, dbtest.BaseURL())
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, syntaxErr := pool.Exec(ctx, `SELEC 1`)
+	require.Error(t, syntaxErr)
+
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"dial refused", dialErr, true},
+		{"closed pool", closedErr, true},
+		{"admin shutdown 57P01", &pgconn.PgError{Code: "57P01", Severity: "FATAL"}, true},
+		{"crash shutdown 57P02", &pgconn.PgError{Code: "57P02"}, true},
+		{"cannot connect now 57P03", &pgconn.PgError{Code: "57P03"}, true},
+		{"connection failure 08006", &pgconn.PgError{Code: "08006"}, true},
+		{"too many connections 53300", &pgconn.PgError{Code: "53300"}, true},
+		{"eof, wrapped", fmt.Errorf("read execution: %w", io.ErrUnexpectedEOF), true},
+		{"unique violation", &pgconn.PgError{Code: "23505"}, false},
+		{"syntax error", syntaxErr, false},
+		{"no rows", pgx.ErrNoRows, false},
+		{"cancelled", fmt.Errorf("query: %w", context.Canceled), false},
+		{"deadline", context.DeadlineExceeded, false},
+		{"nil", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, db.IsConnectionError(tt.err), "%v", tt.err)
+			require.Equal(t, tt.want, apperr.IsDependencyFailure(fmt.Errorf("handler: %w", tt.err)), "%v", tt.err)
+		})
+	}
+}
+
+// Many statements at once on a pool whose backends were just terminated: every one succeeds.
+func TestPoolUnderLoadAfterTermination(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u, app := appURL(t)
+	pool, err := db.Open(ctx, u, db.MaxConns(poolSize))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	fillAndTerminate(t, pool, app)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for range 32 {
+		wg.Go(func() {
+			var one int
+			errs <- pool.QueryRow(ctx, `SELECT 1`).Scan(&one)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
