@@ -11,6 +11,7 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Kind is the class of an error as a client sees it.
@@ -28,6 +29,8 @@ const (
 	KindAborted
 	KindUnavailable
 	KindResourceExhausted
+	KindCanceled
+	KindDeadlineExceeded
 )
 
 // Error is an error meant for the caller.
@@ -41,6 +44,9 @@ type Error struct {
 	Message string
 	// Metadata is machine-readable detail, e.g. the execution's current status.
 	Metadata map[string]string
+	// RetryAfter is how long the caller should wait before trying again, for KindUnavailable
+	// (and KindResourceExhausted, KindAborted); 0 leaves the default to the mapping (grpcx).
+	RetryAfter time.Duration
 	// Err is the cause, kept for logs; never shown to the caller.
 	Err error
 }
@@ -66,6 +72,13 @@ func Invalid(field, format string, args ...any) *Error {
 // New returns an error of the given kind and reason.
 func New(kind Kind, reason, format string, args ...any) *Error {
 	return &Error{Kind: kind, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// Unavailable reports that a dependency (the database, the broker, another service) could not
+// serve the request now: nothing is wrong with it, and the caller should try again. err is the
+// cause, for logs.
+func Unavailable(err error, format string, args ...any) *Error {
+	return New(KindUnavailable, "UNAVAILABLE", format, args...).Wrap(err)
 }
 
 // NotFound reports that a resource does not exist or is not visible to the caller.

@@ -98,7 +98,7 @@ func recoveryInterceptor(log *zap.Logger) grpc.UnaryServerInterceptor {
 		defer func() {
 			if r := recover(); r != nil {
 				log.Error("handler panicked", zap.String("method", info.FullMethod), zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
-				err = status.Error(codes.Internal, "internal error")
+				err = ToStatus(errors.New("handler panicked")).Err()
 			}
 		}()
 		return handler(ctx, req)
@@ -123,7 +123,9 @@ func loggingInterceptor(log *zap.Logger) grpc.UnaryServerInterceptor {
 	}
 }
 
-// errorInterceptor turns handler errors into statuses, logging the cause of internal ones.
+// errorInterceptor turns handler errors into statuses. An INTERNAL answer is a bug: it is logged
+// with its cause (error texts only; payloads are never part of one). An UNAVAILABLE one is a
+// dependency's outage, logged with its cause at warning level.
 func errorInterceptor(log *zap.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		resp, err := handler(ctx, req)
@@ -131,12 +133,11 @@ func errorInterceptor(log *zap.Logger) grpc.UnaryServerInterceptor {
 			return resp, nil
 		}
 		st := ToStatus(err)
-		if st.Code() == codes.Internal {
-			if _, typed := apperr.As(err); !typed {
-				if _, isStatus := status.FromError(err); !isStatus {
-					log.Error("internal error", zap.String("method", info.FullMethod), zap.Error(err))
-				}
-			}
+		switch st.Code() {
+		case codes.Internal:
+			log.Error("internal error", zap.String("method", info.FullMethod), zap.Error(err))
+		case codes.Unavailable:
+			log.Warn("dependency unavailable", zap.String("method", info.FullMethod), zap.Error(err))
 		}
 		return nil, st.Err()
 	}

@@ -3,11 +3,14 @@ package grpcx
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
 )
@@ -26,53 +29,150 @@ var kindCodes = map[apperr.Kind]codes.Code{
 	apperr.KindAborted:            codes.Aborted,
 	apperr.KindUnavailable:        codes.Unavailable,
 	apperr.KindResourceExhausted:  codes.ResourceExhausted,
+	apperr.KindCanceled:           codes.Canceled,
+	apperr.KindDeadlineExceeded:   codes.DeadlineExceeded,
 }
 
+// DefaultRetryDelay is the delay a retryable status (UNAVAILABLE) advises when the error gave
+// none: errdetails.RetryInfo for gRPC callers, Retry-After for REST ones. A connection lost to a
+// restart or a failover is usually back within it.
+const DefaultRetryDelay = time.Second
+
+// The reasons of the statuses ToStatus makes from errors that are not typed.
+const (
+	ReasonUnavailable      = "UNAVAILABLE"
+	ReasonInternal         = "INTERNAL"
+	ReasonCancelled        = "CANCELLED"
+	ReasonDeadlineExceeded = "DEADLINE_EXCEEDED"
+)
+
 // ToStatus maps an error to the gRPC status the caller sees. This is the one place where errors
-// become status codes. Typed apperr errors keep their message and gain machine-readable details;
-// a status from a downstream gRPC call passes through; anything else becomes a bare INTERNAL so
-// that no internal detail leaks (the caller of ToStatus logs the original).
+// become status codes; every status it makes carries an ErrorInfo of ErrorDomain, so that a
+// status of ours can be told from a transport error.
+//
+//   - A typed apperr error keeps its kind, message and machine-readable details.
+//   - A cancelled or expired context is CANCELLED or DEADLINE_EXCEEDED.
+//   - A dependency failure (apperr.IsDependencyFailure: the database or the broker unreachable
+//     or the connection lost, see db.IsConnectionError) is UNAVAILABLE with a RetryInfo: not a
+//     bug, try again.
+//   - A status from a downstream gRPC call that the service did not map into an answer of its
+//     own never passes through as it is (its text may name addresses, fields and reasons of
+//     another service): UNAVAILABLE or RESOURCE_EXHAUSTED become our UNAVAILABLE, anything else
+//     INTERNAL. Services map the statuses they expect with Downstream first.
+//   - Anything else is a bare INTERNAL, so that no internal detail leaks; the error interceptor
+//     logs its cause.
 func ToStatus(err error) *status.Status {
 	if err == nil {
 		return nil
 	}
 	if e, ok := apperr.As(err); ok {
-		code, found := kindCodes[e.Kind]
-		if !found {
-			code = codes.Internal
-		}
-		msg := e.Message
-		if e.Field != "" {
-			msg = e.Field + ": " + e.Message
-		}
-		st := status.New(code, msg)
-		var details []protoadapt.MessageV1
-		if e.Field != "" {
-			details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
-				{Field: e.Field, Description: e.Message},
-			}})
-		}
-		if e.Reason != "" {
-			details = append(details, &errdetails.ErrorInfo{Reason: e.Reason, Domain: ErrorDomain, Metadata: e.Metadata})
-		}
-		if withDetails, derr := st.WithDetails(details...); derr == nil {
-			st = withDetails
-		}
-		return st
-	}
-	// A downstream status, possibly wrapped on its way up: pass the status itself, not
-	// status.FromError's rendering of the whole wrapped chain, which would leak our wording.
-	var downstream interface{ GRPCStatus() *status.Status }
-	if errors.As(err, &downstream) {
-		return downstream.GRPCStatus()
+		return typedStatus(e)
 	}
 	switch {
 	case errors.Is(err, context.Canceled):
-		return status.New(codes.Canceled, "request cancelled")
+		return typedStatus(apperr.New(apperr.KindCanceled, ReasonCancelled, "request cancelled"))
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.New(codes.DeadlineExceeded, "deadline exceeded")
+		return typedStatus(apperr.New(apperr.KindDeadlineExceeded, ReasonDeadlineExceeded, "deadline exceeded"))
+	case apperr.IsDependencyFailure(err):
+		return typedStatus(apperr.New(apperr.KindUnavailable, ReasonUnavailable, "service temporarily unavailable, retry"))
 	}
-	return status.New(codes.Internal, "internal error")
+	var downstream interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &downstream) {
+		switch downstream.GRPCStatus().Code() {
+		case codes.Unavailable, codes.ResourceExhausted:
+			return typedStatus(apperr.New(apperr.KindUnavailable, ReasonUnavailable, "a dependency is unavailable, retry"))
+		case codes.Canceled:
+			return typedStatus(apperr.New(apperr.KindCanceled, ReasonCancelled, "request cancelled"))
+		case codes.DeadlineExceeded:
+			return typedStatus(apperr.New(apperr.KindDeadlineExceeded, ReasonDeadlineExceeded, "deadline exceeded"))
+		}
+	}
+	return typedStatus(apperr.New(apperr.KindInternal, ReasonInternal, "internal error"))
+}
+
+// retryable are the kinds whose status advises a delay before trying again.
+var retryable = map[apperr.Kind]bool{apperr.KindUnavailable: true, apperr.KindResourceExhausted: true}
+
+func typedStatus(e *apperr.Error) *status.Status {
+	code, found := kindCodes[e.Kind]
+	if !found {
+		code = codes.Internal
+	}
+	msg := e.Message
+	if e.Field != "" {
+		msg = e.Field + ": " + e.Message
+	}
+	st := status.New(code, msg)
+	var details []protoadapt.MessageV1
+	if e.Field != "" {
+		details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+			{Field: e.Field, Description: e.Message},
+		}})
+	}
+	if e.Reason != "" {
+		details = append(details, &errdetails.ErrorInfo{Reason: e.Reason, Domain: ErrorDomain, Metadata: e.Metadata})
+	}
+	if retryable[e.Kind] || e.RetryAfter > 0 {
+		delay := e.RetryAfter
+		if delay <= 0 {
+			delay = DefaultRetryDelay
+		}
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
+	}
+	if withDetails, derr := st.WithDetails(details...); derr == nil {
+		st = withDetails
+	}
+	return st
+}
+
+// Downstream turns the error of a call to another service (named service, e.g. "settlement")
+// into an answer of our own, for the statuses a caller does not handle itself: the other
+// service's unavailability (UNAVAILABLE, RESOURCE_EXHAUSTED, a CANCELLED of its own, a
+// DEADLINE_EXCEEDED while our context still runs, or no connection at all) is our UNAVAILABLE
+// "<service> unavailable, retry"; any other refusal means we asked it something it would not
+// do, which is our bug: INTERNAL, logged with the cause. The other service's message, details
+// and reason are kept as the cause, for logs, never shown. A context of ours that ended stays
+// what it is. Call it after handling the reasons the caller expects (ALREADY_SETTLED...).
+func Downstream(ctx context.Context, service string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("call %s: %w", service, ctx.Err())
+	}
+	st, isStatus := status.FromError(err)
+	if !isStatus {
+		if apperr.IsDependencyFailure(err) {
+			return apperr.Unavailable(err, "%s unavailable, retry", service)
+		}
+		return fmt.Errorf("call %s: %w", service, err)
+	}
+	switch st.Code() {
+	case codes.Unavailable, codes.ResourceExhausted, codes.Canceled, codes.DeadlineExceeded:
+		e := apperr.Unavailable(err, "%s unavailable, retry", service)
+		e.RetryAfter = retryDelay(st)
+		return e
+	default:
+		return apperr.New(apperr.KindInternal, ReasonInternal, "internal error").Wrap(fmt.Errorf("call %s: %w", service, err))
+	}
+}
+
+// RetryDelay returns the delay a status error advises through its RetryInfo, or 0.
+func RetryDelay(err error) time.Duration {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0
+	}
+	return retryDelay(st)
+}
+
+func retryDelay(st *status.Status) time.Duration {
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration()
+		}
+	}
+	return 0
 }
 
 // Reason returns the ErrorInfo reason carried by a status error, or "".

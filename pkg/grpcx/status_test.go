@@ -4,16 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
+	_ "github.com/integrations-platform/integrations/pkg/db" // registers the database's connection errors
 	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/mq"
 )
 
 func TestToStatusMapsEachKind(t *testing.T) {
@@ -32,6 +41,8 @@ func TestToStatusMapsEachKind(t *testing.T) {
 		{apperr.KindAborted, codes.Aborted},
 		{apperr.KindUnavailable, codes.Unavailable},
 		{apperr.KindResourceExhausted, codes.ResourceExhausted},
+		{apperr.KindCanceled, codes.Canceled},
+		{apperr.KindDeadlineExceeded, codes.DeadlineExceeded},
 		{apperr.Kind(99), codes.Internal}, // a kind without a code is not guessed at
 	}
 	for _, tt := range tests {
@@ -80,8 +91,9 @@ func TestToStatusKeepsTheCauseOut(t *testing.T) {
 		st := grpcx.ToStatus(fmt.Errorf("load execution: %w", cause))
 		require.Equal(t, codes.Internal, st.Code())
 		require.Equal(t, "internal error", st.Message())
-		require.Empty(t, st.Details())
-		require.Empty(t, grpcx.Reason(st.Err()))
+		require.Len(t, st.Details(), 1, "only the ErrorInfo that marks the status as ours")
+		require.Equal(t, grpcx.ReasonInternal, grpcx.Reason(st.Err()))
+		require.Zero(t, grpcx.RetryDelay(st.Err()), "a bug is not retried")
 	})
 	t.Run("typed error with a cause, wrapped", func(t *testing.T) {
 		t.Parallel()
@@ -93,27 +105,134 @@ func TestToStatusKeepsTheCauseOut(t *testing.T) {
 	})
 }
 
-func TestToStatusPassesADownstreamStatusThrough(t *testing.T) {
+func TestToStatusRetryHint(t *testing.T) {
 	t.Parallel()
-	down, err := status.New(codes.Aborted, "execution is succeeded at attempt 1").WithDetails(
-		&errdetails.ErrorInfo{Reason: "ALREADY_SETTLED", Domain: grpcx.ErrorDomain, Metadata: map[string]string{"status": "succeeded"}})
-	require.NoError(t, err)
+	st := grpcx.ToStatus(apperr.New(apperr.KindUnavailable, "X", "retry"))
+	require.Equal(t, grpcx.DefaultRetryDelay, grpcx.RetryDelay(st.Err()))
 
-	st := grpcx.ToStatus(down.Err())
-	require.True(t, proto.Equal(down.Proto(), st.Proto()), "got %v, want %v", st.Proto(), down.Proto())
-	require.Equal(t, "ALREADY_SETTLED", grpcx.Reason(st.Err()))
+	e := apperr.New(apperr.KindUnavailable, "X", "retry")
+	e.RetryAfter = 3 * time.Second
+	require.Equal(t, 3*time.Second, grpcx.RetryDelay(grpcx.ToStatus(e).Err()))
 
-	// Wrapped on its way up, the code and the details still pass through.
-	wrapped := grpcx.ToStatus(fmt.Errorf("settle sync execution 0190: %w", down.Err()))
-	require.Equal(t, codes.Aborted, wrapped.Code())
-	require.Equal(t, "ALREADY_SETTLED", grpcx.Reason(wrapped.Err()))
+	require.Zero(t, grpcx.RetryDelay(grpcx.ToStatus(apperr.Invalid("id", "bad")).Err()), "a bad request is not retried")
 }
 
-func TestToStatusWrappedDownstreamStatusKeepsItsMessage(t *testing.T) {
+// Connection-level failures of the database and the broker are UNAVAILABLE with a retry hint,
+// never INTERNAL, and say nothing of their cause.
+func TestToStatusDependencyFailures(t *testing.T) {
 	t.Parallel()
-	down := status.New(codes.Aborted, "execution is succeeded at attempt 1")
-	st := grpcx.ToStatus(fmt.Errorf("settle sync execution 0190: %w", down.Err()))
-	require.Equal(t, down.Message(), st.Message())
+	_, dialErr := net.Dial("tcp", "127.0.0.1:1")
+	require.Error(t, dialErr)
+	_, pgDialErr := pgconn.Connect(context.Background(), "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2")
+	require.Error(t, pgDialErr)
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{"database dial refused", pgDialErr},
+		{"database backend terminated (57P01)", &pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}},
+		{"database crash shutdown (57P02)", &pgconn.PgError{Code: "57P02"}},
+		{"database starting up (57P03)", &pgconn.PgError{Code: "57P03"}},
+		{"database connection failure (08006)", &pgconn.PgError{Code: "08006"}},
+		{"database too many connections (53300)", &pgconn.PgError{Code: "53300"}},
+		{"database pool closed", puddle.ErrClosedPool},
+		{"connection closed mid-read", io.ErrUnexpectedEOF},
+		{"connection reset", syscall.ECONNRESET},
+		{"dial refused", dialErr},
+		{"broker closed", mq.ErrClosed},
+		{"publish not confirmed", mq.ErrUnconfirmed},
+		{"publish nacked", mq.ErrNacked},
+		{"broker connection closed", amqp.ErrClosed},
+		{"broker channel closed by the server", &amqp.Error{Code: amqp.ChannelError, Reason: "CHANNEL_ERROR"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st := grpcx.ToStatus(fmt.Errorf("accept execution: %w", tt.err))
+			require.Equal(t, codes.Unavailable, st.Code(), "%v", tt.err)
+			require.Equal(t, grpcx.ReasonUnavailable, grpcx.Reason(st.Err()))
+			require.Equal(t, grpcx.DefaultRetryDelay, grpcx.RetryDelay(st.Err()))
+			require.NotContains(t, st.Message(), "accept execution")
+			require.NotContains(t, st.Message(), "127.0.0.1")
+		})
+	}
+	// A server error about the statement is a bug, not an outage.
+	st := grpcx.ToStatus(&pgconn.PgError{Code: "42601", Message: "syntax error"})
+	require.Equal(t, codes.Internal, st.Code())
+}
+
+// A downstream status that the service did not map is not passed through: its text, addresses,
+// fields and reason stay out of the answer.
+func TestToStatusDoesNotPassADownstreamStatusThrough(t *testing.T) {
+	t.Parallel()
+	refused, err := status.New(codes.InvalidArgument, "result: not a JSON object").WithDetails(
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "result", Description: "not a JSON object"}}},
+		&errdetails.ErrorInfo{Reason: "INVALID_ARGUMENT", Domain: grpcx.ErrorDomain})
+	require.NoError(t, err)
+	settled, err := status.New(codes.Aborted, "execution is succeeded at attempt 1").WithDetails(
+		&errdetails.ErrorInfo{Reason: "ALREADY_SETTLED", Domain: grpcx.ErrorDomain, Metadata: map[string]string{"status": "succeeded"}})
+	require.NoError(t, err)
+	tests := []struct {
+		name   string
+		down   *status.Status
+		want   codes.Code
+		reason string
+	}{
+		{"unreachable", status.New(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp 127.0.0.1:9094: connect: connection refused\""), codes.Unavailable, grpcx.ReasonUnavailable},
+		{"overloaded", status.New(codes.ResourceExhausted, "too many requests at 127.0.0.1:9094"), codes.Unavailable, grpcx.ReasonUnavailable},
+		{"a refusal of a field the client never sent", refused, codes.Internal, grpcx.ReasonInternal},
+		{"a reason of the other service", settled, codes.Internal, grpcx.ReasonInternal},
+		{"its own bug", status.New(codes.Internal, "internal error"), codes.Internal, grpcx.ReasonInternal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st := grpcx.ToStatus(fmt.Errorf("settle sync execution 0190: %w", tt.down.Err()))
+			require.Equal(t, tt.want, st.Code())
+			require.Equal(t, tt.reason, grpcx.Reason(st.Err()))
+			wire := fmt.Sprint(st.Proto())
+			for _, leak := range []string{"9094", "127.0.0.1", "result", "ALREADY_SETTLED", "succeeded", "0190", "transport"} {
+				require.NotContains(t, wire, leak)
+			}
+		})
+	}
+}
+
+func TestDownstream(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	unreachable := status.New(codes.Unavailable, "connection error: dial tcp 127.0.0.1:9094: connect: connection refused").Err()
+
+	err := grpcx.Downstream(ctx, "settlement", unreachable)
+	st := grpcx.ToStatus(fmt.Errorf("settle: %w", err))
+	require.Equal(t, codes.Unavailable, st.Code())
+	require.Equal(t, "settlement unavailable, retry", st.Message())
+	require.Equal(t, grpcx.DefaultRetryDelay, grpcx.RetryDelay(st.Err()))
+	require.NotContains(t, fmt.Sprint(st.Proto()), "9094")
+	require.ErrorIs(t, err, unreachable, "the cause is kept for logs")
+
+	// Its own advice on when to retry is kept.
+	busy, derr := status.New(codes.Unavailable, "draining").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(2 * time.Second)})
+	require.NoError(t, derr)
+	require.Equal(t, 2*time.Second, grpcx.RetryDelay(grpcx.ToStatus(grpcx.Downstream(ctx, "settlement", busy.Err())).Err()))
+
+	for _, c := range []codes.Code{codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted} {
+		require.Equal(t, codes.Unavailable, grpcx.ToStatus(grpcx.Downstream(ctx, "settlement", status.Error(c, "x"))).Code(), c.String())
+	}
+	for _, c := range []codes.Code{codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.Internal, codes.Unimplemented} {
+		st := grpcx.ToStatus(grpcx.Downstream(ctx, "settlement", status.Error(c, "field result at 127.0.0.1")))
+		require.Equal(t, codes.Internal, st.Code(), c.String())
+		require.Equal(t, "internal error", st.Message())
+	}
+
+	// Not a status at all: a connection the client could not even make.
+	require.Equal(t, codes.Unavailable, grpcx.ToStatus(grpcx.Downstream(ctx, "dispatcher", syscall.ECONNREFUSED)).Code())
+
+	// Our own context's end is ours, not the other service's outage.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	require.Equal(t, codes.Canceled, grpcx.ToStatus(grpcx.Downstream(cctx, "settlement", status.Error(codes.Canceled, "context canceled"))).Code())
+	require.NoError(t, grpcx.Downstream(ctx, "settlement", nil))
 }
 
 func TestToStatusContextErrors(t *testing.T) {
@@ -134,6 +253,7 @@ func TestToStatusContextErrors(t *testing.T) {
 			st := grpcx.ToStatus(tt.err)
 			require.Equal(t, tt.want, st.Code())
 			require.NotContains(t, st.Message(), ":", "no wrapping text leaks")
+			require.NotEmpty(t, grpcx.Reason(st.Err()), "marked as ours")
 		})
 	}
 }
