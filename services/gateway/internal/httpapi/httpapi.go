@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/textproto"
@@ -16,6 +17,8 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -37,27 +40,14 @@ type Config struct {
 
 // Run serves the REST API under app.
 func Run(ctx context.Context, app *lifecycle.App, log *zap.Logger, cfg Config) error {
-	mux := runtime.NewServeMux(
-		runtime.WithIncomingHeaderMatcher(headerMatcher),
-		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
-		runtime.WithForwardResponseOption(setStatus),
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: true},
-			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		}),
-	)
 	conn, err := grpcx.Dial(cfg.GRPCAddr, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(cfg.MaxBodyBytes)*4)))
 	if err != nil {
 		return err
 	}
 	app.Close("rest-proxy-conn", conn.Close)
-	if err := gatewayv1.RegisterGatewayServiceHandler(ctx, mux, conn); err != nil {
-		return fmt.Errorf("register REST handlers: %w", err)
-	}
-	root := http.NewServeMux()
-	root.Handle("/", limitBody(mux, cfg.MaxBodyBytes))
-	for pattern, h := range cfg.Extra {
-		root.Handle(pattern, h)
+	root, err := Handler(ctx, conn, cfg)
+	if err != nil {
+		return err
 	}
 	lis, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -74,6 +64,50 @@ func Run(ctx context.Context, app *lifecycle.App, log *zap.Logger, cfg Config) e
 		},
 		func(ctx context.Context) error { return srv.Shutdown(ctx) })
 	return nil
+}
+
+// Handler returns the REST API (and cfg.Extra) proxying to the gateway's gRPC server over conn.
+func Handler(ctx context.Context, conn *grpc.ClientConn, cfg Config) (http.Handler, error) {
+	mux := runtime.NewServeMux(
+		runtime.WithIncomingHeaderMatcher(headerMatcher),
+		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithForwardResponseOption(setStatus),
+		runtime.WithErrorHandler(errorHandler),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: true},
+			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+		}),
+	)
+	if err := gatewayv1.RegisterGatewayServiceHandler(ctx, mux, conn); err != nil {
+		return nil, fmt.Errorf("register REST handlers: %w", err)
+	}
+	root := http.NewServeMux()
+	root.Handle("/", limitBody(mux, cfg.MaxBodyBytes))
+	for pattern, h := range cfg.Extra {
+		root.Handle(pattern, h)
+	}
+	return root, nil
+}
+
+// errorHandler writes a gRPC error as grpc-gateway does (UNAVAILABLE is 503, INTERNAL 500...),
+// with two additions. A retryable status (a RetryInfo: UNAVAILABLE, RESOURCE_EXHAUSTED) gets a
+// Retry-After header in whole seconds. And a status that is not the gateway's own — the REST
+// proxy could not reach the gateway's gRPC port (a transport error naming its address), or
+// lost the call — is answered in the gateway's own words: grpcx.ToStatus marks every status it
+// makes with an ErrorInfo of grpcx.ErrorDomain. grpc-gateway's own refusals (a malformed body,
+// an unknown path) are kept: they say what is wrong with the request.
+func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	st := status.Convert(err)
+	if grpcx.ErrorInfo(err).GetDomain() != grpcx.ErrorDomain {
+		switch st.Code() {
+		case codes.Unavailable, codes.Internal, codes.Unknown, codes.DataLoss, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted:
+			st = grpcx.ToStatus(grpcx.Downstream(r.Context(), "gateway", err))
+		}
+	}
+	if d := grpcx.RetryDelay(st.Err()); d > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(d.Seconds()))))
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, st.Err())
 }
 
 // headerMatcher forwards Idempotency-Key besides grpc-gateway's defaults (Authorization among

@@ -19,7 +19,9 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -185,9 +187,24 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 		return s.response(row, nil)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("settle sync execution %s: %w", row.ID, err)
+		return nil, syncSettleError(ctx, row.ID, err)
 	}
 	return s.response(nil, settled.GetExecution())
+}
+
+// reasonAdapterResultRefused: the settlement service refused the adapter's result of a sync
+// execution. The client sent no result, so settlement's refusal (about its `result` field) is
+// not passed on.
+const reasonAdapterResultRefused = "ADAPTER_RESULT_REFUSED"
+
+// syncSettleError answers a sync call whose settlement failed, in the gateway's own words: the
+// settlement service's text, fields and reasons are for the logs.
+func syncSettleError(ctx context.Context, id string, err error) error {
+	cause := fmt.Errorf("settle sync execution %s: %w", id, err)
+	if status.Code(err) == codes.InvalidArgument {
+		return apperr.New(apperr.KindInternal, reasonAdapterResultRefused, "the adapter's result could not be recorded").Wrap(cause)
+	}
+	return fmt.Errorf("settle sync execution %s: %w", id, grpcx.Downstream(ctx, "settlement", err))
 }
 
 func (s *Server) response(row *execution.Row, e *executionv1.Execution) (*gatewayv1.InvokeCapabilityResponse, error) {
@@ -286,6 +303,25 @@ const (
 	reasonStatusMismatch = "STATUS_MISMATCH"
 )
 
+// reasonExecutionBusy: a cancellation found the execution moving (attempts starting or
+// failing) on every read.
+const reasonExecutionBusy = "EXECUTION_BUSY"
+
+// alreadySettled is the gateway's ALREADY_SETTLED made from the settlement service's: only the
+// execution's status and attempt are carried over, and only when they are what they should be.
+func alreadySettled(err error) error {
+	md := grpcx.ErrorInfo(err).GetMetadata()
+	st := md["status"]
+	if !execution.IsFinal(st) {
+		return apperr.New(apperr.KindFailedPrecondition, reasonAlreadySettled, "execution already settled").Wrap(err)
+	}
+	e := apperr.New(apperr.KindFailedPrecondition, reasonAlreadySettled, "execution already settled %s", st).With("status", st)
+	if n, perr := strconv.Atoi(md["attempt"]); perr == nil && n >= 0 {
+		e = e.With("attempt", strconv.Itoa(n))
+	}
+	return e.Wrap(err)
+}
+
 // cancelTries bounds how often a cancellation reads the execution again because it moved between
 // the read and the settlement (an attempt started, or a failed one sent it back to pending).
 const cancelTries = 5
@@ -323,9 +359,14 @@ func (s *Server) CancelExecution(ctx context.Context, req *gatewayv1.CancelExecu
 		case err == nil:
 		case (reason == reasonStaleAttempt || reason == reasonStatusMismatch) && try < cancelTries:
 			continue
+		case reason == reasonAlreadySettled:
+			// A completion won the race: the same answer as for an execution found settled.
+			return nil, alreadySettled(err)
+		case reason == reasonStaleAttempt || reason == reasonStatusMismatch:
+			return nil, apperr.New(apperr.KindAborted, reasonExecutionBusy,
+				"the execution kept changing while it was being cancelled; retry").Wrap(err)
 		default:
-			// ALREADY_SETTLED (a completion won the race) passes through with the winner's status.
-			return nil, err
+			return nil, grpcx.Downstream(ctx, "settlement", err)
 		}
 		s.log.Info("execution cancelled", log.ExecutionID(row.ID), log.Attempt(row.Attempt),
 			zap.String("from_status", row.Status), log.ApplicationID(appID), log.EventID(settled.GetEventId()))

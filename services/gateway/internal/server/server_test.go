@@ -221,7 +221,7 @@ func TestCancelExecutionLosingToACompletion(t *testing.T) {
 
 	c, reason := code(err)
 	require.Equal(t, codes.FailedPrecondition, c)
-	require.Equal(t, reasonAlreadySettled, reason, "the settlement service's refusal passes through")
+	require.Equal(t, reasonAlreadySettled, reason, "the settlement service's refusal becomes the gateway's own")
 	require.Equal(t, execution.StatusSucceeded, grpcx.ErrorInfo(grpcx.ToStatus(err).Err()).GetMetadata()["status"])
 	require.Empty(t, b.adapter.requests(), "a cancellation that lost asks no adapter to stop")
 }

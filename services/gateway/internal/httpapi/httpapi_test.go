@@ -1,0 +1,176 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+
+	"github.com/integrations-platform/integrations/pkg/adaptercall"
+	"github.com/integrations-platform/integrations/pkg/db"
+	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/secret"
+	"github.com/integrations-platform/integrations/services/gateway/internal/httpapi"
+	"github.com/integrations-platform/integrations/services/gateway/internal/server"
+	"github.com/integrations-platform/integrations/services/gateway/internal/store"
+)
+
+type bundle struct {
+	proxy *dbtest.Proxy
+	url   string // the REST server
+}
+
+// setup runs the gateway's gRPC server on a pool that reaches Postgres through a proxy the test
+// can cut, and its REST face in front of it, as main.go wires them.
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	proxy := dbtest.NewProxy(t)
+	pool := proxy.Pool(t, s, db.MaxConns(4))
+
+	log := zaptest.NewLogger(t)
+	st := store.New(pool).WithCache(time.Minute) // as main.go: the calls below fail in their handlers, not at the key lookup
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: log, Interceptors: []grpc.UnaryServerInterceptor{server.AuthInterceptor(st)}})
+	adapters := adaptercall.NewPool()
+	t.Cleanup(func() { _ = adapters.Close() })
+	box, err := secret.NewBox("INTEGRATIONS_SECRET_KEY", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
+	require.NoError(t, err)
+	gatewayv1.RegisterGatewayServiceServer(srv, server.New(st, adapters, nil, nil, box,
+		server.Options{MaxPayloadBytes: 1 << 20, Scale: func(d time.Duration) time.Duration { return d }}, log))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	return &bundle{proxy: proxy, url: restServer(t, lis.Addr().String())}
+}
+
+func restServer(t *testing.T, grpcAddr string) string {
+	t.Helper()
+	conn, err := grpcx.Dial(grpcAddr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	h, err := httpapi.Handler(context.Background(), conn, httpapi.Config{MaxBodyBytes: 1 << 20})
+	require.NoError(t, err)
+	rest := httptest.NewServer(h)
+	t.Cleanup(rest.Close)
+	return rest.URL
+}
+
+type answer struct {
+	code       int
+	retryAfter string
+	body       string
+	status     struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+}
+
+func call(t *testing.T, method, url, body string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+dbtest.TestAPIKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	a := answer{code: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), body: string(raw)}
+	if resp.StatusCode >= 400 {
+		require.NoError(t, json.Unmarshal(raw, &a.status), "%s", raw)
+	}
+	return a
+}
+
+// While the gateway's Postgres connections are cut (every one reset, new ones refused), every
+// call answers 503 with Retry-After — never 500 — and says nothing of the database; once the
+// database is back, the same calls work on fresh connections.
+func TestDatabaseCutAnswers503WithRetryAfter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	get := b.url + "/v1/executions/" + uuid.NewString()
+	invoke := b.url + "/v1/capabilities/" + dbtest.TestCapability + ":invoke"
+	require.Equal(t, http.StatusNotFound, call(t, http.MethodGet, get, "").code, "the database answers before the cut")
+
+	b.proxy.Cut()
+	for _, c := range []struct{ method, url, body string }{
+		{http.MethodGet, get, ""},
+		{http.MethodGet, b.url + "/v1/executions", ""},
+		{http.MethodPost, invoke, `{"mode":"MODE_ASYNC","payload":{"n":1}}`},
+	} {
+		for range 3 { // not one 500 in a row either
+			a := call(t, c.method, c.url, c.body)
+			require.Equal(t, http.StatusServiceUnavailable, a.code, "%s %s: %s", c.method, c.url, a.body)
+			require.Equal(t, "1", a.retryAfter)
+			require.Equal(t, 14, a.status.Code) // UNAVAILABLE
+			for _, leak := range []string{"127.0.0.1", "dial", "connect", "postgres", "reset"} {
+				require.NotContains(t, strings.ToLower(a.status.Message), leak)
+			}
+		}
+	}
+
+	b.proxy.Restore()
+	require.Eventually(t, func() bool {
+		return call(t, http.MethodGet, get, "").code == http.StatusNotFound
+	}, 10*time.Second, 20*time.Millisecond)
+	a := call(t, http.MethodPost, invoke, `{"mode":"MODE_ASYNC","payload":{"n":1}}`)
+	require.Equal(t, http.StatusAccepted, a.code, a.body)
+}
+
+// Connections reset under an idle pool (a restart of Postgres that is quick to come back): the
+// next calls find the dead connections before using them and succeed on fresh ones.
+func TestConnectionsResetAreReplacedWithoutAnError(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	get := b.url + "/v1/executions/" + uuid.NewString()
+	require.Equal(t, http.StatusNotFound, call(t, http.MethodGet, get, "").code)
+	b.proxy.Cut()
+	b.proxy.Restore()
+	for range 5 {
+		a := call(t, http.MethodGet, get, "")
+		require.Equal(t, http.StatusNotFound, a.code, a.body)
+	}
+}
+
+// The REST face cannot reach the gateway's gRPC port: 503 in the gateway's words, not the
+// transport's (which names the address it dialled).
+func TestGRPCPortUnreachableAnswers503(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close())
+	url := restServer(t, addr)
+
+	a := call(t, http.MethodGet, url+"/v1/executions/"+uuid.NewString(), "")
+	require.Equal(t, http.StatusServiceUnavailable, a.code, a.body)
+	require.Equal(t, "1", a.retryAfter)
+	require.Equal(t, "gateway unavailable, retry", a.status.Message)
+	require.NotContains(t, a.body, addr)
+	require.NotContains(t, a.body, "127.0.0.1")
+}
+
+// grpc-gateway's own refusals of a bad request stay 4xx and say what is wrong.
+func TestBadBodyStays400(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	a := call(t, http.MethodPost, b.url+"/v1/capabilities/"+dbtest.TestCapability+":invoke", `{"mode":`)
+	require.Equal(t, http.StatusBadRequest, a.code, a.body)
+	require.Empty(t, a.retryAfter)
+}

@@ -1,0 +1,127 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/integrations-platform/integrations/pkg/apperr"
+	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+	"github.com/integrations-platform/integrations/pkg/execution"
+	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
+	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+)
+
+// What the settlement service might answer, and what of it must never reach a client.
+var (
+	settlementUnreachable = status.New(codes.Unavailable,
+		`connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:9094: connect: connection refused"`).Err()
+	settlementRefusesResult = func() error {
+		st, err := status.New(codes.InvalidArgument, "result: not a JSON object: unexpected end of JSON input").WithDetails(
+			&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "result", Description: "not a JSON object"}}},
+			&errdetails.ErrorInfo{Reason: "INVALID_ARGUMENT", Domain: grpcx.ErrorDomain})
+		if err != nil {
+			panic(err)
+		}
+		return st.Err()
+	}()
+	leaks = []string{"9094", "127.0.0.1", "transport", "JSON object", "field_violations", "result:"}
+)
+
+// requireOwnWords checks that the status a client gets of err says nothing of settlement's.
+func requireOwnWords(t *testing.T, err error) *status.Status {
+	t.Helper()
+	st := grpcx.ToStatus(err)
+	wire := fmt.Sprint(st.Proto())
+	for _, leak := range leaks {
+		require.NotContains(t, wire, leak)
+	}
+	for _, d := range st.Details() {
+		_, isBadRequest := d.(*errdetails.BadRequest)
+		require.False(t, isBadRequest, "no field violation about a field the client never sent")
+	}
+	return st
+}
+
+func TestInvokeSyncSettlementErrorsInTheGatewaysWords(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		err    error
+		code   codes.Code
+		reason string
+	}{
+		{"settlement unreachable", settlementUnreachable, codes.Unavailable, "UNAVAILABLE"},
+		{"settlement refuses the adapter's result", settlementRefusesResult, codes.Internal, reasonAdapterResultRefused},
+		{"settlement fails", status.Error(codes.Internal, "internal error"), codes.Internal, grpcx.ReasonInternal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			_, err := b.schema.Pool.Exec(context.Background(), `UPDATE capabilities SET modes = ARRAY['async', 'sync']`)
+			require.NoError(t, err)
+			b.settlement.errs = []error{tt.err}
+
+			_, err = b.server.InvokeCapability(b.ctx, &gatewayv1.InvokeCapabilityRequest{
+				Capability: dbtest.TestCapability, Mode: executionv1.Mode_MODE_SYNC})
+
+			st := requireOwnWords(t, err)
+			require.Equal(t, tt.code, st.Code(), "%v", err)
+			require.Equal(t, tt.reason, grpcx.Reason(st.Err()))
+			if tt.code == codes.Unavailable {
+				require.Equal(t, "settlement unavailable, retry", st.Message())
+				require.Positive(t, grpcx.RetryDelay(st.Err()))
+			}
+		})
+	}
+}
+
+func TestCancelExecutionSettlementErrorsInTheGatewaysWords(t *testing.T) {
+	t.Parallel()
+	t.Run("settlement unreachable", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.schema.InsertExecution(t, dbtest.Execution{Status: execution.StatusPending})
+		b.settlement.errs = []error{settlementUnreachable}
+		_, err := b.server.CancelExecution(b.ctx, &gatewayv1.CancelExecutionRequest{Id: id})
+		st := requireOwnWords(t, err)
+		require.Equal(t, codes.Unavailable, st.Code())
+		require.Equal(t, "settlement unavailable, retry", st.Message())
+	})
+	t.Run("the execution keeps moving", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.schema.InsertExecution(t, dbtest.Execution{Status: execution.StatusPending})
+		moved := grpcx.ToStatus(apperr.New(apperr.KindAborted, reasonStaleAttempt, "attempt 0 is not current; the execution is at attempt 3")).Err()
+		for range cancelTries {
+			b.settlement.errs = append(b.settlement.errs, moved)
+		}
+		_, err := b.server.CancelExecution(b.ctx, &gatewayv1.CancelExecutionRequest{Id: id})
+		st := requireOwnWords(t, err)
+		require.Equal(t, codes.Aborted, st.Code())
+		require.Equal(t, reasonExecutionBusy, grpcx.Reason(st.Err()))
+		require.NotContains(t, st.Message(), "attempt 3")
+		require.Len(t, b.settlement.requests(), cancelTries)
+	})
+	t.Run("a completion won, with metadata that is not ours", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.schema.InsertExecution(t, dbtest.Execution{Status: execution.StatusRunning, Attempt: 1})
+		b.settlement.errs = []error{grpcx.ToStatus(apperr.New(apperr.KindFailedPrecondition, reasonAlreadySettled, "at 127.0.0.1:9094").
+			With("status", "dial tcp 127.0.0.1:9094").With("host", "db-7")).Err()}
+		_, err := b.server.CancelExecution(b.ctx, &gatewayv1.CancelExecutionRequest{Id: id})
+		st := requireOwnWords(t, err)
+		require.Equal(t, codes.FailedPrecondition, st.Code())
+		require.Equal(t, reasonAlreadySettled, grpcx.Reason(st.Err()))
+		require.Empty(t, grpcx.ErrorInfo(st.Err()).GetMetadata())
+		require.False(t, strings.Contains(st.Message(), "db-7"))
+	})
+}
