@@ -16,6 +16,8 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -264,16 +266,30 @@ func (s *Server) Complete(ctx context.Context, req *adapterv1.CompleteRequest) (
 
 // settlementRefused turns the settlement service's refusal of a Complete that lost a race (the
 // sweeper, a cancellation or another outcome got there first) into a late outcome; other errors
-// pass through.
+// become answers of this service's own (settlementError).
 func (s *Server) settlementRefused(ctx context.Context, req *adapterv1.CompleteRequest, outcome string, err error) error {
 	if !settlementLost[grpcx.Reason(err)] {
-		return err
+		return settlementError(ctx, outcome, err)
 	}
 	a, rerr := s.store.AttemptGet(ctx, req.GetExecutionId(), req.GetAttempt())
 	if rerr != nil {
 		return rerr
 	}
 	return s.late(ctx, req, outcome, a.Status, a.Current)
+}
+
+// settlementError answers the adapter in this service's words when settlement did not take its
+// outcome: settlement unreachable is UNAVAILABLE "settlement unavailable, retry" (the adapter
+// retries it); a refusal of the outcome itself names the adapter's own field (succeeded.result
+// or failed), not settlement's; anything else is our INTERNAL, logged with settlement's answer.
+func settlementError(ctx context.Context, outcome string, err error) error {
+	if status.Code(err) == codes.InvalidArgument {
+		if outcome == execution.StatusSucceeded {
+			return apperr.Invalid("succeeded.result", "refused: must be a JSON object").Wrap(err)
+		}
+		return apperr.Invalid("failed", "refused: not a failure the platform can record").Wrap(err)
+	}
+	return grpcx.Downstream(ctx, "settlement", err)
 }
 
 // late records an outcome that came after its attempt ended and answers the refusal.
