@@ -4,4 +4,4 @@ package db
 
 import "net"
 
-func peekAlive(net.Conn) (alive, ok bool) { return true, false }
+func peekSocket(net.Conn) peekResult { return peekUnknown }

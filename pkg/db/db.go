@@ -64,7 +64,7 @@ func HealthCheckPeriod(d time.Duration) Option {
 // Open returns a pool for url and checks that the database answers.
 //
 // The pool never hands out a connection it can tell is dead: on every acquire it peeks at the
-// socket (no round trip, see peekAlive), and a connection whose backend has gone — its FATAL
+// socket (no round trip, see alive), and a connection whose backend has gone — its FATAL
 // error or the end of the stream is waiting there — is discarded and the next one taken, a fresh
 // one if every idle one is dead. So a burst of terminated backends costs reconnects, not failed
 // statements. pgx itself pings a connection idle for over a second before handing it out, which
@@ -78,10 +78,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*pgxpool.Pool, error
 	if !strings.Contains(url, "pool_health_check_period") {
 		cfg.HealthCheckPeriod = DefaultHealthCheckPeriod
 	}
-	cfg.PrepareConn = func(_ context.Context, c *pgx.Conn) (bool, error) {
-		alive, _ := peekAlive(c.PgConn().Conn())
-		return alive, nil
-	}
+	cfg.PrepareConn = alive
 	for _, o := range opts {
 		o(cfg)
 	}
