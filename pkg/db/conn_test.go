@@ -253,3 +253,41 @@ func TestPoolUnderLoadAfterTermination(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// A backend that dies as BEGIN is sent (after the pool's check): WithTx tries once more on a fresh
+// connection, and fn runs once. A single statement that dies the same way is not tried again (it
+// may have run): it fails with a connection error, which clients see as UNAVAILABLE.
+func TestWithTxRetriesABeginThatDied(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := dbtest.NewSchema(t)
+	_, err := s.Pool.Exec(ctx, `CREATE TABLE t (v int)`)
+	require.NoError(t, err)
+	proxy := dbtest.NewProxy(t)
+	pool := proxy.Pool(t, s, db.MaxConns(1))
+
+	// The statement first, as the control: the pool's one connection dies as it is sent.
+	_, err = pool.Exec(ctx, `SELECT 1`)
+	require.NoError(t, err)
+	proxy.DropOnNextWrite()
+	_, err = pool.Exec(ctx, `INSERT INTO t VALUES (0)`)
+	require.Error(t, err)
+	require.True(t, db.IsConnectionError(err), "%v", err)
+
+	_, err = pool.Exec(ctx, `SELECT 1`) // a fresh connection, idle for well under pgx's 1 s ping threshold
+	require.NoError(t, err)
+	proxy.DropOnNextWrite()
+	runs := 0
+	require.NoError(t, db.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		runs++
+		_, err := tx.Exec(ctx, `INSERT INTO t VALUES (1)`)
+		return err
+	}))
+	require.Equal(t, 1, runs)
+	var vals []int
+	rows, err := s.Pool.Query(ctx, `SELECT v FROM t ORDER BY v`)
+	require.NoError(t, err)
+	vals, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	require.Equal(t, []int{1}, vals)
+}

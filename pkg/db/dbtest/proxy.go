@@ -25,6 +25,8 @@ type Proxy struct {
 	mu    sync.Mutex
 	cut   bool
 	conns map[net.Conn]struct{}
+	// doomed are the client sides of the connections DropOnNextWrite marked.
+	doomed map[net.Conn]bool
 }
 
 // NewProxy starts a proxy to the test database, closed when t ends.
@@ -34,7 +36,7 @@ func NewProxy(t testing.TB) *Proxy {
 	require.NoError(t, err)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &Proxy{lis: lis, target: u.Host, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{lis: lis, target: u.Host, conns: map[net.Conn]struct{}{}, doomed: map[net.Conn]bool{}}
 	go p.accept()
 	t.Cleanup(func() {
 		_ = lis.Close()
@@ -72,6 +74,17 @@ func (p *Proxy) Cut() {
 		}
 		_ = c.Close()
 		delete(p.conns, c)
+	}
+}
+
+// DropOnNextWrite makes every connection open now die the moment its client next sends
+// something: the bytes are not forwarded and both sides are closed, as when a backend dies just
+// as a statement is sent. Connections opened later are not affected.
+func (p *Proxy) DropOnNextWrite() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		p.doomed[c] = true
 	}
 }
 
@@ -119,18 +132,40 @@ func (p *Proxy) serve(client net.Conn) {
 	p.conns[server] = struct{}{}
 	p.mu.Unlock()
 	var wg sync.WaitGroup
-	pipe := func(dst, src net.Conn) {
-		defer wg.Done()
-		_, _ = io.Copy(dst, src)
-		_ = dst.Close()
-		_ = src.Close()
-	}
 	wg.Add(2)
-	go pipe(server, client)
-	go pipe(client, server)
+	go func() { // client to server, watching for DropOnNextWrite
+		defer wg.Done()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := client.Read(buf)
+			if n > 0 {
+				p.mu.Lock()
+				doomed := p.doomed[client]
+				p.mu.Unlock()
+				if doomed {
+					break
+				}
+				if _, werr := server.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		_ = server.Close()
+		_ = client.Close()
+	}()
+	go func() {
+		defer wg.Done()
+		_, _ = io.Copy(client, server)
+		_ = client.Close()
+		_ = server.Close()
+	}()
 	wg.Wait()
 	p.mu.Lock()
 	delete(p.conns, client)
 	delete(p.conns, server)
+	delete(p.doomed, client)
 	p.mu.Unlock()
 }
