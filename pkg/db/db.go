@@ -93,6 +93,9 @@ func Open(ctx context.Context, url string, opts ...Option) (*pgxpool.Pool, error
 	return pool, nil
 }
 
+// rollbackTimeout bounds the rollback of a transaction whose function failed.
+const rollbackTimeout = 5 * time.Second
+
 // WithTx runs fn in a transaction, committing if it returns nil and rolling back otherwise.
 //
 // A BEGIN that fails on a dead connection is tried once more on another: nothing of fn ran, and
@@ -108,9 +111,14 @@ func WithTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) e
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	// Roll back without the caller's context: a cancelled request must not leave the connection
-	// to be returned mid-transaction. After a commit the rollback is a no-op.
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// Roll back without the caller's context (a cancelled request must not leave the connection
+	// to be returned mid-transaction), bounded so that a hung connection cannot hold the caller.
+	// After a commit the rollback is a no-op.
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
 	if err := fn(tx); err != nil {
 		return err
 	}
