@@ -29,11 +29,12 @@ func peekSocket(c net.Conn) peekResult {
 	var n int
 	var rerr error
 	var buf [1]byte
-	// Returning true from the callback leaves at once instead of waiting for the socket to
-	// become readable.
-	if err := raw.Read(func(fd uintptr) bool {
+	// Control, not Read: pgx's background reader may sit in a blocking Read of an idle
+	// connection (it is started around large writes and stops only when data comes), holding the
+	// descriptor's read lock; RawConn.Read would wait for it forever. A non-blocking peek needs no
+	// lock and takes nothing that reader would miss.
+	if err := raw.Control(func(fd uintptr) {
 		n, _, rerr = syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		return true
 	}); err != nil {
 		return peekClosed
 	}
