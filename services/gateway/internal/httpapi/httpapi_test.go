@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
@@ -30,6 +32,7 @@ import (
 type bundle struct {
 	proxy *dbtest.Proxy
 	url   string // the REST server
+	app   string // the application_name of the gateway's pool, to terminate its backends only
 }
 
 // setup runs the gateway's gRPC server on a pool that reaches Postgres through a proxy the test
@@ -39,7 +42,10 @@ func setup(t *testing.T) *bundle {
 	s := dbtest.NewSchema(t)
 	s.ApplyCatalog(t, dbtest.TestCatalog)
 	proxy := dbtest.NewProxy(t)
-	pool := proxy.Pool(t, s, db.MaxConns(4))
+	app := "gwtest_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+	pool, err := db.Open(context.Background(), proxy.URL(t, s.URL)+"&application_name="+app, db.MaxConns(4))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
 
 	log := zaptest.NewLogger(t)
 	st := store.New(pool).WithCache(time.Minute) // as main.go: the calls below fail in their handlers, not at the key lookup
@@ -55,7 +61,7 @@ func setup(t *testing.T) *bundle {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 
-	return &bundle{proxy: proxy, url: restServer(t, lis.Addr().String())}
+	return &bundle{proxy: proxy, url: restServer(t, lis.Addr().String()), app: app}
 }
 
 func restServer(t *testing.T, grpcAddr string) string {
@@ -145,6 +151,56 @@ func TestConnectionsResetAreReplacedWithoutAnError(t *testing.T) {
 	for range 5 {
 		a := call(t, http.MethodGet, get, "")
 		require.Equal(t, http.StatusNotFound, a.code, a.body)
+	}
+}
+
+// Every backend of the gateway's pool terminated (pg_terminate_backend, SQLSTATE 57P01, as a
+// failover or an operator does): the calls that follow find the dead connections before using
+// them and succeed on fresh ones — no 500, no 503.
+func TestBackendsTerminatedAreReplacedWithoutAnError(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	get := b.url + "/v1/executions/" + uuid.NewString()
+	// burst makes 8 calls at once (so the pool holds several connections) and answers their
+	// HTTP statuses; require is not used off the test's goroutine.
+	burst := func() []int {
+		codes := make([]int, 8)
+		var wg sync.WaitGroup
+		for i := range codes {
+			wg.Go(func() {
+				req, err := http.NewRequest(http.MethodGet, get, nil)
+				if err != nil {
+					return
+				}
+				req.Header.Set("Authorization", "Bearer "+dbtest.TestAPIKey)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return
+				}
+				_ = resp.Body.Close()
+				codes[i] = resp.StatusCode
+			})
+		}
+		wg.Wait()
+		return codes
+	}
+	require.Equal(t, []int{404, 404, 404, 404, 404, 404, 404, 404}, burst(), "fills the pool")
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dbtest.BaseURL())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close(ctx) })
+	var n int
+	require.NoError(t, admin.QueryRow(ctx,
+		`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, b.app).Scan(&n))
+	require.Positive(t, n)
+	require.Eventually(t, func() bool {
+		var left int
+		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, b.app).Scan(&left)
+		return err == nil && left == 0
+	}, 5*time.Second, 5*time.Millisecond)
+
+	for _, code := range burst() {
+		require.Equal(t, http.StatusNotFound, code)
 	}
 }
 
