@@ -57,8 +57,9 @@ const (
 //     bug, try again.
 //   - A status from a downstream gRPC call that the service did not map into an answer of its
 //     own never passes through as it is (its text may name addresses, fields and reasons of
-//     another service): UNAVAILABLE or RESOURCE_EXHAUSTED become our UNAVAILABLE, anything else
-//     INTERNAL. Services map the statuses they expect with Downstream first.
+//     another service): UNAVAILABLE or RESOURCE_EXHAUSTED become our UNAVAILABLE, CANCELLED and
+//     DEADLINE_EXCEEDED ours with our words, anything else INTERNAL. Services map the statuses
+//     they expect with Downstream first.
 //   - Anything else is a bare INTERNAL, so that no internal detail leaks; the error interceptor
 //     logs its cause.
 func ToStatus(err error) *status.Status {
