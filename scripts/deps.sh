@@ -716,10 +716,15 @@ write_env_file() {
     env_line INTEGRATIONS_AMQP_URL "$AMQP_URL"
     # The node and the rabbitmqctl that tests (closing a connection from the broker's side)
     # and make bench (the broker's counters) use: the project-local node when it is the one in
-    # use; otherwise plain rabbitmqctl and its default node.
+    # use; for the standard server plain rabbitmqctl and its default node (empty values, so that
+    # ones left in a shell by an earlier project-local run do not apply); for a broker given in
+    # the environment, whatever the environment says.
     if [[ $AMQP_SOURCE == project-local* ]]; then
       env_line INTEGRATIONS_RABBITMQ_NODE "$RMQ_NODENAME"
       env_line INTEGRATIONS_RABBITMQCTL "$RMQ_CTL"
+    elif [[ $AMQP_SOURCE == "standard local server" ]]; then
+      env_line INTEGRATIONS_RABBITMQ_NODE ""
+      env_line INTEGRATIONS_RABBITMQCTL ""
     fi
   } >"$tmp"
   mv -f "$tmp" "$ENV_FILE"
