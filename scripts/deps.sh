@@ -67,7 +67,7 @@ STD_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/
 # The Postgres directory (see the header): what .deps/postgres is or points to, else
 # DEPS_PG_DIR, else (as root) a directory outside the checkout that the postgres user
 # can enter. pg_prepare_dir creates it and the .deps/postgres symlink.
-CHECKOUT_HASH=$(printf '%s' "$ROOT" | sha1sum | cut -c1-8) # as scripts/run.sh names its database
+CHECKOUT_HASH=$(printf '%s' "$ROOT" | sha1sum | cut -c1-8) # like the hash in scripts/run.sh's names
 PG_LINK=$DEPS_DIR/postgres
 PG_OUTSIDE_BASE=/var/tmp/integrations-$CHECKOUT_HASH
 if [[ -L $PG_LINK ]]; then
