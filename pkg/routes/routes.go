@@ -45,7 +45,10 @@ var Executions = mq.Route{
 // at its concurrency bound. The levels reach 6h, the schedule's longest delay; a longer
 // configured delay is reached by deferring again.
 //
-// Changing Retry.Delays changes the names of the route's retry holding queues: a deployment that
+// Retry.Floor (BlipFloor) keeps the budget in real seconds in a time-scaled run. A notice that
+// outlives it is not lost: the event relay finds it in the DLQ and publishes a fresh one.
+//
+// Changing Retry.Delays (or the Floor, in a time-scaled run) changes the names of the route's retry holding queues: a deployment that
 // ran with the earlier delays (1m, 5m, 30m, 2h, 6h) keeps those queues, which still dead-letter
 // whatever they hold back to the work queue, and can delete them once empty.
 var Events = mq.Route{
