@@ -65,7 +65,7 @@ type Relay struct {
 	pub   Publisher
 	log   *zap.Logger
 	opts  Options
-	// lastRecovery is when the lost-notice checks last ran: they run on the scheduled pass at
+	// lastRecovery is when the overdue-notice check last ran: it runs on the scheduled pass at
 	// most every RecoverEvery, not on every NOTIFY, which is the hot path.
 	lastRecovery time.Time
 	// republished and cleared count what the dead-letter recovery did, for tests (the metrics
@@ -84,8 +84,7 @@ func (r *Relay) DeadLettersCleared() int64 { return r.cleared.Load() }
 const (
 	// deadLetterBatch is the most dead letters one recovery pass looks at.
 	deadLetterBatch = 500
-	// recoveryTimeout bounds one look at the DLQ, so that a broker in trouble does not hold up
-	// relaying.
+	// recoveryTimeout bounds one look at the DLQ.
 	recoveryTimeout = 10 * time.Second
 )
 
@@ -112,6 +111,9 @@ func New(st *store.Store, pub Publisher, log *zap.Logger, opts Options) *Relay {
 func (r *Relay) Run(ctx context.Context) error {
 	wake := make(chan struct{}, 1)
 	go r.listen(ctx, wake)
+	if r.opts.DeadLetters != nil {
+		go r.watchDeadLetters(ctx, wake)
+	}
 	ticker := time.NewTicker(r.opts.Interval)
 	defer ticker.Stop()
 	for {
@@ -174,12 +176,6 @@ func (r *Relay) pass(ctx context.Context) error {
 			noticesReleased.WithLabelValues("stale").Add(float64(released))
 			r.log.Warn("event notices overdue; publishing them again", zap.Int64("events", released))
 		}
-		if r.opts.DeadLetters != nil {
-			// A broker or DLQ in trouble must not stop relaying: log, and try on the next round.
-			if err := r.recoverDeadLetters(ctx); err != nil && ctx.Err() == nil {
-				r.log.Warn("dead-lettered event notices not checked", zap.Error(err))
-			}
-		}
 	}
 	for {
 		claimed, err := r.store.EventClaimUnrelayed(ctx, batchSize, claimTTL)
@@ -213,6 +209,31 @@ func (r *Relay) pass(ctx context.Context) error {
 	}
 }
 
+// watchDeadLetters runs recoverDeadLetters every RecoverEvery, beside the relay's passes rather
+// than in them, so that a broker in trouble cannot hold up relaying; when it released events it
+// wakes the relay, which publishes their fresh notices at once.
+func (r *Relay) watchDeadLetters(ctx context.Context, wake chan<- struct{}) {
+	t := time.NewTicker(r.opts.RecoverEvery)
+	defer t.Stop()
+	for {
+		released, err := r.recoverDeadLetters(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.log.Warn("dead-lettered event notices not checked", zap.Error(err))
+		case released > 0:
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // recoverDeadLetters reads the head of the events route's DLQ and settles what the database
 // explains:
 //   - a dead letter of a pending event: the event gets a fresh notice now (its dead letter stays
@@ -221,12 +242,14 @@ func (r *Relay) pass(ctx context.Context) error {
 //     schedule): discarded, counted and logged — its loss cost nothing but time;
 //   - a dead letter the database does not explain (no such event, a body that is not a notice):
 //     left for an operator.
-func (r *Relay) recoverDeadLetters(ctx context.Context) error {
+//
+// It reports how many events it released.
+func (r *Relay) recoverDeadLetters(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
 	defer cancel()
 	dls, err := r.opts.DeadLetters.DeadLetters(ctx, routes.Events.Name, deadLetterBatch)
 	if err != nil || len(dls) == 0 {
-		return err
+		return 0, err
 	}
 	// The notice's own event id decides; the dead letter's message id (the same, as the relay
 	// publishes it) is what Discard selects by.
@@ -243,11 +266,11 @@ func (r *Relay) recoverDeadLetters(ctx context.Context) error {
 		byEvent[n.GetEventId()] = append(byEvent[n.GetEventId()], dl.ID)
 	}
 	if len(ids) == 0 {
-		return nil
+		return 0, nil
 	}
 	found, err := r.store.EventReleaseDeadNoticed(ctx, ids, r.opts.NoticeBudget)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var settled []string
 	released := 0
@@ -265,7 +288,7 @@ func (r *Relay) recoverDeadLetters(ctx context.Context) error {
 		r.log.Warn("event notices dead-lettered; publishing them again", zap.Int("events", released))
 	}
 	if len(settled) == 0 {
-		return nil
+		return released, nil
 	}
 	cleared, err := r.opts.DeadLetters.Discard(ctx, routes.Events.Name, settled)
 	if cleared > 0 {
@@ -274,5 +297,5 @@ func (r *Relay) recoverDeadLetters(ctx context.Context) error {
 		r.log.Info("dead-lettered event notices cleared: their events were delivered or dead since",
 			zap.Int("dead_letters", cleared))
 	}
-	return err
+	return released, err
 }
