@@ -52,8 +52,10 @@ type DeadLetterQueue interface {
 //   - a dispatch whose attempt started since, or whose execution moved on or settled, is
 //     discarded, counted and logged: its loss cost nothing, or was decided by the execution's own
 //     rules, which the execution records;
-//   - anything else (no such execution, a body that is not a dispatch, a record that still waits)
-//     stays, for the dispatcher or an operator.
+//   - anything else stays: no such execution or a body that is not a dispatch (for an operator),
+//     a record of the attempt that still waits (the dispatcher publishes it), an execution past
+//     its deadline that the settlement sweeper is about to settle (no adapter should start work
+//     for it now; once settled, the dead letter is cleared).
 //
 // A dispatch that keeps failing is redriven once per budget and pass, and no longer once its
 // execution's deadline settled it: bounded, and logged each time.
@@ -132,12 +134,13 @@ func (r *Recoverer) Pass(ctx context.Context) error {
 	for _, s := range states {
 		ids := msgIDs[key{s.ExecutionID, s.Attempt}]
 		switch {
-		case !s.Known:
+		case !s.Known, s.Expired:
+			// Unexplained, or about to be settled by the sweeper: the next pass decides.
 		case s.Startable && !s.Waiting:
 			// All copies share the attempt's message id; Redrive moves every one, and the consumer
 			// starts the attempt once.
 			redrive = append(redrive, ids...)
-		case !s.Startable:
+		case !s.Startable && !s.Waiting:
 			discard = append(discard, ids...)
 		}
 	}

@@ -26,7 +26,8 @@ import (
 // recoverer sends back the one whose attempt can still start — it reaches the consumer in well
 // under a second, rather than its execution waiting for the sweeper to fail it at its deadline —
 // discards the one whose attempt started meanwhile, and leaves the ones the database does not
-// explain (no such execution) or that a waiting record will dispatch anyway.
+// explain (no such execution), that a waiting record will dispatch anyway, or whose execution's
+// deadline passed (the sweeper settles it; no adapter should start work for it).
 func TestDeadLetteredDispatchIsSentBack(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -38,6 +39,7 @@ func TestDeadLetteredDispatchIsSentBack(t *testing.T) {
 	waiting := s.InsertExecution(t, dbtest.Execution{})                              // its record waits
 	_, err := s.Pool.Exec(ctx, `INSERT INTO dispatches (execution_id, attempt, due_at) VALUES ($1, 1, now() + interval '1 hour')`, waiting)
 	require.NoError(t, err)
+	expired := s.InsertExecution(t, dbtest.Execution{Deadline: time.Now().Add(-time.Second)}) // the sweeper's
 	unknown := uuid.NewString()
 
 	route := mq.Route{Name: routes.Executions.Name, Retry: mq.RetryPolicy{Delays: []time.Duration{10 * time.Millisecond}, MaxAttempts: 2}}
@@ -52,7 +54,7 @@ func TestDeadLetteredDispatchIsSentBack(t *testing.T) {
 	})
 
 	var dbUp atomic.Bool
-	got := make(chan string, 8)
+	got := make(chan string, 10)
 	cctx, stop := context.WithCancel(ctx)
 	consumed := make(chan error, 1)
 	go func() {
@@ -69,7 +71,7 @@ func TestDeadLetteredDispatchIsSentBack(t *testing.T) {
 		assert.NoError(t, <-consumed)
 	}()
 	var msgs []mq.Outgoing
-	for _, exec := range []string{stranded, started, waiting, unknown} {
+	for _, exec := range []string{stranded, started, waiting, expired, unknown} {
 		body, err := proto.Marshal(&queuev1.ExecutionDispatch{ExecutionId: exec, Attempt: 1, DueTime: timestamppb.Now()})
 		require.NoError(t, err)
 		msgs = append(msgs, mq.Outgoing{ID: exec + ":1", Body: body})
@@ -77,7 +79,7 @@ func TestDeadLetteredDispatchIsSentBack(t *testing.T) {
 	for _, err := range b.PublishAll(ctx, route.Name, msgs) {
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return b.Counters(route.Name).DeadLettered == 4 }, 15*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return b.Counters(route.Name).DeadLettered == 5 }, 15*time.Second, 10*time.Millisecond)
 
 	dbUp.Store(true)
 	rec := NewRecoverer(store.New(s.Pool), b, zap.NewNop(), time.Second)
@@ -98,7 +100,7 @@ func TestDeadLetteredDispatchIsSentBack(t *testing.T) {
 	for _, dl := range dls {
 		left = append(left, dl.ID)
 	}
-	assert.ElementsMatch(t, []string{waiting + ":1", unknown + ":1"}, left)
+	assert.ElementsMatch(t, []string{waiting + ":1", expired + ":1", unknown + ":1"}, left)
 
 	// The next pass finds nothing more to do.
 	require.NoError(t, rec.Pass(ctx))
