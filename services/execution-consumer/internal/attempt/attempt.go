@@ -83,6 +83,9 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 		Mode: execution.ModeToProto(started.Mode),
 	})
 	cancel()
+	if out.NotSent {
+		return h.unreachable(ctx, logger, started, d.GetDueTime().AsTime(), out)
+	}
 	if ctx.Err() != nil && out.Kind == adaptercall.Failed {
 		// Our own shutdown cut the call short: that is not the adapter failing. The attempt stays
 		// running and its lease decides what follows; redelivering the message could not start
@@ -99,6 +102,59 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	}
 	return mq.Ack()
 }
+
+// Delays of a dispatch deferred because the adapter was unreachable: a quarter of how long the
+// dispatch is overdue, so that a long outage is polled less often, within these bounds.
+const (
+	unreachableMinDelay = time.Second
+	unreachableMaxDelay = 30 * time.Second
+)
+
+// unreachable handles an attempt whose adapter could not be reached, nothing of the request having
+// gone out: the start is undone (the attempt is not spent) and the dispatch goes back through the
+// route's delay levels, until the execution's deadline. At the deadline there is no time for
+// another try: the failure is reported as any other, and settles the execution failed with
+// retry_exhausted.budget.
+func (h *Handler) unreachable(ctx context.Context, logger *zap.Logger, started *store.Started, due time.Time, out adaptercall.Outcome) mq.Result {
+	left := time.Until(started.Deadline)
+	if left <= unreachableMinDelay {
+		logger.Info("adapter unreachable at the deadline; reporting the failure")
+		if err := h.record(context.WithoutCancel(ctx), logger, started, out); err != nil {
+			logger.Error("attempt outcome not recorded", zap.Error(err))
+		}
+		return mq.Ack()
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordFloor)
+	defer cancel()
+	undone, err := outcome.Do(uctx, outcome.Options{Log: logger, What: "attempt_undo", Classify: classifyDB},
+		func(ctx context.Context) error {
+			ok, err := h.store.AttemptUndo(ctx, started.ExecutionID, started.Attempt)
+			if err == nil && !ok {
+				return errMovedOn
+			}
+			return err
+		})
+	switch {
+	case err != nil:
+		// The attempt stays running: its lease decides, as for any attempt whose outcome is lost.
+		logger.Error("start of an attempt that sent nothing not undone", zap.Error(err))
+		return mq.Ack()
+	case undone == outcome.MovedOn:
+		logger.Info("dispatch dropped: the execution moved on while the adapter was unreachable")
+		return mq.Ack()
+	}
+	delay := unreachableMinDelay
+	if !due.IsZero() && due.Unix() > 0 {
+		delay = min(max(time.Since(due)/4, unreachableMinDelay), unreachableMaxDelay)
+	}
+	delay = min(delay, left)
+	logger.Info("adapter unreachable, nothing sent; attempt not spent, dispatch deferred",
+		zap.Duration("delay", delay), zap.String("code", out.Failure.Code))
+	return mq.Defer(delay)
+}
+
+// errMovedOn is how AttemptUndo's "not the running attempt" reaches the reporter.
+var errMovedOn = errors.New("attempt no longer running")
 
 // early handles a dispatch that arrived before its due time: the dispatcher published it into the
 // largest delay level not past that time, so it is early by the rest, or by clock skew between
@@ -167,6 +223,9 @@ func (h *Handler) record(ctx context.Context, logger *zap.Logger, started *store
 // terminated, a server shutting down or out of connections, a serialization failure or deadlock
 // are retried; any other error the server answered is final.
 func classifyDB(err error) outcome.Class {
+	if errors.Is(err, errMovedOn) {
+		return outcome.ClassMovedOn
+	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		// No answer from the server at all: the connection failed or the call timed out.
