@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,4 +73,30 @@ func TestSyncCallThroughASettlementOutage(t *testing.T) {
 		`SELECT status, failure_reason FROM executions WHERE id = $1`, id).Scan(&status, &reason))
 	require.Equal(t, "succeeded", status, "failure reason %v", reason)
 	require.Equal(t, 1, s.count(t, `SELECT count(*) FROM integration_events WHERE execution_id = $1`, id), "one completion event")
+}
+
+// TestAdapterOutageSpendsNoAttempt: dispatches that find the adapter unreachable go back to wait
+// without spending an attempt (no attempt row, executions.attempt still 0), and run attempt 1
+// once the adapter is back.
+func TestAdapterOutageSpendsNoAttempt(t *testing.T) {
+	s := newStack(t)
+	s.start("settlement", "adapter-callback", "execution-consumer", "dispatcher", "gateway")
+
+	var ids []string
+	for range 3 {
+		ids = append(ids, s.invoke(t, "dummy.echo", `{"mode": "MODE_ASYNC", "payload": {"greeting": "later"}}`))
+	}
+	// Each dispatch reaches the consumer, finds no adapter, and is deferred.
+	require.Eventually(t, func() bool {
+		return strings.Count(s.log("execution-consumer"), "attempt not spent, dispatch deferred") >= 2*len(ids)
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Zero(t, s.count(t, `SELECT count(*) FROM execution_attempts WHERE execution_id = ANY($1::uuid[])`, ids), "no attempt row")
+	require.Equal(t, len(ids), s.count(t, `SELECT count(*) FROM executions WHERE id = ANY($1::uuid[]) AND status = 'pending' AND attempt = 0`, ids))
+
+	s.start("dummy-adapter")
+	require.Eventually(t, func() bool {
+		return s.count(t, `SELECT count(*) FROM executions WHERE id = ANY($1::uuid[]) AND status = 'succeeded'`, ids) == len(ids)
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, len(ids), s.count(t, `SELECT count(*) FROM executions WHERE id = ANY($1::uuid[]) AND attempt = 1`, ids), "attempt 1 each")
+	require.Equal(t, len(ids), s.count(t, `SELECT count(*) FROM execution_attempts WHERE execution_id = ANY($1::uuid[])`, ids), "one attempt row each")
 }
