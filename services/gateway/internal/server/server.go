@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -73,7 +74,14 @@ type Server struct {
 	box        *secret.Box
 	opts       Options
 	log        *zap.Logger
+	// reports counts sync outcomes still being reported in the background.
+	reports sync.WaitGroup
 }
+
+// WaitReports blocks until every sync outcome being reported in the background has been
+// recorded or given up (each is bounded by its deadline plus syncReportGrace). Shutdown calls it
+// after the servers stopped and before the settlement connection closes.
+func (s *Server) WaitReports() { s.reports.Wait() }
 
 // New returns a Server.
 func New(st *store.Store, adapters *adaptercall.Pool, dispatcher dispatcherv1.DispatcherServiceClient,
@@ -182,7 +190,9 @@ func (s *Server) reportSync(ctx context.Context, row *execution.Row, n store.New
 	}
 	logger := s.log.With(log.ExecutionID(row.ID), log.Attempt(1))
 	done := make(chan reported, 1)
+	s.reports.Add(1)
 	go func() {
+		defer s.reports.Done()
 		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), n.Deadline.Add(syncReportGrace))
 		defer cancel()
 		e, v, err := outcome.Settler{Client: s.settlement, Log: logger}.Report(rctx,
