@@ -2,16 +2,21 @@ package attempt
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/integrations-platform/integrations/pkg/adapter"
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
@@ -19,6 +24,7 @@ import (
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/mq"
+	"github.com/integrations-platform/integrations/pkg/outcome"
 	"github.com/integrations-platform/integrations/services/execution-consumer/internal/store"
 )
 
@@ -26,7 +32,10 @@ import (
 // settlements asked of it.
 type recordingSettlement struct {
 	settlementv1.UnimplementedSettlementServiceServer
-	mu      sync.Mutex
+	mu sync.Mutex
+	// down answers this many calls UNAVAILABLE first, as a settlement service restarting.
+	down    int
+	calls   int
 	settled []*settlementv1.SettleRequest
 	failed  []*settlementv1.FailAttemptRequest
 }
@@ -34,6 +43,9 @@ type recordingSettlement struct {
 func (r *recordingSettlement) Settle(_ context.Context, req *settlementv1.SettleRequest) (*settlementv1.SettleResponse, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.calls++; r.calls <= r.down {
+		return nil, status.Error(codes.Unavailable, "connection refused")
+	}
 	r.settled = append(r.settled, req)
 	return &settlementv1.SettleResponse{Execution: &executionv1.Execution{Id: req.GetExecutionId(), Status: req.GetStatus()}}, nil
 }
@@ -122,4 +134,53 @@ func TestUnreachableAdapterSpendsNoAttempt(t *testing.T) {
 	require.Len(t, settlement.settled, 1)
 	require.EqualValues(t, 1, settlement.settled[0].GetAttempt())
 	require.Empty(t, settlement.failed)
+}
+
+// TestOutcomeRetriedThroughASettlementOutage: an outcome in hand is reported until settlement
+// takes it, not given up after a few tries.
+func TestOutcomeRetriedThroughASettlementOutage(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	asrv := grpc.NewServer()
+	adapter.New(func(context.Context, *adapter.Request) adapter.Result {
+		return adapter.Complete(map[string]any{"ok": true})
+	}, adapter.Options{}).Register(asrv)
+	alis := listen(t, "127.0.0.1:0")
+	go func() { _ = asrv.Serve(alis) }()
+	t.Cleanup(asrv.Stop)
+	_, err := s.Pool.Exec(context.Background(), `UPDATE adapters SET endpoint = $1`, alis.Addr().String())
+	require.NoError(t, err)
+
+	settlement := &recordingSettlement{down: 5}
+	slis := listen(t, "127.0.0.1:0")
+	ssrv := grpc.NewServer()
+	settlementv1.RegisterSettlementServiceServer(ssrv, settlement)
+	go func() { _ = ssrv.Serve(slis) }()
+	t.Cleanup(ssrv.Stop)
+	sconn, err := grpc.NewClient(slis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sconn.Close() })
+	pool := adaptercall.NewPool()
+	t.Cleanup(func() { _ = pool.Close() })
+	h := New(store.New(s.Pool), pool, settlementv1.NewSettlementServiceClient(sconn),
+		func(d time.Duration) time.Duration { return d }, zap.NewNop())
+
+	id := s.InsertExecution(t, dbtest.Execution{})
+	require.Equal(t, mq.Ack().String(), h.Handle(context.Background(), message(t, id, 1, time.Now())).String())
+
+	settlement.mu.Lock()
+	defer settlement.mu.Unlock()
+	require.Equal(t, 6, settlement.calls, "retried through the outage")
+	require.Len(t, settlement.settled, 1, "recorded once")
+}
+
+func TestClassifyDB(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, outcome.Retry, classifyDB(errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")))
+	require.Equal(t, outcome.Retry, classifyDB(fmt.Errorf("record: %w", &pgconn.PgError{Code: "57P01"})), "admin shutdown")
+	require.Equal(t, outcome.Retry, classifyDB(&pgconn.PgError{Code: "08006"}))
+	require.Equal(t, outcome.Retry, classifyDB(&pgconn.PgError{Code: "40001"}), "serialization failure")
+	require.Equal(t, outcome.ClassRefused, classifyDB(&pgconn.PgError{Code: "23505"}), "a constraint is not a blip")
+	require.Equal(t, outcome.ClassMovedOn, classifyDB(errMovedOn))
 }
