@@ -100,3 +100,24 @@ func (s *Store) AttemptAccepted(ctx context.Context, id string, n int32, lease t
 	}
 	return nil
 }
+
+// AttemptUndo takes back the start of attempt n, for an attempt whose adapter call provably sent
+// nothing (the adapter could not be reached): the execution returns to pending at attempt n-1 and
+// the attempt's row is deleted, so that the attempt is not spent and the same dispatch can start
+// it later. It reports false, changing nothing, if the attempt is no longer the running one.
+func (s *Store) AttemptUndo(ctx context.Context, id string, n int32) (bool, error) {
+	var undone bool
+	err := s.pool.QueryRow(ctx, `
+		WITH e AS (
+			UPDATE executions SET status = 'pending', attempt = $2 - 1, lease_expires_at = NULL, updated_at = now()
+			WHERE id = $1 AND status = 'running' AND attempt = $2
+			RETURNING id
+		), a AS (
+			DELETE FROM execution_attempts WHERE execution_id = (SELECT id FROM e) AND n = $2
+		)
+		SELECT EXISTS (SELECT 1 FROM e)`, id, n).Scan(&undone)
+	if err != nil {
+		return false, fmt.Errorf("undo start of attempt %d of %s: %w", n, id, err)
+	}
+	return undone, nil
+}

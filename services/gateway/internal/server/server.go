@@ -14,14 +14,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -36,6 +35,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/nudge"
+	"github.com/integrations-platform/integrations/pkg/outcome"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
@@ -74,7 +74,14 @@ type Server struct {
 	box        *secret.Box
 	opts       Options
 	log        *zap.Logger
+	// reports counts sync outcomes still being reported in the background.
+	reports sync.WaitGroup
 }
+
+// WaitReports blocks until every sync outcome being reported in the background has been
+// recorded or given up (each is bounded by its deadline plus syncReportGrace). Shutdown calls it
+// after the servers stopped and before the settlement connection closes.
+func (s *Server) WaitReports() { s.reports.Wait() }
 
 // New returns a Server.
 func New(st *store.Store, adapters *adaptercall.Pool, dispatcher dispatcherv1.DispatcherServiceClient,
@@ -152,58 +159,97 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 		ExecutionId: row.ID, Attempt: 1, Capability: row.Capability, Payload: payload,
 		DeadlineTime: timestamppb.New(n.Deadline), CallbackToken: token, Mode: executionv1.Mode_MODE_SYNC,
 	})
-	settle := &settlementv1.SettleRequest{
-		ExecutionId: row.ID, Attempt: 1, FromStatus: executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING,
-	}
-	switch out.Kind {
-	case adaptercall.Completed:
-		settle.Status = executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED
-		settle.Result = out.Result
-	case adaptercall.Failed:
-		f := out.Failure
-		f.Reason = execution.ReasonAdapterPermanent
-		if out.Retryable {
-			// The one attempt a sync call has was spent.
-			f.Reason = execution.ReasonAttemptLimit
-		}
-		settle.Status = executionv1.ExecutionStatus_EXECUTION_STATUS_FAILED
-		settle.Failure = f.Proto()
-	case adaptercall.Accepted:
-		settle.Status = executionv1.ExecutionStatus_EXECUTION_STATUS_FAILED
-		settle.Failure = execution.Failure{Class: execution.ClassProtocol, Reason: execution.ReasonAdapterPermanent,
-			Message: "adapter answered Accepted (long-running work) for a sync execution"}.Proto()
-	}
-	// Settle even if the caller has gone away: the attempt ran.
-	settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancelSettle()
-	settled, err := s.settlement.Settle(settleCtx, settle)
-	if grpcx.Reason(err) == reasonAlreadySettled {
-		// Someone settled it meanwhile: the application cancelled it, or the sweeper found its
-		// deadline passed. The caller gets the execution as it was settled.
-		s.log.Info("sync execution settled by another", log.ExecutionID(row.ID), log.Attempt(1))
-		if row, _, err = s.store.ExecutionGet(settleCtx, n.ApplicationID, row.ID); err != nil {
-			return nil, err
-		}
-		return s.response(row, nil)
-	}
-	if err != nil {
-		return nil, syncSettleError(ctx, row.ID, err)
-	}
-	return s.response(nil, settled.GetExecution())
+	return s.reportSync(ctx, row, n, out)
 }
 
-// reasonAdapterResultRefused: the settlement service refused the adapter's result of a sync
-// execution. The client sent no result, so settlement's refusal (about its `result` field) is
-// not passed on.
-const reasonAdapterResultRefused = "ADAPTER_RESULT_REFUSED"
+// syncReportGrace is how long after a sync execution's deadline its outcome is still reported in
+// the background: the settlement sweeper ends a running attempt only its grace (5 s by default)
+// after the deadline, and an outcome that lands before then is taken.
+const syncReportGrace = 5 * time.Second
 
-// syncSettleError answers a sync call whose settlement failed, in the gateway's own words: the
-// settlement service's text, fields and reasons are for the logs.
-func syncSettleError(ctx context.Context, id string, err error) error {
-	cause := fmt.Errorf("settle sync execution %s: %w", id, err)
-	if status.Code(err) == codes.InvalidArgument {
-		return apperr.New(apperr.KindInternal, reasonAdapterResultRefused, "the adapter's result could not be recorded").Wrap(cause)
+// syncAnswerFloor is the least time the caller waits for the outcome to be recorded once the
+// adapter answered, when the adapter answered at (or past) the deadline.
+const syncAnswerFloor = 2 * time.Second
+
+// reportSync hands the sync attempt's outcome to the settlement service through the one outcome
+// reporter (pkg/outcome), as the consumer and the adapter SDK do: retried while settlement is
+// unreachable or failing, a refused result recorded as the adapter's protocol failure (never an
+// error about a field the caller did not send), and an execution settled meanwhile by another
+// (a cancellation, the sweeper) answered as it was settled.
+//
+// The report runs in the background, to the deadline plus syncReportGrace, whatever happens to
+// the call: the caller waits for it until the deadline (at least syncAnswerFloor), and if the
+// outcome is not recorded by then gets a retryable UNAVAILABLE while the report goes on — the
+// execution still ends settled with the adapter's outcome, and reading it (or retrying the call
+// with its idempotency key) shows it.
+func (s *Server) reportSync(ctx context.Context, row *execution.Row, n store.NewExecution, out adaptercall.Outcome) (*gatewayv1.InvokeCapabilityResponse, error) {
+	type reported struct {
+		e   *executionv1.Execution
+		v   outcome.Verdict
+		err error
 	}
+	logger := s.log.With(log.ExecutionID(row.ID), log.Attempt(1))
+	done := make(chan reported, 1)
+	s.reports.Add(1)
+	go func() {
+		defer s.reports.Done()
+		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), n.Deadline.Add(syncReportGrace))
+		defer cancel()
+		e, v, err := outcome.Settler{Client: s.settlement, Log: logger}.Report(rctx,
+			outcome.Attempt{ExecutionID: row.ID, Attempt: 1, Until: n.Deadline.Add(syncReportGrace)}, out)
+		switch v {
+		case outcome.Recorded, outcome.MovedOn:
+		default:
+			logger.Error("sync outcome not recorded; the sweeper ends the attempt", zap.Stringer("verdict", v), zap.Error(err))
+		}
+		done <- reported{e, v, err}
+	}()
+	wait := time.Until(n.Deadline)
+	if wait < syncAnswerFloor {
+		wait = syncAnswerFloor
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	var r reported
+	select {
+	case r = <-done:
+	case <-t.C:
+		logger.Warn("sync outcome not recorded by the deadline; still reporting it in the background")
+		return nil, outcomePending(row.ID)
+	case <-ctx.Done():
+		// The caller went away; the report goes on.
+		return nil, ctx.Err()
+	}
+	switch r.v {
+	case outcome.Recorded:
+		return s.response(nil, r.e)
+	case outcome.MovedOn:
+		// Someone settled it meanwhile: the application cancelled it, or the sweeper found its
+		// deadline passed. The caller gets the execution as it was settled.
+		logger.Info("sync execution settled by another")
+		got, _, err := s.store.ExecutionGet(context.WithoutCancel(ctx), n.ApplicationID, row.ID)
+		if err != nil {
+			return nil, err
+		}
+		return s.response(got, nil)
+	case outcome.Expired:
+		return nil, outcomePending(row.ID)
+	}
+	return nil, syncSettleError(ctx, row.ID, r.err)
+}
+
+// outcomePending is the answer to a sync call whose attempt ended but whose outcome the settlement
+// service has not recorded yet: retryable, and where to read the outcome.
+func outcomePending(id string) error {
+	return apperr.New(apperr.KindUnavailable, "OUTCOME_PENDING",
+		"the attempt ended but its outcome is not recorded yet; read it at /v1/executions/%s or retry with the same Idempotency-Key", id).
+		With("execution_id", id)
+}
+
+// syncSettleError answers a sync call whose outcome settlement refused for a reason retrying
+// cannot change (the reporter handled outages, a refused result and a settlement by another), in
+// the gateway's own words: settlement's text, fields and reasons are for the logs.
+func syncSettleError(ctx context.Context, id string, err error) error {
 	return fmt.Errorf("settle sync execution %s: %w", id, grpcx.Downstream(ctx, "settlement", err))
 }
 
