@@ -2,8 +2,9 @@
 //
 //  1. at the signal, health reports NOT_SERVING (the OnDrain hooks) while everything keeps
 //     working, for the drain window, so that load balancers and Kubernetes stop sending calls;
-//  2. then servers stop taking calls (graceful stop) and workers stop taking work, while what is
-//     in flight — RPCs, message handlers, adapter calls — goes on;
+//  2. then servers stop taking calls (graceful stop) and Drain workers stop taking work (e.g.
+//     broker consumers are cancelled), while what is in flight — RPCs, message handlers, adapter
+//     calls — goes on; Go workers are cancelled once the servers stopped;
 //  3. at the soft timeout what is still in flight is cancelled (servers are stopped hard, the
 //     workers' work context ends);
 //  4. cancelled work gets half of what is left to return, then resources (broker, pools, client
@@ -62,6 +63,8 @@ type server struct {
 type worker struct {
 	name string
 	run  func(take, work context.Context) error
+	// plain is a worker registered with Go: its one context ends once the servers stopped.
+	plain bool
 }
 
 type closer struct {
@@ -114,17 +117,18 @@ func (a *App) Serve(name string, serve func() error, stop func(ctx context.Conte
 	a.servers = append(a.servers, server{name, serve, stop})
 }
 
-// Go registers a background worker that runs until its context is cancelled, which happens
-// after the drain window. For a worker whose in-flight work should finish first, use Drain.
+// Go registers a background worker that runs until its context is cancelled, which happens once
+// the servers stopped (or at the soft timeout). For a worker whose in-flight work should finish
+// first, use Drain.
 func (a *App) Go(name string, run func(ctx context.Context) error) {
-	a.workers = append(a.workers, worker{name, func(take, _ context.Context) error { return run(take) }})
+	a.workers = append(a.workers, worker{name: name, run: func(ctx, _ context.Context) error { return run(ctx) }, plain: true})
 }
 
 // Drain registers a worker with two contexts: take ends after the drain window, when it must stop
 // taking new work (e.g. cancel its broker consumers); work ends at the soft timeout, when work
 // still in flight must be cancelled. run should return soon after work ends.
 func (a *App) Drain(name string, run func(take, work context.Context) error) {
-	a.workers = append(a.workers, worker{name, run})
+	a.workers = append(a.workers, worker{name: name, run: run})
 }
 
 // Grace is how long a worker registered with Drain may wait, once its work context ended, for
@@ -164,13 +168,19 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	takeCtx, stopTaking := context.WithCancel(context.Background())
 	defer stopTaking()
+	plainCtx, stopPlain := context.WithCancel(context.Background())
+	defer stopPlain()
 	workCtx, cancelWork := context.WithCancel(context.Background())
 	defer cancelWork()
 	for _, w := range a.workers {
 		workersWG.Add(1)
 		go func() {
 			defer workersWG.Done()
-			if err := w.run(takeCtx, workCtx); err != nil && !errors.Is(err, context.Canceled) {
+			take := takeCtx
+			if w.plain {
+				take = plainCtx
+			}
+			if err := w.run(take, workCtx); err != nil && !errors.Is(err, context.Canceled) {
 				failed <- fmt.Errorf("%s: %w", w.name, err)
 			}
 		}()
@@ -230,12 +240,14 @@ func (a *App) Run(ctx context.Context) error {
 				a.log.Warn("server stop failed", zap.String("server", s.name), zap.Error(err))
 			}
 		}
+		waitAll(softCtx, waitGroup(&serversWG))
+		stopPlain()
 		serversWG.Wait()
 	}()
-	workersDone := make(chan struct{})
-	go func() { workersWG.Wait(); close(workersDone) }()
+	workersDone := waitGroup(&workersWG)
 	go func() {
 		<-softCtx.Done()
+		stopPlain()
 		cancelWork()
 	}()
 	if !waitAll(softCtx, serversDone, workersDone) {
@@ -294,4 +306,10 @@ func isClosed(c <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+func waitGroup(wg *sync.WaitGroup) <-chan struct{} {
+	c := make(chan struct{})
+	go func() { wg.Wait(); close(c) }()
+	return c
 }
