@@ -224,6 +224,8 @@ func TestSecondSignalStopsNow(t *testing.T) {
 	t.Parallel()
 	a, signal := testApp(t, Timeouts{Drain: 5 * time.Second, Soft: 8 * time.Second, Hard: 10 * time.Second})
 	j := newJournal()
+	draining := make(chan struct{})
+	a.OnDrain("health", func() { close(draining) })
 	a.Drain("consumer", func(take, work context.Context) error {
 		<-take.Done()
 		j.note("stops-taking")
@@ -234,7 +236,7 @@ func TestSecondSignalStopsNow(t *testing.T) {
 	done := run(a)
 	j.start = time.Now()
 	signal()
-	time.Sleep(100 * time.Millisecond) // the operator presses Ctrl-C again a moment later
+	<-draining // the first signal was heard; the operator presses Ctrl-C again
 	signal()
 	require.NoError(t, await(t, done, 3*time.Second))
 	assert.Less(t, j.when(t, "cancelled"), time.Second)
