@@ -273,3 +273,36 @@ func TestTornDown(t *testing.T) {
 		assert.Equal(t, tc.want, got, tc.name)
 	}
 }
+
+// TestCloseContextBoundsAHangingConsumer: a handler that ignores its cancelled context does not
+// hold CloseContext past its ctx; the connections are closed all the same and the broker gets
+// the delivery back.
+func TestCloseContextBoundsAHangingConsumer(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "hung"}))
+	require.NoError(t, tb.b.Publish(tb.ctx, "hung", Outgoing{ID: "m-hung"}))
+	started := make(chan struct{})
+	hang := make(chan struct{})
+	consumed := make(chan error, 1)
+	go func() {
+		consumed <- tb.b.Consume(context.Background(), "hung", 1, func(context.Context, *Message) Result {
+			close(started)
+			<-hang
+			return Ack()
+		})
+	}()
+	t.Cleanup(func() {
+		close(hang)
+		assert.ErrorIs(t, <-consumed, ErrClosed)
+	})
+	receive(t, started, "handler start")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	err := tb.b.CloseContext(ctx)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "the consumer was still stopping")
+	assert.Less(t, time.Since(t0), 2*time.Second, "CloseContext returned at its ctx's end")
+	require.Eventually(t, func() bool { return tb.depth(t, tb.b.QueueName("hung")) == 1 }, waitFor, 10*time.Millisecond,
+		"the connection is closed: the delivery is back in the queue")
+}
