@@ -119,13 +119,17 @@ type consumeOptions struct {
 // handlers' context is cancelled; Consume waits at most grace more for them to return (a cut-off
 // handler's non-Ack result is a requeue, as always), then closes its channel, which returns
 // anything still unsettled to the broker, and returns without waiting for handlers that ignore
-// their context.
+// their context. The grace also bounds the broker's answers to the consumer's cancel and to the
+// channel's close; it is at least minDrainGrace.
 func Drain(work context.Context, grace time.Duration) ConsumeOption {
 	return func(o *consumeOptions) {
 		o.work = work
-		o.grace = max(grace, 0)
+		o.grace = max(grace, minDrainGrace)
 	}
 }
+
+// minDrainGrace leaves a broker on a loaded host time to answer a cancel or a close.
+const minDrainGrace = 100 * time.Millisecond
 
 // consume runs a consumer of a route or a subscription until ctx ends or the Broker closes.
 func (b *Broker) consume(ctx context.Context, top *topology, concurrency int, h Handler, opts ...ConsumeOption) error {
