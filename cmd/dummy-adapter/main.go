@@ -34,7 +34,7 @@ func run() error {
 	}
 	defer func() { _ = logger.Sync() }()
 
-	app := lifecycle.New(logger, cfg.ShutdownTimeout)
+	app := lifecycle.New(logger, cfg.Shutdown())
 	ad := adapter.New(dummy.Handler(logger), adapter.Options{
 		CallbackAddr: cfg.CallbackAddr, Credential: cfg.Credential, Logger: logger,
 	})
