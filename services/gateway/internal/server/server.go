@@ -105,7 +105,7 @@ func (s *Server) InvokeCapability(ctx context.Context, req *gatewayv1.InvokeCapa
 		ID: id.String(), ApplicationID: appID, Capability: capability.Name, Mode: in.mode,
 		MaxAttempts: capability.MaxAttempts, Payload: in.payload, RequestHash: in.hash,
 		IdempotencyKey: in.idempotencyKey,
-		Deadline:       time.Now().Add(s.opts.Scale(capability.AsyncBudget)),
+		Budget:         s.opts.Scale(capability.AsyncBudget),
 	}
 	if in.mode == execution.ModeSync {
 		return s.invokeSync(ctx, n, capability, req.GetPayload())
@@ -131,8 +131,11 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 	}
 	n.MaxAttempts = 1
 	n.CallbackTokenHash = tokenHash
-	n.Deadline = time.Now().Add(c.SyncTimeout)
-	n.LeaseExpiresAt = n.Deadline
+	n.Budget = c.SyncTimeout
+	// The database sets the deadline (and the lease, the same) at its now() + SyncTimeout, no
+	// earlier than this: the call below, bounded by SyncTimeout from here on this host's monotonic
+	// clock, ends by the deadline the sweeper goes by whatever the clocks say.
+	callDeadline := time.Now().Add(c.SyncTimeout)
 	row, created, err := s.store.ExecutionAccept(ctx, n)
 	if err != nil {
 		return nil, acceptError(err)
@@ -144,11 +147,11 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 
 	// The attempt runs to its own deadline even if the caller goes away: the adapter may be doing
 	// the work, and the outcome must be settled either way.
-	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), n.Deadline)
+	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), callDeadline)
 	defer cancel()
 	out := s.adapters.Execute(callCtx, c.AdapterEndpoint, &adapterv1.ExecuteRequest{
 		ExecutionId: row.ID, Attempt: 1, Capability: row.Capability, Payload: payload,
-		DeadlineTime: timestamppb.New(n.Deadline), CallbackToken: token, Mode: executionv1.Mode_MODE_SYNC,
+		DeadlineTime: timestamppb.New(row.DeadlineAt), CallbackToken: token, Mode: executionv1.Mode_MODE_SYNC,
 	})
 	settle := &settlementv1.SettleRequest{
 		ExecutionId: row.ID, Attempt: 1, FromStatus: executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING,
