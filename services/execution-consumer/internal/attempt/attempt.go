@@ -52,16 +52,21 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 		return mq.Reject(fmt.Errorf("malformed dispatch message %s", m.ID))
 	}
 	logger := h.log.With(log.ExecutionID(d.GetExecutionId()), log.Attempt(d.GetAttempt()))
-	if due := d.GetDueTime(); due != nil {
-		if early := time.Until(due.AsTime()); early > 0 {
-			return h.early(ctx, logger, &d, early)
-		}
-	}
 	token, tokenHash, err := secret.NewToken("cbt_")
 	if err != nil {
 		return mq.Fail(err)
 	}
-	started, err := h.store.AttemptStart(ctx, d.GetExecutionId(), d.GetAttempt(), tokenHash, h.scale)
+	// The due time is the database's, and AttemptStart compares it with the database's now(): the
+	// consumer's clock plays no part in whether the dispatch is early.
+	var due time.Time
+	if d.GetDueTime() != nil {
+		due = d.GetDueTime().AsTime()
+	}
+	started, err := h.store.AttemptStart(ctx, d.GetExecutionId(), d.GetAttempt(), tokenHash, h.scale, due)
+	var early *store.EarlyError
+	if errors.As(err, &early) {
+		return h.early(logger, early.By)
+	}
 	if errors.Is(err, store.ErrNotStartable) {
 		logger.Info("dispatch skipped: attempt already started or execution moved on")
 		return mq.Ack()
@@ -75,11 +80,9 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	if err != nil {
 		return mq.Fail(fmt.Errorf("decode payload: %w", err))
 	}
-	callDeadline := started.LeaseExpiresAt
-	if started.Deadline.Before(callDeadline) {
-		callDeadline = started.Deadline
-	}
-	callCtx, cancel := context.WithDeadline(ctx, callDeadline)
+	// Bounded by what the database measured the lease and deadline to leave, not by their times
+	// read on this host's clock.
+	callCtx, cancel := context.WithTimeout(ctx, started.Remaining)
 	out := h.adapters.Execute(callCtx, started.AdapterEndpoint, &adapterv1.ExecuteRequest{
 		ExecutionId: started.ExecutionID, Attempt: started.Attempt, Capability: started.Capability,
 		Payload: payload, DeadlineTime: timestamppb.New(started.Deadline), CallbackToken: token,
@@ -105,23 +108,14 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	return mq.Ack()
 }
 
-// early handles a dispatch that arrived before its due time: the dispatcher published it into the
-// largest delay level not past that time, so it is early by the rest, or by clock skew between
-// hosts. It is deferred for what is left — through the route's shorter delay levels, and the last
+// early handles a dispatch that arrived before its due time, by the database's clock: the
+// dispatcher published it into the largest delay level not past that time, so it is early by the
+// rest. It is deferred for what is left — through the route's shorter delay levels, and the last
 // stretch below the smallest level held in the port's worker — without starting the attempt and
-// without spending a port-level attempt. A dispatch whose attempt can no longer start (a duplicate,
-// or the execution moved on or settled, e.g. cancelled while it waited) is dropped now rather than
-// carried to its due time.
-func (h *Handler) early(ctx context.Context, logger *zap.Logger, d *queuev1.ExecutionDispatch, early time.Duration) mq.Result {
-	startable, err := h.store.AttemptStartable(ctx, d.GetExecutionId(), d.GetAttempt())
-	switch {
-	case err != nil:
-		// The check only saves carrying an obsolete message; AttemptStart decides at the due time.
-		logger.Warn("early dispatch not checked; deferring it anyway", zap.Error(err))
-	case !startable:
-		logger.Info("dispatch skipped: attempt already started or execution moved on")
-		return mq.Ack()
-	}
+// without spending a port-level attempt. (A dispatch whose attempt can no longer start, e.g.
+// cancelled while it waited, never comes here: AttemptStart answers ErrNotStartable for it, and it
+// is dropped now rather than carried to its due time.)
+func (h *Handler) early(logger *zap.Logger, early time.Duration) mq.Result {
 	logger.Debug("dispatch arrived early; deferred", zap.Duration("early", early))
 	return mq.Defer(early)
 }
