@@ -97,7 +97,12 @@ func (c *Callbacks) renew(ctx context.Context, d time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("renew lease: %w", err)
 	}
-	if resp.GetLeaseExpireTime() != nil {
+	// The granted lease as a duration, measured by the platform; the expiry time is on the
+	// platform's clock, which this host's may not agree with (an older platform sends only that).
+	switch {
+	case resp.GetLease() != nil:
+		c.granted.Store(int64(resp.GetLease().AsDuration()))
+	case resp.GetLeaseExpireTime() != nil:
 		c.granted.Store(int64(time.Until(resp.GetLeaseExpireTime().AsTime())))
 	}
 	return nil

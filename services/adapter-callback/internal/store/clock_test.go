@@ -39,18 +39,20 @@ func TestLeaseRenewIsOnTheDatabaseClock(t *testing.T) {
 			}
 
 			live := insert("10 seconds", "1 hour")
-			until, err := st.LeaseRenew(ctx, live, 1, 2*time.Minute)
+			until, granted, err := st.LeaseRenew(ctx, live, 1, 2*time.Minute)
 			require.NoError(t, err)
+			require.InDelta(t, 120, granted.Seconds(), 1, "the lease granted, as the database measured it")
 			require.InDelta(t, 120, secondsLeft(live), 2, "two minutes after the database's now")
 			require.WithinDuration(t, time.Now().Add(skew+2*time.Minute), until, 2*time.Second)
 
 			nearDeadline := insert("10 seconds", "30 seconds")
-			_, err = st.LeaseRenew(ctx, nearDeadline, 1, 2*time.Minute)
+			_, granted, err = st.LeaseRenew(ctx, nearDeadline, 1, 2*time.Minute)
 			require.NoError(t, err)
+			require.InDelta(t, 30, granted.Seconds(), 1, "granted up to the deadline")
 			require.InDelta(t, 30, secondsLeft(nearDeadline), 2, "held to the deadline")
 
 			ended := insert("-1 second", "1 hour")
-			_, err = st.LeaseRenew(ctx, ended, 1, 2*time.Minute)
+			_, _, err = st.LeaseRenew(ctx, ended, 1, 2*time.Minute)
 			require.ErrorIs(t, err, ErrNotRunning, "the lease ended on the database's clock")
 		})
 	}
