@@ -43,3 +43,19 @@ func TestRenewalGoesByTheLeaseGrantedNotTheClock(t *testing.T) {
 	require.NoError(t, old.RenewLease(context.Background(), asked))
 	require.Greater(t, time.Duration(old.granted.Load()), time.Hour, "an older platform: the expiry time on this clock")
 }
+
+// TestRequestDeadlineIsOnThisHostsClock: the handler's deadline is counted on the adapter's clock
+// from the time left the platform measured, not read from deadline_time, which is on the
+// platform's: a platform an hour behind would otherwise hand every handler a deadline an hour
+// gone, and its work would be cancelled at once.
+func TestRequestDeadlineIsOnThisHostsClock(t *testing.T) {
+	t.Parallel()
+	req := newRequest(&adapterv1.ExecuteRequest{
+		DeadlineTime: timestamppb.New(time.Now().Add(-time.Hour + time.Minute)),
+		DeadlineIn:   durationpb.New(time.Minute),
+	})
+	require.WithinDuration(t, time.Now().Add(time.Minute), req.Deadline, time.Second)
+
+	old := newRequest(&adapterv1.ExecuteRequest{DeadlineTime: timestamppb.New(time.Unix(1e9, 0))})
+	require.True(t, time.Unix(1e9, 0).Equal(old.Deadline), "an older platform: deadline_time as it is")
+}

@@ -85,7 +85,7 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	callCtx, cancel := context.WithTimeout(ctx, started.Remaining)
 	out := h.adapters.Execute(callCtx, started.AdapterEndpoint, &adapterv1.ExecuteRequest{
 		ExecutionId: started.ExecutionID, Attempt: started.Attempt, Capability: started.Capability,
-		Payload: payload, DeadlineTime: timestamppb.New(started.Deadline), CallbackToken: token,
+		Payload: payload, DeadlineTime: timestamppb.New(started.Deadline), DeadlineIn: durationpb.New(started.DeadlineIn), CallbackToken: token,
 		Mode: execution.ModeToProto(started.Mode),
 	})
 	cancel()

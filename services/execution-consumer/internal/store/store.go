@@ -38,6 +38,9 @@ type Started struct {
 	// (Deadline and LeaseExpiresAt are the database's times, for messages and logs, not for local
 	// timers).
 	Remaining time.Duration
+	// DeadlineIn is how long until Deadline, as the database measured it when it started the
+	// attempt: what the adapter is told to count its deadline from.
+	DeadlineIn time.Duration
 }
 
 // Store is the consumer's data access.
@@ -64,6 +67,7 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 	var (
 		dueAt               *time.Time
 		early, remaining    *float64
+		deadlineIn          *float64
 		startable           bool
 		capability, mode    *string
 		payload             []byte
@@ -86,7 +90,8 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 				AND c.name = e.capability AND a.id = c.adapter_id
 				AND (SELECT early FROM clock) = 0
 			RETURNING e.capability, e.mode, e.payload, e.deadline_at, e.lease_expires_at, a.endpoint, c.lease_ms,
-				extract(epoch FROM least(e.lease_expires_at, e.deadline_at) - now())::float8 AS remaining
+				extract(epoch FROM least(e.lease_expires_at, e.deadline_at) - now())::float8 AS remaining,
+				extract(epoch FROM e.deadline_at - now())::float8 AS deadline_in
 		), attempt AS (
 			INSERT INTO execution_attempts (execution_id, n, callback_token_hash) SELECT $1, $2, $3 FROM started
 		)
@@ -95,7 +100,7 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 			started.*
 		FROM (SELECT) one LEFT JOIN started ON true`,
 		id, n, tokenHash, scale(time.Second).Seconds(), dueAt).
-		Scan(&early, &startable, &capability, &mode, &payload, &deadline, &leaseEnds, &endpoint, &leaseMS, &remaining)
+		Scan(&early, &startable, &capability, &mode, &payload, &deadline, &leaseEnds, &endpoint, &leaseMS, &remaining, &deadlineIn)
 	if err != nil {
 		return nil, fmt.Errorf("start attempt %d of %s: %w", n, id, err)
 	}
@@ -113,6 +118,7 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 		*capability, *mode, payload, *deadline, *leaseEnds, *endpoint
 	r.Lease = scale(time.Duration(*leaseMS) * time.Millisecond)
 	r.Remaining = max(time.Duration(*remaining*float64(time.Second)), 0)
+	r.DeadlineIn = max(time.Duration(*deadlineIn*float64(time.Second)), 0)
 	return &r, nil
 }
 

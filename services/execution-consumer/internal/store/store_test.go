@@ -237,6 +237,7 @@ func TestAttemptStartComparesTheDueTimeOnTheDatabaseClock(t *testing.T) {
 			st, err := b.store.AttemptStart(ctx, pending, 2, tokenHash("due"), identity, dbNow.Add(-time.Second))
 			require.NoError(t, err, "due a second ago on the database's clock")
 			require.InDelta(t, lease.Seconds(), st.Remaining.Seconds(), 2, "the lease left, as the database measured it")
+			require.InDelta(t, (24 * time.Hour).Seconds(), st.DeadlineIn.Seconds(), 2, "the fixture's deadline: a day after the database's now")
 			require.WithinDuration(t, time.Now().Add(skew+lease), st.LeaseExpiresAt, 2*time.Second)
 		})
 	}

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -151,7 +152,8 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 	defer cancel()
 	out := s.adapters.Execute(callCtx, c.AdapterEndpoint, &adapterv1.ExecuteRequest{
 		ExecutionId: row.ID, Attempt: 1, Capability: row.Capability, Payload: payload,
-		DeadlineTime: timestamppb.New(row.DeadlineAt), CallbackToken: token, Mode: executionv1.Mode_MODE_SYNC,
+		DeadlineTime: timestamppb.New(row.DeadlineAt), DeadlineIn: durationpb.New(time.Until(callDeadline)),
+		CallbackToken: token, Mode: executionv1.Mode_MODE_SYNC,
 	})
 	settle := &settlementv1.SettleRequest{
 		ExecutionId: row.ID, Attempt: 1, FromStatus: executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING,
