@@ -9,22 +9,38 @@
 #             2. the standard local server (Postgres 127.0.0.1:5432 user postgres,
 #                RabbitMQ 127.0.0.1:5672 guest/guest), if it answers;
 #             3. a project-local server under .deps/ that is still running;
-#             4. a project-local server it starts now under .deps/
+#             4. a project-local server it starts now
 #                (Postgres 127.0.0.1:55432, RabbitMQ 127.0.0.1:55672).
 #           Creates the databases "test", "integrations" (and any DB given) on the
 #           chosen Postgres, and writes .run/deps.env:
 #             INTEGRATIONS_PG_URL=postgres://postgres@127.0.0.1:5432   (no database)
 #             INTEGRATIONS_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/
 #           Use it with:  set -a; . .run/deps.env; set +a
+#           For a project-local RabbitMQ it also writes INTEGRATIONS_RABBITMQ_NODE and
+#           INTEGRATIONS_RABBITMQCTL (.deps/rabbitmq/rabbitmqctl: rabbitmqctl with the
+#           node's name, cookie and epmd port), which tests and benchmarks use instead of
+#           a plain `rabbitmqctl`, which would talk to the system's node.
 #   down    Stops only the project-local servers this script started; leaves the
-#           others alone. Data under .deps/ is kept for the next `up`.
+#           others alone. Their data is kept for the next `up`.
 #   status  Prints what is in use and the state of the project-local servers.
 #           Exit 0 when .run/deps.env exists and both URLs answer, 3 otherwise.
-#   clean   `down`, then removes .deps/ and .run/.
+#   clean   `down`, then removes .deps/, .run/ and the Postgres data directory.
+#
+# Where the project-local servers keep their data:
+#   RabbitMQ  .deps/rabbitmq/ (the node runs as the invoking user).
+#   Postgres  as root: /var/tmp/integrations-<hash of the checkout's path>/postgres/,
+#             owned by the postgres OS user, because Postgres refuses to run as root and
+#             the postgres user may not be able to enter the checkout (e.g. one under
+#             /root, mode 0700); .deps/postgres is a symlink to it. As any other user:
+#             .deps/postgres/. A directory .deps/postgres made by an earlier deps.sh is
+#             kept where it is. (/var/tmp survives reboots, but systemd-tmpfiles may
+#             prune files idle for 30 days there: if the cluster no longer starts,
+#             `scripts/deps.sh clean`; it holds only throwaway dev/test data.)
 #
 # Overrides (environment): DEPS_PG_PORT (55432), DEPS_AMQP_PORT (55672),
 # DEPS_AMQP_DIST_PORT (55673), DEPS_EPMD_PORT (55674), DEPS_PG_BIN (Postgres bin
-# dir), DEPS_START_TIMEOUT (seconds to wait for a server to start, 60).
+# dir), DEPS_PG_DIR (Postgres directory for a new cluster, see above),
+# DEPS_START_TIMEOUT (seconds to wait for a server to start, 60).
 #
 # Log lines go to stderr prefixed with "deps:"; server logs go to files under .deps/.
 # If packages are missing and we run as root, installs them with apt-get.
@@ -48,7 +64,23 @@ DEFAULT_DATABASES=(test integrations)
 STD_PG_URL=postgres://postgres@127.0.0.1:5432
 STD_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/
 
-PG_DIR=$DEPS_DIR/postgres
+# The Postgres directory (see the header): what .deps/postgres is or points to, else
+# DEPS_PG_DIR, else (as root) a directory outside the checkout that the postgres user
+# can enter. pg_prepare_dir creates it and the .deps/postgres symlink.
+CHECKOUT_HASH=$(printf '%s' "$ROOT" | sha1sum | cut -c1-8) # like the hash in scripts/run.sh's names
+PG_LINK=$DEPS_DIR/postgres
+PG_OUTSIDE_BASE=/var/tmp/integrations-$CHECKOUT_HASH
+if [[ -L $PG_LINK ]]; then
+  PG_DIR=$(readlink "$PG_LINK")
+elif [[ -e $PG_LINK ]]; then
+  PG_DIR=$PG_LINK
+elif [[ -n ${DEPS_PG_DIR:-} ]]; then
+  PG_DIR=$DEPS_PG_DIR
+elif [[ $(id -u) -eq 0 ]]; then
+  PG_DIR=$PG_OUTSIDE_BASE/postgres
+else
+  PG_DIR=$PG_LINK
+fi
 PG_DATA=$PG_DIR/data
 PG_SOCK_DIR=$PG_DIR/run
 PG_LOG=$PG_DIR/postgres.log
@@ -236,7 +268,7 @@ check_pg_user_access() {
     d=$(dirname "$d")
   done
   if [[ -n $culprit ]]; then
-    die "the postgres OS user cannot enter $culprit ($(stat -c '%A %U:%G' "$culprit")), so it cannot use $dir; move the checkout somewhere it can reach (not under /root) or run: chmod o+x $culprit"
+    die "the postgres OS user cannot enter $culprit ($(stat -c '%A %U:%G' "$culprit")), so it cannot use $dir; start over with a cluster it can reach (scripts/deps.sh clean; see DEPS_PG_DIR in scripts/deps.sh help) or run: chmod o+x $culprit"
   fi
   die "the postgres OS user cannot write to $dir"
 }
@@ -286,12 +318,35 @@ EOF
   if is_root; then chown postgres:postgres "$conf"; fi
 }
 
+# Creates the Postgres directory (where: see the header) and, for one outside .deps/, the
+# .deps/postgres symlink that records where it is. /var/tmp is writable by everyone: the
+# directory there is created by us or must already be ours, never one someone else planted.
+pg_prepare_dir() {
+  [[ $PG_DIR == /* ]] || die "the Postgres directory must be an absolute path (DEPS_PG_DIR=$PG_DIR)"
+  mkdir -p "$DEPS_DIR"
+  if [[ $PG_DIR != "$PG_LINK" ]]; then
+    if [[ $PG_DIR == "$PG_OUTSIDE_BASE"/* ]]; then
+      [[ -e $PG_OUTSIDE_BASE || -L $PG_OUTSIDE_BASE ]] || mkdir -m 0755 "$PG_OUTSIDE_BASE" ||
+        die "cannot create $PG_OUTSIDE_BASE"
+      if [[ -L $PG_OUTSIDE_BASE || ! -d $PG_OUTSIDE_BASE || $(stat -c %u "$PG_OUTSIDE_BASE") != "$(id -u)" ]]; then
+        die "$PG_OUTSIDE_BASE exists but is not a directory of this user ($(stat -c '%F, owner %U' "$PG_OUTSIDE_BASE")); remove it or choose another place with DEPS_PG_DIR=..."
+      fi
+    fi
+    mkdir -p "$PG_DIR"
+    [[ -L $PG_LINK ]] || ln -s "$PG_DIR" "$PG_LINK"
+  fi
+  mkdir -p "$PG_DIR" "$PG_SOCK_DIR"
+  if is_root; then
+    chown postgres:postgres "$PG_DIR" "$PG_SOCK_DIR"
+    chmod 0700 "$PG_DIR"
+  fi
+  check_pg_user_access "$PG_DIR"
+}
+
 pg_start_local() {
   local t0 ver bin_ver
   ensure_packages postgres
-  mkdir -p "$DEPS_DIR" "$PG_DIR" "$PG_SOCK_DIR"
-  if is_root; then chown postgres:postgres "$PG_DIR" "$PG_SOCK_DIR"; fi
-  check_pg_user_access "$PG_DIR"
+  pg_prepare_dir
 
   if [[ -f $PG_DATA/PG_VERSION ]]; then
     ver=$(cat "$PG_DATA/PG_VERSION")
@@ -425,6 +480,25 @@ rmq_pid() {
 
 rmq_local_running() { [[ -n $(rmq_pids_by_comm '!epmd') ]]; }
 
+# rabbitmqctl for the project-local node: the node's environment (its name, the cookie in
+# its HOME, its epmd port), so that a call reaches this node and not the system's. Tests and
+# benchmarks run it as $INTEGRATIONS_RABBITMQCTL (written to .run/deps.env).
+RMQ_CTL=$RMQ_DIR/rabbitmqctl
+rmq_write_ctl() {
+  local line tmp=$RMQ_CTL.tmp.$$
+  {
+    printf '#!/usr/bin/env bash\n'
+    printf '# Written by scripts/deps.sh: rabbitmqctl for the project-local node %s.\n' "$RMQ_NODENAME"
+    printf 'exec env -i'
+    while IFS= read -r line; do
+      printf ' \\\n  %q' "$line"
+    done < <(rmq_env)
+    printf ' \\\n  %q "$@"\n' "$RMQ_BIN/rabbitmqctl"
+  } >"$tmp"
+  chmod 0755 "$tmp"
+  mv -f "$tmp" "$RMQ_CTL"
+}
+
 RMQ_STARTING_PID=
 RMQ_T0=
 rmq_spawn_local() {
@@ -555,7 +629,7 @@ resolve_pg() {
     port=$(pg_local_port)
     if pg_ready "$port" && pg_url_ok "postgres://postgres@127.0.0.1:$port"; then
       PG_URL=postgres://postgres@127.0.0.1:$port
-      PG_SOURCE="project-local server in .deps/postgres"
+      PG_SOURCE="project-local server in $PG_DIR"
       log "Postgres: using the project-local server on 127.0.0.1:$port"
       return 0
     fi
@@ -563,7 +637,7 @@ resolve_pg() {
   fi
   pg_start_local
   PG_URL=postgres://postgres@127.0.0.1:$PG_PORT
-  PG_SOURCE="project-local server in .deps/postgres, started by deps.sh"
+  PG_SOURCE="project-local server in $PG_DIR, started by deps.sh"
 }
 
 AMQP_URL=
@@ -602,6 +676,7 @@ resolve_amqp_begin() {
 
 resolve_amqp_end() {
   if [[ -n $RMQ_STARTING_PID ]]; then rmq_wait_local; fi
+  if [[ $AMQP_SOURCE == project-local* ]]; then rmq_write_ctl; fi
 }
 
 ensure_databases() {
@@ -639,9 +714,17 @@ write_env_file() {
     printf '# INTEGRATIONS_AMQP_URL source: %s\n' "$AMQP_SOURCE"
     env_line INTEGRATIONS_PG_URL "$PG_URL"
     env_line INTEGRATIONS_AMQP_URL "$AMQP_URL"
-    # The node rabbitmqctl reaches for the broker's own counters (make bench): the project-local one.
+    # The node and the rabbitmqctl that tests (closing a connection from the broker's side)
+    # and make bench (the broker's counters) use: the project-local node when it is the one in
+    # use; for the standard server plain rabbitmqctl and its default node (empty values, so that
+    # ones left in a shell by an earlier project-local run do not apply); for a broker given in
+    # the environment, whatever the environment says.
     if [[ $AMQP_SOURCE == project-local* ]]; then
       env_line INTEGRATIONS_RABBITMQ_NODE "$RMQ_NODENAME"
+      env_line INTEGRATIONS_RABBITMQCTL "$RMQ_CTL"
+    elif [[ $AMQP_SOURCE == "standard local server" ]]; then
+      env_line INTEGRATIONS_RABBITMQ_NODE ""
+      env_line INTEGRATIONS_RABBITMQCTL ""
     fi
   } >"$tmp"
   mv -f "$tmp" "$ENV_FILE"
@@ -736,9 +819,9 @@ cmd_status() {
     started=
     [[ -f $PG_MARKER ]] && started=", started by deps.sh"
     if pg_local_running; then
-      echo "project-local Postgres (.deps/postgres): running, pid $(sed -n 1p "$PG_DATA/postmaster.pid"), port $(pg_local_port)$started"
+      echo "project-local Postgres ($PG_DIR): running, pid $(sed -n 1p "$PG_DATA/postmaster.pid"), port $(pg_local_port)$started"
     else
-      echo "project-local Postgres (.deps/postgres): stopped"
+      echo "project-local Postgres ($PG_DIR): stopped"
     fi
   else
     echo "project-local Postgres: none"
@@ -761,6 +844,16 @@ cmd_status() {
 cmd_clean() {
   cmd_down
   exec 9>&-
+  if [[ $PG_DIR != "$PG_LINK" && -L $PG_LINK ]]; then
+    if [[ $PG_DIR == "$PG_OUTSIDE_BASE"/* ]]; then
+      rm -rf "$PG_DIR"
+      rmdir "$PG_OUTSIDE_BASE" 2>/dev/null || true
+    else # a directory given with DEPS_PG_DIR: remove only what this script put there
+      rm -rf "$PG_DATA" "$PG_SOCK_DIR" "$PG_LOG" "$PG_CTL_LOG" "$PG_MARKER" "$PG_DIR/initdb.log"
+      rmdir "$PG_DIR" 2>/dev/null || true
+    fi
+    log "removed $PG_DIR"
+  fi
   rm -rf "$DEPS_DIR" "$RUN_DIR"
   log "removed .deps/ and .run/"
 }

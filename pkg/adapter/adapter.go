@@ -31,6 +31,9 @@ const (
 	ClassPermanent   = "permanent"
 	ClassTimeout     = "timeout"
 	ClassUnavailable = "unavailable"
+	// ClassProtocol is the SDK's class for an outcome the platform could not take (a result it
+	// refused): the adapter broke the protocol, and retrying would not change it.
+	ClassProtocol = "protocol"
 )
 
 // Modes of an execution, as found in Request.Mode.

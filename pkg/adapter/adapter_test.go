@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/integrations-platform/integrations/pkg/adapter"
+	"github.com/integrations-platform/integrations/pkg/apperr"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
@@ -39,6 +40,11 @@ type fakeCallbacks struct {
 
 	// completeUnavailable is how many Complete calls to answer UNAVAILABLE before accepting.
 	completeUnavailable int
+	// completeCodes are answered, in order, to the first Complete calls after those.
+	completeCodes []codes.Code
+	// refuseResult refuses every succeeded outcome as the platform refuses a result it cannot
+	// store (INVALID_ARGUMENT naming the result).
+	refuseResult bool
 	// renewRefusal, if not OK, refuses every renewal with that code.
 	renewRefusal codes.Code
 
@@ -83,6 +89,14 @@ func (f *fakeCallbacks) Complete(ctx context.Context, in *adapterv1.CompleteRequ
 	f.completeN++
 	if f.completeN <= f.completeUnavailable {
 		return nil, status.Error(codes.Unavailable, "restarting")
+	}
+	if len(f.completeCodes) > 0 {
+		c := f.completeCodes[0]
+		f.completeCodes = f.completeCodes[1:]
+		return nil, status.Error(c, "settlement: transport is closing")
+	}
+	if _, ok := in.GetOutcome().(*adapterv1.CompleteRequest_Succeeded); ok && f.refuseResult {
+		return nil, grpcx.ToStatus(apperr.Invalid("result", "not a JSON object: json: unsupported value: NaN")).Err()
 	}
 	f.completes = append(f.completes, in)
 	f.completed <- in
@@ -328,6 +342,49 @@ func TestLaterRetriesCompleteWhileUnavailable(t *testing.T) {
 	b.fake.mu.Lock()
 	defer b.fake.mu.Unlock()
 	require.Equal(t, 3, b.fake.completeN)
+}
+
+// A finished outcome is not dropped when the callback service answers something other than
+// UNAVAILABLE: INTERNAL, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED are retried too, and the outcome
+// lands exactly once.
+func TestLaterRetriesCompleteOnEveryRetryableCode(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &fakeCallbacks{completeCodes: []codes.Code{codes.Internal, codes.Unavailable, codes.ResourceExhausted, codes.Internal, codes.DeadlineExceeded}},
+		func(ctx context.Context, req *adapter.Request) adapter.Result {
+			return adapter.Later(time.Minute, func(context.Context, *adapter.Callbacks) adapter.Result {
+				return adapter.Complete(map[string]any{"sent": true})
+			})
+		})
+
+	require.NotNil(t, execute(t, b, nil, executionv1.Mode_MODE_ASYNC).GetAccepted())
+	require.True(t, awaitComplete(t, b.fake).GetSucceeded().GetResult().GetFields()["sent"].GetBoolValue())
+	b.server.Wait()
+	b.fake.mu.Lock()
+	defer b.fake.mu.Unlock()
+	require.Equal(t, 6, b.fake.completeN)
+	require.Len(t, b.fake.completes, 1, "delivered once")
+}
+
+// A result the platform refuses is delivered again as a permanent protocol failure, so that the
+// attempt ends now instead of at its lease.
+func TestLaterRefusedResultBecomesAProtocolFailure(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &fakeCallbacks{refuseResult: true}, func(ctx context.Context, req *adapter.Request) adapter.Result {
+		return adapter.Later(time.Minute, func(context.Context, *adapter.Callbacks) adapter.Result {
+			return adapter.Complete(map[string]any{"sent": true})
+		})
+	})
+
+	require.NotNil(t, execute(t, b, nil, executionv1.Mode_MODE_ASYNC).GetAccepted())
+	f := awaitComplete(t, b.fake).GetFailed()
+	require.Equal(t, adapter.ClassProtocol, f.GetClass())
+	require.Equal(t, adapter.CodeInvalidResult, f.GetCode())
+	require.False(t, f.GetRetryable())
+	require.Contains(t, f.GetMessage(), "adapter result refused")
+	b.server.Wait()
+	b.fake.mu.Lock()
+	defer b.fake.mu.Unlock()
+	require.Equal(t, 2, b.fake.completeN)
 }
 
 func TestLaterAbandonedWhenRenewalRefused(t *testing.T) {

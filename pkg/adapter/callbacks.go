@@ -14,6 +14,8 @@ import (
 
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/outcome"
+	"github.com/integrations-platform/integrations/pkg/safetext"
 )
 
 // ErrAttemptGone is the context.Cause of Later work cancelled because the platform refused a
@@ -25,14 +27,11 @@ var ErrAttemptGone = errors.New("adapter: the attempt is no longer open for call
 // execution (AdapterService.Cancel). The execution is settled, so no outcome is sent.
 var ErrCancelled = errors.New("adapter: the execution was cancelled")
 
-// Delivery of a Later outcome. The outcome is the only record of work already done, so it is
-// retried while the callback service is briefly unreachable (a restart, a rolling deploy), but
-// boundedly, because the lease expiring is the platform's own recovery for a lost outcome.
-const (
-	deliverTries   = 5
-	deliverBackoff = 200 * time.Millisecond
-	deliverBudget  = 30 * time.Second
-)
+// deliverFloor is the least time a Later outcome is retried for, when the lease is about to end
+// or already over: the platform sweeps an attempt only some grace after its lease, and an outcome
+// that lands meanwhile is still taken (one that comes too late is refused as no longer
+// applicable, which ends the delivery).
+const deliverFloor = 10 * time.Second
 
 // Callbacks lets Later work talk to the platform about its attempt. It is bound to one
 // execution, attempt and callback token, and sends the adapter's credential on every call.
@@ -50,6 +49,9 @@ type Callbacks struct {
 	// granted is the lease the platform last granted, in nanoseconds (0: none yet). It may be
 	// shorter than asked: the platform caps a lease at the capability's and at the deadline.
 	granted atomic.Int64
+	// leaseEnd is when the lease in force ends, in Unix nanoseconds: from Accepted, then from
+	// each renewal's answer. The outcome is delivered until then.
+	leaseEnd atomic.Int64
 }
 
 // ExecutionID is the execution the callbacks are for.
@@ -91,6 +93,9 @@ func (c *Callbacks) RenewLease(ctx context.Context, d time.Duration) error {
 }
 
 func (c *Callbacks) renew(ctx context.Context, d time.Duration) error {
+	// Before the call: the platform grants the lease from its now, which is no earlier, so a lease
+	// end counted from here on this host's clock is no later than the platform's.
+	asked := time.Now()
 	resp, err := c.client.RenewLease(c.outgoing(ctx), &adapterv1.RenewLeaseRequest{
 		ExecutionId: c.executionID, Attempt: c.attempt, CallbackToken: c.token, Lease: durationpb.New(d),
 	})
@@ -101,9 +106,12 @@ func (c *Callbacks) renew(ctx context.Context, d time.Duration) error {
 	// platform's clock, which this host's may not agree with (an older platform sends only that).
 	switch {
 	case resp.GetLease() != nil:
-		c.granted.Store(int64(resp.GetLease().AsDuration()))
+		granted := resp.GetLease().AsDuration()
+		c.granted.Store(int64(granted))
+		c.leaseEnd.Store(asked.Add(granted).UnixNano())
 	case resp.GetLeaseExpireTime() != nil:
 		c.granted.Store(int64(time.Until(resp.GetLeaseExpireTime().AsTime())))
+		c.leaseEnd.Store(resp.GetLeaseExpireTime().AsTime().UnixNano())
 	}
 	return nil
 }
@@ -215,9 +223,13 @@ func attemptGone(err error) bool {
 	return false
 }
 
-// deliver sends a Later outcome through Complete, retrying while the service is UNAVAILABLE.
-// It runs on its own context: work cancelled by shutdown still reports how it ended. It gives up
-// only when the work is cancelled (Cancel) between two tries.
+// deliver sends a Later outcome through Complete with the platform's one outcome reporter
+// (pkg/outcome): retried with backoff on every retryable answer (UNAVAILABLE, INTERNAL, ...) until
+// the attempt's lease ends (at least deliverFloor from now); an attempt that has moved on ends it
+// without an error; a result the platform refuses (e.g. NaN in it) is delivered instead as a
+// permanent protocol failure, so the attempt ends now rather than at its lease. It runs on its own
+// context: work cancelled by shutdown still reports how it ended. It gives up only when the work
+// is cancelled (Cancel) between two tries.
 func (s *Server) deliver(work context.Context, log *zap.Logger, cb *Callbacks, res Result) {
 	req := &adapterv1.CompleteRequest{ExecutionId: cb.executionID, Attempt: cb.attempt, CallbackToken: cb.token}
 	if res.kind == kindCompleted {
@@ -232,38 +244,49 @@ func (s *Server) deliver(work context.Context, log *zap.Logger, cb *Callbacks, r
 	if res.kind == kindFailed {
 		req.Outcome = &adapterv1.CompleteRequest_Failed{Failed: toFailed(res)}
 	}
-	outcome := "succeeded"
-	if res.kind == kindFailed {
-		outcome = "failed"
+	until := time.Unix(0, cb.leaseEnd.Load())
+	if floor := time.Now().Add(deliverFloor); until.Before(floor) {
+		until = floor
 	}
+	for {
+		name := "succeeded"
+		if _, failed := req.Outcome.(*adapterv1.CompleteRequest_Failed); failed {
+			name = "failed"
+		}
+		tries := 0
+		v, err := outcome.Do(context.Background(), outcome.Options{Until: until, Log: log, What: "complete", Classify: classifyDelivery},
+			func(ctx context.Context) error {
+				if errors.Is(context.Cause(work), ErrCancelled) {
+					return ErrCancelled
+				}
+				tries++
+				_, err := cb.client.Complete(cb.outgoing(ctx), req)
+				return err
+			})
+		switch {
+		case errors.Is(context.Cause(work), ErrCancelled):
+			log.Info("outcome not delivered: the execution was cancelled", zap.String("outcome", name), zap.Int("tries", tries))
+		case v == outcome.Recorded:
+			log.Info("outcome delivered", zap.String("outcome", name), zap.Int("tries", tries))
+		case v == outcome.MovedOn:
+			log.Info("outcome not applied: the attempt had already ended", zap.String("outcome", name), zap.Int("tries", tries))
+		case v == outcome.ResultRefused && name == "succeeded":
+			log.Warn("adapter result refused by the platform; delivering a protocol failure", zap.String("code", status.Code(err).String()))
+			req.Outcome = &adapterv1.CompleteRequest_Failed{Failed: toFailed(Fail(ClassProtocol, CodeInvalidResult,
+				"adapter result refused: "+safetext.Truncate(status.Convert(err).Message(), 512), false))}
+			continue
+		default:
+			log.Error("outcome not delivered", zap.String("outcome", name), zap.Int("tries", tries),
+				zap.Stringer("verdict", v), zap.String("code", status.Code(err).String()), zap.Error(err))
+		}
+		return
+	}
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), deliverBudget)
-	defer cancel()
-	backoff := deliverBackoff
-	for try := 1; ; try++ {
-		if errors.Is(context.Cause(work), ErrCancelled) {
-			log.Info("outcome not delivered: the execution was cancelled", zap.String("outcome", outcome), zap.Int("tries", try-1))
-			return
-		}
-		_, err := cb.client.Complete(cb.outgoing(ctx), req)
-		if err == nil {
-			log.Info("outcome delivered", zap.String("outcome", outcome), zap.Int("tries", try))
-			return
-		}
-		code := status.Code(err)
-		if code != codes.Unavailable || try >= deliverTries {
-			log.Error("outcome not delivered", zap.String("outcome", outcome), zap.Int("tries", try), zap.String("code", code.String()), zap.Error(err))
-			return
-		}
-		log.Warn("outcome delivery failed; retrying", zap.Int("tries", try), zap.Duration("backoff", backoff), zap.Error(err))
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			log.Error("outcome not delivered", zap.String("outcome", outcome), zap.Int("tries", try), zap.Error(ctx.Err()))
-			return
-		case <-t.C:
-		}
-		backoff *= 2
+// classifyDelivery is outcome.Classify, with the work's cancellation ending the delivery.
+func classifyDelivery(err error) outcome.Class {
+	if errors.Is(err, ErrCancelled) {
+		return outcome.ClassMovedOn
 	}
+	return outcome.Classify(err)
 }

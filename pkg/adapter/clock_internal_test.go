@@ -38,6 +38,8 @@ func TestRenewalGoesByTheLeaseGrantedNotTheClock(t *testing.T) {
 	require.NoError(t, cb.RenewLease(context.Background(), asked))
 	require.Equal(t, asked, time.Duration(cb.granted.Load()))
 	require.Equal(t, asked/3, cb.renewEvery())
+	require.WithinDuration(t, time.Now().Add(asked), time.Unix(0, cb.leaseEnd.Load()), time.Second,
+		"the lease's end on this host's clock, for how long an outcome is retried")
 
 	old := &Callbacks{client: skewedPlatform{}}
 	require.NoError(t, old.RenewLease(context.Background(), asked))

@@ -307,6 +307,8 @@ func (s *Server) accept(log *zap.Logger, req *Request, token string, res Result)
 		executionID: req.ExecutionID, attempt: req.Attempt, token: token,
 	}
 	cb.lease.Store(int64(res.lease))
+	// Until a renewal says what the platform granted, the lease is taken to run as asked.
+	cb.leaseEnd.Store(time.Now().Add(res.lease).UnixNano())
 	// Tracked before Accepted is answered, so that a Cancel that follows the answer finds the
 	// work.
 	ctx, cancel := context.WithCancelCause(s.base)

@@ -8,10 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -45,29 +49,107 @@ type Outcome struct {
 	RetryAfter time.Duration
 	// Lease, for Accepted (0: the capability's default).
 	Lease time.Duration
+	// NotSent, for Failed: the adapter could not be reached and provably nothing of the request
+	// went out (see Pool.Execute), so no provider work can have started.
+	NotSent bool
 }
 
 // Pool holds one client connection per adapter endpoint.
 type Pool struct {
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
+	// connectWait bounds how long Execute waits for a ready connection.
+	connectWait time.Duration
 }
 
+// DefaultConnectWait is how long Execute waits, at most, for a ready connection to the adapter
+// before it answers NotSent: long enough to see an adapter that is back (connection attempts are
+// at most reconnectMaxDelay apart), short enough not to hold a consumer slot through an outage.
+const DefaultConnectWait = 3 * time.Second
+
+// reconnectMaxDelay caps the backoff between connection attempts to an adapter: an adapter that
+// is back is found within a second, instead of after the 5 s cap of grpcx.Dial, during which
+// every call would fail fast.
+const reconnectMaxDelay = time.Second
+
 // NewPool returns an empty Pool.
-func NewPool() *Pool { return &Pool{conns: map[string]*grpc.ClientConn{}} }
+func NewPool() *Pool {
+	return &Pool{conns: map[string]*grpc.ClientConn{}, connectWait: DefaultConnectWait}
+}
+
+// SetConnectWait changes how long Execute waits for a ready connection (tests use it).
+func (p *Pool) SetConnectWait(d time.Duration) { p.connectWait = d }
 
 func (p *Pool) client(endpoint string) (adapterv1.AdapterServiceClient, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	conn, err := p.connLocked(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	return adapterv1.NewAdapterServiceClient(conn), nil
+}
+
+func (p *Pool) conn(endpoint string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.connLocked(endpoint)
+}
+
+func (p *Pool) connLocked(endpoint string) (*grpc.ClientConn, error) {
 	conn, ok := p.conns[endpoint]
 	if !ok {
 		var err error
-		if conn, err = grpcx.Dial(endpoint); err != nil {
+		conn, err = grpcx.Dial(endpoint,
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectMaxDelay},
+				MinConnectTimeout: 5 * time.Second,
+			}),
+			grpc.WithStatsHandler(sentRecorder{}))
+		if err != nil {
 			return nil, err
 		}
 		p.conns[endpoint] = conn
 	}
-	return adapterv1.NewAdapterServiceClient(conn), nil
+	return conn, nil
+}
+
+// sentKey carries an Execute call's *atomic.Bool, set once any of the request went out.
+type sentKey struct{}
+
+// sentRecorder is the stats.Handler of adapter connections that tells a call whose request left
+// this process (its headers or its payload were handed to a transport) from one that failed
+// before: only for the latter is it certain that the adapter has not started the work.
+type sentRecorder struct{}
+
+func (sentRecorder) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (sentRecorder) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	switch s.(type) {
+	case *stats.OutHeader, *stats.OutPayload:
+		if sent, ok := ctx.Value(sentKey{}).(*atomic.Bool); ok {
+			sent.Store(true)
+		}
+	}
+}
+func (sentRecorder) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (sentRecorder) HandleConn(context.Context, stats.ConnStats)                       {}
+
+// waitReady waits until conn is ready, or ctx ends.
+func waitReady(ctx context.Context, conn *grpc.ClientConn) bool {
+	for {
+		s := conn.GetState()
+		switch s {
+		case connectivity.Ready:
+			return true
+		case connectivity.Idle:
+			conn.Connect()
+		case connectivity.Shutdown:
+			return false
+		}
+		if !conn.WaitForStateChange(ctx, s) {
+			return false
+		}
+	}
 }
 
 // Close closes every connection.
@@ -85,14 +167,31 @@ func (p *Pool) Close() error {
 // Execute calls the adapter at endpoint within ctx's deadline and normalises its answer. A
 // transport failure or a deadline is a retryable failure of class unavailable or timeout; an
 // answer with no outcome is a permanent protocol failure.
+//
+// It first waits for a ready connection (at most the Pool's connect wait, within ctx), and the
+// call itself waits for readiness too (WaitForReady) rather than failing fast while the
+// connection is between two attempts. When the connection never became ready, or the call failed
+// before any of its headers or payload went out (the connection's stats handler records that),
+// the failure is NotSent: the adapter cannot have started the work.
 func (p *Pool) Execute(ctx context.Context, endpoint string, req *adapterv1.ExecuteRequest) Outcome {
-	cli, err := p.client(endpoint)
+	conn, err := p.conn(endpoint)
 	if err != nil {
 		return transportFailure(err)
 	}
-	resp, err := cli.Execute(ctx, req)
+	wctx, cancel := context.WithTimeout(ctx, p.connectWait)
+	ready := waitReady(wctx, conn)
+	cancel()
+	if !ready {
+		out := transportFailure(status.Error(codes.Unavailable, "adapter not reachable"))
+		out.NotSent = true
+		return out
+	}
+	sent := new(atomic.Bool)
+	resp, err := adapterv1.NewAdapterServiceClient(conn).Execute(context.WithValue(ctx, sentKey{}, sent), req, grpc.WaitForReady(true))
 	if err != nil {
-		return transportFailure(err)
+		out := transportFailure(err)
+		out.NotSent = !sent.Load()
+		return out
 	}
 	switch o := resp.GetOutcome().(type) {
 	case *adapterv1.ExecuteResponse_Completed:

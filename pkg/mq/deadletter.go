@@ -185,6 +185,61 @@ func (b *Broker) Redrive(ctx context.Context, route string, ids []string) (moved
 	return moved, nil
 }
 
+// Discard removes from a route's DLQ the dead letters whose message ids are in ids (every copy of
+// each), and reports how many it removed. It is for dead letters a caller has shown to be
+// explained — the work they carried was done since, or was decided otherwise — so that the DLQ
+// keeps only what still needs an operator; it never chooses by itself, and an empty ids removes
+// nothing. Dead letters not selected stay in their positions. Like Redrive it looks at most at the
+// messages the DLQ held when it started. For a subscription, route is "<topic>.<subscription>".
+func (b *Broker) Discard(ctx context.Context, route string, ids []string) (removed int, err error) {
+	_, dlq, err := b.dlqOf(route)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	ch, done, err := b.dlqChannel(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("mq: discard from %q: %w", route, err)
+	}
+	defer func() {
+		if cerr := done(); cerr != nil && err == nil {
+			err = fmt.Errorf("mq: discard from %q: %w", route, cerr)
+		}
+	}()
+	q, err := ch.QueueDeclarePassive(dlq, true, false, false, false, nil)
+	if err != nil {
+		return 0, fmt.Errorf("mq: discard from %q: check %q: %w", route, dlq, err)
+	}
+	// held is the highest tag still unacked (see Redrive: a nack multiple=true must name one).
+	var held uint64
+	for range q.Messages {
+		d, ok, err := ch.Get(dlq, false)
+		if err != nil {
+			return removed, fmt.Errorf("mq: discard from %q: get from %q: %w", route, dlq, ctxErr(ctx, err))
+		}
+		if !ok {
+			break
+		}
+		if !want[d.MessageId] {
+			held = max(held, d.DeliveryTag)
+			continue
+		}
+		if err := ch.Ack(d.DeliveryTag, false); err != nil {
+			return removed, fmt.Errorf("mq: discard from %q: ack %q: %w", route, d.MessageId, err)
+		}
+		removed++
+	}
+	if held > 0 {
+		if err := ch.Nack(held, true, true); err != nil {
+			return removed, fmt.Errorf("mq: discard from %q: requeue the rest: %w", route, err)
+		}
+	}
+	return removed, nil
+}
+
 // dlqOf is the scoped work queue and DLQ of a route or subscription ("<topic>.<subscription>").
 func (b *Broker) dlqOf(route string) (queue, dlq string, err error) {
 	if err := validateRoute(route); err != nil {

@@ -6,7 +6,9 @@
 //   - [Fail]: transient. A copy goes to the route's holding queue for the next delay level, with
 //     x-delivery-attempt incremented; the holding queue's TTL dead-letters it back to the work
 //     queue. Past the route's [RetryPolicy] the copy goes to "<queue>.dlq" instead. The budget is
-//     counted on x-delivery-attempt only, never on the broker's x-death.
+//     counted on x-delivery-attempt only, never on the broker's x-death. Config.TimeScale shrinks
+//     the delays, but never below the policy's Floor: a budget meant to outlast a real outage
+//     keeps real seconds in a time-scaled run.
 //   - [Reject]: permanent; a copy goes straight to "<queue>.dlq".
 //   - [Defer]: the message arrived before its time (see delays below); it is delivered again no
 //     earlier than the given delay, without spending an attempt.
@@ -43,7 +45,8 @@
 // x-last-failure-at, x-dead-at, x-source-queue (the broker's x-first-death-* for a message it
 // dead-lettered itself). [Broker.DeadLetters] lists a DLQ without losing or reordering it, and
 // [Broker.Redrive] moves some or all of it back to the work queue with a fresh attempt budget,
-// each copy confirmed before the dead letter is acked. DLQs are classic queues because listing
+// each copy confirmed before the dead letter is acked; [Broker.Discard] removes named dead letters
+// a caller has shown to be explained (their work was done since). DLQs are classic queues because listing
 // requeues, and a quorum queue counts every requeue against its delivery limit and serves
 // requeued messages in requeue order, which rotates a DLQ listed in part.
 //

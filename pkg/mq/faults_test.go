@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -18,24 +19,43 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
+// rabbitmqctl runs rabbitmqctl on the node the tests' broker is: $INTEGRATIONS_RABBITMQCTL
+// (scripts/deps.sh writes it to .run/deps.env for a project-local node, whose name, cookie and
+// epmd port a plain rabbitmqctl does not know) on $INTEGRATIONS_RABBITMQ_NODE, or plain
+// rabbitmqctl on its default node (the system's broker). Without either it skips the test.
+func rabbitmqctl(t *testing.T, ctx context.Context, args ...string) (string, error) {
+	t.Helper()
+	bin := os.Getenv("INTEGRATIONS_RABBITMQCTL")
+	if bin == "" {
+		if _, err := exec.LookPath("rabbitmqctl"); err != nil {
+			t.Skip("rabbitmqctl not on PATH and INTEGRATIONS_RABBITMQCTL not set: cannot close a connection from the broker side")
+		}
+		bin = "rabbitmqctl"
+	}
+	if node := os.Getenv("INTEGRATIONS_RABBITMQ_NODE"); node != "" {
+		args = append([]string{"-n", node}, args...)
+	}
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %w", bin, err)
+	}
+	return string(out), nil
+}
+
 // closeFromBroker closes, on the broker's side, the connection whose client-provided name is name
 // (see Broker.dial): one rabbitmqctl call to find its pid, one to close it (~1 s each).
 func closeFromBroker(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
-		t.Skip("rabbitmqctl not on PATH: cannot close a connection from the broker side")
-	}
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", "list_connections", "-q", "--no-table-headers",
-		"pid", "client_properties").CombinedOutput()
+	out, err := rabbitmqctl(t, ctx, "list_connections", "-q", "--no-table-headers", "pid", "client_properties")
 	require.NoError(t, err, "rabbitmqctl list_connections: %s", out)
 	var pid string
-	for _, line := range strings.Split(string(out), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		if strings.Contains(line, `{"connection_name","`+name+`"}`) {
 			pid = strings.Fields(line)[0]
 		}
 	}
 	require.NotEmpty(t, pid, "no connection named %q in:\n%s", name, out)
-	out, err = exec.CommandContext(ctx, "rabbitmqctl", "close_connection", pid, "mq test: closed from the broker side").CombinedOutput()
+	out, err = rabbitmqctl(t, ctx, "close_connection", pid, "mq test: closed from the broker side")
 	require.NoError(t, err, "rabbitmqctl close_connection: %s", out)
 }
 

@@ -107,6 +107,11 @@ type RetryPolicy struct {
 	// MaxAttempts is the total number of deliveries including the first; past it the message is
 	// dead-lettered. 0 means len(Delays)+1. 1 means no retry.
 	MaxAttempts int
+	// Floor is the least Config.TimeScale shrinks a delay to: a delay d waits at least
+	// min(d, Floor) whatever the scale. A budget that exists to outlast real outages (a Postgres
+	// pool reconnecting, a failover) must not shrink with the platform's own schedules: a blip
+	// lasts its seconds in a time-scaled run too. 0: delays scale all the way (to 1 ms at least).
+	Floor time.Duration
 }
 
 // Route is a point-to-point queue and the policy for its deliveries.
@@ -122,6 +127,10 @@ type Route struct {
 	DelayLevels []time.Duration
 	Prefetch    int // per-consumer prefetch; default 32
 }
+
+// DeadReasonExhausted is a dead letter's Reason when a handler returned Fail past the route's
+// RetryPolicy: the handler could not do its work in time, which says nothing against the message.
+const DeadReasonExhausted = "retry_exhausted"
 
 // Headers the port reads and writes. Attempts are counted on x-delivery-attempt only, never on the
 // broker's x-death, whose counting of republished messages changed across broker versions.
@@ -141,9 +150,9 @@ const (
 	// correlation id. Dropped from application publishes, so no application message is a probe.
 	hdrProbe = "x-mq-probe"
 
-	deadReasonExhausted = "retry_exhausted" // Fail past the route's RetryPolicy
-	deadReasonRejected  = "rejected"        // Reject, on a route or a subscription
-	deadReasonFailed    = "failed"          // Fail on a subscription: topics do not retry
+	deadReasonExhausted = DeadReasonExhausted
+	deadReasonRejected  = "rejected" // Reject, on a route or a subscription
+	deadReasonFailed    = "failed"   // Fail on a subscription: topics do not retry
 
 	// maxErrorLen bounds x-last-error: headers travel with every copy and count against the
 	// broker's frame size.

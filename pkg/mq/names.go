@@ -108,11 +108,14 @@ func plan(scope string, timeScale float64, r Route) (*topology, error) {
 	if t.maxAttempts > 1 && len(r.Retry.Delays) == 0 {
 		return nil, fmt.Errorf("mq: route %q: MaxAttempts %d needs at least one retry delay", r.Name, t.maxAttempts)
 	}
+	if r.Retry.Floor < 0 {
+		return nil, fmt.Errorf("mq: route %q: negative retry floor %v", r.Name, r.Retry.Floor)
+	}
 	for i, d := range r.Retry.Delays {
 		if d <= 0 {
 			return nil, fmt.Errorf("mq: route %q: retry delay %d is %v, must be positive", r.Name, i, d)
 		}
-		ttl := scaledTTL(d, timeScale)
+		ttl := max(scaledTTL(d, timeScale), min(d, r.Retry.Floor).Round(time.Millisecond))
 		t.retryTTLs = append(t.retryTTLs, ttl)
 		t.retryQueues = append(t.retryQueues, fmt.Sprintf("%s.retry.%dms", t.queue, ttl.Milliseconds()))
 	}
@@ -141,6 +144,23 @@ func plan(scope string, timeScale float64, r Route) (*topology, error) {
 // own.
 func scaledTTL(d time.Duration, timeScale float64) time.Duration {
 	return max(time.Duration(float64(d)*timeScale).Round(time.Millisecond), time.Millisecond)
+}
+
+// RetryDelays are a route's retry delays as its holding queues apply them: scaled by timeScale,
+// never below the policy's Floor, in whole milliseconds; one per retry after the first delivery
+// (the last repeating up to MaxAttempts). Budget is their sum: how long after its first failure a
+// message that keeps failing is dead-lettered, leaving out the handler's own time.
+func RetryDelays(r Route, timeScale float64) (delays []time.Duration, budget time.Duration, err error) {
+	t, err := plan("x", timeScale, r)
+	if err != nil {
+		return nil, 0, err
+	}
+	for attempt := 1; attempt < t.maxAttempts; attempt++ {
+		d := t.retryTTLs[min(attempt-1, len(t.retryTTLs)-1)]
+		delays = append(delays, d)
+		budget += d
+	}
+	return delays, budget, nil
 }
 
 // delayQueue is the holding queue of the largest delay level not longer than d, and its TTL;

@@ -81,6 +81,7 @@ func run() error {
 		return err
 	}
 	app.Go("dispatch-loop", d.Run)
+	app.Go("dead-letter recovery", dispatch.NewRecoverer(store.New(pool), broker, logger, cfg.RecoverEvery()).Run)
 	app.Close("broker", broker.Close)
 	app.Close("postgres", func() error { pool.Close(); return nil })
 	return app.Run(ctx)

@@ -65,7 +65,19 @@ func run() error {
 		return err
 	}
 	st := store.New(pool)
-	rel := relay.New(st, broker, logger, cfg.RelayInterval, cfg.EventStaleAfter)
+	// The events route's port-level budget, as the port applies it (floored: routes.BlipFloor),
+	// sizes how soon a notice may be taken for lost.
+	_, noticeBudget, err := mq.RetryDelays(routes.Events, cfg.TimeScale)
+	if err != nil {
+		return err
+	}
+	rel := relay.New(st, broker, logger, relay.Options{
+		Interval:     cfg.RelayInterval,
+		StaleAfter:   cfg.StaleAfter(noticeBudget),
+		RecoverEvery: cfg.RecoverEvery(),
+		DeadLetters:  broker,
+		NoticeBudget: noticeBudget,
+	})
 	levels := broker.DelayLevels(routes.Events.Name)
 	del := deliver.New(st, box, deliver.Config{
 		Delays:       cfg.ScaledRetryDelays(),

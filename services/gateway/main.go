@@ -87,7 +87,7 @@ func run() error {
 		MaxRecvMsgSize: 2*cfg.MaxPayloadBytes + 64<<10,
 		Interceptors:   []grpc.UnaryServerInterceptor{server.AuthInterceptor(st)},
 	})
-	gatewayv1.RegisterGatewayServiceServer(srv, server.New(st, adapters,
+	gw := server.New(st, adapters,
 		dispatcherv1.NewDispatcherServiceClient(dispatcherConn), settlementv1.NewSettlementServiceClient(settlementConn),
 		box, server.Options{
 			MaxPayloadBytes:     cfg.MaxPayloadBytes,
@@ -96,7 +96,11 @@ func run() error {
 			WebhookAllowPrivate: cfg.WebhookAllowPrivate,
 			// Not scaled: receivers switch secrets on the wall clock.
 			SecretRotationOverlap: cfg.SecretRotationOverlap,
-		}, logger))
+		}, logger)
+	gatewayv1.RegisterGatewayServiceServer(srv, gw)
+	// Sync outcomes still being reported are awaited once the servers stopped, before the
+	// settlement connection closes (closers run after the workers).
+	app.Go("sync-reports", func(ctx context.Context) error { <-ctx.Done(); gw.WaitReports(); return nil })
 	// REST is registered first so that it stops first: it proxies to the gRPC server.
 	if err := httpapi.Run(ctx, app, logger, httpapi.Config{
 		Addr: cfg.HTTPAddr, GRPCAddr: cfg.GRPCAddr, MaxBodyBytes: int64(2*cfg.MaxPayloadBytes + 64<<10),

@@ -63,8 +63,9 @@ lists:flatten(io_lib:format("~w ~w ~w ~w ~w", [maps:get(messages_received_total,
   S(messages_dead_lettered_expired_total, D)])).`
 
 // ReadMQ reads the broker's counters with rabbitmqctl ($INTEGRATIONS_RABBITMQCTL, default
-// "rabbitmqctl") on the node $INTEGRATIONS_RABBITMQ_NODE (scripts/deps.sh sets it for a
-// project-local broker; default: rabbitmqctl's own default node).
+// "rabbitmqctl") on the node $INTEGRATIONS_RABBITMQ_NODE (default: rabbitmqctl's own default
+// node). For a project-local broker scripts/deps.sh sets both: a plain rabbitmqctl knows
+// neither that node's cookie nor its epmd port.
 func ReadMQ(ctx context.Context) (MQ, error) {
 	bin := os.Getenv("INTEGRATIONS_RABBITMQCTL")
 	if bin == "" {

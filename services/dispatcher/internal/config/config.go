@@ -20,6 +20,15 @@ type Config struct {
 	ClaimTTL time.Duration `env:"INTEGRATIONS_DISPATCH_CLAIM_TTL" envDefault:"30s"`
 	// BatchSize is the most rows one pass claims at a time.
 	BatchSize int `env:"INTEGRATIONS_DISPATCH_BATCH_SIZE" envDefault:"500"`
+	// RecoverInterval is how often the dispatcher looks at the executions route's DLQ for
+	// dispatches it can send back (see dispatch.Recoverer). Time-scaled, at least 1 s.
+	RecoverInterval time.Duration `env:"INTEGRATIONS_DISPATCH_RECOVER_INTERVAL" envDefault:"10s"`
+}
+
+// RecoverEvery is RecoverInterval time-scaled, at least 1 s: a look at the DLQ's head is cheap,
+// but need not run more often than a dispatch's port-level retry.
+func (c Config) RecoverEvery() time.Duration {
+	return max(c.Scale(c.RecoverInterval), time.Second)
 }
 
 // Validate checks the dispatcher's own settings.
@@ -30,6 +39,9 @@ func (c Config) Validate() error {
 	}
 	if c.ClaimTTL < time.Second {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_DISPATCH_CLAIM_TTL: %v must be at least 1s", c.ClaimTTL))
+	}
+	if c.RecoverInterval <= 0 {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_DISPATCH_RECOVER_INTERVAL: %v must be positive", c.RecoverInterval))
 	}
 	if c.BatchSize < 1 || c.BatchSize > 10000 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_DISPATCH_BATCH_SIZE: %d must be between 1 and 10000", c.BatchSize))

@@ -97,3 +97,45 @@ func (s *Store) DispatchNextDue(ctx context.Context, horizon time.Duration) (*ti
 	wait := time.Duration(*secs * float64(time.Second))
 	return &wait, nil
 }
+
+// DeadDispatch is what the database says about a dispatch whose message is in the executions
+// route's DLQ.
+type DeadDispatch struct {
+	ExecutionID string
+	Attempt     int32
+	// Known is false when no such execution exists.
+	Known bool
+	// Startable: the execution is pending at the attempt before this one, so the attempt could
+	// start now (the consumer's own compare, AttemptStart), and its deadline has not passed.
+	Startable bool
+	// Expired: pending at the attempt before this one, but past its deadline: the settlement
+	// sweeper settles it (retry_exhausted.budget), and no adapter should start work for it now.
+	Expired bool
+	// Waiting: a dispatch record of this attempt waits, so the dispatcher publishes it again anyway.
+	Waiting bool
+}
+
+// DeadDispatchStates looks up, for each (executionIDs[i], attempts[i]) of a dead-lettered dispatch,
+// whether its attempt could still start and whether a record of it waits. Ids that are not UUIDs
+// must be left out by the caller.
+func (s *Store) DeadDispatchStates(ctx context.Context, executionIDs []string, attempts []int32) ([]DeadDispatch, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT k.execution_id::text, k.attempt, e.id IS NOT NULL,
+			coalesce(e.status = 'pending' AND e.attempt = k.attempt - 1 AND e.deadline_at > now(), false),
+			coalesce(e.status = 'pending' AND e.attempt = k.attempt - 1 AND e.deadline_at <= now(), false),
+			EXISTS (SELECT 1 FROM dispatches d WHERE d.execution_id = k.execution_id AND d.attempt = k.attempt)
+		FROM unnest($1::uuid[], $2::int[]) AS k(execution_id, attempt)
+		LEFT JOIN executions e ON e.id = k.execution_id`, executionIDs, attempts)
+	if err != nil {
+		return nil, fmt.Errorf("read dead-lettered dispatches: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadDispatch, error) {
+		var d DeadDispatch
+		err := r.Scan(&d.ExecutionID, &d.Attempt, &d.Known, &d.Startable, &d.Expired, &d.Waiting)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read dead-lettered dispatches: %w", err)
+	}
+	return out, nil
+}

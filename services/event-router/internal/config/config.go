@@ -18,11 +18,15 @@ type Config struct {
 	SecretKeyPrevious string        `env:"INTEGRATIONS_SECRET_KEY_PREVIOUS"`
 	RelayInterval     time.Duration `env:"INTEGRATIONS_RELAY_INTERVAL" envDefault:"1s"`
 	// EventStaleAfter is how overdue a pending event's notice may be before the relay publishes
-	// it again (a notice lost to the deliverer's own retries running out). Not time-scaled: it
-	// covers real outages.
+	// it again without other evidence that it was lost (a delivery record lost in a Postgres
+	// crash; a notice dead-lettered where the relay does not look). Time-scaled, but never below
+	// twice the events route's port-level budget: see StaleAfter.
 	EventStaleAfter time.Duration `env:"INTEGRATIONS_EVENT_STALE_AFTER" envDefault:"10m"`
-	Concurrency     int           `env:"INTEGRATIONS_DELIVERY_CONCURRENCY" envDefault:"32"`
-	DeliveryTimeout time.Duration `env:"INTEGRATIONS_DELIVERY_TIMEOUT" envDefault:"10s"`
+	// EventRecoverInterval is how often the relay looks for lost notices: overdue ones and those
+	// in the events route's DLQ, which it publishes again at once. Time-scaled, at least 1 s.
+	EventRecoverInterval time.Duration `env:"INTEGRATIONS_EVENT_RECOVER_INTERVAL" envDefault:"10s"`
+	Concurrency          int           `env:"INTEGRATIONS_DELIVERY_CONCURRENCY" envDefault:"32"`
+	DeliveryTimeout      time.Duration `env:"INTEGRATIONS_DELIVERY_TIMEOUT" envDefault:"10s"`
 	// RetryDelays is the delivery schedule, before time scaling: the wait before attempt 2, 3, …;
 	// an event gets 1+len(RetryDelays) attempts, then it is dead.
 	RetryDelays []time.Duration `env:"INTEGRATIONS_EVENT_RETRY_DELAYS" envDefault:"1m,5m,30m,2h,6h" envSeparator:","`
@@ -42,6 +46,9 @@ func (c Config) Validate() error {
 	errs := []error{c.Common.Validate()}
 	if c.EventStaleAfter < time.Second {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_EVENT_STALE_AFTER: %v must be at least 1s", c.EventStaleAfter))
+	}
+	if c.EventRecoverInterval <= 0 {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_EVENT_RECOVER_INTERVAL: %v must be positive", c.EventRecoverInterval))
 	}
 	if c.PerAppPatience < 0 || c.PerAppPatience > time.Second {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_DELIVERY_PER_APP_PATIENCE: %v must be between 0 and 1s", c.PerAppPatience))
@@ -79,4 +86,18 @@ func (c Config) ScaledRetryDelays() []time.Duration {
 		out[i] = max(c.Scale(d), time.Millisecond)
 	}
 	return out
+}
+
+// StaleAfter is EventStaleAfter time-scaled, but at least twice noticeBudget (the events route's
+// port-level retry budget as the port applies it, mq.RetryDelays): a notice still being retried
+// through its budget is not lost, and publishing it again would only make a duplicate. A scaled
+// run so recovers a notice lost without a trace in seconds; unscaled, the variable stands.
+func (c Config) StaleAfter(noticeBudget time.Duration) time.Duration {
+	return max(c.Scale(c.EventStaleAfter), 2*noticeBudget, time.Second)
+}
+
+// RecoverEvery is EventRecoverInterval time-scaled, at least 1 s: the checks are cheap (an
+// indexed query and a look at the DLQ's head) but need not run more often than a notice's retry.
+func (c Config) RecoverEvery() time.Duration {
+	return max(c.Scale(c.EventRecoverInterval), time.Second)
 }

@@ -41,3 +41,19 @@ func TestValidationNamesTheVariable(t *testing.T) {
 		})
 	}
 }
+
+func TestRecoveryWindowsScaleButOutlastTheNoticeBudget(t *testing.T) {
+	t.Setenv("INTEGRATIONS_SECRET_KEY", "k")
+	t.Setenv("INTEGRATIONS_TIME_SCALE", "0.001")
+	cfg, err := config.Load[Config]()
+	require.NoError(t, err)
+	// 10m scaled is 600 ms: a notice still on its 11 s port budget is not taken for lost.
+	require.Equal(t, 22*time.Second, cfg.StaleAfter(11*time.Second))
+	require.Equal(t, time.Second, cfg.RecoverEvery())
+
+	t.Setenv("INTEGRATIONS_TIME_SCALE", "1")
+	cfg, err = config.Load[Config]()
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Minute, cfg.StaleAfter(36*time.Second), "unscaled, the variable stands")
+	require.Equal(t, 10*time.Second, cfg.RecoverEvery())
+}

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/integrations-platform/integrations/pkg/db"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
 	queuev1 "github.com/integrations-platform/integrations/pkg/gen/integrations/queue/v1"
@@ -54,6 +55,19 @@ type options struct {
 	timeout   time.Duration
 	perApp    int
 	timeScale float64
+	// route replaces the test's short events route (e.g. with routes.Events itself), and
+	// brokerScale is the broker's time scale (default 1).
+	route       *mq.Route
+	brokerScale float64
+	// deliverURL, when set, is the database URL of the deliverer's own pool (e.g. through a
+	// proxy that can cut it); the relay and the test keep the schema's pool.
+	deliverURL string
+	// relay replaces the relay's options; DeadLetters is set to the test's broker when
+	// deadLetters is.
+	relay       *relay.Options
+	deadLetters bool
+	// schema is the test's schema when it needs it before setup (default: a fresh one).
+	schema *dbtest.Schema
 }
 
 // bundle is a running deliverer and relay on a schema and a broker scope of the test's own.
@@ -62,6 +76,7 @@ type bundle struct {
 	box    *secret.Box
 	broker *mq.Broker
 	route  mq.Route
+	relay  *relay.Relay
 }
 
 // setup starts the relay and the deliverer (16 workers, as in production) against the events
@@ -79,7 +94,10 @@ func setup(t *testing.T, o options) *bundle {
 		o.perApp = 4
 	}
 	ctx := context.Background()
-	s := dbtest.NewSchema(t)
+	s := o.schema
+	if s == nil {
+		s = dbtest.NewSchema(t)
+	}
 	s.ApplyCatalog(t, dbtest.TestCatalog)
 	hash := sha256.Sum256([]byte(appB))
 	_, err := s.Pool.Exec(ctx, `INSERT INTO applications (id, name, api_key_hash) VALUES ($1, 'B', $2)`, appB, hash[:])
@@ -95,7 +113,13 @@ func setup(t *testing.T, o options) *bundle {
 		Retry:       mq.RetryPolicy{Delays: []time.Duration{50 * time.Millisecond}, MaxAttempts: 3},
 		DelayLevels: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond},
 	}
-	b, err := mq.Dial(ctx, mq.Config{URL: amqpURL(), Scope: "eventroutertest-" + uuid.NewString()[:8]})
+	if o.route != nil {
+		route = *o.route
+	}
+	if o.brokerScale == 0 {
+		o.brokerScale = 1
+	}
+	b, err := mq.Dial(ctx, mq.Config{URL: amqpURL(), Scope: "eventroutertest-" + uuid.NewString()[:8], TimeScale: o.brokerScale})
 	require.NoError(t, err)
 	require.NoError(t, b.Declare(ctx, route))
 	declared := time.Now()
@@ -107,9 +131,23 @@ func setup(t *testing.T, o options) *bundle {
 	})
 
 	st := store.New(s.Pool)
-	d := New(st, box, Config{Delays: o.delays, Timeout: o.timeout, AllowPrivate: true, PerApp: o.perApp,
-		Busy: route.DelayLevels[0], TimeScale: o.timeScale}, zap.NewNop())
-	rel := relay.New(st, b, zap.NewNop(), 50*time.Millisecond, time.Hour)
+	deliverStore := st
+	if o.deliverURL != "" {
+		pool, err := db.Open(ctx, o.deliverURL)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		deliverStore = store.New(pool)
+	}
+	d := New(deliverStore, box, Config{Delays: o.delays, Timeout: o.timeout, AllowPrivate: true, PerApp: o.perApp,
+		Busy: b.DelayLevels(route.Name)[0], TimeScale: o.timeScale}, zap.NewNop())
+	relayOpts := relay.Options{Interval: 50 * time.Millisecond, StaleAfter: time.Hour}
+	if o.relay != nil {
+		relayOpts = *o.relay
+	}
+	if o.deadLetters {
+		relayOpts.DeadLetters = b
+	}
+	rel := relay.New(st, b, zap.NewNop(), relayOpts)
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -126,7 +164,7 @@ func setup(t *testing.T, o options) *bundle {
 		wg.Wait()
 		assert.NoError(t, d.Close())
 	})
-	return &bundle{s: s, box: box, broker: b, route: route}
+	return &bundle{s: s, box: box, broker: b, route: route, relay: rel}
 }
 
 // setConsumer registers app's consumer with a fresh signing secret, and returns the secret.

@@ -6,9 +6,13 @@ package relay
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
@@ -29,33 +33,88 @@ type Publisher interface {
 	PublishAll(ctx context.Context, route string, msgs []mq.Outgoing) []error
 }
 
-// Relay publishes outbox events.
-type Relay struct {
-	store      *store.Store
-	pub        Publisher
-	log        *zap.Logger
-	interval   time.Duration
-	staleAfter time.Duration
-	// lastStaleCheck is when the overdue-notice check last ran: it runs on the scheduled pass at
-	// most every staleCheckEvery, not on every NOTIFY, which is the hot path.
-	lastStaleCheck time.Time
+// DeadLetterQueue is the part of the message port the relay uses to recover dead-lettered
+// notices.
+type DeadLetterQueue interface {
+	DeadLetters(ctx context.Context, route string, limit int) ([]mq.DeadLetter, error)
+	Discard(ctx context.Context, route string, ids []string) (int, error)
 }
 
-// staleCheckEvery is the most often the relay looks for overdue notices; they are overdue by
-// minutes, so looking more often finds nothing more.
-const staleCheckEvery = 30 * time.Second
+// Options are the relay's timings, already time-scaled.
+type Options struct {
+	// Interval is the scheduled pass, which recovers lost NOTIFYs.
+	Interval time.Duration
+	// StaleAfter is how overdue a pending event's notice may be before it is published again
+	// without other evidence that it was lost (see store.EventReleaseStale).
+	StaleAfter time.Duration
+	// RecoverEvery is how often the relay looks for lost notices: overdue ones (StaleAfter) and
+	// dead-lettered ones.
+	RecoverEvery time.Duration
+	// DeadLetters, when set, is the events route's DLQ: every RecoverEvery the relay publishes a
+	// fresh notice for each pending event whose notice is in it, and discards the dead letters of
+	// events delivered or dead since.
+	DeadLetters DeadLetterQueue
+	// NoticeBudget is the events route's port-level retry budget (mq.RetryDelays): a notice relayed
+	// less than this long ago cannot have been dead-lettered yet.
+	NoticeBudget time.Duration
+}
 
-// New returns a Relay. A pending event whose notice is overdue by staleAfter is published again
-// (see store.EventReleaseStale).
-func New(st *store.Store, pub Publisher, log *zap.Logger, interval, staleAfter time.Duration) *Relay {
-	return &Relay{store: st, pub: pub, log: log, interval: interval, staleAfter: staleAfter}
+// Relay publishes outbox events.
+type Relay struct {
+	store *store.Store
+	pub   Publisher
+	log   *zap.Logger
+	opts  Options
+	// lastRecovery is when the overdue-notice check last ran: it runs on the scheduled pass at
+	// most every RecoverEvery, not on every NOTIFY, which is the hot path.
+	lastRecovery time.Time
+	// republished and cleared count what the dead-letter recovery did, for tests (the metrics
+	// are process-wide).
+	republished, cleared atomic.Int64
+}
+
+// NoticesRepublished is how many pending events this relay gave a fresh notice because their
+// notice was in the DLQ.
+func (r *Relay) NoticesRepublished() int64 { return r.republished.Load() }
+
+// DeadLettersCleared is how many dead letters this relay discarded because their event was
+// delivered or dead.
+func (r *Relay) DeadLettersCleared() int64 { return r.cleared.Load() }
+
+const (
+	// deadLetterBatch is the most dead letters one recovery pass looks at.
+	deadLetterBatch = 500
+	// recoveryTimeout bounds one look at the DLQ.
+	recoveryTimeout = 10 * time.Second
+)
+
+var (
+	noticesReleased = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "integrations_event_notices_republished_total",
+		Help: "Pending events whose notice was lost and published again, by evidence: stale (overdue) or dead_lettered.",
+	}, []string{"evidence"})
+	deadLettersCleared = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "integrations_event_dead_letters_cleared_total",
+		Help: "Dead-lettered event notices removed from the DLQ because their event was delivered or dead since.",
+	})
+)
+
+// New returns a Relay.
+func New(st *store.Store, pub Publisher, log *zap.Logger, opts Options) *Relay {
+	if opts.RecoverEvery <= 0 {
+		opts.RecoverEvery = opts.StaleAfter
+	}
+	return &Relay{store: st, pub: pub, log: log, opts: opts}
 }
 
 // Run relays until ctx ends.
 func (r *Relay) Run(ctx context.Context) error {
 	wake := make(chan struct{}, 1)
 	go r.listen(ctx, wake)
-	ticker := time.NewTicker(r.interval)
+	if r.opts.DeadLetters != nil {
+		go r.watchDeadLetters(ctx, wake)
+	}
+	ticker := time.NewTicker(r.opts.Interval)
 	defer ticker.Stop()
 	for {
 		if err := r.pass(ctx); err != nil && ctx.Err() == nil {
@@ -107,13 +166,14 @@ func (r *Relay) listenOnce(ctx context.Context, pool *pgxpool.Pool, wake chan<- 
 }
 
 func (r *Relay) pass(ctx context.Context) error {
-	if time.Since(r.lastStaleCheck) >= min(staleCheckEvery, r.staleAfter) {
-		released, err := r.store.EventReleaseStale(ctx, r.staleAfter)
+	if time.Since(r.lastRecovery) >= r.opts.RecoverEvery {
+		released, err := r.store.EventReleaseStale(ctx, r.opts.StaleAfter)
 		if err != nil {
 			return err
 		}
-		r.lastStaleCheck = time.Now()
+		r.lastRecovery = time.Now()
 		if released > 0 {
+			noticesReleased.WithLabelValues("stale").Add(float64(released))
 			r.log.Warn("event notices overdue; publishing them again", zap.Int64("events", released))
 		}
 	}
@@ -147,4 +207,95 @@ func (r *Relay) pass(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// watchDeadLetters runs recoverDeadLetters every RecoverEvery, beside the relay's passes rather
+// than in them, so that a broker in trouble cannot hold up relaying; when it released events it
+// wakes the relay, which publishes their fresh notices at once.
+func (r *Relay) watchDeadLetters(ctx context.Context, wake chan<- struct{}) {
+	t := time.NewTicker(r.opts.RecoverEvery)
+	defer t.Stop()
+	for {
+		released, err := r.recoverDeadLetters(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.log.Warn("dead-lettered event notices not checked", zap.Error(err))
+		case released > 0:
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// recoverDeadLetters reads the head of the events route's DLQ and settles what the database
+// explains:
+//   - a dead letter of a pending event: the event gets a fresh notice now (its dead letter stays
+//     until the event is delivered or dead, so the DLQ shows it while it is not yet recovered);
+//   - a dead letter of an event delivered or dead since (by a fresh notice, a duplicate, or its
+//     schedule): discarded, counted and logged — its loss cost nothing but time;
+//   - a dead letter the database does not explain (no such event, a body that is not a notice):
+//     left for an operator.
+//
+// It reports how many events it released.
+func (r *Relay) recoverDeadLetters(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
+	defer cancel()
+	dls, err := r.opts.DeadLetters.DeadLetters(ctx, routes.Events.Name, deadLetterBatch)
+	if err != nil || len(dls) == 0 {
+		return 0, err
+	}
+	// The notice's own event id decides; the dead letter's message id (the same, as the relay
+	// publishes it) is what Discard selects by.
+	byEvent := make(map[string][]string, len(dls))
+	var ids []string
+	for _, dl := range dls {
+		var n queuev1.EventNotice
+		if proto.Unmarshal(dl.Body, &n) != nil || uuid.Validate(n.GetEventId()) != nil {
+			continue
+		}
+		if _, seen := byEvent[n.GetEventId()]; !seen {
+			ids = append(ids, n.GetEventId())
+		}
+		byEvent[n.GetEventId()] = append(byEvent[n.GetEventId()], dl.ID)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	found, err := r.store.EventReleaseDeadNoticed(ctx, ids, r.opts.NoticeBudget)
+	if err != nil {
+		return 0, err
+	}
+	var settled []string
+	released := 0
+	for _, n := range found {
+		switch {
+		case n.Released:
+			released++
+		case n.Status == "delivered" || n.Status == "dead":
+			settled = append(settled, byEvent[n.EventID]...)
+		}
+	}
+	if released > 0 {
+		noticesReleased.WithLabelValues("dead_lettered").Add(float64(released))
+		r.republished.Add(int64(released))
+		r.log.Warn("event notices dead-lettered; publishing them again", zap.Int("events", released))
+	}
+	if len(settled) == 0 {
+		return released, nil
+	}
+	cleared, err := r.opts.DeadLetters.Discard(ctx, routes.Events.Name, settled)
+	if cleared > 0 {
+		deadLettersCleared.Add(float64(cleared))
+		r.cleared.Add(int64(cleared))
+		r.log.Info("dead-lettered event notices cleared: their events were delivered or dead since",
+			zap.Int("dead_letters", cleared))
+	}
+	return released, err
 }

@@ -82,6 +82,51 @@ func (s *Store) EventReleaseStale(ctx context.Context, staleAfter time.Duration)
 	return tag.RowsAffected(), nil
 }
 
+// DeadNotice is what the database says about an event whose notice is in the events route's DLQ.
+type DeadNotice struct {
+	EventID string
+	// Status is the event's delivery status: pending, delivered or dead.
+	Status string
+	// Released is set when EventReleaseDeadNoticed made the event unrelayed, so that the relay
+	// publishes a fresh notice.
+	Released bool
+}
+
+// EventReleaseDeadNoticed looks up the events whose notices were dead-lettered (ids; unknown ids
+// are left out of the answer) and makes each one that is still pending unrelayed again, so that
+// the relay publishes a fresh notice at once — unless it was relayed less than minAge ago (minAge
+// is the events route's port-level budget: a notice younger than that cannot have spent it, so
+// the dead letter is of an earlier notice and a fresh one is already on its way) or a live
+// delivery claim holds it (it is being delivered). The dead letter is the evidence that the notice
+// is gone, so this does not wait for the stale-notice window; a notice that was in fact alive
+// makes a duplicate, which the delivery claim absorbs.
+func (s *Store) EventReleaseDeadNoticed(ctx context.Context, ids []string, minAge time.Duration) ([]DeadNotice, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH ev AS (
+			SELECT id, delivery_status FROM integration_events WHERE id = ANY($1::uuid[])
+		), released AS (
+			UPDATE integration_events e SET relayed_at = NULL, relay_claimed_until = NULL
+			FROM ev
+			WHERE e.id = ev.id AND ev.delivery_status = 'pending'
+				AND e.relayed_at IS NOT NULL AND e.relayed_at < now() - make_interval(secs => $2)
+				AND (e.delivery_claimed_until IS NULL OR e.delivery_claimed_until < now())
+			RETURNING e.id
+		)
+		SELECT ev.id::text, ev.delivery_status, ev.id IN (SELECT id FROM released) FROM ev`, ids, minAge.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("release events of dead-lettered notices: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadNotice, error) {
+		var n DeadNotice
+		err := r.Scan(&n.EventID, &n.Status, &n.Released)
+		return n, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("release events of dead-lettered notices: %w", err)
+	}
+	return out, nil
+}
+
 // EventMarkRelayed records that the broker confirmed the events.
 func (s *Store) EventMarkRelayed(ctx context.Context, ids []string, claimedUntil time.Time) error {
 	if _, err := s.pool.Exec(ctx, `

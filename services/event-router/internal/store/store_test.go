@@ -106,3 +106,62 @@ func TestDeliveryRecordAfterRedelivery(t *testing.T) {
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT delivery_claimed_until IS NOT NULL FROM integration_events WHERE id = $1`, id).Scan(&claimed))
 	require.True(t, claimed, "another delivery's claim stays")
 }
+
+// TestEventReleaseDeadNoticed: an event whose notice is in the DLQ gets a fresh one at once if it
+// is still pending, was relayed longer ago than the notice budget, and nothing delivers it now;
+// the others are only reported, and an unknown id is left out.
+func TestEventReleaseDeadNoticed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	st := New(s.Pool)
+	insert := func(relayedAt, claimedUntil, status string) string {
+		exec := s.InsertExecution(t, dbtest.Execution{Status: "succeeded", Attempt: 1})
+		id := uuid.NewString()
+		_, err := s.Pool.Exec(ctx, `
+			INSERT INTO integration_events (id, application_id, execution_id, type, payload, relayed_at,
+				delivery_claimed_until, delivery_status)
+			VALUES ($1, $2, $3, 'execution.completed', '{}', `+relayedAt+`, `+claimedUntil+`, $4)`,
+			id, dbtest.TestApp, exec, status)
+		require.NoError(t, err)
+		return id
+	}
+	lost := insert("now() - interval '20 seconds'", "NULL", "pending")
+	// Relayed 2 s ago, within an 11 s budget: the dead letter is of an earlier notice.
+	fresh := insert("now() - interval '2 seconds'", "NULL", "pending")
+	delivering := insert("now() - interval '20 seconds'", "now() + interval '10 seconds'", "pending")
+	delivered := insert("now() - interval '20 seconds'", "NULL", "delivered")
+	dead := insert("now() - interval '20 seconds'", "NULL", "dead")
+	unknown := uuid.NewString()
+
+	got, err := st.EventReleaseDeadNoticed(ctx, []string{lost, fresh, delivering, delivered, dead, unknown}, 11*time.Second)
+	require.NoError(t, err)
+	byID := map[string]DeadNotice{}
+	for _, n := range got {
+		byID[n.EventID] = n
+	}
+	require.Len(t, byID, 5, "the unknown id is left out")
+	require.Equal(t, DeadNotice{EventID: lost, Status: "pending", Released: true}, byID[lost])
+	require.Equal(t, DeadNotice{EventID: fresh, Status: "pending"}, byID[fresh])
+	require.Equal(t, DeadNotice{EventID: delivering, Status: "pending"}, byID[delivering])
+	require.Equal(t, DeadNotice{EventID: delivered, Status: "delivered"}, byID[delivered])
+	require.Equal(t, DeadNotice{EventID: dead, Status: "dead"}, byID[dead])
+	var unrelayed []string
+	rows, err := s.Pool.Query(ctx, `SELECT id::text FROM integration_events WHERE relayed_at IS NULL`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		unrelayed = append(unrelayed, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{lost}, unrelayed, "only the lost one waits for the relay")
+
+	// Its fresh notice is out (relayed again): the same dead letter does not release it again.
+	_, err = s.Pool.Exec(ctx, `UPDATE integration_events SET relayed_at = now() WHERE id = $1`, lost)
+	require.NoError(t, err)
+	got, err = st.EventReleaseDeadNoticed(ctx, []string{lost}, 11*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, []DeadNotice{{EventID: lost, Status: "pending"}}, got)
+}

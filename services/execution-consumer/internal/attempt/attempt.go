@@ -10,9 +10,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -20,12 +19,11 @@ import (
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
 	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
-	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	queuev1 "github.com/integrations-platform/integrations/pkg/gen/integrations/queue/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/mq"
-	"github.com/integrations-platform/integrations/pkg/safetext"
+	"github.com/integrations-platform/integrations/pkg/outcome"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/services/execution-consumer/internal/store"
 )
@@ -82,13 +80,16 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	}
 	// Bounded by what the database measured the lease and deadline to leave, not by their times
 	// read on this host's clock.
-	callCtx, cancel := context.WithTimeout(ctx, started.Remaining)
+	callCtx, cancel := context.WithDeadline(ctx, started.LocalCallDeadline())
 	out := h.adapters.Execute(callCtx, started.AdapterEndpoint, &adapterv1.ExecuteRequest{
 		ExecutionId: started.ExecutionID, Attempt: started.Attempt, Capability: started.Capability,
-		Payload: payload, DeadlineTime: timestamppb.New(started.Deadline), DeadlineIn: durationpb.New(started.DeadlineIn), CallbackToken: token,
+		Payload: payload, DeadlineTime: timestamppb.New(started.Deadline), DeadlineIn: durationpb.New(time.Until(started.LocalDeadline())), CallbackToken: token,
 		Mode: execution.ModeToProto(started.Mode),
 	})
 	cancel()
+	if out.NotSent {
+		return h.unreachable(ctx, logger, started, d.GetDueTime().AsTime(), out)
+	}
 	if ctx.Err() != nil && out.Kind == adaptercall.Failed {
 		// Our own shutdown cut the call short: that is not the adapter failing. The attempt stays
 		// running and its lease decides what follows; redelivering the message could not start
@@ -98,15 +99,69 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	}
 	// An outcome in hand is recorded even while shutting down: losing it would make the work run
 	// again after the lease expires.
-	rctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	defer cancelRecord()
-	if err := h.record(rctx, logger, started, out); err != nil {
+	if err := h.record(context.WithoutCancel(ctx), logger, started, out); err != nil {
 		// The attempt stays running; its lease expiry decides what follows. The message is done:
 		// redelivering it could not start the attempt again.
 		logger.Error("attempt outcome not recorded", zap.Error(err))
 	}
 	return mq.Ack()
 }
+
+// Delays of a dispatch deferred because the adapter was unreachable: a quarter of how long the
+// dispatch is overdue, so that a long outage is polled less often, within these bounds.
+const (
+	unreachableMinDelay = time.Second
+	unreachableMaxDelay = 30 * time.Second
+)
+
+// unreachable handles an attempt whose adapter could not be reached, nothing of the request having
+// gone out: the start is undone (the attempt is not spent) and the dispatch goes back through the
+// route's delay levels, until the execution's deadline. At the deadline there is no time for
+// another try: the failure is reported as any other, and settles the execution failed with
+// retry_exhausted.budget.
+func (h *Handler) unreachable(ctx context.Context, logger *zap.Logger, started *store.Started, due time.Time, out adaptercall.Outcome) mq.Result {
+	left := time.Until(started.LocalDeadline())
+	if left <= unreachableMinDelay {
+		logger.Info("adapter unreachable at the deadline; reporting the failure")
+		if err := h.record(context.WithoutCancel(ctx), logger, started, out); err != nil {
+			logger.Error("attempt outcome not recorded", zap.Error(err))
+		}
+		return mq.Ack()
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordFloor)
+	defer cancel()
+	undone, err := outcome.Do(uctx, outcome.Options{Log: logger, What: "attempt_undo", Classify: classifyDB},
+		func(ctx context.Context) error {
+			ok, err := h.store.AttemptUndo(ctx, started.ExecutionID, started.Attempt)
+			if err == nil && !ok {
+				return errMovedOn
+			}
+			return err
+		})
+	switch {
+	case err != nil:
+		// The attempt stays running: its lease decides, as for any attempt whose outcome is lost.
+		logger.Error("start of an attempt that sent nothing not undone", zap.Error(err))
+		return mq.Ack()
+	case undone == outcome.MovedOn:
+		logger.Info("dispatch dropped: the execution moved on while the adapter was unreachable")
+		return mq.Ack()
+	}
+	delay := unreachableMinDelay
+	if !due.IsZero() && due.Unix() > 0 {
+		// How overdue the dispatch is, as the database measured it at the start, plus the time
+		// since on this host's monotonic clock.
+		overdue := started.Overdue + time.Since(started.Measured)
+		delay = min(max(overdue/4, unreachableMinDelay), unreachableMaxDelay)
+	}
+	delay = min(delay, left)
+	logger.Info("adapter unreachable, nothing sent; attempt not spent, dispatch deferred",
+		zap.Duration("delay", delay), zap.String("code", out.Failure.Code))
+	return mq.Defer(delay)
+}
+
+// errMovedOn is how AttemptUndo's "not the running attempt" reaches the reporter.
+var errMovedOn = errors.New("attempt no longer running")
 
 // early handles a dispatch that arrived before its due time, by the database's clock: the
 // dispatcher published it into the largest delay level not past that time, so it is early by the
@@ -120,40 +175,29 @@ func (h *Handler) early(logger *zap.Logger, early time.Duration) mq.Result {
 	return mq.Defer(early)
 }
 
-// recordTimeout bounds recording one outcome, retries included.
-const recordTimeout = 10 * time.Second
+// recordFloor is the least time an outcome is retried for when the adapter answered at (or past)
+// the lease's end: the sweeper waits its grace after the lease before it ends the attempt, and
+// an outcome that lands in between is still taken.
+const recordFloor = 10 * time.Second
 
-// record hands the adapter's answer to the settlement service (or, for Accepted, stores the lease).
+// record hands the adapter's answer to the settlement service (or, for Accepted, stores the
+// lease), through the one outcome reporter: retried until the attempt's lease (at least
+// recordFloor from now), a refused result reported as a protocol failure, and an attempt that
+// moved on meanwhile left as it is.
 func (h *Handler) record(ctx context.Context, logger *zap.Logger, started *store.Started, out adaptercall.Outcome) error {
+	until := started.LocalLeaseEnd()
+	if floor := time.Now().Add(recordFloor); until.Before(floor) {
+		until = floor
+	}
+	a := outcome.Attempt{ExecutionID: started.ExecutionID, Attempt: started.Attempt, Until: until}
 	switch out.Kind {
-	case adaptercall.Completed:
-		err := h.call(ctx, func(ctx context.Context) error {
-			_, err := h.settlement.Settle(ctx, &settlementv1.SettleRequest{
-				ExecutionId: started.ExecutionID, Attempt: started.Attempt,
-				FromStatus: executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING,
-				Status:     executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, Result: out.Result,
-			})
-			return err
-		})
-		if status.Code(err) != codes.InvalidArgument {
-			return err
+	case adaptercall.Completed, adaptercall.Failed:
+		if out.Kind == adaptercall.Failed {
+			logger.Info("attempt failed", zap.String("class", out.Failure.Class), zap.Bool("retryable", out.Retryable))
 		}
-		// The adapter answered a result the platform cannot store (e.g. NaN in it): that is the
-		// adapter failing, permanently, not a success to drop.
-		logger.Warn("adapter result refused", zap.Error(err))
-		out = adaptercall.Outcome{Kind: adaptercall.Failed, Failure: execution.Failure{
-			Class: execution.ClassProtocol, Message: safetext.Truncate("adapter result refused: "+status.Convert(err).Message(), 1024),
-		}}
-		fallthrough
-	case adaptercall.Failed:
-		logger.Info("attempt failed", zap.String("class", out.Failure.Class), zap.Bool("retryable", out.Retryable))
-		return h.call(ctx, func(ctx context.Context) error {
-			_, err := h.settlement.FailAttempt(ctx, &settlementv1.FailAttemptRequest{
-				ExecutionId: started.ExecutionID, Attempt: started.Attempt, Failure: out.Failure.Proto(),
-				Retryable: out.Retryable, RetryAfter: durationpb.New(out.RetryAfter),
-			})
-			return err
-		})
+		_, v, err := outcome.Settler{Client: h.settlement, Log: logger}.Report(ctx, a, out)
+		logger.Debug("attempt outcome reported", zap.Stringer("verdict", v))
+		return err
 	case adaptercall.Accepted:
 		// The adapter may ask for less than the capability's lease, never more: a lease beyond it
 		// would let a silent adapter hold the attempt until the budget ends instead of being
@@ -163,33 +207,31 @@ func (h *Handler) record(ctx context.Context, logger *zap.Logger, started *store
 			lease = started.Lease
 		}
 		logger.Info("attempt accepted as long-running work", zap.Duration("lease", lease))
-		return h.store.AttemptAccepted(ctx, started.ExecutionID, started.Attempt, lease)
+		// Until the attempt's first lease ends: past it the sweeper retries the attempt anyway.
+		_, err := outcome.Do(ctx, outcome.Options{Until: until, Log: logger, What: "attempt_accepted", Classify: classifyDB},
+			func(ctx context.Context) error {
+				return h.store.AttemptAccepted(ctx, started.ExecutionID, started.Attempt, lease)
+			})
+		return err
 	}
 	return fmt.Errorf("unknown outcome kind %d", out.Kind)
 }
 
-// call runs a settlement call, retrying while the service is unavailable or failing, until ctx
-// ends. A refusal because the execution moved on (settled or a later attempt) is not an error
-// here: someone else decided.
-func (h *Handler) call(ctx context.Context, fn func(ctx context.Context) error) error {
-	for i := 0; ; i++ {
-		callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := fn(callCtx)
-		cancel()
-		switch status.Code(err) {
-		case codes.OK:
-			return nil
-		case codes.FailedPrecondition, codes.Aborted, codes.NotFound:
-			h.log.Info("settlement refused: execution already moved on", zap.Error(err))
-			return nil
-		case codes.Unavailable, codes.DeadlineExceeded, codes.Internal, codes.Unknown:
-		default:
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(min(time.Duration(100<<min(i, 5))*time.Millisecond, 2*time.Second)):
-		}
+// classifyDB applies the reporter's rules to a database error: a connection that failed or was
+// terminated, a server shutting down or out of connections, a serialization failure or deadlock
+// are retried; any other error the server answered is final.
+func classifyDB(err error) outcome.Class {
+	if errors.Is(err, errMovedOn) {
+		return outcome.ClassMovedOn
 	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		// No answer from the server at all: the connection failed or the call timed out.
+		return outcome.Retry
+	}
+	switch pgErr.Code[:2] {
+	case "08", "40", "53", "57":
+		return outcome.Retry
+	}
+	return outcome.ClassRefused
 }

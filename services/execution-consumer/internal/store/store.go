@@ -41,7 +41,27 @@ type Started struct {
 	// DeadlineIn is how long until Deadline, as the database measured it when it started the
 	// attempt: what the adapter is told to count its deadline from.
 	DeadlineIn time.Duration
+	// Overdue is how late the attempt started after the dispatch's due time, as the database
+	// measured it (0 without a due time).
+	Overdue time.Duration
+	// Measured is this host's time just before the statement that started the attempt (with its
+	// monotonic reading): Remaining, DeadlineIn, Overdue and Lease count from the database's now(),
+	// which is no earlier, so that times counted from Measured on this host's clock end no later
+	// than the database's. See LocalDeadline and LocalLeaseEnd.
+	Measured time.Time
 }
+
+// LocalDeadline is the execution's deadline on this host's monotonic clock, no later than the
+// database's: for local timers and bounds, never for SQL.
+func (r *Started) LocalDeadline() time.Time { return r.Measured.Add(r.DeadlineIn) }
+
+// LocalLeaseEnd is when the attempt's first lease ends, on this host's monotonic clock, no later
+// than the database's lease_expires_at: for local timers and bounds, never for SQL.
+func (r *Started) LocalLeaseEnd() time.Time { return r.Measured.Add(r.Lease) }
+
+// LocalCallDeadline is when the adapter call must end: the lease or the deadline, whichever comes
+// first, on this host's monotonic clock.
+func (r *Started) LocalCallDeadline() time.Time { return r.Measured.Add(r.Remaining) }
 
 // Store is the consumer's data access.
 type Store struct {
@@ -67,7 +87,7 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 	var (
 		dueAt               *time.Time
 		early, remaining    *float64
-		deadlineIn          *float64
+		deadlineIn, overdue *float64
 		startable           bool
 		capability, mode    *string
 		payload             []byte
@@ -78,9 +98,11 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 	if !due.IsZero() {
 		dueAt = &due
 	}
+	r.Measured = time.Now()
 	err := s.pool.QueryRow(ctx, `
 		WITH clock AS (
-			SELECT greatest(coalesce(extract(epoch FROM $5::timestamptz - now()), 0), 0)::float8 AS early
+			SELECT greatest(coalesce(extract(epoch FROM $5::timestamptz - now()), 0), 0)::float8 AS early,
+				greatest(coalesce(extract(epoch FROM now() - $5::timestamptz), 0), 0)::float8 AS overdue
 		), started AS (
 			UPDATE executions e
 			SET status = 'running', attempt = $2,
@@ -95,12 +117,12 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 		), attempt AS (
 			INSERT INTO execution_attempts (execution_id, n, callback_token_hash) SELECT $1, $2, $3 FROM started
 		)
-		SELECT (SELECT early FROM clock),
+		SELECT (SELECT early FROM clock), (SELECT overdue FROM clock),
 			EXISTS (SELECT 1 FROM executions WHERE id = $1 AND status = 'pending' AND attempt = $2 - 1),
 			started.*
 		FROM (SELECT) one LEFT JOIN started ON true`,
 		id, n, tokenHash, scale(time.Second).Seconds(), dueAt).
-		Scan(&early, &startable, &capability, &mode, &payload, &deadline, &leaseEnds, &endpoint, &leaseMS, &remaining, &deadlineIn)
+		Scan(&early, &overdue, &startable, &capability, &mode, &payload, &deadline, &leaseEnds, &endpoint, &leaseMS, &remaining, &deadlineIn)
 	if err != nil {
 		return nil, fmt.Errorf("start attempt %d of %s: %w", n, id, err)
 	}
@@ -119,6 +141,7 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 	r.Lease = scale(time.Duration(*leaseMS) * time.Millisecond)
 	r.Remaining = max(time.Duration(*remaining*float64(time.Second)), 0)
 	r.DeadlineIn = max(time.Duration(*deadlineIn*float64(time.Second)), 0)
+	r.Overdue = time.Duration(*overdue * float64(time.Second))
 	return &r, nil
 }
 
@@ -137,4 +160,25 @@ func (s *Store) AttemptAccepted(ctx context.Context, id string, n int32, lease t
 		return fmt.Errorf("record accepted attempt %d of %s: %w", n, id, err)
 	}
 	return nil
+}
+
+// AttemptUndo takes back the start of attempt n, for an attempt whose adapter call provably sent
+// nothing (the adapter could not be reached): the execution returns to pending at attempt n-1 and
+// the attempt's row is deleted, so that the attempt is not spent and the same dispatch can start
+// it later. It reports false, changing nothing, if the attempt is no longer the running one.
+func (s *Store) AttemptUndo(ctx context.Context, id string, n int32) (bool, error) {
+	var undone bool
+	err := s.pool.QueryRow(ctx, `
+		WITH e AS (
+			UPDATE executions SET status = 'pending', attempt = $2 - 1, lease_expires_at = NULL, updated_at = now()
+			WHERE id = $1 AND status = 'running' AND attempt = $2
+			RETURNING id
+		), a AS (
+			DELETE FROM execution_attempts WHERE execution_id = (SELECT id FROM e) AND n = $2
+		)
+		SELECT EXISTS (SELECT 1 FROM e)`, id, n).Scan(&undone)
+	if err != nil {
+		return false, fmt.Errorf("undo start of attempt %d of %s: %w", n, id, err)
+	}
+	return undone, nil
 }

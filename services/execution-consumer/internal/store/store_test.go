@@ -238,6 +238,9 @@ func TestAttemptStartComparesTheDueTimeOnTheDatabaseClock(t *testing.T) {
 			require.NoError(t, err, "due a second ago on the database's clock")
 			require.InDelta(t, lease.Seconds(), st.Remaining.Seconds(), 2, "the lease left, as the database measured it")
 			require.InDelta(t, (24 * time.Hour).Seconds(), st.DeadlineIn.Seconds(), 2, "the fixture's deadline: a day after the database's now")
+			require.InDelta(t, 1, st.Overdue.Seconds(), 1, "started a second after its due time, on the database's clock")
+			require.WithinDuration(t, time.Now().Add(lease), st.LocalLeaseEnd(), 2*time.Second, "the lease's end on this host's clock")
+			require.WithinDuration(t, time.Now().Add(24*time.Hour), st.LocalDeadline(), 2*time.Second, "the deadline on this host's clock")
 			require.WithinDuration(t, time.Now().Add(skew+lease), st.LeaseExpiresAt, 2*time.Second)
 		})
 	}

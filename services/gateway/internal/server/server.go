@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,6 +36,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/nudge"
+	"github.com/integrations-platform/integrations/pkg/outcome"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
@@ -73,7 +75,14 @@ type Server struct {
 	box        *secret.Box
 	opts       Options
 	log        *zap.Logger
+	// reports counts sync outcomes still being reported in the background.
+	reports sync.WaitGroup
 }
+
+// WaitReports blocks until every sync outcome being reported in the background has been
+// recorded or given up (each is bounded by its deadline plus syncReportGrace). Shutdown calls it
+// after the servers stopped and before the settlement connection closes.
+func (s *Server) WaitReports() { s.reports.Wait() }
 
 // New returns a Server.
 func New(st *store.Store, adapters *adaptercall.Pool, dispatcher dispatcherv1.DispatcherServiceClient,
@@ -155,44 +164,93 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 		DeadlineTime: timestamppb.New(row.DeadlineAt), DeadlineIn: durationpb.New(time.Until(callDeadline)),
 		CallbackToken: token, Mode: executionv1.Mode_MODE_SYNC,
 	})
-	settle := &settlementv1.SettleRequest{
-		ExecutionId: row.ID, Attempt: 1, FromStatus: executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING,
+	return s.reportSync(ctx, row, callDeadline, out)
+}
+
+// syncReportGrace is how long after a sync execution's deadline its outcome is still reported in
+// the background: the settlement sweeper ends a running attempt only its grace (5 s by default)
+// after the deadline, and an outcome that lands before then is taken.
+const syncReportGrace = 5 * time.Second
+
+// syncAnswerFloor is the least time the caller waits for the outcome to be recorded once the
+// adapter answered, when the adapter answered at (or past) the deadline.
+const syncAnswerFloor = 2 * time.Second
+
+// reportSync hands the sync attempt's outcome to the settlement service through the one outcome
+// reporter (pkg/outcome), as the consumer and the adapter SDK do: retried while settlement is
+// unreachable or failing, a refused result recorded as the adapter's protocol failure (never an
+// error about a field the caller did not send), and an execution settled meanwhile by another
+// (a cancellation, the sweeper) answered as it was settled.
+//
+// The report runs in the background, to the deadline plus syncReportGrace, whatever happens to
+// the call: the caller waits for it until the deadline (at least syncAnswerFloor), and if the
+// outcome is not recorded by then gets a retryable UNAVAILABLE while the report goes on — the
+// execution still ends settled with the adapter's outcome, and reading it (or retrying the call
+// with its idempotency key) shows it.
+//
+// deadline is the sync deadline on this host's monotonic clock, no later than the database's.
+func (s *Server) reportSync(ctx context.Context, row *execution.Row, deadline time.Time, out adaptercall.Outcome) (*gatewayv1.InvokeCapabilityResponse, error) {
+	type reported struct {
+		e   *executionv1.Execution
+		v   outcome.Verdict
+		err error
 	}
-	switch out.Kind {
-	case adaptercall.Completed:
-		settle.Status = executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED
-		settle.Result = out.Result
-	case adaptercall.Failed:
-		f := out.Failure
-		f.Reason = execution.ReasonAdapterPermanent
-		if out.Retryable {
-			// The one attempt a sync call has was spent.
-			f.Reason = execution.ReasonAttemptLimit
+	logger := s.log.With(log.ExecutionID(row.ID), log.Attempt(1))
+	done := make(chan reported, 1)
+	s.reports.Add(1)
+	go func() {
+		defer s.reports.Done()
+		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(syncReportGrace))
+		defer cancel()
+		e, v, err := outcome.Settler{Client: s.settlement, Log: logger}.Report(rctx,
+			outcome.Attempt{ExecutionID: row.ID, Attempt: 1, Until: deadline.Add(syncReportGrace)}, out)
+		switch v {
+		case outcome.Recorded, outcome.MovedOn:
+		default:
+			logger.Error("sync outcome not recorded; the sweeper ends the attempt", zap.Stringer("verdict", v), zap.Error(err))
 		}
-		settle.Status = executionv1.ExecutionStatus_EXECUTION_STATUS_FAILED
-		settle.Failure = f.Proto()
-	case adaptercall.Accepted:
-		settle.Status = executionv1.ExecutionStatus_EXECUTION_STATUS_FAILED
-		settle.Failure = execution.Failure{Class: execution.ClassProtocol, Reason: execution.ReasonAdapterPermanent,
-			Message: "adapter answered Accepted (long-running work) for a sync execution"}.Proto()
+		done <- reported{e, v, err}
+	}()
+	wait := time.Until(deadline)
+	if wait < syncAnswerFloor {
+		wait = syncAnswerFloor
 	}
-	// Settle even if the caller has gone away: the attempt ran.
-	settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancelSettle()
-	settled, err := s.settlement.Settle(settleCtx, settle)
-	if grpcx.Reason(err) == reasonAlreadySettled {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	var r reported
+	select {
+	case r = <-done:
+	case <-t.C:
+		logger.Warn("sync outcome not recorded by the deadline; still reporting it in the background")
+		return nil, outcomePending(row.ID)
+	case <-ctx.Done():
+		// The caller went away; the report goes on.
+		return nil, ctx.Err()
+	}
+	switch r.v {
+	case outcome.Recorded:
+		return s.response(nil, r.e)
+	case outcome.MovedOn:
 		// Someone settled it meanwhile: the application cancelled it, or the sweeper found its
 		// deadline passed. The caller gets the execution as it was settled.
-		s.log.Info("sync execution settled by another", log.ExecutionID(row.ID), log.Attempt(1))
-		if row, _, err = s.store.ExecutionGet(settleCtx, n.ApplicationID, row.ID); err != nil {
+		logger.Info("sync execution settled by another")
+		got, _, err := s.store.ExecutionGet(context.WithoutCancel(ctx), row.ApplicationID, row.ID)
+		if err != nil {
 			return nil, err
 		}
-		return s.response(row, nil)
+		return s.response(got, nil)
+	case outcome.Expired:
+		return nil, outcomePending(row.ID)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("settle sync execution %s: %w", row.ID, err)
-	}
-	return s.response(nil, settled.GetExecution())
+	return nil, fmt.Errorf("settle sync execution %s: %w", row.ID, r.err)
+}
+
+// outcomePending is the answer to a sync call whose attempt ended but whose outcome the settlement
+// service has not recorded yet: retryable, and where to read the outcome.
+func outcomePending(id string) error {
+	return apperr.New(apperr.KindUnavailable, "OUTCOME_PENDING",
+		"the attempt ended but its outcome is not recorded yet; read it at /v1/executions/%s or retry with the same Idempotency-Key", id).
+		With("execution_id", id)
 }
 
 func (s *Server) response(row *execution.Row, e *executionv1.Execution) (*gatewayv1.InvokeCapabilityResponse, error) {

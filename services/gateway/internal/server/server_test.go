@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
 	"github.com/integrations-platform/integrations/pkg/apperr"
@@ -38,12 +39,32 @@ type fakeSettlement struct {
 	settles []*settlementv1.SettleRequest
 	// onSettle, if set, runs before each answer (with the lock held).
 	onSettle func(*settlementv1.SettleRequest)
+	// downUntil, if set, makes every call fail UNAVAILABLE until then (as a stopped service).
+	downUntil time.Time
+	failures  []*settlementv1.FailAttemptRequest
+	// recorded counts the settlements and attempt failures answered with success.
+	recorded int
+}
+
+func (f *fakeSettlement) FailAttempt(_ context.Context, in *settlementv1.FailAttemptRequest, _ ...grpc.CallOption) (*settlementv1.FailAttemptResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if time.Now().Before(f.downUntil) {
+		return nil, status.Error(codes.Unavailable, "connection refused")
+	}
+	f.failures = append(f.failures, in)
+	f.recorded++
+	return &settlementv1.FailAttemptResponse{Execution: &executionv1.Execution{Id: in.GetExecutionId(),
+		Status: executionv1.ExecutionStatus_EXECUTION_STATUS_FAILED, Attempt: in.GetAttempt(), Failure: in.GetFailure()}}, nil
 }
 
 func (f *fakeSettlement) Settle(_ context.Context, in *settlementv1.SettleRequest, _ ...grpc.CallOption) (*settlementv1.SettleResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.settles = append(f.settles, in)
+	if time.Now().Before(f.downUntil) {
+		return nil, status.Error(codes.Unavailable, "dial tcp 127.0.0.1:9094: connection refused")
+	}
 	if f.onSettle != nil {
 		f.onSettle(in)
 	}
@@ -52,6 +73,7 @@ func (f *fakeSettlement) Settle(_ context.Context, in *settlementv1.SettleReques
 		f.errs = f.errs[1:]
 		return nil, err
 	}
+	f.recorded++
 	return &settlementv1.SettleResponse{
 		Execution: &executionv1.Execution{Id: in.GetExecutionId(), Status: in.GetStatus(), Attempt: in.GetAttempt(), Failure: in.GetFailure()},
 		EventId:   "event-1",

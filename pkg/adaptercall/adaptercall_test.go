@@ -1,0 +1,121 @@
+package adaptercall_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+
+	"github.com/integrations-platform/integrations/pkg/adaptercall"
+	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
+)
+
+// hangingAdapter receives every call and never answers until the test ends it.
+type hangingAdapter struct {
+	adapterv1.UnimplementedAdapterServiceServer
+	received chan struct{}
+}
+
+func (h *hangingAdapter) Execute(ctx context.Context, _ *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
+	h.received <- struct{}{}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// An adapter nobody listens for: the call never leaves the process, within the connect wait.
+func TestExecuteUnreachableIsNotSent(t *testing.T) {
+	t.Parallel()
+	p := adaptercall.NewPool()
+	p.SetConnectWait(200 * time.Millisecond)
+	t.Cleanup(func() { _ = p.Close() })
+
+	start := time.Now()
+	out := p.Execute(context.Background(), freeAddr(t), &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+
+	require.Equal(t, adaptercall.Failed, out.Kind)
+	require.True(t, out.NotSent)
+	require.True(t, out.Retryable)
+	require.Less(t, time.Since(start), 2*time.Second, "bounded by the connect wait")
+}
+
+// The attempt's own deadline bounds the wait for a ready connection too.
+func TestExecuteWaitsNoLongerThanTheAttemptsDeadline(t *testing.T) {
+	t.Parallel()
+	p := adaptercall.NewPool()
+	t.Cleanup(func() { _ = p.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+
+	start := time.Now()
+	out := p.Execute(ctx, freeAddr(t), &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+
+	require.True(t, out.NotSent)
+	require.Less(t, time.Since(start), time.Second)
+}
+
+// A request that reached the adapter, which then died, is sent: the attempt is spent.
+func TestExecuteCutAfterItWasSentIsSent(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	a := &hangingAdapter{received: make(chan struct{}, 1)}
+	srv := grpc.NewServer()
+	adapterv1.RegisterAdapterServiceServer(srv, a)
+	go func() { _ = srv.Serve(lis) }()
+	p := adaptercall.NewPool()
+	t.Cleanup(func() { _ = p.Close() })
+
+	done := make(chan adaptercall.Outcome, 1)
+	go func() {
+		done <- p.Execute(context.Background(), lis.Addr().String(), &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+	}()
+	<-a.received
+	srv.Stop() // the adapter dies with the request in hand
+
+	out := <-done
+	require.Equal(t, adaptercall.Failed, out.Kind)
+	require.False(t, out.NotSent)
+	require.True(t, out.Retryable)
+}
+
+// An adapter that comes up while Execute waits is called: no fail-fast while the connection is
+// between two attempts.
+func TestExecuteWaitsForAnAdapterComingUp(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	p := adaptercall.NewPool()
+	t.Cleanup(func() { _ = p.Close() })
+	a := &hangingAdapter{received: make(chan struct{}, 1)}
+
+	done := make(chan adaptercall.Outcome, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { done <- p.Execute(ctx, addr, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1}) }()
+	time.Sleep(300 * time.Millisecond) // the adapter is down for a while: the scenario, not a sync
+	lis, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	adapterv1.RegisterAdapterServiceServer(srv, a)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	select {
+	case <-a.received:
+	case out := <-done:
+		t.Fatalf("Execute ended without reaching the adapter that came up: %+v", out)
+	}
+	cancel()
+	<-done
+}

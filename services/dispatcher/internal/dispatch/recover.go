@@ -1,0 +1,171 @@
+package dispatch
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	queuev1 "github.com/integrations-platform/integrations/pkg/gen/integrations/queue/v1"
+	"github.com/integrations-platform/integrations/pkg/mq"
+	"github.com/integrations-platform/integrations/pkg/routes"
+	"github.com/integrations-platform/integrations/services/dispatcher/internal/store"
+)
+
+var (
+	deadDispatchesRedriven = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "integrations_dispatcher_dead_letters_redriven_total",
+		Help: "Dead-lettered dispatches sent back to the executions route because their attempt could still start.",
+	})
+	deadDispatchesCleared = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "integrations_dispatcher_dead_letters_cleared_total",
+		Help: "Dead-lettered dispatches removed because their attempt started or their execution moved on since.",
+	})
+)
+
+const (
+	// deadLetterBatch is the most dead letters one recovery pass looks at.
+	deadLetterBatch = 500
+	// recoveryTimeout bounds one recovery pass.
+	recoveryTimeout = 10 * time.Second
+)
+
+// DeadLetterQueue is the part of the message port the recovery uses.
+type DeadLetterQueue interface {
+	DeadLetters(ctx context.Context, route string, limit int) ([]mq.DeadLetter, error)
+	Redrive(ctx context.Context, route string, ids []string) (int, error)
+	Discard(ctx context.Context, route string, ids []string) (int, error)
+}
+
+// Recoverer brings back dispatches whose message was dead-lettered — the consumer could not do its
+// own work (Postgres away) for longer than the executions route's port budget — instead of leaving
+// their execution pending until the settlement sweeper fails it at its deadline
+// (retry_exhausted.budget, "stranded"). Every interval it reads the head of the executions DLQ:
+//   - a dispatch whose attempt could still start, and of which no record waits, is redriven: the
+//     dead letter itself goes back to the work queue with a fresh budget (the consumer's
+//     compare-and-set makes a duplicate harmless, and it defers one that is early);
+//   - a dispatch whose attempt started since, or whose execution moved on or settled, is
+//     discarded, counted and logged: its loss cost nothing, or was decided by the execution's own
+//     rules, which the execution records;
+//   - anything else stays: no such execution or a body that is not a dispatch (for an operator),
+//     a record of the attempt that still waits (the dispatcher publishes it), an execution past
+//     its deadline that the settlement sweeper is about to settle (no adapter should start work
+//     for it now; once settled, the dead letter is cleared).
+//
+// A dispatch that keeps failing is redriven once per budget and pass, and no longer once its
+// execution's deadline settled it: bounded, and logged each time.
+type Recoverer struct {
+	store    *store.Store
+	dlq      DeadLetterQueue
+	log      *zap.Logger
+	interval time.Duration
+	// redriven and cleared count what this recoverer did, for tests (the metrics are
+	// process-wide).
+	redriven, cleared atomic.Int64
+}
+
+// NewRecoverer returns a Recoverer that passes every interval.
+func NewRecoverer(st *store.Store, dlq DeadLetterQueue, log *zap.Logger, interval time.Duration) *Recoverer {
+	return &Recoverer{store: st, dlq: dlq, log: log, interval: interval}
+}
+
+// Redriven is how many dead-lettered dispatches this recoverer sent back.
+func (r *Recoverer) Redriven() int64 { return r.redriven.Load() }
+
+// Cleared is how many dead-lettered dispatches this recoverer discarded as explained.
+func (r *Recoverer) Cleared() int64 { return r.cleared.Load() }
+
+// Run passes every interval until ctx ends.
+func (r *Recoverer) Run(ctx context.Context) error {
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		if err := r.Pass(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("dead-lettered dispatches not checked", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Pass looks at the head of the executions DLQ once.
+func (r *Recoverer) Pass(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
+	defer cancel()
+	dls, err := r.dlq.DeadLetters(ctx, routes.Executions.Name, deadLetterBatch)
+	if err != nil || len(dls) == 0 {
+		return err
+	}
+	type key struct {
+		exec    string
+		attempt int32
+	}
+	msgIDs := map[key][]string{}
+	var execs []string
+	var attempts []int32
+	for _, dl := range dls {
+		var d queuev1.ExecutionDispatch
+		if proto.Unmarshal(dl.Body, &d) != nil || uuid.Validate(d.GetExecutionId()) != nil || d.GetAttempt() < 1 {
+			continue
+		}
+		k := key{d.GetExecutionId(), d.GetAttempt()}
+		if _, seen := msgIDs[k]; !seen {
+			execs = append(execs, k.exec)
+			attempts = append(attempts, k.attempt)
+		}
+		msgIDs[k] = append(msgIDs[k], dl.ID)
+	}
+	if len(execs) == 0 {
+		return nil
+	}
+	states, err := r.store.DeadDispatchStates(ctx, execs, attempts)
+	if err != nil {
+		return err
+	}
+	var redrive, discard []string
+	for _, s := range states {
+		ids := msgIDs[key{s.ExecutionID, s.Attempt}]
+		switch {
+		case !s.Known, s.Expired:
+			// Unexplained, or about to be settled by the sweeper: the next pass decides.
+		case s.Startable && !s.Waiting:
+			// All copies share the attempt's message id; Redrive moves every one, and the consumer
+			// starts the attempt once.
+			redrive = append(redrive, ids...)
+		case !s.Startable && !s.Waiting:
+			discard = append(discard, ids...)
+		}
+	}
+	if len(redrive) > 0 {
+		moved, err := r.dlq.Redrive(ctx, routes.Executions.Name, redrive)
+		if moved > 0 {
+			deadDispatchesRedriven.Add(float64(moved))
+			r.redriven.Add(int64(moved))
+			r.log.Warn("dispatches dead-lettered; sent back to the executions route", zap.Int("dispatches", moved))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(discard) > 0 {
+		removed, err := r.dlq.Discard(ctx, routes.Executions.Name, discard)
+		if removed > 0 {
+			deadDispatchesCleared.Add(float64(removed))
+			r.cleared.Add(int64(removed))
+			r.log.Info("dead-lettered dispatches cleared: their attempt started or their execution moved on since",
+				zap.Int("dispatches", removed))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/integrations-platform/integrations/pkg/apperr"
+	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+	"github.com/integrations-platform/integrations/pkg/execution"
+	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
+	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+)
+
+// syncSetup is setup with the test capability open to sync calls, whose timeout is syncTimeout.
+func syncSetup(t *testing.T, syncTimeout time.Duration) *bundle {
+	t.Helper()
+	b := setup(t)
+	_, err := b.schema.Pool.Exec(context.Background(),
+		`UPDATE capabilities SET modes = ARRAY['async', 'sync'], sync_timeout_ms = $1`, syncTimeout.Milliseconds())
+	require.NoError(t, err)
+	return b
+}
+
+func invokeSync(b *bundle) (*gatewayv1.InvokeCapabilityResponse, error) {
+	return b.server.InvokeCapability(b.ctx, &gatewayv1.InvokeCapabilityRequest{
+		Capability: dbtest.TestCapability, Mode: executionv1.Mode_MODE_SYNC})
+}
+
+// A settlement outage (UNAVAILABLE, a transport's INTERNAL) while the sync call reports is
+// retried: the caller gets the adapter's result, which was settled once.
+func TestSyncOutcomeRetriedThroughASettlementOutage(t *testing.T) {
+	t.Parallel()
+	b := syncSetup(t, 10*time.Second)
+	b.settlement.errs = []error{status.Error(codes.Unavailable, "down"), status.Error(codes.Internal, "transport is closing"),
+		status.Error(codes.Unavailable, "down")}
+
+	resp, err := invokeSync(b)
+
+	require.NoError(t, err)
+	require.Equal(t, executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, resp.GetExecution().GetStatus())
+	require.Len(t, b.settlement.requests(), 4)
+	require.Equal(t, 1, b.settlement.recorded)
+}
+
+// A result the settlement service refuses (NaN in it, say) is the adapter's protocol failure,
+// recorded through FailAttempt; the caller gets the failed execution, not an error about a
+// result field it never sent.
+func TestSyncRefusedResultSettlesAProtocolFailure(t *testing.T) {
+	t.Parallel()
+	b := syncSetup(t, 10*time.Second)
+	b.settlement.errs = []error{grpcx.ToStatus(apperr.Invalid("result", "not a JSON object: json: unsupported value: NaN")).Err()}
+
+	resp, err := invokeSync(b)
+
+	require.NoError(t, err)
+	require.Equal(t, executionv1.ExecutionStatus_EXECUTION_STATUS_FAILED, resp.GetExecution().GetStatus())
+	b.settlement.mu.Lock()
+	defer b.settlement.mu.Unlock()
+	require.Len(t, b.settlement.failures, 1)
+	f := b.settlement.failures[0]
+	require.Equal(t, execution.ClassProtocol, f.GetFailure().GetClass())
+	require.False(t, f.GetRetryable())
+	require.Contains(t, f.GetFailure().GetMessage(), "adapter result refused")
+}
+
+// When settlement stays unreachable past the sync deadline, the caller gets a retryable
+// UNAVAILABLE, and the report goes on in the background: the outcome is recorded once
+// settlement is back.
+func TestSyncOutcomeNotRecordedByTheDeadlineIsReportedLater(t *testing.T) {
+	t.Parallel()
+	b := syncSetup(t, 300*time.Millisecond)
+	b.settlement.mu.Lock()
+	b.settlement.downUntil = time.Now().Add(syncAnswerFloor + time.Second)
+	b.settlement.mu.Unlock()
+
+	_, err := invokeSync(b)
+
+	c, reason := code(err)
+	require.Equal(t, codes.Unavailable, c, "retryable: %v", err)
+	require.Equal(t, "OUTCOME_PENDING", reason)
+	require.Eventually(t, func() bool {
+		b.settlement.mu.Lock()
+		defer b.settlement.mu.Unlock()
+		return b.settlement.recorded == 1
+	}, syncReportGrace+time.Second, 20*time.Millisecond, "the outcome is settled once settlement is back")
+	settles := b.settlement.requests()
+	require.Equal(t, executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, settles[len(settles)-1].GetStatus())
+}
