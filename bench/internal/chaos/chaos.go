@@ -311,7 +311,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	// Settle: the backlog drains with no more faults (the receiver still fails its share:
 	// events are retried up to their sixth attempt).
-	settleTook, settleErr := st.Drain(ctx, cfg.SettleTimeout)
+	settleTook, settleErr := settle(ctx, st, cfg.SettleTimeout)
 	cfg.logf("settled %s after the faults (%v)", settleTook.Round(time.Millisecond), settleErr)
 	// Deliveries acknowledged just before the check may still be being recorded: wait until the
 	// database's delivered events are all seen by the receiver, or a few seconds.
@@ -332,6 +332,33 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Notes = append(rep.Notes, "run with -keep-logs to keep the programs' logs and the adapter's journal")
 	}
 	return rep, nil
+}
+
+// settle waits until every execution is settled, every event delivered or dead and every
+// dispatch record gone (a record outlives its execution's settlement until the dispatcher has
+// published it), for at most timeout.
+func settle(ctx context.Context, st *stack.Stack, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for {
+		ex, ev, err := st.Backlog(ctx)
+		var dispatches int64
+		if err == nil {
+			err = st.DB.QueryRow(ctx, `SELECT count(*) FROM dispatches`).Scan(&dispatches)
+		}
+		if err != nil {
+			return time.Since(start), err
+		}
+		if ex+ev+dispatches == 0 {
+			return time.Since(start), nil
+		}
+		if err := st.Check(); err != nil {
+			return time.Since(start), err
+		}
+		if time.Since(start) > timeout {
+			return time.Since(start), fmt.Errorf("not settled after %s: %d executions unsettled, %d events undelivered, %d dispatch records", timeout, ex, ev, dispatches)
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
 }
 
 func okCount(ds map[string]*delivery) int {

@@ -272,7 +272,11 @@ func check(ctx context.Context, in checkInput) (*Report, error) {
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM dispatches`).Scan(&dispatches); err != nil {
 		return nil, err
 	}
-	r.invariant(sDB, "nothing stuck: dispatch records left", dispatches, dispatches == 0, fmt.Sprintf("%d dispatch records left", dispatches))
+	why := fmt.Sprintf("%d dispatch records left", dispatches)
+	if dispatches > 0 {
+		why += ": " + describeDispatches(ctx, st)
+	}
+	r.invariant(sDB, "nothing stuck: dispatch records left", dispatches, dispatches == 0, why)
 	r.invariant(sDB, "attempts within the ceiling: executions over it", overCeiling, overCeiling == 0, fmt.Sprintf("%d executions over max_attempts", overCeiling))
 	statuses := []string{}
 	for s, n := range byStatus {
@@ -546,6 +550,28 @@ func check(ctx context.Context, in checkInput) (*Report, error) {
 		}
 	}
 	return r, nil
+}
+
+// describeDispatches lists a few dispatch records left, for the report.
+func describeDispatches(ctx context.Context, st *stack.Stack) string {
+	rows, err := st.DB.Query(ctx, `SELECT d.execution_id::text, d.attempt, e.status, e.attempt,
+			round(extract(epoch FROM d.due_at - now())::numeric, 1), coalesce(round(extract(epoch FROM d.claimed_until - now())::numeric, 1)::text, 'unclaimed')
+		FROM dispatches d JOIN executions e ON e.id = d.execution_id ORDER BY d.id LIMIT 5`)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id, status, claimed string
+		var attempt, execAttempt int
+		var due float64
+		if err := rows.Scan(&id, &attempt, &status, &execAttempt, &due, &claimed); err != nil {
+			return err.Error()
+		}
+		out = append(out, fmt.Sprintf("%s attempt %d (execution %s at attempt %d; due in %.1fs, claim %s)", id, attempt, status, execAttempt, due, claimed))
+	}
+	return strings.Join(out, "; ")
 }
 
 func randomHex(n int) string {
