@@ -474,7 +474,11 @@ func check(ctx context.Context, in checkInput) (*Report, error) {
 		a, ok := byID[id]
 		if ok && e.isSettled && e.status != a.sc.want {
 			otherwise++
-			reasons[a.sc.behaviour+" → "+e.status+" "+e.reason]++
+			b := a.sc.behaviour
+			if a.sc.sync {
+				b = "sync " + b
+			}
+			reasons[b+" → "+e.status+" "+e.reason]++
 		}
 	}
 	var rs []string
