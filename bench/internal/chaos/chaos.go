@@ -313,6 +313,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// events are retried up to their sixth attempt).
 	settleTook, settleErr := settle(ctx, st, cfg.SettleTimeout)
 	cfg.logf("settled %s after the faults (%v)", settleTook.Round(time.Millisecond), settleErr)
+	// Messages may still sit in holding queues (a retry notice of an event already delivered,
+	// a copy of a dispatch already handled): they drain on their own, into consumers that
+	// discard them. Wait for that, within the same bound, before the queues are checked.
+	if settleErr == nil {
+		queuesTook := awaitQueues(ctx, rb, cfg.SettleTimeout-settleTook)
+		cfg.logf("queues empty %s later", queuesTook.Round(time.Millisecond))
+	}
 	// Deliveries acknowledged just before the check may still be being recorded: wait until the
 	// database's delivered events are all seen by the receiver, or a few seconds.
 	awaitDeliveries(ctx, st, func() int { dmu.Lock(); defer dmu.Unlock(); return okCount(deliveries) })
@@ -359,6 +366,29 @@ func settle(ctx context.Context, st *stack.Stack, timeout time.Duration) (time.D
 		}
 		sleepCtx(ctx, 100*time.Millisecond)
 	}
+}
+
+// awaitQueues polls the run's queues (dead-letter queues aside) until they are empty, for at
+// most timeout (each poll is a rabbitmqctl call, about a second).
+func awaitQueues(ctx context.Context, rb *rabbit, timeout time.Duration) time.Duration {
+	start := time.Now()
+	for time.Since(start) < timeout && ctx.Err() == nil {
+		qs, err := rb.queues(ctx)
+		if err != nil {
+			break
+		}
+		empty := true
+		for _, q := range qs {
+			if q.messages > 0 && !strings.HasSuffix(q.name, ".dlq") {
+				empty = false
+			}
+		}
+		if empty {
+			break
+		}
+		sleepCtx(ctx, 500*time.Millisecond)
+	}
+	return time.Since(start)
 }
 
 func okCount(ds map[string]*delivery) int {
