@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -325,7 +326,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	awaitDeliveries(ctx, st, func() int { dmu.Lock(); defer dmu.Unlock(); return okCount(deliveries) })
 
 	dmu.Lock()
-	dcopy := maps(deliveries)
+	dcopy := maps.Clone(deliveries)
 	dmu.Unlock()
 	rep, err := check(ctx, checkInput{
 		cfg: cfg, st: st, rabbit: rb, faults: f, work: w, workErr: workErr,

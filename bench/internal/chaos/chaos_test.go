@@ -30,6 +30,13 @@ func TestShortForm(t *testing.T) {
 	if _, err := exec.LookPath(bin); err != nil {
 		t.Skipf("%s not on PATH: the broker faults and checks need it", bin)
 	}
+	args := []string{"list_vhosts"}
+	if node := os.Getenv("INTEGRATIONS_RABBITMQ_NODE"); node != "" {
+		args = append([]string{"-n", node}, args...)
+	}
+	if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+		t.Skipf("%s cannot reach the broker's node ($INTEGRATIONS_RABBITMQ_NODE=%q): %v: %.300s", bin, os.Getenv("INTEGRATIONS_RABBITMQ_NODE"), err, out)
+	}
 	amqpURL := os.Getenv("INTEGRATIONS_AMQP_URL")
 	if amqpURL == "" {
 		amqpURL = "amqp://guest:guest@127.0.0.1:5672/"

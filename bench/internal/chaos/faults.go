@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"os/exec"
@@ -241,15 +242,7 @@ func (f *faults) rolling(ctx context.Context, timeout time.Duration) {
 func (f *faults) firedCopy() map[string]int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return maps(f.fired)
-}
-
-func maps[K comparable, V any](m map[K]V) map[K]V {
-	out := make(map[K]V, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(f.fired)
 }
 
 // kinds returns the distinct kinds of a schedule, sorted.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -106,11 +107,7 @@ func (c *calls) add(key string) {
 func (c *calls) snapshot() map[string]int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]int64, len(c.codes))
-	for k, v := range c.codes {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(c.codes)
 }
 
 // accepted is what a caller learnt about one execution.
