@@ -147,6 +147,59 @@ type attemptKey struct {
 	n         int
 }
 
+// journalAnalysis is what the adapter's journal says.
+type journalAnalysis struct {
+	recv     map[attemptKey]int    // Execute calls per attempt
+	finished map[attemptKey]string // the outcome of finished work per attempt (cancelled is not finished)
+	// repeats describes each Execute for an execution whose work the adapter had already
+	// finished with a result to keep (succeeded or permanent); nearKill of them followed such a
+	// finish within a second of a kill -9 that can explain them.
+	repeats  []string
+	nearKill int
+}
+
+// killsExplainingRepeats are the programs whose kill -9 can lose a finished outcome in flight:
+// the adapter's answer, the consumer's or gateway's settle, the callback.
+var killsExplainingRepeats = []string{"dummy-adapter", "execution-consumer", "gateway", "adapter-callback", "settlement"}
+
+func analyseJournal(journal []journalEntry, kills []kill) journalAnalysis {
+	a := journalAnalysis{recv: map[attemptKey]int{}, finished: map[attemptKey]string{}}
+	finalAt := map[string]journalEntry{} // execution → its first finish with a result to keep
+	nearKill := func(at time.Time) bool {
+		for _, k := range kills {
+			if slices.Contains(killsExplainingRepeats, k.program) && !k.at.Before(at) && k.at.Sub(at) < time.Second {
+				return true
+			}
+		}
+		return false
+	}
+	for _, e := range journal {
+		k := attemptKey{e.execution, e.attempt}
+		switch e.event {
+		case "recv":
+			a.recv[k]++
+			if f, ok := finalAt[e.execution]; ok {
+				if nearKill(f.at) {
+					a.nearKill++
+				} else {
+					a.repeats = append(a.repeats, fmt.Sprintf("execution %s: attempt %d received %s after attempt %d finished %s",
+						e.execution, e.attempt, e.at.Sub(f.at).Round(time.Millisecond), f.attempt, f.detail))
+				}
+			}
+		case "done":
+			if e.detail != "cancelled" {
+				a.finished[k] = e.detail
+			}
+			if e.detail == "succeeded" || e.detail == "permanent" {
+				if _, ok := finalAt[e.execution]; !ok {
+					finalAt[e.execution] = e
+				}
+			}
+		}
+	}
+	return a
+}
+
 func check(ctx context.Context, in checkInput) (*Report, error) {
 	r := &Report{}
 	cfg, st, w := in.cfg, in.st, in.work
@@ -385,47 +438,19 @@ func check(ctx context.Context, in checkInput) (*Report, error) {
 	if jerr != nil {
 		return nil, jerr
 	}
-	recv := map[attemptKey]int{}
-	finished := map[attemptKey]string{} // the last finishing outcome
-	var repeats, repeatsNearKill int
-	finalAt := map[string]journalEntry{} // execution → its first final finish
 	in.faults.mu.Lock()
 	kills := slices.Clone(in.faults.kills)
 	in.faults.mu.Unlock()
-	nearKill := func(at time.Time) bool {
-		for _, k := range kills {
-			// A kill in the second after the work finished can explain its repeat: the answer,
-			// the settle or the callback died with the process.
-			if (k.program == "dummy-adapter" || k.program == "execution-consumer" || k.program == "gateway" ||
-				k.program == "adapter-callback" || k.program == "settlement") && !k.at.Before(at) && k.at.Sub(at) < time.Second {
-				return true
-			}
+	ja := analyseJournal(journal, kills)
+	recv, finished := ja.recv, ja.finished
+	repeats, repeatsNearKill := len(ja.repeats), ja.nearKill
+	for i, rp := range ja.repeats {
+		if i == 5 {
+			break
 		}
-		return false
+		r.Notes = append(r.Notes, "repeat: "+rp)
 	}
-	for _, e := range journal {
-		k := attemptKey{e.execution, e.attempt}
-		switch e.event {
-		case "recv":
-			recv[k]++
-			if f, ok := finalAt[e.execution]; ok {
-				repeats++
-				if nearKill(f.at) {
-					repeatsNearKill++
-				}
-			}
-		case "done":
-			if e.detail != "cancelled" {
-				finished[k] = e.detail
-			}
-			if e.detail == "succeeded" || e.detail == "permanent" {
-				if _, ok := finalAt[e.execution]; !ok {
-					finalAt[e.execution] = e
-				}
-			}
-		}
-	}
-	r.mustShow(cfg.Strict, sCost, "provider calls repeated after the work was finished", repeats-repeatsNearKill,
+	r.mustShow(cfg.Strict, sCost, "provider calls repeated after the work was finished", repeats,
 		fmt.Sprintf("not counted: %d more within 1 s of a kill -9 that can explain them", repeatsNearKill))
 
 	internal := int(codes["grpc Internal"] + codes["grpc Unknown"] + codes["rest 500"])
