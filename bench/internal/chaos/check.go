@@ -491,7 +491,13 @@ func check(ctx context.Context, in checkInput) (*Report, error) {
 	}
 	r.count(sCost, "attempts in the database", totalAttempts)
 	r.count(sCost, "attempts the workload's scripts need", needed)
-	r.mustShow(cfg.Strict, sCost, "attempts spent that never reached the adapter", neverReached, "")
+	// In adapter mode nothing but the adapter fails, so an attempt that never reached it found
+	// it unreachable; in chaos mode a consumer killed before its call spends one the same way.
+	never := "attempts spent that never reached the adapter"
+	if cfg.Mode == ModeChaos {
+		never += " (unreachable, or its consumer was killed first)"
+	}
+	r.mustShow(cfg.Strict, sCost, never, neverReached, "")
 	r.count(sCost, "attempts spent that reached the adapter and did not finish (it died, or the call was cut)", reachedUnfinished)
 	otherwise := 0
 	reasons := map[string]int{}
