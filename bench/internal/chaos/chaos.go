@@ -331,7 +331,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep, err := check(ctx, checkInput{
 		cfg: cfg, st: st, rabbit: rb, faults: f, work: w, workErr: workErr,
 		deliveries: dcopy, journalPath: journalPath, schedule: schedule,
-		start: start, faultsFrom: faultsFrom, faultsUntil: faultsUntil, settleErr: settleErr,
+		start: start, faultsFrom: faultsFrom, faultsUntil: faultsUntil, settleErr: settleErr, amqpURL: amqpURL,
 	})
 	if err != nil {
 		return nil, err

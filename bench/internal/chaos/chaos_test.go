@@ -56,6 +56,11 @@ func TestShortForm(t *testing.T) {
 		SyncShare: 0.15, RESTShare: 0.5,
 		FaultEvery: 700 * time.Millisecond, Warmup: 500 * time.Millisecond, FaultsAfter: 5 * time.Second,
 		ReceiverFailRate: 0.2, SettleTimeout: 90 * time.Second,
+		// An event notice dead-lettered by a burst of dead Postgres connections waits for the
+		// stale-notice release, 10 minutes by default and not time-scaled today (issue 10 item
+		// 4): here it is released after 3 s, so that the short form checks the recovery within
+		// make test's time; make chaos keeps the default and shows the wait.
+		Env: []string{"INTEGRATIONS_EVENT_STALE_AFTER=3s"},
 		Log: testWriter{t},
 	})
 	require.NoError(t, err)
