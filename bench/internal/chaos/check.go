@@ -80,8 +80,11 @@ func (r *Report) Print(w interface{ Write([]byte) (int, error) }) {
 		}
 		fmt.Fprintf(w, "  %-*s  %s%s\n", width, row.Name, row.Value, check)
 	}
+	if len(r.Notes) > 0 {
+		fmt.Fprintln(w)
+	}
 	for _, n := range r.Notes {
-		fmt.Fprintf(w, "\nnote: %s\n", n)
+		fmt.Fprintf(w, "note: %s\n", n)
 	}
 	if len(r.Failed) == 0 {
 		fmt.Fprintf(w, "\nall invariants hold\n")
