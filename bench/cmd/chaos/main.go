@@ -23,7 +23,7 @@ import (
 
 func main() {
 	var cfg chaos.Config
-	var env string
+	var env, schedule, mix string
 	flag.StringVar(&cfg.Mode, "mode", chaos.ModeChaos, "chaos (every fault type in turn), adapter (only kill -9 of the adapter), rolling (SIGTERM and restart of every service instance in turn), none (no faults)")
 	flag.IntVar(&cfg.Replicas, "replicas", 2, "instances of each of the six services")
 	flag.IntVar(&cfg.Executions, "executions", 2000, "executions of the workload (rolling: at least, and on until the restarts end)")
@@ -34,6 +34,8 @@ func main() {
 	flag.Float64Var(&cfg.RESTShare, "rest", 0.5, "share of calls over REST (the rest gRPC)")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "the workload's random seed (0: from the clock)")
 	flag.Float64Var(&cfg.TimeScale, "time-scale", 0.01, "INTEGRATIONS_TIME_SCALE of the services: retries and leases run in seconds")
+	flag.StringVar(&schedule, "schedule", "", "chaos mode's round of faults, comma-separated: a service's name or adapter (kill -9), broker (close the run's connections), postgres (terminate the services' backends); default: every service, the adapter twice, broker and postgres twice")
+	flag.StringVar(&mix, "mix", "succeed=40,fail_transient=20,fail_permanent=10,complete_later=15,sleep=15", "weights of the async behaviours (sync calls: succeed, sleep, fail_permanent)")
 	flag.DurationVar(&cfg.FaultEvery, "fault-every", 2*time.Second, "pause between two faults")
 	flag.DurationVar(&cfg.Warmup, "warmup", 3*time.Second, "fault-free start (rolling: the baseline of the delays)")
 	flag.DurationVar(&cfg.FaultsAfter, "faults-after", 20*time.Second, "how long faults go on after the workload ended, while the backlog drains")
@@ -49,6 +51,17 @@ func main() {
 	flag.StringVar(&cfg.Root, "root", "", "workspace root (default: found from the working directory)")
 	flag.Parse()
 	cfg.Env = flagx.List(env)
+	var err error
+	if schedule != "" {
+		if cfg.Schedule, err = chaos.ParseSchedule(schedule); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos: -schedule:", err)
+			os.Exit(2)
+		}
+	}
+	if cfg.Mix, err = chaos.ParseMix(mix); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos: -mix:", err)
+		os.Exit(2)
+	}
 	cfg.Log = os.Stderr
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -67,6 +67,10 @@ type Config struct {
 	// mode's delay baseline).
 	FaultEvery time.Duration
 	Warmup     time.Duration
+	// Schedule replaces the chaos mode's round of faults (ParseSchedule); Mix the async
+	// behaviours' weights (DefaultMix when nil).
+	Schedule []string
+	Mix      Mix
 	// FaultsAfter is how long faults go on after the workload ended, while the backlog drains.
 	FaultsAfter time.Duration
 	// ReceiverFailRate is the share of webhook deliveries the receiver answers 500.
@@ -111,6 +115,9 @@ func (c *Config) defaults() {
 	}
 	if c.DrainWindow == 0 {
 		c.DrainWindow = time.Second
+	}
+	if c.Mix == nil {
+		c.Mix = DefaultMix
 	}
 	if c.Seed == 0 {
 		c.Seed = uint64(time.Now().UnixNano())
@@ -236,7 +243,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	f := &faults{st: st, rabbit: rb, appName: appName, fired: map[string]int{}, turn: map[string]int{},
 		log: func(format string, args ...any) { cfg.logf(format, args...) }}
 	w := &workload{st: st, run: runID, n: cfg.Executions, callers: cfg.Callers, think: cfg.Think, rate: cfg.Rate,
-		syncShare: cfg.SyncShare, restShare: cfg.RESTShare, seed: cfg.Seed}
+		syncShare: cfg.SyncShare, restShare: cfg.RESTShare, mix: cfg.Mix, seed: cfg.Seed}
 
 	// The workload, and the faults beside it.
 	start := time.Now()
@@ -252,6 +259,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	switch cfg.Mode {
 	case ModeChaos:
 		schedule = chaosSchedule()
+		if len(cfg.Schedule) > 0 {
+			schedule = cfg.Schedule
+		}
 	case ModeAdapter:
 		schedule = []string{killFault("dummy-adapter")}
 	case ModeRolling, ModeNone:

@@ -48,3 +48,26 @@ func TestAnalyseJournal(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func TestParseMixAndPick(t *testing.T) {
+	m, err := ParseMix("succeed=1, sleep=3")
+	require.NoError(t, err)
+	require.Equal(t, bSucceed, pick(m, 0.2))
+	require.Equal(t, bSleep, pick(m, 0.3))
+	require.Equal(t, bSleep, pick(m, 0.99))
+	require.Equal(t, bFailTransient, pick(DefaultMix, 0.5))
+	for _, bad := range []string{"", "succeed=0", "sucess=1", "succeed", "succeed=-1"} {
+		_, err := ParseMix(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+func TestParseSchedule(t *testing.T) {
+	s, err := ParseSchedule("gateway, adapter,broker,postgres")
+	require.NoError(t, err)
+	require.Equal(t, []string{killFault("gateway"), killFault("dummy-adapter"), faultCloseBroker, faultKillDB}, s)
+	_, err = ParseSchedule("gatway")
+	require.ErrorContains(t, err, `fault "gatway"`)
+	_, err = ParseSchedule(" , ")
+	require.Error(t, err)
+}

@@ -39,6 +39,33 @@ func chaosSchedule() []string {
 	}
 }
 
+// ParseSchedule reads a fault round from short names: a service's name or "adapter" (kill -9
+// of it), "broker" (close the run's broker connections), "postgres" (terminate the services'
+// backends).
+func ParseSchedule(s string) ([]string, error) {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		switch {
+		case item == "":
+		case item == "adapter":
+			out = append(out, killFault("dummy-adapter"))
+		case item == "broker":
+			out = append(out, faultCloseBroker)
+		case item == "postgres":
+			out = append(out, faultKillDB)
+		case slices.Contains(services, item):
+			out = append(out, killFault(item))
+		default:
+			return nil, fmt.Errorf("fault %q: want a service (%s), adapter, broker or postgres", item, strings.Join(services, ", "))
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("empty fault schedule %q", s)
+	}
+	return out, nil
+}
+
 // rabbit runs rabbitmqctl on the broker's node, on this run's vhost only.
 type rabbit struct {
 	bin, node string

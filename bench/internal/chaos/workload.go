@@ -10,6 +10,9 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,8 +50,57 @@ type script struct {
 	want string
 }
 
+// Mix weighs the async behaviours of the workload.
+type Mix map[string]float64
+
+// DefaultMix is the async workload's mix.
+var DefaultMix = Mix{bSucceed: 40, bFailTransient: 20, bFailPermanent: 10, bCompleteLater: 15, bSleep: 15}
+
+// mixOrder fixes the order behaviours are drawn in, so that a seed draws the same workload.
+var mixOrder = []string{bSucceed, bFailTransient, bFailPermanent, bCompleteLater, bSleep}
+
+// ParseMix reads "succeed=40,fail_transient=20,…" (weights, any scale); behaviours left out
+// get no share.
+func ParseMix(s string) (Mix, error) {
+	m := Mix{}
+	total := 0.0
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, w, ok := strings.Cut(item, "=")
+		v, err := strconv.ParseFloat(w, 64)
+		if !ok || err != nil || v < 0 || !slices.Contains(mixOrder, name) {
+			return nil, fmt.Errorf("mix item %q: want <behaviour>=<weight>, behaviour one of %s", item, strings.Join(mixOrder, ", "))
+		}
+		m[name] = v
+		total += v
+	}
+	if total <= 0 {
+		return nil, fmt.Errorf("mix %q: no behaviour has a weight", s)
+	}
+	return m, nil
+}
+
+// pick returns the behaviour p (uniform in [0,1)) falls on.
+func pick(m Mix, p float64) string {
+	total := 0.0
+	for _, b := range mixOrder {
+		total += m[b]
+	}
+	acc := 0.0
+	for _, b := range mixOrder {
+		acc += m[b] / total
+		if p < acc {
+			return b
+		}
+	}
+	return bSleep
+}
+
 // newScript draws execution i of the workload.
-func newScript(r *rand.Rand, run string, i int, syncShare, restShare float64) script {
+func newScript(r *rand.Rand, run string, i int, syncShare, restShare float64, mix Mix) script {
 	sc := script{i: i, key: fmt.Sprintf("%s-%d", run, i), sync: r.Float64() < syncShare, rest: r.Float64() < restShare, needed: 1, want: "succeeded"}
 	dummy := map[string]any{}
 	p := r.Float64()
@@ -67,19 +119,19 @@ func newScript(r *rand.Rand, run string, i int, syncShare, restShare float64) sc
 			sc.want = "failed"
 		}
 	} else {
-		switch {
-		case p < 0.40:
+		switch pick(mix, p) {
+		case bSucceed:
 			sc.behaviour = bSucceed
-		case p < 0.60:
+		case bFailTransient:
 			sc.behaviour = bFailTransient
 			n := 1 + r.IntN(2)
 			dummy["fail_transient"] = n
 			sc.needed = n + 1
-		case p < 0.70:
+		case bFailPermanent:
 			sc.behaviour = bFailPermanent
 			dummy["fail_permanent"] = true
 			sc.want = "failed"
-		case p < 0.85:
+		case bCompleteLater:
 			sc.behaviour = bCompleteLater
 			dummy["complete_later_ms"] = 100 + r.IntN(400)
 			dummy["lease_ms"] = 2000
@@ -251,6 +303,7 @@ type workload struct {
 	rate      float64 // executions per second over all callers (0: as fast as they go)
 	syncShare float64
 	restShare float64
+	mix       Mix
 	seed      uint64
 
 	calls    calls
@@ -303,7 +356,7 @@ func (w *workload) start(ctx context.Context, stop <-chan struct{}) (wait func()
 			defer c.closer()
 			r := rand.New(rand.NewPCG(w.seed, uint64(k)))
 			for i := range next {
-				sc := newScript(r, w.run, i, w.syncShare, w.restShare)
+				sc := newScript(r, w.run, i, w.syncShare, w.restShare, w.mix)
 				at := time.Now()
 				id, err := c.invoke(ctx, sc, 2*time.Minute)
 				w.mu.Lock()
