@@ -304,6 +304,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				if allFired && (ex+ev == 0 || time.Since(workEnd) > cfg.FaultsAfter) {
 					break
 				}
+				// A fault that never fires (its every try failed: see the report's notes) must
+				// not keep the run going: one more round at most.
+				if time.Since(workEnd) > cfg.FaultsAfter+time.Duration(len(schedule))*(cfg.FaultEvery+5*time.Second) {
+					break
+				}
 				if len(schedule) == 0 {
 					break
 				}
