@@ -23,7 +23,7 @@ test: ## Unit, integration and end-to-end tests against real Postgres and Rabbit
 	export INTEGRATIONS_TEST_DATABASE_URL="$${INTEGRATIONS_TEST_DATABASE_URL:-$$INTEGRATIONS_PG_URL/test?sslmode=disable}"; \
 	go vet $(PKGS) && \
 	go test -race -count=1 -timeout 15m $(MODULE)/pkg/... $(MODULE)/services/... $(MODULE)/cmd/... && \
-	go test -count=1 -timeout 15m $(MODULE)/e2e/...
+	go test -count=1 -timeout 15m $(MODULE)/e2e/... $(MODULE)/bench/internal/chaos/...
 
 .PHONY: build
 build: ## Build every binary into bin/
@@ -64,6 +64,13 @@ deps-down: ## Stop the Postgres/RabbitMQ that scripts/deps.sh started (if any)
 .PHONY: clean
 clean: ## Remove build output and local run state
 	rm -rf bin .run
+
+.PHONY: chaos
+chaos: ## The fault suite: 2 replicas of every service, kill -9s, broker and Postgres connections cut, a failing receiver; then the invariants (CHAOS_FLAGS=... passes flags, e.g. -executions 10000 -strict, -mode adapter, -mode rolling -callers 64)
+	@scripts/deps.sh up
+	@set -a; . .run/deps.env; set +a; \
+	export INTEGRATIONS_TEST_DATABASE_URL="$${INTEGRATIONS_TEST_DATABASE_URL:-$$INTEGRATIONS_PG_URL/test?sslmode=disable}"; \
+	go run $(MODULE)/bench/cmd/chaos $(CHAOS_FLAGS)
 
 .PHONY: bench-mq
 bench-mq: ## Message-port throughput beside a raw amqp091-go baseline, on the real broker

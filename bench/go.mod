@@ -3,6 +3,7 @@ module github.com/integrations-platform/integrations/bench
 go 1.26.0
 
 require (
+	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/google/uuid v1.6.0
 	github.com/integrations-platform/integrations/pkg v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0

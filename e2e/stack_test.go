@@ -140,6 +140,8 @@ func newStackScaled(t *testing.T, scale float64) *stack {
 		// short here, where everything is local.
 		"INTEGRATIONS_SWEEP_INTERVAL=100ms",
 		"INTEGRATIONS_SWEEP_GRACE=100ms",
+		// Nothing routes by health here: a short drain window keeps stops and restarts quick.
+		"INTEGRATIONS_DRAIN_WINDOW=50ms",
 	}
 	c, err := catalog.Parse(mustRead(t, "../deploy/catalog/dev.yaml"), func(name string) (string, bool) {
 		switch name {

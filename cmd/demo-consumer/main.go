@@ -47,7 +47,7 @@ func run() error {
 	}
 	logger.Info("demo consumer listening", zap.String("addr", lis.Addr().String()))
 
-	app := lifecycle.New(logger, cfg.ShutdownTimeout)
+	app := lifecycle.New(logger, cfg.Shutdown())
 	app.Serve("http",
 		func() error {
 			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -34,8 +34,14 @@ func run() error {
 	}
 	defer func() { _ = logger.Sync() }()
 
-	app := lifecycle.New(logger, cfg.ShutdownTimeout)
-	ad := adapter.New(dummy.Handler(logger), adapter.Options{
+	journal, err := dummy.OpenJournal(cfg.Journal)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = journal.Close() }()
+
+	app := lifecycle.New(logger, cfg.Shutdown())
+	ad := adapter.New(dummy.NewHandler(logger, journal), adapter.Options{
 		CallbackAddr: cfg.CallbackAddr, Credential: cfg.Credential, Logger: logger,
 	})
 	// Background work stops after the gRPC server stopped taking calls: it is cancelled and

@@ -54,7 +54,8 @@ type Request struct {
 	Capability string
 	// Payload is the client's payload as decoded JSON: numbers are float64.
 	Payload map[string]any
-	// Deadline is when the attempt must end; zero if the platform set none.
+	// Deadline is when the attempt must end, on this host's clock (counted from the time left the
+	// platform measured); zero if the platform set none.
 	Deadline time.Time
 	// Mode is ModeAsync or ModeSync.
 	Mode string

@@ -93,13 +93,23 @@ func (c *Callbacks) RenewLease(ctx context.Context, d time.Duration) error {
 }
 
 func (c *Callbacks) renew(ctx context.Context, d time.Duration) error {
+	// Before the call: the platform grants the lease from its now, which is no earlier, so a lease
+	// end counted from here on this host's clock is no later than the platform's.
+	asked := time.Now()
 	resp, err := c.client.RenewLease(c.outgoing(ctx), &adapterv1.RenewLeaseRequest{
 		ExecutionId: c.executionID, Attempt: c.attempt, CallbackToken: c.token, Lease: durationpb.New(d),
 	})
 	if err != nil {
 		return fmt.Errorf("renew lease: %w", err)
 	}
-	if resp.GetLeaseExpireTime() != nil {
+	// The granted lease as a duration, measured by the platform; the expiry time is on the
+	// platform's clock, which this host's may not agree with (an older platform sends only that).
+	switch {
+	case resp.GetLease() != nil:
+		granted := resp.GetLease().AsDuration()
+		c.granted.Store(int64(granted))
+		c.leaseEnd.Store(asked.Add(granted).UnixNano())
+	case resp.GetLeaseExpireTime() != nil:
 		c.granted.Store(int64(time.Until(resp.GetLeaseExpireTime().AsTime())))
 		c.leaseEnd.Store(resp.GetLeaseExpireTime().AsTime().UnixNano())
 	}

@@ -341,7 +341,13 @@ func newRequest(in *adapterv1.ExecuteRequest) *Request {
 	if in.GetMode() == executionv1.Mode_MODE_SYNC {
 		req.Mode = ModeSync
 	}
-	if in.GetDeadlineTime() != nil {
+	// The deadline on this host's clock: counted from the time left that the platform measured,
+	// not read from deadline_time, which is on the platform's clock (an older platform sends only
+	// that).
+	switch {
+	case in.GetDeadlineIn() != nil:
+		req.Deadline = time.Now().Add(in.GetDeadlineIn().AsDuration())
+	case in.GetDeadlineTime() != nil:
 		req.Deadline = in.GetDeadlineTime().AsTime()
 	}
 	return req

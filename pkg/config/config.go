@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/integrations-platform/integrations/pkg/lifecycle"
 )
 
 // Common holds the settings every service shares.
@@ -23,8 +25,19 @@ type Common struct {
 	TimeScale        float64 `env:"INTEGRATIONS_TIME_SCALE" envDefault:"1"`
 	MetricsAddr      string  `env:"INTEGRATIONS_METRICS_ADDR"`
 	// Pprof serves net/http/pprof on the metrics address too: for diagnosis, off by default.
-	Pprof           bool          `env:"INTEGRATIONS_PPROF" envDefault:"false"`
-	ShutdownTimeout time.Duration `env:"INTEGRATIONS_SHUTDOWN_TIMEOUT" envDefault:"15s"`
+	Pprof bool `env:"INTEGRATIONS_PPROF" envDefault:"false"`
+	// A shutdown, measured from SIGTERM: health NOT_SERVING for the drain window while the service
+	// still works, then no new calls or messages taken; in-flight work cancelled at the soft
+	// timeout; the process gone by the shutdown timeout (see pkg/lifecycle). Not time-scaled: they
+	// are about load balancers and Kubernetes, which run on the wall clock.
+	DrainWindow         time.Duration `env:"INTEGRATIONS_DRAIN_WINDOW" envDefault:"5s"`
+	ShutdownSoftTimeout time.Duration `env:"INTEGRATIONS_SHUTDOWN_SOFT_TIMEOUT" envDefault:"10s"`
+	ShutdownTimeout     time.Duration `env:"INTEGRATIONS_SHUTDOWN_TIMEOUT" envDefault:"15s"`
+}
+
+// Shutdown is the shutdown's timeouts for lifecycle.New.
+func (c Common) Shutdown() lifecycle.Timeouts {
+	return lifecycle.Timeouts{Drain: c.DrainWindow, Soft: c.ShutdownSoftTimeout, Hard: c.ShutdownTimeout}
 }
 
 // Validate checks the shared settings.
@@ -36,8 +49,17 @@ func (c Common) Validate() error {
 	if c.DatabaseMaxConns < 0 || c.DatabaseMaxConns > 1000 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_DATABASE_MAX_CONNS: %d must be between 0 and 1000", c.DatabaseMaxConns))
 	}
-	if c.ShutdownTimeout <= 0 {
+	switch {
+	case c.ShutdownTimeout <= 0:
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_SHUTDOWN_TIMEOUT: %v must be positive", c.ShutdownTimeout))
+	case c.DrainWindow < 0:
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_DRAIN_WINDOW: %v must not be negative", c.DrainWindow))
+	case c.ShutdownSoftTimeout < c.DrainWindow:
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_SHUTDOWN_SOFT_TIMEOUT: %v must be at least INTEGRATIONS_DRAIN_WINDOW (%v)",
+			c.ShutdownSoftTimeout, c.DrainWindow))
+	case c.ShutdownSoftTimeout >= c.ShutdownTimeout:
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_SHUTDOWN_SOFT_TIMEOUT: %v must be less than INTEGRATIONS_SHUTDOWN_TIMEOUT (%v)",
+			c.ShutdownSoftTimeout, c.ShutdownTimeout))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -64,14 +64,17 @@ func NewServer(cfg ServerConfig) *Server {
 	return &Server{Server: srv, Health: hs, log: log}
 }
 
-// Run serves on addr under app: it starts serving at once, and on shutdown first reports
-// NOT_SERVING, then stops gracefully, forcing the stop when ctx (the shutdown budget) ends.
+// Run serves on addr under app: it starts serving at once. On shutdown it reports NOT_SERVING
+// at the signal and goes on serving through the drain window (clients and Kubernetes see the
+// status and go elsewhere), then stops gracefully — no new calls, in-flight ones finish — and
+// stops hard (in-flight calls cancelled) when ctx ends, at the soft timeout.
 func (s *Server) Run(app *lifecycle.App, name, addr string) error {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen %s for %s: %w", addr, name, err)
 	}
 	s.log.Info("grpc server listening", zap.String("server", name), zap.String("addr", lis.Addr().String()))
+	app.OnDrain(name+" health", s.Health.Shutdown)
 	app.Serve(name,
 		func() error {
 			if err := s.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -80,13 +83,15 @@ func (s *Server) Run(app *lifecycle.App, name, addr string) error {
 			return nil
 		},
 		func(ctx context.Context) error {
-			s.Health.Shutdown()
+			s.Health.Shutdown() // already done at the signal; again in case the drain hooks were skipped
 			done := make(chan struct{})
 			go func() { s.GracefulStop(); close(done) }()
 			select {
 			case <-done:
 			case <-ctx.Done():
+				s.log.Warn("grpc calls still in flight at the soft timeout; stopping hard", zap.String("server", name))
 				s.Stop()
+				<-done
 			}
 			return nil
 		})

@@ -60,6 +60,13 @@ func ServeWith(app *lifecycle.App, log *zap.Logger, addr string, o Options) erro
 			}
 			return nil
 		},
-		func(ctx context.Context) error { return srv.Shutdown(ctx) })
+		func(ctx context.Context) error {
+			// Graceful until ctx ends (the soft timeout), then hard: Shutdown alone leaves the
+			// requests still running.
+			if err := srv.Shutdown(ctx); err != nil {
+				return errors.Join(err, srv.Close())
+			}
+			return nil
+		})
 	return nil
 }

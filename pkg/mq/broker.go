@@ -196,29 +196,60 @@ func (b *Broker) Counters(route string) Counters {
 
 // Close closes both connections. Running Consume calls return ErrClosed; the broker redelivers
 // whatever they had not settled. Close waits for them and for the port's own goroutines.
-func (b *Broker) Close() error {
+func (b *Broker) Close() error { return b.CloseContext(context.Background()) }
+
+// CloseContext is Close bounded by ctx: a broker that does not answer the close, or a Consume
+// whose handlers ignore their cancelled context, is not waited for past ctx's end (ctx.Err() is
+// then returned). The connections are closed either way: the broker requeues what was unacked.
+func (b *Broker) CloseContext(ctx context.Context) error {
 	var errs []error
 	b.closeOnce.Do(func() {
 		b.mu.Lock() // orders close(b.closed) against Consume's b.consumers.Add
 		close(b.closed)
 		b.mu.Unlock()
-		b.pubSem <- struct{}{}
-		if b.pub != nil {
-			errs = append(errs, b.pub.close())
+		deadline := time.Now().Add(dialTimeout)
+		if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+			deadline = dl
 		}
-		<-b.pubSem
-		b.conSem <- struct{}{}
-		if b.con != nil && !b.con.IsClosed() {
-			errs = append(errs, b.con.Close())
+		// A slot is held only while a connection is dialed, which ends by dialTimeout.
+		if b.acquireUntil(ctx, b.pubSem) {
+			if b.pub != nil && !b.pub.conn.IsClosed() {
+				errs = append(errs, b.pub.conn.CloseDeadline(deadline))
+			}
+			<-b.pubSem
 		}
-		<-b.conSem
-		b.consumers.Wait()
-		b.watchers.Wait()
+		if b.acquireUntil(ctx, b.conSem) {
+			if b.con != nil && !b.con.IsClosed() {
+				errs = append(errs, b.con.CloseDeadline(deadline))
+			}
+			<-b.conSem
+		}
+		done := make(chan struct{})
+		go func() {
+			b.consumers.Wait()
+			b.watchers.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("consumers still stopping: %w", ctx.Err()))
+		}
 	})
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("mq: close: %w", err)
 	}
 	return nil
+}
+
+// acquireUntil takes a one-slot semaphore unless ctx ends first.
+func (b *Broker) acquireUntil(ctx context.Context, sem chan struct{}) bool {
+	select {
+	case sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // startConsumer registers a Consume call with Close, unless the broker is already closed.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,8 +19,9 @@ import (
 )
 
 const (
-	// shutdownGrace is how long a cancelled Consume waits for running handlers to return. It is
-	// longer than publishTimeout so a retry copy being confirmed at cancellation still settles.
+	// shutdownGrace is how long a cancelled Consume without Drain waits for running handlers to
+	// return. It is longer than publishTimeout so a retry copy being confirmed at cancellation
+	// still settles.
 	shutdownGrace = publishTimeout + 5*time.Second
 	backoffMin    = 100 * time.Millisecond
 	backoffMax    = 5 * time.Second
@@ -68,8 +72,10 @@ type consumer struct {
 	h     Handler
 	st    *routeStats
 	log   *zap.Logger
-	ctx   context.Context // handler context: cancelled on shutdown
+	ctx   context.Context // handler context: cancelled when the work context ends (see Drain)
 	stop  context.CancelFunc
+	halt  chan struct{} // closed when the consumer stops taking deliveries
+	grace time.Duration // how long handlers get to return once their context is cancelled
 	jobs  chan *job
 	res   chan settlement
 	gone  chan struct{} // closed when the owner stops receiving settlements
@@ -83,22 +89,50 @@ type consumer struct {
 // jitter, for as long as ctx lives. It returns ErrUnknownRoute for a route not declared with
 // Declare, and ErrClosed if the Broker is closed.
 //
-// On cancellation it cancels the consumer, cancels the handlers' context, waits up to 15 s for
+// On cancellation it cancels the broker consumer (no new deliveries), returns the deliveries it
+// holds and has not started to the broker, cancels the handlers' context, waits up to 15 s for
 // them, settles what they returned (only Ack is acked) and returns every other delivery to the
-// broker.
+// broker. With [Drain], the handlers' context outlives ctx: running handlers finish first.
 //
 // A diagnostic probe (see [Broker.Diagnose]) arriving on the route is answered and acked here,
 // before and without any handler, and is not counted in the route's Counters.
-func (b *Broker) Consume(ctx context.Context, route string, concurrency int, h Handler) error {
+func (b *Broker) Consume(ctx context.Context, route string, concurrency int, h Handler, opts ...ConsumeOption) error {
 	top, ok := b.topology(route)
 	if !ok || top.topic != "" {
 		return fmt.Errorf("mq: consume %q: %w", route, ErrUnknownRoute)
 	}
-	return b.consume(ctx, top, concurrency, h)
+	return b.consume(ctx, top, concurrency, h, opts...)
 }
 
+// ConsumeOption changes how Consume or Subscribe stops.
+type ConsumeOption func(*consumeOptions)
+
+type consumeOptions struct {
+	work  context.Context
+	grace time.Duration
+}
+
+// Drain makes a consumer stop the way a deploy wants it to: when Consume's ctx ends, it stops
+// taking deliveries (the broker consumer is cancelled, the deliveries it holds and has not
+// started go back to the broker at once), and the handlers already running go on — their context
+// is derived from work, not from Consume's ctx — and are settled as usual. When work ends, the
+// handlers' context is cancelled; Consume waits at most grace more for them to return (a cut-off
+// handler's non-Ack result is a requeue, as always), then closes its channel, which returns
+// anything still unsettled to the broker, and returns without waiting for handlers that ignore
+// their context. The grace also bounds the broker's answers to the consumer's cancel and to the
+// channel's close; it is at least minDrainGrace.
+func Drain(work context.Context, grace time.Duration) ConsumeOption {
+	return func(o *consumeOptions) {
+		o.work = work
+		o.grace = max(grace, minDrainGrace)
+	}
+}
+
+// minDrainGrace leaves a broker on a loaded host time to answer a cancel or a close.
+const minDrainGrace = 100 * time.Millisecond
+
 // consume runs a consumer of a route or a subscription until ctx ends or the Broker closes.
-func (b *Broker) consume(ctx context.Context, top *topology, concurrency int, h Handler) error {
+func (b *Broker) consume(ctx context.Context, top *topology, concurrency int, h Handler, opts ...ConsumeOption) error {
 	route := top.route
 	if h == nil {
 		return fmt.Errorf("mq: consume %q: nil handler", route)
@@ -108,19 +142,25 @@ func (b *Broker) consume(ctx context.Context, top *topology, concurrency int, h 
 	}
 	defer b.consumers.Done()
 	concurrency = max(concurrency, 1)
-	hctx, stop := context.WithCancel(ctx)
+	o := consumeOptions{work: ctx, grace: shutdownGrace}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	hctx, stop := context.WithCancel(o.work)
 	defer stop()
 	c := &consumer{
-		b:    b,
-		top:  top,
-		h:    h,
-		st:   b.routeStats(route),
-		log:  b.log.With(zap.String("route", route)),
-		ctx:  hctx,
-		stop: stop,
-		jobs: make(chan *job),
-		res:  make(chan settlement),
-		gone: make(chan struct{}),
+		b:     b,
+		top:   top,
+		h:     h,
+		st:    b.routeStats(route),
+		log:   b.log.With(zap.String("route", route)),
+		ctx:   hctx,
+		stop:  stop,
+		halt:  make(chan struct{}),
+		grace: o.grace,
+		jobs:  make(chan *job),
+		res:   make(chan settlement),
+		gone:  make(chan struct{}),
 	}
 	var workers sync.WaitGroup
 	for range concurrency {
@@ -328,9 +368,12 @@ func (c *consumer) settle(cur *subscription, s settlement) {
 		if h := c.b.hooks().settled; h != nil && !s.probe {
 			h(c.top.route, j.msg.ID, s.ev)
 		}
-	case errors.Is(err, amqp.ErrClosed):
-		// The channel died under us; lose() will notice. The broker redelivers.
+	case c.tornDown(j.sub, err):
+		// The channel or its connection was going away under us; lose() will notice. The broker
+		// redelivers.
 		count(evSuperseded)
+		c.log.Debug("mq settle failed on a channel being torn down; superseded",
+			zap.String("message_id", j.msg.ID), zap.Uint64("generation", j.sub.gen), zap.Error(err))
 	default:
 		count(evLost)
 		c.log.Error("mq settle failed on a live channel", zap.String("message_id", j.msg.ID),
@@ -338,22 +381,60 @@ func (c *consumer) settle(cur *subscription, s settlement) {
 	}
 }
 
-// shutdown is the owner's exit on ctx cancellation.
-func (c *consumer) shutdown(sub *subscription, workers *sync.WaitGroup) {
-	c.stop() // handlers' ctx; idempotent, ctx is done anyway
-	alive := sub != nil && !sub.dead.Load()
-	if alive {
-		// Cancel first so the broker stops sending; amqp091-go then hands over what it had
-		// buffered and closes the delivery channel.
-		if err := sub.ch.Cancel(sub.tag, false); err != nil {
-			c.log.Warn("mq consumer cancel failed", zap.Error(err))
+// tornDownWait is how long a settle error that could be either is given to show whether the
+// channel is closing: amqp091-go starts the shutdown of a connection whose socket write failed in
+// a goroutine of its own, so the channel may not say it is closed at the instant the error comes
+// back.
+const tornDownWait = 100 * time.Millisecond
+
+// tornDown reports whether a settle's error came from sub's channel or connection being torn
+// down (the broker then requeues the delivery: superseded, not lost). amqp091-go answers
+// ErrClosed once it knows; before it does, a write on a dying socket fails with the socket's
+// error (broken pipe, connection reset, use of a closed connection, EOF, a deadline), and an
+// exception the broker sent (e.g. 320 CONNECTION_FORCED) comes back as an *amqp.Error — every
+// AMQP exception closes the channel or the connection. Anything else counts as torn down only if
+// the channel is found closed shortly after.
+func (c *consumer) tornDown(sub *subscription, err error) bool {
+	if errors.Is(err, amqp.ErrClosed) || sub.dead.Load() {
+		return true
+	}
+	var ae *amqp.Error
+	var ne net.Error
+	if errors.As(err, &ae) || errors.As(err, &ne) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, io.ErrClosedPipe) {
+		return true
+	}
+	deadline := time.Now().Add(tornDownWait)
+	for {
+		if sub.ch.IsClosed() {
+			return true
 		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond) // amqp091-go offers no event for "closing": poll briefly
+	}
+}
+
+// shutdown is the owner's exit on ctx cancellation: stop taking deliveries, let the running
+// handlers finish (until the handlers' context ends, then at most the grace), settle what they
+// return, and give everything else back to the broker.
+func (c *consumer) shutdown(sub *subscription, workers *sync.WaitGroup) {
+	close(c.halt) // workers start no handler from now on
+	alive := sub != nil && !sub.dead.Load()
+	if alive && !c.cancelConsumer(sub) {
+		alive = false
+	}
+	if alive {
+		// amqp091-go handed over what it had buffered and closed the delivery channel.
 		for d := range sub.deliveries {
-			c.requeue(&d)
+			c.requeue(sub, &d)
 		}
 		// lose() already dropped the queued jobs of earlier subscriptions: these are all sub's.
 		for _, j := range c.queue {
-			c.requeue(&j.d)
+			c.requeue(sub, &j.d)
 		}
 	} else {
 		c.st.add(evSuperseded, len(c.queue))
@@ -361,34 +442,104 @@ func (c *consumer) shutdown(sub *subscription, workers *sync.WaitGroup) {
 	c.busy -= len(c.queue)
 	c.queue = nil
 	close(c.jobs)
+	if c.busy > 0 {
+		c.log.Info("mq consumer stopped taking deliveries; waiting for running handlers", zap.Int("handlers", c.busy))
+	}
 
-	// Workers check ctx before calling a handler and turn a cancelled non-Ack into a requeue, so
+	// Workers check halt before calling a handler and turn a cancelled non-Ack into a requeue, so
 	// what comes back now is final.
-	grace := time.NewTimer(shutdownGrace)
-	defer grace.Stop()
+	var graceC <-chan time.Time
+	workDone := c.ctx.Done()
+	abandoned := false
 wait:
 	for c.busy > 0 {
 		select {
 		case s := <-c.res:
 			c.busy--
 			c.settle(sub, s)
-		case <-grace.C:
+		case <-workDone:
+			workDone = nil
+			c.log.Warn("mq handlers still running when their context was cancelled", zap.Int("handlers", c.busy),
+				zap.Duration("grace", c.grace))
+			grace := time.NewTimer(c.grace)
+			defer grace.Stop()
+			graceC = grace.C
+		case <-graceC:
 			c.log.Error("mq handlers did not return within the shutdown grace; leaving them to the broker",
-				zap.Int("handlers", c.busy), zap.Duration("grace", shutdownGrace))
+				zap.Int("handlers", c.busy), zap.Duration("grace", c.grace))
+			abandoned = true
+			break wait
+		case <-c.b.closed:
+			// The connection is gone: the broker requeues everything; nothing is left to settle.
+			c.st.add(evSuperseded, c.busy)
+			abandoned = true
 			break wait
 		}
 	}
+	c.stop()
 	close(c.gone)
 	if alive {
 		// Anything still unsettled goes back to the broker with the channel.
-		sub.ch.Close() //nolint:errcheck // closing is the point
+		c.closeChannel(sub)
 	}
-	c.awaitWorkers(workers, grace)
+	if !abandoned {
+		// Every job is settled and jobs is closed: the workers are returning.
+		workers.Wait()
+		return
+	}
+	c.awaitWorkers(workers, time.Second)
+}
+
+// cancelConsumer cancels sub's broker consumer, so that the broker sends nothing more. A broker
+// that does not answer within the grace is not waited for: the channel is closed instead (its
+// deliveries go back to the broker with it). It reports whether sub is still usable.
+func (c *consumer) cancelConsumer(sub *subscription) bool {
+	done := make(chan error, 1)
+	go func() { done <- sub.ch.Cancel(sub.tag, false) }()
+	t := time.NewTimer(c.grace)
+	defer t.Stop()
+	var err error
+	select {
+	case err = <-done:
+	case <-t.C:
+		err = fmt.Errorf("no answer within %v", c.grace)
+	case <-c.b.closed:
+		err = ErrClosed
+	}
+	if err == nil {
+		return true
+	}
+	c.log.Warn("mq consumer cancel failed; closing its channel", zap.Uint64("generation", sub.gen), zap.Error(err))
+	sub.dead.Store(true)
+	c.closeChannel(sub)
+	<-done // closing the channel ends the call
+	return false
+}
+
+// closeChannel closes sub's channel, waiting for the broker's answer at most the grace.
+func (c *consumer) closeChannel(sub *subscription) {
+	if sub.ch.IsClosed() {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		sub.ch.Close() //nolint:errcheck // closing is the point; the broker requeues what is unacked
+		close(done)
+	}()
+	t := time.NewTimer(c.grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		c.log.Warn("mq channel close not answered within the grace; leaving it to the connection")
+	case <-c.b.closed:
+	}
 }
 
 // abandon is the owner's exit when the Broker is closed: the connection is gone, so the broker
 // requeues everything; there is nothing left to settle.
 func (c *consumer) abandon(sub *subscription, workers *sync.WaitGroup) {
+	close(c.halt)
 	c.stop()
 	if sub != nil {
 		sub.dead.Store(true)
@@ -397,30 +548,33 @@ func (c *consumer) abandon(sub *subscription, workers *sync.WaitGroup) {
 	c.queue = nil
 	close(c.jobs)
 	close(c.gone)
-	grace := time.NewTimer(shutdownGrace)
-	defer grace.Stop()
-	c.awaitWorkers(workers, grace)
+	c.awaitWorkers(workers, c.grace)
 }
 
-func (c *consumer) awaitWorkers(workers *sync.WaitGroup, grace *time.Timer) {
+// awaitWorkers waits for the worker goroutines to return, at most d: a handler that ignores its
+// cancelled context must not hold up the service's exit.
+func (c *consumer) awaitWorkers(workers *sync.WaitGroup, d time.Duration) {
 	done := make(chan struct{})
 	go func() {
 		workers.Wait()
 		close(done)
 	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-done:
-	case <-grace.C:
+	case <-t.C:
+		c.log.Error("mq handlers still running after the consumer stopped", zap.Duration("waited", d))
 	}
 }
 
-// requeue returns a delivery at shutdown, on the owner goroutine.
-func (c *consumer) requeue(d *amqp.Delivery) {
+// requeue returns a delivery of sub at shutdown, on the owner goroutine.
+func (c *consumer) requeue(sub *subscription, d *amqp.Delivery) {
 	err := d.Nack(false, true)
 	switch {
 	case err == nil:
 		c.st.inc(evRequeued)
-	case errors.Is(err, amqp.ErrClosed):
+	case c.tornDown(sub, err):
 		c.st.inc(evSuperseded)
 	default:
 		c.st.inc(evLost)
@@ -445,7 +599,8 @@ func (c *consumer) handle(j *job) settlement {
 	if j.sub.dead.Load() {
 		return settlement{job: j, act: actNone} // the broker has already requeued it
 	}
-	if c.ctx.Err() != nil {
+	if c.halted() || c.ctx.Err() != nil {
+		// Taken, not started, and the consumer is stopping: back to the broker, for another replica.
 		return settlement{job: j, act: actRequeue, ev: evRequeued}
 	}
 	res, panicked := c.call(j.msg)
@@ -453,7 +608,8 @@ func (c *consumer) handle(j *job) settlement {
 	// (bounded by that level), and the handler asked again: no copy, no broker round trip.
 	for !panicked && res.outcome == outcomeDefer && c.holdsDefer(res.delay) {
 		if !c.sleep(max(res.delay, time.Millisecond)) {
-			return settlement{job: j, act: actRequeue, ev: evRequeued} // shutdown: redeliver
+			// Stopping: redeliver (to another replica) rather than hold it through the drain.
+			return settlement{job: j, act: actRequeue, ev: evRequeued}
 		}
 		if j.sub.dead.Load() {
 			return settlement{job: j, act: actNone} // the broker has already requeued it
@@ -551,14 +707,27 @@ func (c *consumer) holdsDefer(d time.Duration) bool {
 	return len(c.top.delayTTLs) > 0 && d < c.top.delayTTLs[0]
 }
 
-// sleep waits d; false if the handlers' context ended first.
+// sleep waits d; false if the consumer stopped taking deliveries or the handlers' context ended
+// first.
 func (c *consumer) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
+	case <-c.halt:
+		return false
 	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// halted reports whether the consumer stopped taking deliveries.
+func (c *consumer) halted() bool {
+	select {
+	case <-c.halt:
+		return true
+	default:
 		return false
 	}
 }

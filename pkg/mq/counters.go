@@ -22,7 +22,7 @@ type Counters struct {
 	Retried      uint64 // deliveries acked after a confirmed copy went to a holding queue
 	DeadLettered uint64 // deliveries acked after a confirmed copy went to the DLQ (exhausted or rejected)
 	Rejected     uint64 // of DeadLettered, those whose handler returned Reject
-	Superseded   uint64 // settlements withheld because the delivery's channel was closed or replaced; the broker redelivers
+	Superseded   uint64 // settlements withheld, or failed, because the delivery's channel was closed, replaced or being torn down; the broker redelivers
 	Lost         uint64 // settlements that failed on a live channel: outcome unknown
 	Requeued     uint64 // deliveries nacked back to the broker (zero Result, panic, shutdown, copy not confirmed)
 	Panicked     uint64 // handler panics (each also counted Requeued, or Superseded)

@@ -62,7 +62,12 @@
 // separate connections, with backoff and jitter, topology and topics declared again, consumers
 // resubscribed) and tracks which channel each delivery came from; a settlement for a replaced
 // channel or consumer is counted superseded and left to the broker's redelivery, never tried on
-// the new channel (where RabbitMQ would answer 406 and close it).
+// the new channel (where RabbitMQ would answer 406 and close it). So is one that failed because
+// its channel or connection was being torn down (a socket error, an AMQP exception): the broker
+// redelivers it too.
+//
+// A deploy drains consumers with [Drain]: Consume's ctx stops it taking deliveries, the running
+// handlers finish under a context of their own, and [Broker.CloseContext] bounds the close.
 //
 // [Counters] (published, confirmed, returned, acknowledged, retried, dead-lettered, rejected,
 // superseded, lost, requeued, panicked, redriven, deferred) are kept per route and exported as the

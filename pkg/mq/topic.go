@@ -127,8 +127,8 @@ func (b *Broker) PublishTopic(ctx context.Context, topic string, msg Outgoing) e
 // (DeclareTopic), and fails if that fails. Topics do not retry: a handler returning Fail or Reject dead-letters that delivery, for this
 // subscription alone, after one attempt (x-dead-reason "failed" or "rejected", confirmed before
 // the ack). Message.Route, the Counters key and the DeadLetters/Redrive route of a subscription are
-// "<topic>.<subscription>".
-func (b *Broker) Subscribe(ctx context.Context, topic, subscription string, concurrency int, h Handler) error {
+// "<topic>.<subscription>". Options are Consume's (e.g. Drain).
+func (b *Broker) Subscribe(ctx context.Context, topic, subscription string, concurrency int, h Handler, opts ...ConsumeOption) error {
 	if err := b.DeclareTopic(ctx, topic, subscription); err != nil {
 		return err
 	}
@@ -137,7 +137,7 @@ func (b *Broker) Subscribe(ctx context.Context, topic, subscription string, conc
 		// DeleteTopic ran in between.
 		return fmt.Errorf("mq: subscribe %q to topic %q: %w", subscription, topic, ErrUnknownRoute)
 	}
-	return b.consume(ctx, t, concurrency, h)
+	return b.consume(ctx, t, concurrency, h, opts...)
 }
 
 // DeleteTopic deletes, in this Broker's scope, the given subscriptions' queues and DLQs with their

@@ -61,7 +61,7 @@ func run() error {
 	if err := broker.Declare(ctx, routes.Executions); err != nil {
 		return err
 	}
-	app := lifecycle.New(logger, cfg.ShutdownTimeout)
+	app := lifecycle.New(logger, cfg.Shutdown())
 	// Records due within the largest delay level are published into the broker's holding queues;
 	// later ones wait in Postgres.
 	var horizon time.Duration
@@ -82,7 +82,7 @@ func run() error {
 	}
 	app.Go("dispatch-loop", d.Run)
 	app.Go("dead-letter recovery", dispatch.NewRecoverer(store.New(pool), broker, logger, cfg.RecoverEvery()).Run)
-	app.Close("broker", broker.Close)
+	app.CloseContext("broker", broker.CloseContext)
 	app.Close("postgres", func() error { pool.Close(); return nil })
 	return app.Run(ctx)
 }

@@ -89,7 +89,7 @@ func run() error {
 		TimeScale:    cfg.TimeScale,
 	}, logger)
 
-	app := lifecycle.New(logger, cfg.ShutdownTimeout)
+	app := lifecycle.New(logger, cfg.Shutdown())
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err
@@ -98,10 +98,11 @@ func run() error {
 		return err
 	}
 	app.Go("relay", rel.Run)
-	app.Go("deliver", func(ctx context.Context) error {
-		return broker.Consume(ctx, routes.Events.Name, cfg.Concurrency, del.Handle)
+	// Deliveries in flight finish (until the soft timeout) rather than being cut and sent again.
+	app.Drain("deliver", func(take, work context.Context) error {
+		return broker.Consume(take, routes.Events.Name, cfg.Concurrency, del.Handle, mq.Drain(work, app.Grace()))
 	})
-	app.Close("broker", broker.Close)
+	app.CloseContext("broker", broker.CloseContext)
 	app.Close("consumer connections", del.Close)
 	app.Close("postgres", func() error { pool.Close(); return nil })
 	return app.Run(ctx)

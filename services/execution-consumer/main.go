@@ -63,7 +63,7 @@ func run() error {
 	adapters := adaptercall.NewPool()
 	handler := attempt.New(store.New(pool), adapters, settlementv1.NewSettlementServiceClient(settlementConn), cfg.Scale, logger)
 
-	app := lifecycle.New(logger, cfg.ShutdownTimeout)
+	app := lifecycle.New(logger, cfg.Shutdown())
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err
@@ -71,10 +71,13 @@ func run() error {
 	if err := metrics.ServeWith(app, logger, cfg.MetricsAddr, metrics.Options{Pprof: cfg.Pprof}); err != nil {
 		return err
 	}
-	app.Go("consume-executions", func(ctx context.Context) error {
-		return broker.Consume(ctx, routes.Executions.Name, cfg.Concurrency, handler.Handle)
+	// On SIGTERM, after the drain window, the consumer stops taking dispatches and the attempts
+	// in flight — adapter calls included — finish until the soft timeout: a deploy neither cuts an
+	// adapter call nor leaves an attempt to wait out its lease.
+	app.Drain("consume-executions", func(take, work context.Context) error {
+		return broker.Consume(take, routes.Executions.Name, cfg.Concurrency, handler.Handle, mq.Drain(work, app.Grace()))
 	})
-	app.Close("broker", broker.Close)
+	app.CloseContext("broker", broker.CloseContext)
 	app.Close("adapter-conns", adapters.Close)
 	app.Close("settlement-conn", settlementConn.Close)
 	app.Close("postgres", func() error { pool.Close(); return nil })

@@ -64,7 +64,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	app := lifecycle.New(logger, cfg.ShutdownTimeout)
+	app := lifecycle.New(logger, cfg.Shutdown())
 	dispatcherConn, err := grpcx.Dial(cfg.DispatcherAddr)
 	if err != nil {
 		return err

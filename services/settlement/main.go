@@ -49,7 +49,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	app := lifecycle.New(logger, cfg.ShutdownTimeout)
+	app := lifecycle.New(logger, cfg.Shutdown())
 	app.Close("dispatcher-conn", dispatcherConn.Close)
 	app.Close("postgres", func() error { pool.Close(); return nil })
 

@@ -3,6 +3,8 @@ package stack
 import (
 	"context"
 	"io"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,9 @@ type Event struct {
 	Body   []byte
 	// VerifyErr is the signature check's outcome (nil: signed with the application's secret).
 	VerifyErr error
+	// Status is what the receiver answers: 204, or 500 for a delivery it fails on purpose
+	// (SetFailRate).
+	Status int
 }
 
 // Receiver is the application's webhook consumer: it verifies every delivery's signature
@@ -26,7 +31,9 @@ type Receiver struct {
 	URL string
 
 	received atomic.Int64
-	rejected atomic.Int64 // signature did not verify
+	rejected atomic.Int64  // signature did not verify
+	failed   atomic.Int64  // answered 500 on purpose
+	failRate atomic.Uint64 // math.Float64bits of the share of deliveries answered 500
 	srv      *http.Server
 	mu       sync.RWMutex
 	secret   string
@@ -58,6 +65,13 @@ func (r *Receiver) OnEvent(f func(Event)) {
 	r.mu.Unlock()
 }
 
+// SetFailRate makes the receiver answer a share (0..1) of deliveries, at random, with 500, as a
+// consumer having a bad day would.
+func (r *Receiver) SetFailRate(share float64) { r.failRate.Store(math.Float64bits(share)) }
+
+// Failed is the number of deliveries answered 500 on purpose.
+func (r *Receiver) Failed() int64 { return r.failed.Load() }
+
 // Received is the number of deliveries so far; Rejected of those whose signature did not verify.
 func (r *Receiver) Received() int64 { return r.received.Load() }
 
@@ -74,7 +88,11 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	r.mu.RLock()
 	secret, on := r.secret, r.onEvent
 	r.mu.RUnlock()
-	ev := Event{At: at, Header: req.Header, Body: body}
+	ev := Event{At: at, Header: req.Header, Body: body, Status: http.StatusNoContent}
+	if share := math.Float64frombits(r.failRate.Load()); share > 0 && rand.Float64() < share {
+		ev.Status = http.StatusInternalServerError
+		r.failed.Add(1)
+	}
 	if secret != "" {
 		ev.VerifyErr = webhook.Verify(secret, req.Header, body, at, 5*time.Minute)
 	}
@@ -85,7 +103,7 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	if on != nil {
 		on(ev)
 	}
-	w.WriteHeader(http.StatusNoContent)
+	w.WriteHeader(ev.Status)
 }
 
 // Close stops serving.

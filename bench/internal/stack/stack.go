@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -131,6 +132,11 @@ type Config struct {
 	// Without names programs not to start — for diagnosis only (e.g. the gateway without the
 	// dispatcher, to see what the background work costs the accept path); a benchmark runs all.
 	Without []string
+	// Replicas is the number of instances of each of the six services (1 when zero; the dummy
+	// adapter always runs once). With more than one, instance i of program p is named "p#i"
+	// (Addrs, log files, Kill, Restart), and Addrs[p] is a TCP proxy that spreads connections
+	// over the instances, as a load balancer would.
+	Replicas int
 	// StartTimeout bounds the wait for each program to report SERVING (20 s when zero).
 	StartTimeout time.Duration
 	// Log receives progress lines (nothing when nil).
@@ -162,7 +168,10 @@ type Stack struct {
 	admin      *pgxpool.Pool
 	env        []string
 	procs      map[string]*process
+	instances  map[string][]string // program → its instance names
+	proxies    []*proxy
 	started    time.Time
+	lastLaunch time.Time
 	mu         sync.Mutex
 	closeOnce  sync.Once
 	closeErr   error
@@ -173,6 +182,8 @@ type Stack struct {
 type process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
+	// expected is set before the harness ends the process on purpose (Kill, Terminate).
+	expected atomic.Bool
 }
 
 // Start creates the schema, applies the migrations and the catalog, starts every program and
@@ -191,7 +202,10 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 20 * time.Second
 	}
-	s := &Stack{cfg: cfg, Addrs: map[string]string{}, procs: map[string]*process{}}
+	if cfg.Replicas < 1 {
+		cfg.Replicas = 1
+	}
+	s := &Stack{cfg: cfg, Addrs: map[string]string{}, procs: map[string]*process{}, instances: map[string][]string{}}
 	if err := s.start(ctx); err != nil {
 		tails := s.LogTails()
 		if cerr := s.Close(); cerr != nil {
@@ -238,6 +252,26 @@ func (s *Stack) start(ctx context.Context) error {
 	for _, p := range Programs {
 		if s.Addrs[p.Name], err = freeAddr(); err != nil {
 			return err
+		}
+		s.instances[p.Name] = []string{p.Name}
+		if s.cfg.Replicas > 1 && p.Name != "dummy-adapter" {
+			s.instances[p.Name] = nil
+			for i := 1; i <= s.cfg.Replicas; i++ {
+				inst := fmt.Sprintf("%s#%d", p.Name, i)
+				s.instances[p.Name] = append(s.instances[p.Name], inst)
+				if s.Addrs[inst], err = freeAddr(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if s.cfg.Replicas > 1 {
+		for _, inst := range s.instances["gateway"] {
+			for _, suffix := range []string{"-http", "-metrics"} {
+				if s.Addrs[inst+suffix], err = freeAddr(); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	extra := []string{"gateway-http", "gateway-metrics"}
@@ -320,13 +354,22 @@ func (s *Stack) start(ctx context.Context) error {
 			names = append(names, p.Name)
 		}
 	}
-	for _, name := range names {
-		if err := s.launch(name); err != nil {
+	if s.cfg.Replicas > 1 {
+		if err := s.startProxies(); err != nil {
 			return err
 		}
 	}
+	var insts []string
 	for _, name := range names {
-		if err := s.awaitServing(ctx, name); err != nil {
+		insts = append(insts, s.instances[name]...)
+	}
+	for _, inst := range insts {
+		if err := s.launch(inst); err != nil {
+			return err
+		}
+	}
+	for _, inst := range insts {
+		if err := s.awaitServing(ctx, inst); err != nil {
 			return err
 		}
 	}
@@ -356,23 +399,67 @@ func (s *Stack) start(ctx context.Context) error {
 	return nil
 }
 
+// startProxies puts a proxy on each program's address in front of its instances.
+func (s *Stack) startProxies() error {
+	front := func(addr string, insts []string, suffix string) error {
+		var backends []string
+		for _, inst := range insts {
+			backends = append(backends, s.Addrs[inst+suffix])
+		}
+		p, err := newProxy(addr, backends)
+		if err != nil {
+			return fmt.Errorf("proxy on %s: %w", addr, err)
+		}
+		s.proxies = append(s.proxies, p)
+		return nil
+	}
+	for _, p := range Programs {
+		if insts := s.instances[p.Name]; len(insts) > 1 {
+			if err := front(s.Addrs[p.Name], insts, ""); err != nil {
+				return err
+			}
+		}
+	}
+	// The REST API too; a metrics address belongs to one instance, so gateway-metrics is the first's.
+	s.Addrs["gateway-metrics"] = s.Addrs[s.instances["gateway"][0]+"-metrics"]
+	return front(s.Addrs["gateway-http"], s.instances["gateway"], "-http")
+}
+
+// ProgramOf is the program an instance name belongs to ("settlement#2" → "settlement").
+func ProgramOf(instance string) string {
+	p, _, _ := strings.Cut(instance, "#")
+	return p
+}
+
+// Instances returns the instance names of a program (one, the program's own name, unless
+// Config.Replicas > 1).
+func (s *Stack) Instances(program string) []string {
+	return slices.Clone(s.instances[program])
+}
+
 func (s *Stack) launch(name string) error {
+	program := ProgramOf(name)
 	env := append(slices.Clone(s.env), "INTEGRATIONS_GRPC_ADDR="+s.Addrs[name])
-	if name == "gateway" {
-		env = append(env, "INTEGRATIONS_HTTP_ADDR="+s.Addrs["gateway-http"])
+	if program == "gateway" {
+		http := s.Addrs["gateway-http"]
+		if a, ok := s.Addrs[name+"-http"]; ok {
+			http = a
+		}
+		env = append(env, "INTEGRATIONS_HTTP_ADDR="+http)
 	}
 	if addr, ok := s.Addrs[name+"-metrics"]; ok {
 		env = append(env, "INTEGRATIONS_METRICS_ADDR="+addr)
-		if s.cfg.Pprof || (name == "gateway" && s.cfg.GatewayPprof) {
+		if s.cfg.Pprof || (program == "gateway" && s.cfg.GatewayPprof) {
 			env = append(env, "INTEGRATIONS_PPROF=true")
 		}
 	}
-	env = append(env, s.cfg.ProgramEnv[name]...)
-	logFile, err := os.Create(filepath.Join(s.LogDir, name+".log"))
+	env = append(env, s.cfg.ProgramEnv[program]...)
+	// Appended to: a restarted instance keeps the log of its earlier lives.
+	logFile, err := os.OpenFile(filepath.Join(s.LogDir, name+".log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(filepath.Join(s.cfg.BinDir, name))
+	cmd := exec.Command(filepath.Join(s.cfg.BinDir, program))
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = sysProcAttr()
@@ -385,7 +472,7 @@ func (s *Stack) launch(name string) error {
 		err := cmd.Wait()
 		_ = logFile.Close()
 		s.mu.Lock()
-		if !s.stopping {
+		if !s.stopping && !p.expected.Load() {
 			s.unexpected = append(s.unexpected, fmt.Sprintf("%s exited: %v", name, err))
 		}
 		s.mu.Unlock()
@@ -393,8 +480,64 @@ func (s *Stack) launch(name string) error {
 	}()
 	s.mu.Lock()
 	s.procs[name] = p
+	s.lastLaunch = time.Now()
 	s.mu.Unlock()
 	return nil
+}
+
+func (s *Stack) take(instance string) (*process, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.procs[instance]
+	if p == nil {
+		return nil, fmt.Errorf("%s is not running", instance)
+	}
+	delete(s.procs, instance)
+	p.expected.Store(true)
+	return p, nil
+}
+
+// Kill ends an instance with SIGKILL — no shutdown at all, as in a crash — and waits for it to
+// be gone.
+func (s *Stack) Kill(instance string) error {
+	p, err := s.take(instance)
+	if err != nil {
+		return err
+	}
+	if err := p.cmd.Process.Kill(); err != nil {
+		return fmt.Errorf("kill %s: %w", instance, err)
+	}
+	<-p.done
+	return nil
+}
+
+// Terminate sends an instance SIGTERM, as a deploy does, and waits up to timeout for it to exit
+// (then kills it); it returns how long the exit took and whether it was in time.
+func (s *Stack) Terminate(instance string, timeout time.Duration) (time.Duration, bool, error) {
+	p, err := s.take(instance)
+	if err != nil {
+		return 0, false, err
+	}
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return 0, false, fmt.Errorf("terminate %s: %w", instance, err)
+	}
+	select {
+	case <-p.done:
+		return time.Since(start), true, nil
+	case <-time.After(timeout):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return time.Since(start), false, nil
+	}
+}
+
+// Restart starts an instance that Kill or Terminate ended and waits until it is SERVING.
+func (s *Stack) Restart(ctx context.Context, instance string) error {
+	if err := s.launch(instance); err != nil {
+		return err
+	}
+	return s.awaitServing(ctx, instance)
 }
 
 func (s *Stack) awaitServing(ctx context.Context, name string) error {
@@ -413,7 +556,7 @@ func (s *Stack) awaitServing(ctx context.Context, name string) error {
 			return nil
 		}
 		select {
-		case <-s.procs[name].done:
+		case <-s.procDone(name):
 			return fmt.Errorf("%s exited during start-up", name)
 		case <-ctx.Done():
 			return ctx.Err()
@@ -424,6 +567,17 @@ func (s *Stack) awaitServing(ctx context.Context, name string) error {
 		}
 		time.Sleep(50 * time.Millisecond) // polling a health endpoint: there is no event to await
 	}
+}
+
+func (s *Stack) procDone(name string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.procs[name]; p != nil {
+		return p.done
+	}
+	closed := make(chan struct{})
+	close(closed)
+	return closed
 }
 
 // DialGateway returns a gRPC client connection to the gateway.
@@ -510,7 +664,12 @@ func (s *Stack) LogTails() string {
 		return ""
 	}
 	var b strings.Builder
+	var insts []string
 	for _, p := range Programs {
+		insts = append(insts, s.instances[p.Name]...)
+	}
+	for _, inst := range insts {
+		p := struct{ Name string }{inst}
 		raw, err := os.ReadFile(filepath.Join(s.LogDir, p.Name+".log"))
 		if err != nil {
 			continue
@@ -545,6 +704,9 @@ func (s *Stack) close(keepLogs bool) error {
 			go func() { defer wg.Done(); stop(p) }()
 		}
 		wg.Wait()
+		for _, p := range s.proxies {
+			p.Close()
+		}
 		if s.Receiver != nil {
 			s.Receiver.Close()
 		}
@@ -564,7 +726,10 @@ func (s *Stack) close(keepLogs bool) error {
 			s.admin.Close()
 		}
 		if !s.started.IsZero() {
-			if wait := time.Until(s.started.Add(declareGrace)); wait > 0 {
+			s.mu.Lock()
+			last := s.lastLaunch
+			s.mu.Unlock()
+			if wait := time.Until(last.Add(declareGrace)); wait > 0 {
 				time.Sleep(wait)
 			}
 			if err := deleteQueues(ctx, s.cfg.AMQPURL, s.Scope, s.cfg.TimeScale); err != nil {
@@ -661,3 +826,6 @@ func httpServe(h http.Handler) (*http.Server, string, error) {
 	go func() { _ = srv.Serve(l) }()
 	return srv, "http://" + l.Addr().String(), nil
 }
+
+// Env returns the environment every program of the stack gets (before its own additions).
+func (s *Stack) Env() []string { return slices.Clone(s.env) }

@@ -15,6 +15,9 @@ type Config struct {
 	CallbackAddr string `env:"INTEGRATIONS_CALLBACK_ADDR" envDefault:"127.0.0.1:9093"`
 	// Credential is this adapter's credential, sent as Bearer on every callback.
 	Credential string `env:"INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL"`
+	// Journal, when set, is a file the adapter appends a line to for every attempt it receives
+	// and every piece of work it finishes (see Journal): fault suites count from it.
+	Journal string `env:"INTEGRATIONS_DUMMY_JOURNAL"`
 }
 
 // Validate checks the settings, naming the variable at fault.

@@ -76,17 +76,31 @@ func (s script) behaviour(attempt int32) string {
 	return "echo"
 }
 
-// Handler returns the dummy adapter's handler.
-func Handler(log *zap.Logger) adapter.Handler {
+// Handler returns the dummy adapter's handler, keeping no journal.
+func Handler(log *zap.Logger) adapter.Handler { return NewHandler(log, nil) }
+
+// NewHandler returns the dummy adapter's handler, recording every attempt it receives and every
+// piece of work it finishes in j (nil: no journal).
+func NewHandler(log *zap.Logger, j *Journal) adapter.Handler {
 	return func(ctx context.Context, req *adapter.Request) adapter.Result {
+		if err := j.record("recv", req.ExecutionID, req.Attempt, req.Mode); err != nil {
+			log.Warn("journal write failed", zap.Error(err))
+		}
+		done := func(outcome string) {
+			if err := j.record("done", req.ExecutionID, req.Attempt, outcome); err != nil {
+				log.Warn("journal write failed", zap.Error(err))
+			}
+		}
 		fields := []zap.Field{plog.ExecutionID(req.ExecutionID), plog.Attempt(req.Attempt), zap.String("mode", req.Mode)}
 		if !strings.HasPrefix(req.Capability, capabilityPrefix) {
 			log.Warn("execute refused", append(fields, zap.String("behaviour", "unknown_capability"), zap.String("capability", req.Capability))...)
+			done(JournalPermanent)
 			return adapter.Fail(adapter.ClassPermanent, "unknown_capability", fmt.Sprintf("the dummy adapter serves %s and other dummy.* capabilities, not %q", Capability, req.Capability), false)
 		}
 		sc, err := parse(req.Payload[ScriptKey])
 		if err != nil {
 			log.Info("execute", append(fields, zap.String("behaviour", "invalid_script"))...)
+			done(JournalPermanent)
 			return adapter.Fail(adapter.ClassPermanent, "invalid_script", err.Error(), false)
 		}
 		if sc.onlyAttempts > 0 && int(req.Attempt) > sc.onlyAttempts {
@@ -97,27 +111,34 @@ func Handler(log *zap.Logger) adapter.Handler {
 			fields = append(fields, zap.Duration("sleep", sc.sleep))
 		}
 		log.Info("execute", fields...)
-		return run(ctx, log.With(plog.ExecutionID(req.ExecutionID), plog.Attempt(req.Attempt)), req, sc)
+		return run(ctx, log.With(plog.ExecutionID(req.ExecutionID), plog.Attempt(req.Attempt)), req, sc, done)
 	}
 }
 
-func run(ctx context.Context, log *zap.Logger, req *adapter.Request, sc script) adapter.Result {
+// run does the scripted work and tells done how it ended (for the journal); for long work,
+// when the background work ends, not when Execute answers Accepted.
+func run(ctx context.Context, log *zap.Logger, req *adapter.Request, sc script, done func(outcome string)) adapter.Result {
 	if err := sleep(ctx, sc.sleep); err != nil {
+		done(JournalCancelled)
 		return cancelled(err)
 	}
 	switch {
 	case sc.hang:
 		<-ctx.Done()
+		done(JournalCancelled)
 		return cancelled(ctx.Err())
 	case sc.failPermanent:
+		done(JournalPermanent)
 		return adapter.Fail(adapter.ClassPermanent, "scripted_permanent", "scripted permanent failure", false)
 	case int(req.Attempt) <= sc.failTransient:
+		done(JournalTransient)
 		return adapter.Fail(adapter.ClassTransient, "scripted_transient",
 			fmt.Sprintf("scripted transient failure %d of %d", req.Attempt, sc.failTransient), true).RetryAfter(sc.retryAfter)
 	case sc.hasCompleteLate:
 		return adapter.Later(sc.lease, func(ctx context.Context, cb *adapter.Callbacks) adapter.Result {
 			half := sc.completeLater / 2
 			if err := sleep(ctx, half); err != nil {
+				done(JournalCancelled)
 				return cancelled(err)
 			}
 			if err := cb.ReportProgress(ctx, map[string]any{"percent": 50}); err != nil {
@@ -125,11 +146,14 @@ func run(ctx context.Context, log *zap.Logger, req *adapter.Request, sc script) 
 				log.Warn("progress report failed", zap.Error(err))
 			}
 			if err := sleep(ctx, sc.completeLater-half); err != nil {
+				done(JournalCancelled)
 				return cancelled(err)
 			}
+			done(JournalSucceeded)
 			return echo(req)
 		})
 	}
+	done(JournalSucceeded)
 	return echo(req)
 }
 

@@ -3,6 +3,10 @@ package dummy_test
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -66,7 +70,10 @@ type bundle struct {
 }
 
 // setup serves the dummy adapter on localhost, with a fake callback service.
-func setup(t *testing.T) *bundle {
+func setup(t *testing.T) *bundle { return setupWithJournal(t, nil) }
+
+// setupWithJournal is setup with the handler keeping journal j.
+func setupWithJournal(t *testing.T, j *dummy.Journal) *bundle {
 	t.Helper()
 	cb := &callbacks{completed: make(chan *adapterv1.CompleteRequest, 4)}
 	cbLis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -76,7 +83,7 @@ func setup(t *testing.T) *bundle {
 	go func() { _ = cbSrv.Serve(cbLis) }()
 
 	log := zaptest.NewLogger(t)
-	ad := adapter.New(dummy.Handler(log), adapter.Options{CallbackAddr: cbLis.Addr().String(), Credential: "cred", Logger: log})
+	ad := adapter.New(dummy.NewHandler(log, j), adapter.Options{CallbackAddr: cbLis.Addr().String(), Credential: "cred", Logger: log})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer()
@@ -238,4 +245,56 @@ func TestOnlyAttemptsLimitsTheScript(t *testing.T) {
 	resp, err = b.execute(t, call{attempt: 2, payload: script(map[string]any{"fail_permanent": true, "only_attempts": 1})})
 	require.NoError(t, err)
 	require.Equal(t, echoed(2), resp.GetCompleted().GetResult().AsMap(), "attempt 2 echoes")
+}
+
+// TestJournal: every attempt received is journalled before its work, and the work's end with
+// its outcome — for long work when the background work ends, not when Execute answers.
+func TestJournal(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "journal")
+	j, err := dummy.OpenJournal(path)
+	require.NoError(t, err)
+	b := setupWithJournal(t, j)
+
+	_, err = b.execute(t, call{attempt: 1, payload: script(map[string]any{"fail_transient": 1.0})})
+	require.NoError(t, err)
+	_, err = b.execute(t, call{attempt: 2, payload: script(map[string]any{"fail_transient": 1.0})})
+	require.NoError(t, err)
+	_, err = b.execute(t, call{attempt: 3, payload: script(map[string]any{"fail_permanent": true})})
+	require.NoError(t, err)
+	_, err = b.execute(t, call{attempt: 4, payload: script(map[string]any{"hang": true}), timeout: 50 * time.Millisecond})
+	require.Error(t, err, "hang outlives the call's deadline")
+	resp, err := b.execute(t, call{attempt: 5, payload: script(map[string]any{"complete_later_ms": 100.0})})
+	require.NoError(t, err)
+	require.NotNil(t, resp.GetAccepted())
+	select {
+	case <-b.cb.completed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no completion callback")
+	}
+
+	var lines []string
+	require.Eventually(t, func() bool {
+		raw, err := os.ReadFile(path)
+		require.NoError(t, err)
+		lines = strings.Split(strings.TrimSpace(string(raw)), "\n")
+		return len(lines) == 10
+	}, 5*time.Second, 10*time.Millisecond, "five attempts, each received and done")
+	pid := strconv.Itoa(os.Getpid())
+	var got []string
+	for _, l := range lines {
+		f := strings.Split(l, "\t")
+		require.Len(t, f, 6, l)
+		require.Equal(t, pid, f[1])
+		require.Equal(t, "exec-1", f[3])
+		got = append(got, f[2]+" "+f[4]+" "+f[5])
+	}
+	require.Equal(t, []string{
+		"recv 1 async", "done 1 transient",
+		"recv 2 async", "done 2 succeeded",
+		"recv 3 async", "done 3 permanent",
+		"recv 4 async", "done 4 cancelled",
+		"recv 5 async", "done 5 succeeded",
+	}, got)
+	require.NoError(t, j.Close())
 }

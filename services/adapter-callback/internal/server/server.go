@@ -168,7 +168,8 @@ func (s *Server) stopped(ctx context.Context, id string, n int32) error {
 
 // RenewLease implements AdapterCallbackService.RenewLease. The lease is at most the capability's
 // (scaled) lease, whatever the adapter asks, and never runs past the execution's deadline: the
-// answer says until when it runs.
+// answer says until when it runs (on the database's clock) and for how long (a duration, which an
+// adapter on a clock of its own can go by).
 func (s *Server) RenewLease(ctx context.Context, req *adapterv1.RenewLeaseRequest) (*adapterv1.RenewLeaseResponse, error) {
 	a, err := s.check(ctx, req.GetExecutionId(), req.GetAttempt(), req.GetCallbackToken())
 	if err != nil {
@@ -181,14 +182,14 @@ func (s *Server) RenewLease(ctx context.Context, req *adapterv1.RenewLeaseReques
 	if most := s.scale(a.Lease); lease == 0 || lease > most {
 		lease = most
 	}
-	until, err := s.store.LeaseRenew(ctx, req.GetExecutionId(), req.GetAttempt(), lease)
+	until, granted, err := s.store.LeaseRenew(ctx, req.GetExecutionId(), req.GetAttempt(), lease)
 	if errors.Is(err, store.ErrNotRunning) {
 		return nil, s.stopped(ctx, req.GetExecutionId(), req.GetAttempt())
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &adapterv1.RenewLeaseResponse{LeaseExpireTime: timestamppb.New(until)}, nil
+	return &adapterv1.RenewLeaseResponse{LeaseExpireTime: timestamppb.New(until), Lease: durationpb.New(granted)}, nil
 }
 
 // ReportProgress implements AdapterCallbackService.ReportProgress.

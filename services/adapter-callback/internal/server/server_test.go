@@ -396,6 +396,8 @@ func TestRenewLease(t *testing.T) {
 			var stored time.Time
 			require.NoError(t, b.schema.Pool.QueryRow(context.Background(), `SELECT lease_expires_at FROM executions WHERE id = $1`, id).Scan(&stored))
 			require.WithinDuration(t, until, stored, time.Millisecond)
+			require.InDelta(t, tt.want.Seconds(), resp.GetLease().AsDuration().Seconds(), slack.Seconds(),
+				"the lease granted, as a duration")
 		})
 	}
 

@@ -71,20 +71,22 @@ func (s *Store) AttemptGet(ctx context.Context, id string, n int32) (*Attempt, e
 var ErrNotRunning = errors.New("attempt is not running under a live lease")
 
 // LeaseRenew extends the running attempt's lease to now+lease, but never past the execution's
-// deadline, if neither the lease nor the deadline has passed.
-func (s *Store) LeaseRenew(ctx context.Context, id string, n int32, lease time.Duration) (time.Time, error) {
-	var until time.Time
-	err := s.pool.QueryRow(ctx, `
+// deadline, if neither the lease nor the deadline has passed — all on the database's clock. It
+// returns when the lease granted ends, and how long that is from now as the database measured it
+// (less than lease near the deadline): the interval an adapter on another clock can go by.
+func (s *Store) LeaseRenew(ctx context.Context, id string, n int32, lease time.Duration) (until time.Time, granted time.Duration, err error) {
+	var secs float64
+	err = s.pool.QueryRow(ctx, `
 		UPDATE executions SET lease_expires_at = least(now() + make_interval(secs => $3), deadline_at), updated_at = now()
 		WHERE id = $1 AND attempt = $2 AND status = 'running' AND lease_expires_at > now() AND deadline_at > now()
-		RETURNING lease_expires_at`, id, n, lease.Seconds()).Scan(&until)
+		RETURNING lease_expires_at, extract(epoch FROM lease_expires_at - now())::float8`, id, n, lease.Seconds()).Scan(&until, &secs)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, ErrNotRunning
+		return time.Time{}, 0, ErrNotRunning
 	}
 	if err != nil {
-		return time.Time{}, fmt.Errorf("renew lease of %s: %w", id, err)
+		return time.Time{}, 0, fmt.Errorf("renew lease of %s: %w", id, err)
 	}
-	return until, nil
+	return until, time.Duration(secs * float64(time.Second)), nil
 }
 
 // ProgressSet stores the running attempt's progress.

@@ -102,13 +102,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 }
 
 // untilNext is the wait before the next pass: until the earliest waiting record becomes claimable
-// (horizon before it is due), at most the interval.
+// (horizon before it is due), as the database measures it, at most the interval.
 func (d *Dispatcher) untilNext(ctx context.Context) time.Duration {
-	next, err := d.store.DispatchNextDue(ctx, d.horizon)
-	if err != nil || next == nil {
+	wait, err := d.store.DispatchNextDue(ctx, d.horizon)
+	if err != nil || wait == nil {
 		return d.interval
 	}
-	return min(max(time.Until(*next), time.Millisecond), d.interval)
+	return min(max(*wait, time.Millisecond), d.interval)
 }
 
 // Pass publishes every record due within the horizon, batch by batch, and records the time it

@@ -73,22 +73,29 @@ func (s *Store) DispatchDeletePublished(ctx context.Context, ids []int64, claime
 	return tag.RowsAffected(), nil
 }
 
-// DispatchNextDue returns when the earliest record becomes claimable with the given horizon (see
-// DispatchClaim) — horizon before its due time, or the end of its claim if one holds it — or nil
-// if none waits.
-func (s *Store) DispatchNextDue(ctx context.Context, horizon time.Duration) (*time.Time, error) {
-	var next *time.Time
+// DispatchNextDue returns how long until the earliest record becomes claimable with the given
+// horizon (see DispatchClaim) — horizon before its due time, or the end of its claim if one holds
+// it — or nil if none waits. The wait is measured by the database, against its now(): the clock
+// that wrote due_at and claimed_until and that DispatchClaim compares them with, so the dispatcher
+// wakes on time whatever its own clock says. It may be negative (claimable already).
+func (s *Store) DispatchNextDue(ctx context.Context, horizon time.Duration) (*time.Duration, error) {
+	var secs *float64
 	// Two index-ordered lookups (least ignores NULLs): the earliest unclaimed record, and the
 	// earliest claim to expire.
 	if err := s.pool.QueryRow(ctx, `
-		SELECT least(
+		SELECT extract(epoch FROM least(
 			(SELECT due_at FROM dispatches WHERE claimed_until IS NULL ORDER BY due_at LIMIT 1)
 				- make_interval(secs => $1),
 			(SELECT greatest(due_at - make_interval(secs => $1), claimed_until) FROM dispatches
-			 WHERE claimed_until IS NOT NULL ORDER BY claimed_until LIMIT 1))`, max(horizon, 0).Seconds()).Scan(&next); err != nil {
+			 WHERE claimed_until IS NOT NULL ORDER BY claimed_until LIMIT 1)) - now())::float8`,
+		max(horizon, 0).Seconds()).Scan(&secs); err != nil {
 		return nil, fmt.Errorf("next due dispatch: %w", err)
 	}
-	return next, nil
+	if secs == nil {
+		return nil, nil
+	}
+	wait := time.Duration(*secs * float64(time.Second))
+	return &wait, nil
 }
 
 // DeadDispatch is what the database says about a dispatch whose message is in the executions

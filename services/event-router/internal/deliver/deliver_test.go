@@ -587,6 +587,24 @@ func TestParseRetryAfter(t *testing.T) {
 	}
 }
 
+// TestRetryAfterDateIsReadAgainstTheAnswersDate: a Retry-After date is the receiver's clock; the
+// delay it means is its distance from the answer's own Date, not from this host's clock, which may
+// be off by any amount.
+func TestRetryAfterDateIsReadAgainstTheAnswersDate(t *testing.T) {
+	t.Parallel()
+	here := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	theirs := here.Add(-time.Hour) // the receiver's clock is an hour behind
+	h := http.Header{}
+	h.Set("Date", theirs.Format(http.TimeFormat))
+	h.Set("Retry-After", theirs.Add(90*time.Second).Format(http.TimeFormat))
+	got, ok := parseRetryAfter(h.Get("Retry-After"), responseTime(h, here))
+	require.True(t, ok)
+	require.Equal(t, 90*time.Second, got)
+
+	h.Set("Date", "yesterday")
+	require.Equal(t, here, responseTime(h, here), "no valid Date: this host's clock")
+}
+
 func TestLimiter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

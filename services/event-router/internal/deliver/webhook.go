@@ -72,7 +72,7 @@ func (c *webhookClient) post(ctx context.Context, url string, secrets []string, 
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		res.err = fmt.Errorf("webhook answered %d", resp.StatusCode)
 		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-			if ra, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+			if ra, ok := parseRetryAfter(resp.Header.Get("Retry-After"), responseTime(resp.Header, time.Now())); ok {
 				res.retryAfter = time.Duration(float64(ra) * scale)
 			}
 		}
@@ -81,6 +81,17 @@ func (c *webhookClient) post(ctx context.Context, url string, secrets []string, 
 		res.err = fmt.Errorf("read webhook answer: %w", readErr)
 	}
 	return res
+}
+
+// responseTime is the time an HTTP date in the answer is relative to: the answer's own Date, when
+// it has a valid one, so that a Retry-After date means the delay the receiver meant whatever the
+// two hosts' clocks say (RFC 9110 §10.2.3); this host's now otherwise. The delay then becomes a
+// next_attempt_at computed by the database, from its own now().
+func responseTime(h http.Header, now time.Time) time.Time {
+	if t, err := http.ParseTime(h.Get("Date")); err == nil {
+		return t
+	}
+	return now
 }
 
 // parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date.

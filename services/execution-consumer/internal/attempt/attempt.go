@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
@@ -49,16 +50,21 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 		return mq.Reject(fmt.Errorf("malformed dispatch message %s", m.ID))
 	}
 	logger := h.log.With(log.ExecutionID(d.GetExecutionId()), log.Attempt(d.GetAttempt()))
-	if due := d.GetDueTime(); due != nil {
-		if early := time.Until(due.AsTime()); early > 0 {
-			return h.early(ctx, logger, &d, early)
-		}
-	}
 	token, tokenHash, err := secret.NewToken("cbt_")
 	if err != nil {
 		return mq.Fail(err)
 	}
-	started, err := h.store.AttemptStart(ctx, d.GetExecutionId(), d.GetAttempt(), tokenHash, h.scale)
+	// The due time is the database's, and AttemptStart compares it with the database's now(): the
+	// consumer's clock plays no part in whether the dispatch is early.
+	var due time.Time
+	if d.GetDueTime() != nil {
+		due = d.GetDueTime().AsTime()
+	}
+	started, err := h.store.AttemptStart(ctx, d.GetExecutionId(), d.GetAttempt(), tokenHash, h.scale, due)
+	var early *store.EarlyError
+	if errors.As(err, &early) {
+		return h.early(logger, early.By)
+	}
 	if errors.Is(err, store.ErrNotStartable) {
 		logger.Info("dispatch skipped: attempt already started or execution moved on")
 		return mq.Ack()
@@ -72,14 +78,12 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	if err != nil {
 		return mq.Fail(fmt.Errorf("decode payload: %w", err))
 	}
-	callDeadline := started.LeaseExpiresAt
-	if started.Deadline.Before(callDeadline) {
-		callDeadline = started.Deadline
-	}
-	callCtx, cancel := context.WithDeadline(ctx, callDeadline)
+	// Bounded by what the database measured the lease and deadline to leave, not by their times
+	// read on this host's clock.
+	callCtx, cancel := context.WithDeadline(ctx, started.LocalCallDeadline())
 	out := h.adapters.Execute(callCtx, started.AdapterEndpoint, &adapterv1.ExecuteRequest{
 		ExecutionId: started.ExecutionID, Attempt: started.Attempt, Capability: started.Capability,
-		Payload: payload, DeadlineTime: timestamppb.New(started.Deadline), CallbackToken: token,
+		Payload: payload, DeadlineTime: timestamppb.New(started.Deadline), DeadlineIn: durationpb.New(time.Until(started.LocalDeadline())), CallbackToken: token,
 		Mode: execution.ModeToProto(started.Mode),
 	})
 	cancel()
@@ -116,7 +120,7 @@ const (
 // another try: the failure is reported as any other, and settles the execution failed with
 // retry_exhausted.budget.
 func (h *Handler) unreachable(ctx context.Context, logger *zap.Logger, started *store.Started, due time.Time, out adaptercall.Outcome) mq.Result {
-	left := time.Until(started.Deadline)
+	left := time.Until(started.LocalDeadline())
 	if left <= unreachableMinDelay {
 		logger.Info("adapter unreachable at the deadline; reporting the failure")
 		if err := h.record(context.WithoutCancel(ctx), logger, started, out); err != nil {
@@ -145,7 +149,10 @@ func (h *Handler) unreachable(ctx context.Context, logger *zap.Logger, started *
 	}
 	delay := unreachableMinDelay
 	if !due.IsZero() && due.Unix() > 0 {
-		delay = min(max(time.Since(due)/4, unreachableMinDelay), unreachableMaxDelay)
+		// How overdue the dispatch is, as the database measured it at the start, plus the time
+		// since on this host's monotonic clock.
+		overdue := started.Overdue + time.Since(started.Measured)
+		delay = min(max(overdue/4, unreachableMinDelay), unreachableMaxDelay)
 	}
 	delay = min(delay, left)
 	logger.Info("adapter unreachable, nothing sent; attempt not spent, dispatch deferred",
@@ -156,23 +163,14 @@ func (h *Handler) unreachable(ctx context.Context, logger *zap.Logger, started *
 // errMovedOn is how AttemptUndo's "not the running attempt" reaches the reporter.
 var errMovedOn = errors.New("attempt no longer running")
 
-// early handles a dispatch that arrived before its due time: the dispatcher published it into the
-// largest delay level not past that time, so it is early by the rest, or by clock skew between
-// hosts. It is deferred for what is left — through the route's shorter delay levels, and the last
+// early handles a dispatch that arrived before its due time, by the database's clock: the
+// dispatcher published it into the largest delay level not past that time, so it is early by the
+// rest. It is deferred for what is left — through the route's shorter delay levels, and the last
 // stretch below the smallest level held in the port's worker — without starting the attempt and
-// without spending a port-level attempt. A dispatch whose attempt can no longer start (a duplicate,
-// or the execution moved on or settled, e.g. cancelled while it waited) is dropped now rather than
-// carried to its due time.
-func (h *Handler) early(ctx context.Context, logger *zap.Logger, d *queuev1.ExecutionDispatch, early time.Duration) mq.Result {
-	startable, err := h.store.AttemptStartable(ctx, d.GetExecutionId(), d.GetAttempt())
-	switch {
-	case err != nil:
-		// The check only saves carrying an obsolete message; AttemptStart decides at the due time.
-		logger.Warn("early dispatch not checked; deferring it anyway", zap.Error(err))
-	case !startable:
-		logger.Info("dispatch skipped: attempt already started or execution moved on")
-		return mq.Ack()
-	}
+// without spending a port-level attempt. (A dispatch whose attempt can no longer start, e.g.
+// cancelled while it waited, never comes here: AttemptStart answers ErrNotStartable for it, and it
+// is dropped now rather than carried to its due time.)
+func (h *Handler) early(logger *zap.Logger, early time.Duration) mq.Result {
 	logger.Debug("dispatch arrived early; deferred", zap.Duration("early", early))
 	return mq.Defer(early)
 }
@@ -187,7 +185,7 @@ const recordFloor = 10 * time.Second
 // recordFloor from now), a refused result reported as a protocol failure, and an attempt that
 // moved on meanwhile left as it is.
 func (h *Handler) record(ctx context.Context, logger *zap.Logger, started *store.Started, out adaptercall.Outcome) error {
-	until := started.LeaseExpiresAt
+	until := started.LocalLeaseEnd()
 	if floor := time.Now().Add(recordFloor); until.Before(floor) {
 		until = floor
 	}

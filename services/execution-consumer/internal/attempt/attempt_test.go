@@ -95,3 +95,22 @@ func TestEarlyObsoleteDispatchIsDropped(t *testing.T) {
 		require.Equal(t, []any{before, beforeAttempt, beforeRows}, []any{after, afterAttempt, afterRows}, tc.name)
 	}
 }
+
+// TestEarlyIsMeasuredOnTheDatabaseClock: with the database's clock an hour behind this host's, a
+// dispatch due now by this host's clock is an hour early by the database's — the clock that wrote
+// the due time, and that the sweeper goes by — and is deferred by that hour.
+func TestEarlyIsMeasuredOnTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	skewed := b.schema.WithClockSkew(t, -time.Hour)
+	h := New(store.New(skewed.Pool), nil, nil, func(d time.Duration) time.Duration { return d }, zap.NewNop())
+	id := b.schema.InsertExecution(t, dbtest.Execution{})
+
+	res := h.Handle(context.Background(), message(t, id, 1, time.Now()))
+	require.True(t, strings.HasPrefix(res.String(), "defer "), "got %s", res)
+	left, err := time.ParseDuration(strings.TrimPrefix(res.String(), "defer "))
+	require.NoError(t, err)
+	require.InDelta(t, time.Hour.Seconds(), left.Seconds(), 5)
+	status, attempt, rows := b.current(t, id)
+	require.Equal(t, []any{"pending", int32(0), int32(0)}, []any{status, attempt, rows})
+}

@@ -8,13 +8,18 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ErrNotStartable means the execution is not pending at the attempt before this one: the message
 // is a duplicate, or obsolete (the execution moved on or settled).
 var ErrNotStartable = errors.New("attempt is not startable")
+
+// EarlyError means the dispatch arrived before its due time, by the database's clock: the attempt
+// did not start, and could start in By.
+type EarlyError struct{ By time.Duration }
+
+func (e *EarlyError) Error() string { return fmt.Sprintf("attempt is due in %v", e.By) }
 
 // Started is an attempt that this consumer now owns.
 type Started struct {
@@ -27,7 +32,36 @@ type Started struct {
 	LeaseExpiresAt  time.Time
 	AdapterEndpoint string
 	Lease           time.Duration
+	// Remaining is how long the attempt may run, as the database measured it when it started the
+	// attempt: until the lease it wrote or the deadline, whichever comes first. A call bounded by
+	// it ends when the sweeper will consider the attempt over, whatever this host's clock says
+	// (Deadline and LeaseExpiresAt are the database's times, for messages and logs, not for local
+	// timers).
+	Remaining time.Duration
+	// DeadlineIn is how long until Deadline, as the database measured it when it started the
+	// attempt: what the adapter is told to count its deadline from.
+	DeadlineIn time.Duration
+	// Overdue is how late the attempt started after the dispatch's due time, as the database
+	// measured it (0 without a due time).
+	Overdue time.Duration
+	// Measured is this host's time just before the statement that started the attempt (with its
+	// monotonic reading): Remaining, DeadlineIn, Overdue and Lease count from the database's now(),
+	// which is no earlier, so that times counted from Measured on this host's clock end no later
+	// than the database's. See LocalDeadline and LocalLeaseEnd.
+	Measured time.Time
 }
+
+// LocalDeadline is the execution's deadline on this host's monotonic clock, no later than the
+// database's: for local timers and bounds, never for SQL.
+func (r *Started) LocalDeadline() time.Time { return r.Measured.Add(r.DeadlineIn) }
+
+// LocalLeaseEnd is when the attempt's first lease ends, on this host's monotonic clock, no later
+// than the database's lease_expires_at: for local timers and bounds, never for SQL.
+func (r *Started) LocalLeaseEnd() time.Time { return r.Measured.Add(r.Lease) }
+
+// LocalCallDeadline is when the adapter call must end: the lease or the deadline, whichever comes
+// first, on this host's monotonic clock.
+func (r *Started) LocalCallDeadline() time.Time { return r.Measured.Add(r.Remaining) }
 
 // Store is the consumer's data access.
 type Store struct {
@@ -42,46 +76,73 @@ func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 // starts the attempt. With it, in the same statement (one round trip, one commit), the attempt's
 // row and its callback token hash are inserted. scale shrinks the capability's lease as the
 // service's time scale does (it must be linear, as config.Common.Scale is).
-func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash []byte, scale func(time.Duration) time.Duration) (*Started, error) {
+//
+// due is the dispatch's due time (zero: none), as the database wrote it. The same statement
+// compares it with the database's now(): a dispatch that arrived early starts nothing and gets an
+// *EarlyError saying by how much, if the attempt could start then, or ErrNotStartable if it never
+// could (a duplicate, or the execution moved on or settled), so that such a message is dropped
+// instead of being carried to its due time. The consumer's clock plays no part.
+func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash []byte, scale func(time.Duration) time.Duration, due time.Time) (*Started, error) {
 	r := Started{ExecutionID: id, Attempt: n}
-	var leaseMS int64
+	var (
+		dueAt               *time.Time
+		early, remaining    *float64
+		deadlineIn, overdue *float64
+		startable           bool
+		capability, mode    *string
+		payload             []byte
+		deadline, leaseEnds *time.Time
+		endpoint            *string
+		leaseMS             *int64
+	)
+	if !due.IsZero() {
+		dueAt = &due
+	}
+	r.Measured = time.Now()
 	err := s.pool.QueryRow(ctx, `
-		WITH started AS (
+		WITH clock AS (
+			SELECT greatest(coalesce(extract(epoch FROM $5::timestamptz - now()), 0), 0)::float8 AS early,
+				greatest(coalesce(extract(epoch FROM now() - $5::timestamptz), 0), 0)::float8 AS overdue
+		), started AS (
 			UPDATE executions e
 			SET status = 'running', attempt = $2,
 				lease_expires_at = now() + make_interval(secs => c.lease_ms / 1000.0 * $4), updated_at = now()
 			FROM capabilities c, adapters a
 			WHERE e.id = $1 AND e.status = 'pending' AND e.attempt = $2 - 1
 				AND c.name = e.capability AND a.id = c.adapter_id
-			RETURNING e.capability, e.mode, e.payload, e.deadline_at, e.lease_expires_at, a.endpoint, c.lease_ms
+				AND (SELECT early FROM clock) = 0
+			RETURNING e.capability, e.mode, e.payload, e.deadline_at, e.lease_expires_at, a.endpoint, c.lease_ms,
+				extract(epoch FROM least(e.lease_expires_at, e.deadline_at) - now())::float8 AS remaining,
+				extract(epoch FROM e.deadline_at - now())::float8 AS deadline_in
 		), attempt AS (
 			INSERT INTO execution_attempts (execution_id, n, callback_token_hash) SELECT $1, $2, $3 FROM started
 		)
-		SELECT * FROM started`,
-		id, n, tokenHash, scale(time.Second).Seconds()).
-		Scan(&r.Capability, &r.Mode, &r.Payload, &r.Deadline, &r.LeaseExpiresAt, &r.AdapterEndpoint, &leaseMS)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotStartable
-	}
+		SELECT (SELECT early FROM clock), (SELECT overdue FROM clock),
+			EXISTS (SELECT 1 FROM executions WHERE id = $1 AND status = 'pending' AND attempt = $2 - 1),
+			started.*
+		FROM (SELECT) one LEFT JOIN started ON true`,
+		id, n, tokenHash, scale(time.Second).Seconds(), dueAt).
+		Scan(&early, &overdue, &startable, &capability, &mode, &payload, &deadline, &leaseEnds, &endpoint, &leaseMS, &remaining, &deadlineIn)
 	if err != nil {
 		return nil, fmt.Errorf("start attempt %d of %s: %w", n, id, err)
 	}
-	r.Lease = scale(time.Duration(leaseMS) * time.Millisecond)
-	return &r, nil
-}
-
-// AttemptStartable reports whether attempt n of the execution could start now: the execution is
-// pending at attempt n-1. It is a read, for a message that arrived early: one that could never
-// start (a duplicate, or the execution moved on or settled) is dropped instead of being deferred.
-// AttemptStart's compare is still what decides.
-func (s *Store) AttemptStartable(ctx context.Context, id string, n int32) (bool, error) {
-	var ok bool
-	if err := s.pool.QueryRow(ctx,
-		`SELECT EXISTS (SELECT 1 FROM executions WHERE id = $1 AND status = 'pending' AND attempt = $2 - 1)`,
-		id, n).Scan(&ok); err != nil {
-		return false, fmt.Errorf("check attempt %d of %s: %w", n, id, err)
+	switch {
+	case capability != nil:
+	case !startable:
+		return nil, ErrNotStartable
+	case *early > 0:
+		return nil, &EarlyError{By: time.Duration(*early * float64(time.Second))}
+	default:
+		// Startable and due, yet not started: the execution's capability or adapter is gone.
+		return nil, ErrNotStartable
 	}
-	return ok, nil
+	r.Capability, r.Mode, r.Payload, r.Deadline, r.LeaseExpiresAt, r.AdapterEndpoint =
+		*capability, *mode, payload, *deadline, *leaseEnds, *endpoint
+	r.Lease = scale(time.Duration(*leaseMS) * time.Millisecond)
+	r.Remaining = max(time.Duration(*remaining*float64(time.Second)), 0)
+	r.DeadlineIn = max(time.Duration(*deadlineIn*float64(time.Second)), 0)
+	r.Overdue = time.Duration(*overdue * float64(time.Second))
+	return &r, nil
 }
 
 // AttemptAccepted records that the adapter took the attempt as long-running work under a lease.

@@ -88,7 +88,7 @@ func TestAttemptStart(t *testing.T) {
 	id := b.insert(t, "pending", 0)
 
 	before := time.Now()
-	st, err := b.store.AttemptStart(ctx, id, 1, tokenHash("first"), identity)
+	st, err := b.store.AttemptStart(ctx, id, 1, tokenHash("first"), identity, time.Time{})
 	require.NoError(t, err)
 	require.Equal(t, id, st.ExecutionID)
 	require.Equal(t, int32(1), st.Attempt)
@@ -106,7 +106,7 @@ func TestAttemptStart(t *testing.T) {
 	require.Equal(t, map[int32][]byte{1: tokenHash("first")}, got.AttemptTokens)
 
 	t.Run("the duplicate message changes nothing", func(t *testing.T) {
-		_, err := b.store.AttemptStart(ctx, id, 1, tokenHash("second"), identity)
+		_, err := b.store.AttemptStart(ctx, id, 1, tokenHash("second"), identity, time.Time{})
 		require.ErrorIs(t, err, ErrNotStartable)
 		require.Equal(t, got, b.state(t, id))
 	})
@@ -118,7 +118,7 @@ func TestAttemptStartScalesTheLease(t *testing.T) {
 	id := b.insert(t, "pending", 0)
 
 	before := time.Now()
-	st, err := b.store.AttemptStart(context.Background(), id, 1, tokenHash("t"), func(d time.Duration) time.Duration { return d / 1000 })
+	st, err := b.store.AttemptStart(context.Background(), id, 1, tokenHash("t"), func(d time.Duration) time.Duration { return d / 1000 }, time.Time{})
 	require.NoError(t, err)
 	require.Equal(t, lease/1000, st.Lease)
 	require.WithinRange(t, st.LeaseExpiresAt, before.Add(lease/1000-time.Second), time.Now().Add(lease/1000+time.Second))
@@ -147,7 +147,7 @@ func TestAttemptStartRefuses(t *testing.T) {
 			t.Parallel()
 			id := b.insert(t, tt.status, tt.attempt)
 			before := b.state(t, id)
-			st, err := b.store.AttemptStart(ctx, id, tt.n, tokenHash("late"), identity)
+			st, err := b.store.AttemptStart(ctx, id, tt.n, tokenHash("late"), identity, time.Time{})
 			require.ErrorIs(t, err, ErrNotStartable)
 			require.Nil(t, st)
 			require.Equal(t, before, b.state(t, id), "nothing changed")
@@ -156,7 +156,7 @@ func TestAttemptStartRefuses(t *testing.T) {
 
 	t.Run("an unknown execution", func(t *testing.T) {
 		t.Parallel()
-		_, err := b.store.AttemptStart(ctx, uuid.NewString(), 1, tokenHash("t"), identity)
+		_, err := b.store.AttemptStart(ctx, uuid.NewString(), 1, tokenHash("t"), identity, time.Time{})
 		require.ErrorIs(t, err, ErrNotStartable)
 	})
 }
@@ -178,7 +178,7 @@ func TestAttemptStartConcurrentDuplicatesHaveOneWinner(t *testing.T) {
 			for i := range copies {
 				wg.Go(func() {
 					<-start
-					_, errs[i] = b.store.AttemptStart(ctx, id, n, tokenHash(fmt.Sprint("copy", i)), identity)
+					_, errs[i] = b.store.AttemptStart(ctx, id, n, tokenHash(fmt.Sprint("copy", i)), identity, time.Time{})
 				})
 			}
 			close(start)
@@ -204,28 +204,44 @@ func TestAttemptStartConcurrentDuplicatesHaveOneWinner(t *testing.T) {
 	}
 }
 
-func TestAttemptStartable(t *testing.T) {
+// TestAttemptStartComparesTheDueTimeOnTheDatabaseClock: whether a dispatch is early is the
+// database's call — its now() against the due time it wrote — whichever way this host's clock is
+// off. An early dispatch starts nothing and is told how early it is if the attempt could start
+// then, and is not startable if it never could.
+func TestAttemptStartComparesTheDueTimeOnTheDatabaseClock(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	pending := b.insert(t, "pending", 1)
-	running := b.insert(t, "running", 2)
-	settled := b.insert(t, "succeeded", 1)
-	for _, tc := range []struct {
-		name string
-		id   string
-		n    int32
-		want bool
-	}{
-		{"the next attempt of a pending execution", pending, 2, true},
-		{"an attempt already started", pending, 1, false},
-		{"an attempt two ahead", pending, 3, false},
-		{"a running execution", running, 3, false},
-		{"a settled execution", settled, 2, false},
-		{"an unknown execution", uuid.NewString(), 1, false},
-	} {
-		got, err := b.store.AttemptStartable(ctx, tc.id, tc.n)
-		require.NoError(t, err, tc.name)
-		require.Equal(t, tc.want, got, tc.name)
+	for _, skew := range []time.Duration{time.Hour, -time.Hour} {
+		t.Run(fmt.Sprint("skew ", skew), func(t *testing.T) {
+			t.Parallel()
+			s := dbtest.NewSchema(t)
+			s.ApplyCatalog(t, dbtest.TestCatalog)
+			s = s.WithClockSkew(t, skew)
+			b := &bundle{schema: s, store: New(s.Pool)}
+			ctx := context.Background()
+			// The database's now, as the dispatcher would read it with due_at.
+			var dbNow time.Time
+			require.NoError(t, s.Pool.QueryRow(ctx, `SELECT now()`).Scan(&dbNow))
+
+			pending := b.insert(t, "pending", 1)
+			_, err := b.store.AttemptStart(ctx, pending, 2, tokenHash("early"), identity, dbNow.Add(90*time.Second))
+			var early *EarlyError
+			require.ErrorAs(t, err, &early, "due in 90 s on the database's clock")
+			require.InDelta(t, 90, early.By.Seconds(), 2)
+			require.Equal(t, "pending", b.state(t, pending).Status, "an early dispatch starts nothing")
+			require.Len(t, b.state(t, pending).AttemptTokens, 1)
+
+			settled := b.insert(t, "succeeded", 1)
+			_, err = b.store.AttemptStart(ctx, settled, 2, tokenHash("obsolete"), identity, dbNow.Add(90*time.Second))
+			require.ErrorIs(t, err, ErrNotStartable, "an early dispatch that could never start is not deferred")
+
+			st, err := b.store.AttemptStart(ctx, pending, 2, tokenHash("due"), identity, dbNow.Add(-time.Second))
+			require.NoError(t, err, "due a second ago on the database's clock")
+			require.InDelta(t, lease.Seconds(), st.Remaining.Seconds(), 2, "the lease left, as the database measured it")
+			require.InDelta(t, (24 * time.Hour).Seconds(), st.DeadlineIn.Seconds(), 2, "the fixture's deadline: a day after the database's now")
+			require.InDelta(t, 1, st.Overdue.Seconds(), 1, "started a second after its due time, on the database's clock")
+			require.WithinDuration(t, time.Now().Add(lease), st.LocalLeaseEnd(), 2*time.Second, "the lease's end on this host's clock")
+			require.WithinDuration(t, time.Now().Add(24*time.Hour), st.LocalDeadline(), 2*time.Second, "the deadline on this host's clock")
+			require.WithinDuration(t, time.Now().Add(skew+lease), st.LeaseExpiresAt, 2*time.Second)
+		})
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -114,7 +115,7 @@ func (s *Server) InvokeCapability(ctx context.Context, req *gatewayv1.InvokeCapa
 		ID: id.String(), ApplicationID: appID, Capability: capability.Name, Mode: in.mode,
 		MaxAttempts: capability.MaxAttempts, Payload: in.payload, RequestHash: in.hash,
 		IdempotencyKey: in.idempotencyKey,
-		Deadline:       time.Now().Add(s.opts.Scale(capability.AsyncBudget)),
+		Budget:         s.opts.Scale(capability.AsyncBudget),
 	}
 	if in.mode == execution.ModeSync {
 		return s.invokeSync(ctx, n, capability, req.GetPayload())
@@ -140,8 +141,11 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 	}
 	n.MaxAttempts = 1
 	n.CallbackTokenHash = tokenHash
-	n.Deadline = time.Now().Add(c.SyncTimeout)
-	n.LeaseExpiresAt = n.Deadline
+	n.Budget = c.SyncTimeout
+	// The database sets the deadline (and the lease, the same) at its now() + SyncTimeout, no
+	// earlier than this: the call below, bounded by SyncTimeout from here on this host's monotonic
+	// clock, ends by the deadline the sweeper goes by whatever the clocks say.
+	callDeadline := time.Now().Add(c.SyncTimeout)
 	row, created, err := s.store.ExecutionAccept(ctx, n)
 	if err != nil {
 		return nil, acceptError(err)
@@ -153,13 +157,14 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 
 	// The attempt runs to its own deadline even if the caller goes away: the adapter may be doing
 	// the work, and the outcome must be settled either way.
-	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), n.Deadline)
+	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), callDeadline)
 	defer cancel()
 	out := s.adapters.Execute(callCtx, c.AdapterEndpoint, &adapterv1.ExecuteRequest{
 		ExecutionId: row.ID, Attempt: 1, Capability: row.Capability, Payload: payload,
-		DeadlineTime: timestamppb.New(n.Deadline), CallbackToken: token, Mode: executionv1.Mode_MODE_SYNC,
+		DeadlineTime: timestamppb.New(row.DeadlineAt), DeadlineIn: durationpb.New(time.Until(callDeadline)),
+		CallbackToken: token, Mode: executionv1.Mode_MODE_SYNC,
 	})
-	return s.reportSync(ctx, row, n, out)
+	return s.reportSync(ctx, row, callDeadline, out)
 }
 
 // syncReportGrace is how long after a sync execution's deadline its outcome is still reported in
@@ -182,7 +187,9 @@ const syncAnswerFloor = 2 * time.Second
 // outcome is not recorded by then gets a retryable UNAVAILABLE while the report goes on — the
 // execution still ends settled with the adapter's outcome, and reading it (or retrying the call
 // with its idempotency key) shows it.
-func (s *Server) reportSync(ctx context.Context, row *execution.Row, n store.NewExecution, out adaptercall.Outcome) (*gatewayv1.InvokeCapabilityResponse, error) {
+//
+// deadline is the sync deadline on this host's monotonic clock, no later than the database's.
+func (s *Server) reportSync(ctx context.Context, row *execution.Row, deadline time.Time, out adaptercall.Outcome) (*gatewayv1.InvokeCapabilityResponse, error) {
 	type reported struct {
 		e   *executionv1.Execution
 		v   outcome.Verdict
@@ -193,10 +200,10 @@ func (s *Server) reportSync(ctx context.Context, row *execution.Row, n store.New
 	s.reports.Add(1)
 	go func() {
 		defer s.reports.Done()
-		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), n.Deadline.Add(syncReportGrace))
+		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(syncReportGrace))
 		defer cancel()
 		e, v, err := outcome.Settler{Client: s.settlement, Log: logger}.Report(rctx,
-			outcome.Attempt{ExecutionID: row.ID, Attempt: 1, Until: n.Deadline.Add(syncReportGrace)}, out)
+			outcome.Attempt{ExecutionID: row.ID, Attempt: 1, Until: deadline.Add(syncReportGrace)}, out)
 		switch v {
 		case outcome.Recorded, outcome.MovedOn:
 		default:
@@ -204,7 +211,7 @@ func (s *Server) reportSync(ctx context.Context, row *execution.Row, n store.New
 		}
 		done <- reported{e, v, err}
 	}()
-	wait := time.Until(n.Deadline)
+	wait := time.Until(deadline)
 	if wait < syncAnswerFloor {
 		wait = syncAnswerFloor
 	}
@@ -227,7 +234,7 @@ func (s *Server) reportSync(ctx context.Context, row *execution.Row, n store.New
 		// Someone settled it meanwhile: the application cancelled it, or the sweeper found its
 		// deadline passed. The caller gets the execution as it was settled.
 		logger.Info("sync execution settled by another")
-		got, _, err := s.store.ExecutionGet(context.WithoutCancel(ctx), n.ApplicationID, row.ID)
+		got, _, err := s.store.ExecutionGet(context.WithoutCancel(ctx), row.ApplicationID, row.ID)
 		if err != nil {
 			return nil, err
 		}

@@ -128,10 +128,12 @@ type NewExecution struct {
 	Payload        []byte
 	RequestHash    []byte
 	IdempotencyKey string
-	Deadline       time.Time
+	// Budget is how long the execution may take: its deadline is the database's now() plus
+	// Budget, like every due time, deadline and lease, so that the hosts' clocks play no part.
+	// For a sync execution, attempt 1's lease ends at the same deadline.
+	Budget time.Duration
 	// For sync executions, which start attempt 1 at once:
 	CallbackTokenHash []byte
-	LeaseExpiresAt    time.Time
 }
 
 // ExecutionAccept commits a new execution and its first step atomically: for async, the execution
@@ -149,7 +151,7 @@ func (s *Store) ExecutionAccept(ctx context.Context, n NewExecution) (row *execu
 			WITH e AS (
 				INSERT INTO executions (id, application_id, capability, mode, status, attempt, max_attempts,
 					payload, request_hash, idempotency_key, deadline_at)
-				VALUES ($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10)
+				VALUES ($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, now() + make_interval(secs => $10))
 				ON CONFLICT (application_id, idempotency_key) DO NOTHING
 				RETURNING `+execution.Columns+`
 			), d AS (
@@ -157,7 +159,7 @@ func (s *Store) ExecutionAccept(ctx context.Context, n NewExecution) (row *execu
 			)
 			SELECT `+execution.Columns+` FROM e`,
 			n.ID, n.ApplicationID, n.Capability, n.Mode, execution.StatusPending, n.MaxAttempts,
-			n.Payload, n.RequestHash, key, n.Deadline))
+			n.Payload, n.RequestHash, key, n.Budget.Seconds()))
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			err = db.WithTx(ctx, s.pool, func(tx pgx.Tx) error { return s.idempotentReplay(ctx, tx, n, &row) })
@@ -171,11 +173,12 @@ func (s *Store) ExecutionAccept(ctx context.Context, n NewExecution) (row *execu
 		row, err = execution.Scan(tx.QueryRow(ctx, `
 			INSERT INTO executions (id, application_id, capability, mode, status, attempt, max_attempts,
 				payload, request_hash, idempotency_key, deadline_at, lease_expires_at)
-			VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11)
+			VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9,
+				now() + make_interval(secs => $10), now() + make_interval(secs => $10))
 			ON CONFLICT (application_id, idempotency_key) DO NOTHING
 			RETURNING `+execution.Columns,
 			n.ID, n.ApplicationID, n.Capability, n.Mode, execution.StatusRunning, n.MaxAttempts,
-			n.Payload, n.RequestHash, key, n.Deadline, n.LeaseExpiresAt))
+			n.Payload, n.RequestHash, key, n.Budget.Seconds()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return s.idempotentReplay(ctx, tx, n, &row)
 		}

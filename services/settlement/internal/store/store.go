@@ -151,7 +151,8 @@ type AttemptFailed struct {
 // AttemptFail records a failed attempt and decides what follows, in one transaction: the next
 // attempt's dispatch record, due after the capability's retry delay for this attempt (or the
 // adapter's retry_after if later), or — when the failure is permanent, the ceiling is reached or
-// the next attempt would start past the deadline — the failed settlement with its event.
+// the next attempt would start past the deadline — the failed settlement with its event. The due
+// time and the deadline check are the database's: now() plus the delay, compared in SQL.
 func (s *Store) AttemptFail(ctx context.Context, a AttemptFailure) (*AttemptFailed, error) {
 	var out *AttemptFailed
 	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
@@ -168,14 +169,13 @@ func attemptFail(ctx context.Context, tx pgx.Tx, a AttemptFailure) (*AttemptFail
 	var (
 		status              string
 		attempt, maxAttempt int32
-		deadline            time.Time
 		delaysMS            []int64
 	)
 	err := tx.QueryRow(ctx, `
-		SELECT e.status, e.attempt, e.max_attempts, e.deadline_at, c.retry_delays_ms
+		SELECT e.status, e.attempt, e.max_attempts, c.retry_delays_ms
 		FROM executions e JOIN capabilities c ON c.name = e.capability
 		WHERE e.id = $1
-		FOR UPDATE OF e`, a.ExecutionID).Scan(&status, &attempt, &maxAttempt, &deadline, &delaysMS)
+		FOR UPDATE OF e`, a.ExecutionID).Scan(&status, &attempt, &maxAttempt, &delaysMS)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -191,14 +191,30 @@ func attemptFail(ctx context.Context, tx pgx.Tx, a AttemptFailure) (*AttemptFail
 	if hint := a.Scale(a.RetryAfter); hint > delay {
 		delay = hint
 	}
-	next := time.Now().Add(delay)
 	switch {
 	case !a.Retryable:
 		f.Reason = execution.ReasonAdapterPermanent
 	case a.Attempt >= maxAttempt:
 		f.Reason = cmp.Or(a.ExhaustedReason, execution.ReasonAttemptLimit)
-	case next.After(deadline):
-		f.Reason = cmp.Or(a.ExhaustedReason, execution.ReasonBudget)
+	}
+	var row *execution.Row
+	if f.Reason == "" {
+		// The next attempt is due delay after the database's now(), and it must start by the
+		// deadline the database wrote: both are computed and compared here, in SQL, so that the
+		// clocks of the hosts running settlement play no part. No row back means the budget does
+		// not allow it.
+		row, err = execution.Scan(tx.QueryRow(ctx, `
+			UPDATE executions
+			SET status = 'pending', failure_class = $2, failure_reason = NULL, failure_code = $3,
+				failure_message = $4, lease_expires_at = NULL, updated_at = now()
+			WHERE id = $1 AND now() + make_interval(secs => $5) <= deadline_at
+			RETURNING `+execution.Columns, a.ExecutionID, nullable(f.Class), nullable(f.Code), nullable(f.Message), delay.Seconds()))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			f.Reason = cmp.Or(a.ExhaustedReason, execution.ReasonBudget)
+		case err != nil:
+			return nil, fmt.Errorf("return execution %s to pending: %w", a.ExecutionID, err)
+		}
 	}
 	if f.Reason != "" {
 		settled, err := settle(ctx, tx, Outcome{ExecutionID: a.ExecutionID, Attempt: a.Attempt,
@@ -208,15 +224,6 @@ func attemptFail(ctx context.Context, tx pgx.Tx, a AttemptFailure) (*AttemptFail
 		}
 		return &AttemptFailed{Execution: settled.Execution, EventID: settled.EventID}, nil
 	}
-	row, err := execution.Scan(tx.QueryRow(ctx, `
-		UPDATE executions
-		SET status = 'pending', failure_class = $2, failure_reason = NULL, failure_code = $3,
-			failure_message = $4, lease_expires_at = NULL, updated_at = now()
-		WHERE id = $1
-		RETURNING `+execution.Columns, a.ExecutionID, nullable(f.Class), nullable(f.Code), nullable(f.Message)))
-	if err != nil {
-		return nil, fmt.Errorf("return execution %s to pending: %w", a.ExecutionID, err)
-	}
 	if _, err := tx.Exec(ctx, `
 		UPDATE execution_attempts SET ended_at = now(), outcome = $3, failure_class = $4,
 			failure_code = $5, failure_message = $6
@@ -224,8 +231,11 @@ func attemptFail(ctx context.Context, tx pgx.Tx, a AttemptFailure) (*AttemptFail
 		a.ExecutionID, a.Attempt, outcome, nullable(f.Class), nullable(f.Code), nullable(f.Message)); err != nil {
 		return nil, fmt.Errorf("close attempt %d: %w", a.Attempt, err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO dispatches (execution_id, attempt, due_at) VALUES ($1, $2, $3)`,
-		a.ExecutionID, a.Attempt+1, next); err != nil {
+	var next time.Time
+	if err := tx.QueryRow(ctx, `
+		INSERT INTO dispatches (execution_id, attempt, due_at) VALUES ($1, $2, now() + make_interval(secs => $3))
+		RETURNING due_at`,
+		a.ExecutionID, a.Attempt+1, delay.Seconds()).Scan(&next); err != nil {
 		return nil, fmt.Errorf("schedule attempt %d: %w", a.Attempt+1, err)
 	}
 	return &AttemptFailed{Execution: row, NextAttemptAt: &next}, nil

@@ -37,6 +37,10 @@ type ExecuteRequest struct {
 	// The per-attempt token every callback for this attempt must carry.
 	CallbackToken string  `protobuf:"bytes,6,opt,name=callback_token,json=callbackToken,proto3" json:"callback_token,omitempty"`
 	Mode          v1.Mode `protobuf:"varint,7,opt,name=mode,proto3,enum=integrations.execution.v1.Mode" json:"mode,omitempty"`
+	// How long until deadline_time when the platform sent the call, as the platform measured it (on
+	// the database's clock, which wrote the deadline). An adapter counts its deadline from this on
+	// its own clock: deadline_time is on the platform's, which the adapter's need not agree with.
+	DeadlineIn    *durationpb.Duration `protobuf:"bytes,8,opt,name=deadline_in,json=deadlineIn,proto3" json:"deadline_in,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -118,6 +122,13 @@ func (x *ExecuteRequest) GetMode() v1.Mode {
 		return x.Mode
 	}
 	return v1.Mode(0)
+}
+
+func (x *ExecuteRequest) GetDeadlineIn() *durationpb.Duration {
+	if x != nil {
+		return x.DeadlineIn
+	}
+	return nil
 }
 
 // Completed is a successful outcome.
@@ -493,7 +504,7 @@ var File_integrations_adapter_v1_adapter_proto protoreflect.FileDescriptor
 
 const file_integrations_adapter_v1_adapter_proto_rawDesc = "" +
 	"\n" +
-	"%integrations/adapter/v1/adapter.proto\x12\x17integrations.adapter.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a)integrations/execution/v1/execution.proto\"\xbd\x02\n" +
+	"%integrations/adapter/v1/adapter.proto\x12\x17integrations.adapter.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a)integrations/execution/v1/execution.proto\"\xf9\x02\n" +
 	"\x0eExecuteRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1e\n" +
@@ -503,7 +514,9 @@ const file_integrations_adapter_v1_adapter_proto_rawDesc = "" +
 	"\apayload\x18\x04 \x01(\v2\x17.google.protobuf.StructR\apayload\x12?\n" +
 	"\rdeadline_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fdeadlineTime\x12%\n" +
 	"\x0ecallback_token\x18\x06 \x01(\tR\rcallbackToken\x123\n" +
-	"\x04mode\x18\a \x01(\x0e2\x1f.integrations.execution.v1.ModeR\x04mode\"<\n" +
+	"\x04mode\x18\a \x01(\x0e2\x1f.integrations.execution.v1.ModeR\x04mode\x12:\n" +
+	"\vdeadline_in\x18\b \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"deadlineIn\"<\n" +
 	"\tCompleted\x12/\n" +
 	"\x06result\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06result\"\xa6\x01\n" +
 	"\x06Failed\x12\x14\n" +
@@ -559,21 +572,22 @@ var file_integrations_adapter_v1_adapter_proto_depIdxs = []int32{
 	7,  // 0: integrations.adapter.v1.ExecuteRequest.payload:type_name -> google.protobuf.Struct
 	8,  // 1: integrations.adapter.v1.ExecuteRequest.deadline_time:type_name -> google.protobuf.Timestamp
 	9,  // 2: integrations.adapter.v1.ExecuteRequest.mode:type_name -> integrations.execution.v1.Mode
-	7,  // 3: integrations.adapter.v1.Completed.result:type_name -> google.protobuf.Struct
-	10, // 4: integrations.adapter.v1.Failed.retry_after:type_name -> google.protobuf.Duration
-	10, // 5: integrations.adapter.v1.Accepted.lease:type_name -> google.protobuf.Duration
-	1,  // 6: integrations.adapter.v1.ExecuteResponse.completed:type_name -> integrations.adapter.v1.Completed
-	2,  // 7: integrations.adapter.v1.ExecuteResponse.failed:type_name -> integrations.adapter.v1.Failed
-	3,  // 8: integrations.adapter.v1.ExecuteResponse.accepted:type_name -> integrations.adapter.v1.Accepted
-	0,  // 9: integrations.adapter.v1.AdapterService.Execute:input_type -> integrations.adapter.v1.ExecuteRequest
-	5,  // 10: integrations.adapter.v1.AdapterService.Cancel:input_type -> integrations.adapter.v1.CancelRequest
-	4,  // 11: integrations.adapter.v1.AdapterService.Execute:output_type -> integrations.adapter.v1.ExecuteResponse
-	6,  // 12: integrations.adapter.v1.AdapterService.Cancel:output_type -> integrations.adapter.v1.CancelResponse
-	11, // [11:13] is the sub-list for method output_type
-	9,  // [9:11] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	10, // 3: integrations.adapter.v1.ExecuteRequest.deadline_in:type_name -> google.protobuf.Duration
+	7,  // 4: integrations.adapter.v1.Completed.result:type_name -> google.protobuf.Struct
+	10, // 5: integrations.adapter.v1.Failed.retry_after:type_name -> google.protobuf.Duration
+	10, // 6: integrations.adapter.v1.Accepted.lease:type_name -> google.protobuf.Duration
+	1,  // 7: integrations.adapter.v1.ExecuteResponse.completed:type_name -> integrations.adapter.v1.Completed
+	2,  // 8: integrations.adapter.v1.ExecuteResponse.failed:type_name -> integrations.adapter.v1.Failed
+	3,  // 9: integrations.adapter.v1.ExecuteResponse.accepted:type_name -> integrations.adapter.v1.Accepted
+	0,  // 10: integrations.adapter.v1.AdapterService.Execute:input_type -> integrations.adapter.v1.ExecuteRequest
+	5,  // 11: integrations.adapter.v1.AdapterService.Cancel:input_type -> integrations.adapter.v1.CancelRequest
+	4,  // 12: integrations.adapter.v1.AdapterService.Execute:output_type -> integrations.adapter.v1.ExecuteResponse
+	6,  // 13: integrations.adapter.v1.AdapterService.Cancel:output_type -> integrations.adapter.v1.CancelResponse
+	12, // [12:14] is the sub-list for method output_type
+	10, // [10:12] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_integrations_adapter_v1_adapter_proto_init() }

@@ -97,10 +97,14 @@ func (x *RenewLeaseRequest) GetLease() *durationpb.Duration {
 
 type RenewLeaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// When the lease granted expires: renew well before.
+	// When the lease granted expires: renew well before. It is on the platform's clock (the
+	// database's), which the adapter's need not agree with: to schedule renewals, use lease.
 	LeaseExpireTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=lease_expire_time,json=leaseExpireTime,proto3" json:"lease_expire_time,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// How long the lease granted runs from the renewal, as the platform measured it; shorter than
+	// asked near the execution's deadline.
+	Lease         *durationpb.Duration `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RenewLeaseResponse) Reset() {
@@ -136,6 +140,13 @@ func (*RenewLeaseResponse) Descriptor() ([]byte, []int) {
 func (x *RenewLeaseResponse) GetLeaseExpireTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.LeaseExpireTime
+	}
+	return nil
+}
+
+func (x *RenewLeaseResponse) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
 	}
 	return nil
 }
@@ -404,9 +415,10 @@ const file_integrations_adapter_v1_callback_proto_rawDesc = "" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12%\n" +
 	"\x0ecallback_token\x18\x03 \x01(\tR\rcallbackToken\x12/\n" +
-	"\x05lease\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\\\n" +
+	"\x05lease\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\x8d\x01\n" +
 	"\x12RenewLeaseResponse\x12F\n" +
-	"\x11lease_expire_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x0fleaseExpireTime\"\xb0\x01\n" +
+	"\x11lease_expire_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x0fleaseExpireTime\x12/\n" +
+	"\x05lease\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\xb0\x01\n" +
 	"\x15ReportProgressRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12%\n" +
@@ -458,21 +470,22 @@ var file_integrations_adapter_v1_callback_proto_goTypes = []any{
 var file_integrations_adapter_v1_callback_proto_depIdxs = []int32{
 	6,  // 0: integrations.adapter.v1.RenewLeaseRequest.lease:type_name -> google.protobuf.Duration
 	7,  // 1: integrations.adapter.v1.RenewLeaseResponse.lease_expire_time:type_name -> google.protobuf.Timestamp
-	8,  // 2: integrations.adapter.v1.ReportProgressRequest.progress:type_name -> google.protobuf.Struct
-	9,  // 3: integrations.adapter.v1.CompleteRequest.succeeded:type_name -> integrations.adapter.v1.Completed
-	10, // 4: integrations.adapter.v1.CompleteRequest.failed:type_name -> integrations.adapter.v1.Failed
-	11, // 5: integrations.adapter.v1.CompleteResponse.status:type_name -> integrations.execution.v1.ExecutionStatus
-	0,  // 6: integrations.adapter.v1.AdapterCallbackService.RenewLease:input_type -> integrations.adapter.v1.RenewLeaseRequest
-	2,  // 7: integrations.adapter.v1.AdapterCallbackService.ReportProgress:input_type -> integrations.adapter.v1.ReportProgressRequest
-	4,  // 8: integrations.adapter.v1.AdapterCallbackService.Complete:input_type -> integrations.adapter.v1.CompleteRequest
-	1,  // 9: integrations.adapter.v1.AdapterCallbackService.RenewLease:output_type -> integrations.adapter.v1.RenewLeaseResponse
-	3,  // 10: integrations.adapter.v1.AdapterCallbackService.ReportProgress:output_type -> integrations.adapter.v1.ReportProgressResponse
-	5,  // 11: integrations.adapter.v1.AdapterCallbackService.Complete:output_type -> integrations.adapter.v1.CompleteResponse
-	9,  // [9:12] is the sub-list for method output_type
-	6,  // [6:9] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	6,  // 2: integrations.adapter.v1.RenewLeaseResponse.lease:type_name -> google.protobuf.Duration
+	8,  // 3: integrations.adapter.v1.ReportProgressRequest.progress:type_name -> google.protobuf.Struct
+	9,  // 4: integrations.adapter.v1.CompleteRequest.succeeded:type_name -> integrations.adapter.v1.Completed
+	10, // 5: integrations.adapter.v1.CompleteRequest.failed:type_name -> integrations.adapter.v1.Failed
+	11, // 6: integrations.adapter.v1.CompleteResponse.status:type_name -> integrations.execution.v1.ExecutionStatus
+	0,  // 7: integrations.adapter.v1.AdapterCallbackService.RenewLease:input_type -> integrations.adapter.v1.RenewLeaseRequest
+	2,  // 8: integrations.adapter.v1.AdapterCallbackService.ReportProgress:input_type -> integrations.adapter.v1.ReportProgressRequest
+	4,  // 9: integrations.adapter.v1.AdapterCallbackService.Complete:input_type -> integrations.adapter.v1.CompleteRequest
+	1,  // 10: integrations.adapter.v1.AdapterCallbackService.RenewLease:output_type -> integrations.adapter.v1.RenewLeaseResponse
+	3,  // 11: integrations.adapter.v1.AdapterCallbackService.ReportProgress:output_type -> integrations.adapter.v1.ReportProgressResponse
+	5,  // 12: integrations.adapter.v1.AdapterCallbackService.Complete:output_type -> integrations.adapter.v1.CompleteResponse
+	10, // [10:13] is the sub-list for method output_type
+	7,  // [7:10] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_integrations_adapter_v1_callback_proto_init() }

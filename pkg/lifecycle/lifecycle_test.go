@@ -1,0 +1,256 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+)
+
+// journal records what happened when, for assertions on order and timing.
+type journal struct {
+	mu     sync.Mutex
+	start  time.Time
+	events []string
+	at     map[string]time.Duration
+}
+
+func newJournal() *journal { return &journal{start: time.Now(), at: map[string]time.Duration{}} }
+
+func (j *journal) note(ev string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.events = append(j.events, ev)
+	j.at[ev] = time.Since(j.start)
+}
+
+func (j *journal) list() []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]string(nil), j.events...)
+}
+
+func (j *journal) when(t *testing.T, ev string) time.Duration {
+	t.Helper()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	d, ok := j.at[ev]
+	require.True(t, ok, "%q never happened; events: %v", ev, j.events)
+	return d
+}
+
+// testApp is an App whose signals the test sends.
+func testApp(t *testing.T, to Timeouts) (*App, func()) {
+	t.Helper()
+	a := New(zap.NewNop(), to)
+	sigs := make(chan chan<- os.Signal, 1)
+	a.signals = func(c chan<- os.Signal) { sigs <- c }
+	send := func() {
+		select {
+		case c := <-sigs:
+			sigs <- c
+			c <- syscall.SIGTERM
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run never listened for signals")
+		}
+	}
+	return a, send
+}
+
+// run starts a.Run in the background; the channel yields what it returned.
+func run(a *App) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background()) }()
+	return done
+}
+
+func await(t *testing.T, done <-chan error, within time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(within):
+		t.Fatalf("Run did not return within %v", within)
+		return nil
+	}
+}
+
+// TestShutdownOrder: NOT_SERVING at the signal; servers and consumers keep working through the
+// drain window; then servers stop and Drain workers stop taking; Go workers are cancelled once
+// the servers stopped; resources close last, in the order registered. Nothing in flight, so the
+// work context is never cancelled and Run returns long before the soft timeout.
+func TestShutdownOrder(t *testing.T) {
+	t.Parallel()
+	const drain = 300 * time.Millisecond
+	a, signal := testApp(t, Timeouts{Drain: drain, Soft: 5 * time.Second, Hard: 10 * time.Second})
+	j := newJournal()
+	a.OnDrain("health", func() { j.note("not-serving") })
+	stopServer := make(chan struct{})
+	a.Serve("grpc", func() error { <-stopServer; j.note("server-returned"); return nil },
+		func(ctx context.Context) error { j.note("server-stop"); close(stopServer); return nil })
+	var workCancelled error
+	a.Drain("consumer", func(take, work context.Context) error {
+		<-take.Done()
+		j.note("consumer-stops-taking")
+		workCancelled = work.Err()
+		return nil
+	})
+	a.Go("loop", func(ctx context.Context) error { <-ctx.Done(); j.note("loop-cancelled"); return ctx.Err() })
+	a.Close("broker", func() error { j.note("close-broker"); return nil })
+	a.CloseContext("postgres", func(ctx context.Context) error {
+		_, hasDeadline := ctx.Deadline()
+		assert.True(t, hasDeadline, "a closer's ctx ends at the hard timeout")
+		j.note("close-postgres")
+		return nil
+	})
+	done := run(a)
+	j.start = time.Now()
+	signal()
+	require.NoError(t, await(t, done, 5*time.Second))
+
+	ev := j.list()
+	assert.Equal(t, "not-serving", ev[0], "health first: %v", ev)
+	assert.Equal(t, []string{"close-broker", "close-postgres"}, ev[len(ev)-2:], "closers last, in order: %v", ev)
+	assert.GreaterOrEqual(t, j.when(t, "server-stop"), drain, "the server serves through the drain window")
+	assert.GreaterOrEqual(t, j.when(t, "consumer-stops-taking"), drain, "consumers take messages through the drain window")
+	assert.Less(t, j.when(t, "server-stop"), drain+time.Second)
+	assert.GreaterOrEqual(t, j.when(t, "loop-cancelled"), j.when(t, "server-returned"), "Go workers stop after the servers")
+	assert.NoError(t, workCancelled, "nothing was in flight: the work context was never cancelled")
+	assert.Less(t, j.when(t, "close-postgres"), 2*time.Second, "no waiting for the soft timeout when nothing is in flight")
+}
+
+// TestSoftTimeoutCancelsWhatIsLeft: after the drain window a Drain worker stops taking; work that
+// finishes before the soft timeout runs with its context alive; work still running at the soft
+// timeout has its context cancelled then, not before; Run returns once it returned.
+func TestSoftTimeoutCancelsWhatIsLeft(t *testing.T) {
+	t.Parallel()
+	const drain, soft = 100 * time.Millisecond, 600 * time.Millisecond
+	a, signal := testApp(t, Timeouts{Drain: drain, Soft: soft, Hard: 5 * time.Second})
+	j := newJournal()
+	var shortSawCancel error
+	a.Drain("short", func(take, work context.Context) error {
+		<-take.Done()
+		time.Sleep(100 * time.Millisecond) // an in-flight handler finishing its call
+		shortSawCancel = work.Err()
+		j.note("short-finished")
+		return nil
+	})
+	a.Drain("long", func(take, work context.Context) error {
+		<-take.Done()
+		j.note("long-stops-taking")
+		<-work.Done() // a handler outlasting the soft timeout
+		j.note("long-cancelled")
+		return work.Err()
+	})
+	closed := make(chan struct{})
+	a.Close("broker", func() error { close(closed); return nil })
+	done := run(a)
+	j.start = time.Now()
+	signal()
+	require.NoError(t, await(t, done, 5*time.Second), "a worker that returns once cancelled is a clean stop")
+
+	assert.NoError(t, shortSawCancel, "work finishing before the soft timeout is not cancelled")
+	assert.GreaterOrEqual(t, j.when(t, "long-stops-taking"), drain)
+	assert.GreaterOrEqual(t, j.when(t, "long-cancelled"), soft, "cancelled at the soft timeout, not before")
+	assert.Less(t, j.when(t, "long-cancelled"), soft+time.Second)
+	select {
+	case <-closed:
+	default:
+		t.Error("resources not closed")
+	}
+}
+
+// TestHardBoundWithHangingParts: a server whose graceful stop never ends, a worker that ignores
+// its contexts and a closer that hangs: Run still returns by the hard timeout, saying so.
+func TestHardBoundWithHangingParts(t *testing.T) {
+	t.Parallel()
+	const soft, hard = 200 * time.Millisecond, 800 * time.Millisecond
+	a, signal := testApp(t, Timeouts{Drain: 50 * time.Millisecond, Soft: soft, Hard: hard})
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	var stopCtxEnded atomic.Int64
+	j := newJournal()
+	a.Serve("grpc", func() error { <-hang; return nil }, func(ctx context.Context) error {
+		<-ctx.Done() // a graceful stop that would wait for ever: it is told to stop hard at the soft timeout
+		stopCtxEnded.Store(int64(time.Since(j.start)))
+		<-hang // and ignores that too
+		return nil
+	})
+	a.Drain("stubborn", func(take, work context.Context) error { <-hang; return nil })
+	closerStarted := make(chan struct{})
+	a.Close("broker", func() error { close(closerStarted); <-hang; return nil })
+	done := run(a)
+	j.start = time.Now()
+	signal()
+	err := await(t, done, hard+time.Second)
+	took := time.Since(j.start)
+	assert.ErrorIs(t, err, ErrShutdownTimeout)
+	assert.GreaterOrEqual(t, took, hard-50*time.Millisecond)
+	assert.Less(t, took, hard+300*time.Millisecond, "the hard timeout is a bound")
+	select {
+	case <-closerStarted:
+	default:
+		t.Error("resources are closed even under parts still running")
+	}
+	ended := time.Duration(stopCtxEnded.Load())
+	assert.GreaterOrEqual(t, ended, soft, "the server's stop ctx ends at the soft timeout")
+	assert.Less(t, ended, soft+300*time.Millisecond)
+}
+
+// TestFailureSkipsTheDrainWindow: a part that fails stops the service without a drain window, and
+// Run returns its error.
+func TestFailureSkipsTheDrainWindow(t *testing.T) {
+	t.Parallel()
+	a := New(zap.NewNop(), Timeouts{Drain: 5 * time.Second, Soft: 6 * time.Second, Hard: 8 * time.Second})
+	boom := errors.New("boom")
+	a.Go("broken", func(context.Context) error { return boom })
+	start := time.Now()
+	err := await(t, run(a), 3*time.Second)
+	assert.ErrorIs(t, err, boom)
+	assert.Less(t, time.Since(start), 2*time.Second)
+}
+
+// TestSecondSignalStopsNow: a second signal ends the drain window and cancels in-flight work at
+// once.
+func TestSecondSignalStopsNow(t *testing.T) {
+	t.Parallel()
+	a, signal := testApp(t, Timeouts{Drain: 5 * time.Second, Soft: 8 * time.Second, Hard: 10 * time.Second})
+	j := newJournal()
+	draining := make(chan struct{})
+	a.OnDrain("health", func() { close(draining) })
+	a.Drain("consumer", func(take, work context.Context) error {
+		<-take.Done()
+		j.note("stops-taking")
+		<-work.Done()
+		j.note("cancelled")
+		return nil
+	})
+	done := run(a)
+	j.start = time.Now()
+	signal()
+	<-draining // the first signal was heard; the operator presses Ctrl-C again
+	signal()
+	require.NoError(t, await(t, done, 3*time.Second))
+	assert.Less(t, j.when(t, "cancelled"), time.Second)
+	assert.Less(t, j.when(t, "stops-taking"), time.Second)
+}
+
+func TestTimeouts(t *testing.T) {
+	t.Parallel()
+	assert.NoError(t, Timeouts{Drain: 5 * time.Second, Soft: 10 * time.Second, Hard: 15 * time.Second}.Validate())
+	assert.NoError(t, Timeouts{Hard: time.Second}.Validate())
+	assert.ErrorContains(t, Timeouts{Drain: 2 * time.Second, Soft: time.Second, Hard: 3 * time.Second}.Validate(), "drain window")
+	assert.ErrorContains(t, Timeouts{Soft: 3 * time.Second, Hard: 3 * time.Second}.Validate(), "soft timeout")
+	// New keeps the hard bound whatever it is given.
+	a := New(zap.NewNop(), Timeouts{Drain: 20 * time.Second, Soft: 30 * time.Second, Hard: 10 * time.Second})
+	assert.Equal(t, Timeouts{Drain: 5 * time.Second, Soft: 5 * time.Second, Hard: 10 * time.Second}, a.t)
+	assert.Equal(t, 1250*time.Millisecond, a.Grace())
+}
