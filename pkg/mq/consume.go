@@ -287,7 +287,8 @@ func (c *consumer) subscribe(ctx context.Context) (*subscription, error) {
 	down := make(chan struct{})
 	watch := ch.NotifyClose(make(chan *amqp.Error, 1))
 	go func() {
-		for range watch { //nolint:revive // drained until amqp091-go closes it at the channel's shutdown
+		// amqp091-go closes watch when the channel shuts down, whatever the cause.
+		for range watch {
 		}
 		close(down)
 	}()

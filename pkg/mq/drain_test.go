@@ -306,7 +306,7 @@ func TestSettleFailedDecidesOffTheOwner(t *testing.T) {
 	down := make(chan struct{})
 	watch := closing.NotifyClose(make(chan *amqp.Error, 1))
 	go func() {
-		for range watch { //nolint:revive // drained until closed
+		for range watch { // until amqp091-go closes it at the channel's shutdown
 		}
 		close(down)
 	}()
