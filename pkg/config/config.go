@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -29,10 +30,42 @@ type Common struct {
 	// A shutdown, measured from SIGTERM: health NOT_SERVING for the drain window while the service
 	// still works, then no new calls or messages taken; in-flight work cancelled at the soft
 	// timeout; the process gone by the shutdown timeout (see pkg/lifecycle). Not time-scaled: they
-	// are about load balancers and Kubernetes, which run on the wall clock.
-	DrainWindow         time.Duration `env:"INTEGRATIONS_DRAIN_WINDOW" envDefault:"5s"`
-	ShutdownSoftTimeout time.Duration `env:"INTEGRATIONS_SHUTDOWN_SOFT_TIMEOUT" envDefault:"10s"`
+	// are about load balancers and Kubernetes, which run on the wall clock. The drain window and
+	// the soft timeout, when unset, are derived from the shutdown timeout (see deriveShutdown).
+	DrainWindow         time.Duration `env:"INTEGRATIONS_DRAIN_WINDOW"`
+	ShutdownSoftTimeout time.Duration `env:"INTEGRATIONS_SHUTDOWN_SOFT_TIMEOUT"`
 	ShutdownTimeout     time.Duration `env:"INTEGRATIONS_SHUTDOWN_TIMEOUT" envDefault:"15s"`
+}
+
+// Unset shutdown phases are derived from the shutdown timeout T: the drain window is
+// min(maxDefaultDrain, T/3), the soft timeout 2T/3 — 5 s and 10 s for the default 15 s. Fixed
+// defaults would break an upgrade: a deployment that set only INTEGRATIONS_SHUTDOWN_TIMEOUT to
+// 10 s or less, valid before the phases existed, would fail validation against a fixed 10 s
+// soft timeout. Only values set explicitly can be inconsistent, and the error names them.
+const maxDefaultDrain = 5 * time.Second
+
+// deriveShutdown fills the drain window and soft timeout that the environment leaves unset
+// (lookup is os.LookupEnv; an empty value counts as unset), keeping them consistent with the
+// phases that are set: a derived drain is no longer than an explicit soft timeout, a derived
+// soft timeout no shorter than an explicit drain window.
+func (c *Common) deriveShutdown(lookup func(string) (string, bool)) {
+	set := func(name string) bool { v, ok := lookup(name); return ok && v != "" }
+	hard := c.ShutdownTimeout
+	drainSet, softSet := set("INTEGRATIONS_DRAIN_WINDOW"), set("INTEGRATIONS_SHUTDOWN_SOFT_TIMEOUT")
+	if !drainSet {
+		c.DrainWindow = max(min(maxDefaultDrain, (hard/3).Truncate(time.Millisecond)), 0)
+		if softSet {
+			c.DrainWindow = max(min(c.DrainWindow, c.ShutdownSoftTimeout), 0)
+		}
+	}
+	if !softSet {
+		c.ShutdownSoftTimeout = max((hard * 2 / 3).Truncate(time.Millisecond), c.DrainWindow, 0)
+	}
+}
+
+// shutdownDeriver is Common's deriveShutdown, promoted to every settings struct embedding it.
+type shutdownDeriver interface {
+	deriveShutdown(lookup func(string) (string, bool))
 }
 
 // Shutdown is the shutdown's timeouts for lifecycle.New.
@@ -54,6 +87,9 @@ func (c Common) Validate() error {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_SHUTDOWN_TIMEOUT: %v must be positive", c.ShutdownTimeout))
 	case c.DrainWindow < 0:
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_DRAIN_WINDOW: %v must not be negative", c.DrainWindow))
+	case c.DrainWindow >= c.ShutdownTimeout:
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_DRAIN_WINDOW: %v must be less than INTEGRATIONS_SHUTDOWN_TIMEOUT (%v)",
+			c.DrainWindow, c.ShutdownTimeout))
 	case c.ShutdownSoftTimeout < c.DrainWindow:
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_SHUTDOWN_SOFT_TIMEOUT: %v must be at least INTEGRATIONS_DRAIN_WINDOW (%v)",
 			c.ShutdownSoftTimeout, c.DrainWindow))
@@ -86,6 +122,9 @@ func Load[T any]() (T, error) {
 	var cfg T
 	if err := env.Parse(&cfg); err != nil {
 		return cfg, fmt.Errorf("configuration: %w", err)
+	}
+	if d, ok := any(&cfg).(shutdownDeriver); ok {
+		d.deriveShutdown(os.LookupEnv)
 	}
 	if v, ok := any(&cfg).(Validator); ok {
 		if err := v.Validate(); err != nil {

@@ -36,7 +36,10 @@ type subscription struct {
 	gen        uint64
 	deliveries <-chan amqp.Delivery
 	closes     chan *amqp.Error
-	dead       atomic.Bool
+	// down is closed once amqp091-go has shut the channel down (its NotifyClose channels are
+	// closed then, whatever the cause): a settle error can be told apart without polling.
+	down chan struct{}
+	dead atomic.Bool
 }
 
 // job is one delivery on its way to a worker.
@@ -82,6 +85,9 @@ type consumer struct {
 	gen   uint64
 	queue []*job // received, not yet taken by a worker
 	busy  int    // jobs received and not yet settled (queued or in a worker)
+	// copying is how many retry, defer or dead-letter copies workers are publishing (written,
+	// or waiting for their confirm): the shutdown does not abandon them at the grace.
+	copying atomic.Int32
 }
 
 // Consume consumes a declared route with `concurrency` handler goroutines (at least 1) until ctx
@@ -119,8 +125,11 @@ type consumeOptions struct {
 // handlers' context is cancelled; Consume waits at most grace more for them to return (a cut-off
 // handler's non-Ack result is a requeue, as always), then closes its channel, which returns
 // anything still unsettled to the broker, and returns without waiting for handlers that ignore
-// their context. The grace also bounds the broker's answers to the consumer's cancel and to the
-// channel's close; it is at least minDrainGrace.
+// their context. A handler whose retry, defer or dead-letter copy is being published when the
+// grace ends is waited for until the copy's confirm (at most the publish timeout, 10 s), so that
+// the copy does not end up beside the original the closed channel requeues; the Broker's close
+// ends that wait too, which keeps a service's hard bound. The grace also bounds the broker's
+// answers to the consumer's cancel and to the channel's close; it is at least minDrainGrace.
 func Drain(work context.Context, grace time.Duration) ConsumeOption {
 	return func(o *consumeOptions) {
 		o.work = work
@@ -275,6 +284,14 @@ func (c *consumer) subscribe(ctx context.Context) (*subscription, error) {
 	}
 	// Buffered: amqp091-go sends at most one error, then closes the channel; lose() reads it.
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	down := make(chan struct{})
+	watch := ch.NotifyClose(make(chan *amqp.Error, 1))
+	go func() {
+		// amqp091-go closes watch when the channel shuts down, whatever the cause.
+		for range watch {
+		}
+		close(down)
+	}()
 	// The queues may be gone (deleted, or a broker that lost its state): declare before consuming.
 	if err := c.top.declare(ch); err != nil {
 		return fail(err)
@@ -292,7 +309,7 @@ func (c *consumer) subscribe(ctx context.Context) (*subscription, error) {
 		return fail(fmt.Errorf("consume %q: %w", c.top.queue, err))
 	}
 	c.gen++
-	return &subscription{ch: ch, tag: tag, gen: c.gen, deliveries: deliveries, closes: closes}, nil
+	return &subscription{ch: ch, tag: tag, gen: c.gen, deliveries: deliveries, closes: closes, down: down}, nil
 }
 
 // lose retires a subscription whose delivery stream ended (channel or connection closed, or the
@@ -313,11 +330,14 @@ func (c *consumer) lose(sub *subscription) {
 	}
 	dropped := c.dropQueued(sub)
 	var ae *amqp.Error
-	if errors.As(reason, &ae) && ae.Code == amqp.PreconditionFailed {
-		// What settling a stale delivery tag on a live channel looks like; the port must never do
-		// it, so say so loudly.
-		c.log.Error("mq consumer channel closed by the broker with 406 PRECONDITION_FAILED",
-			zap.Uint64("generation", sub.gen), zap.Error(reason))
+	if errors.As(reason, &ae) && ourFault(ae.Code) {
+		// What settling a stale delivery tag on a live channel looks like (406 PRECONDITION_FAILED
+		// "unknown delivery tag"): acks are not answered, so the settle that caused it was counted
+		// when it was written. On a consuming channel settles are all the port sends, so one of
+		// them did not land: count it lost — the account must show the bug — and say so loudly.
+		c.st.inc(evLost)
+		c.log.Error("mq consumer channel closed by the broker for a protocol error of ours",
+			zap.Uint64("generation", sub.gen), zap.Int("code", ae.Code), zap.Error(reason))
 	}
 	c.log.Warn("mq consumer lost its channel; resubscribing", zap.Uint64("generation", sub.gen),
 		zap.Int("superseded", dropped), zap.Error(reason))
@@ -359,8 +379,7 @@ func (c *consumer) settle(cur *subscription, s settlement) {
 	} else {
 		err = j.d.Nack(false, true)
 	}
-	switch {
-	case err == nil:
+	if err == nil {
 		count(s.ev)
 		if s.rejected {
 			count(evRejected)
@@ -368,53 +387,113 @@ func (c *consumer) settle(cur *subscription, s settlement) {
 		if h := c.b.hooks().settled; h != nil && !s.probe {
 			h(c.top.route, j.msg.ID, s.ev)
 		}
-	case c.tornDown(j.sub, err):
-		// The channel or its connection was going away under us; lose() will notice. The broker
-		// redelivers.
-		count(evSuperseded)
-		c.log.Debug("mq settle failed on a channel being torn down; superseded",
-			zap.String("message_id", j.msg.ID), zap.Uint64("generation", j.sub.gen), zap.Error(err))
-	default:
+		return
+	}
+	c.settleFailed(j.sub, err, func(torn bool) {
+		if torn {
+			// The channel or its connection was going away under us; lose() will notice. The
+			// broker redelivers.
+			count(evSuperseded)
+			c.log.Debug("mq settle failed on a channel being torn down; superseded",
+				zap.String("message_id", j.msg.ID), zap.Uint64("generation", j.sub.gen), zap.Error(err))
+			return
+		}
 		count(evLost)
 		c.log.Error("mq settle failed on a live channel", zap.String("message_id", j.msg.ID),
 			zap.Int("attempt", j.msg.Attempt), zap.Error(err))
-	}
+	})
 }
 
 // tornDownWait is how long a settle error that could be either is given to show whether the
 // channel is closing: amqp091-go starts the shutdown of a connection whose socket write failed in
 // a goroutine of its own, so the channel may not say it is closed at the instant the error comes
-// back.
+// back. The wait runs off the owner goroutine (see settleFailed).
 const tornDownWait = 100 * time.Millisecond
 
-// tornDown reports whether a settle's error came from sub's channel or connection being torn
-// down (the broker then requeues the delivery: superseded, not lost). amqp091-go answers
-// ErrClosed once it knows; before it does, a write on a dying socket fails with the socket's
-// error (broken pipe, connection reset, use of a closed connection, EOF, a deadline), and an
-// exception the broker sent (e.g. 320 CONNECTION_FORCED) comes back as an *amqp.Error — every
-// AMQP exception closes the channel or the connection. Anything else counts as torn down only if
-// the channel is found closed shortly after.
-func (c *consumer) tornDown(sub *subscription, err error) bool {
-	if errors.Is(err, amqp.ErrClosed) || sub.dead.Load() {
+type settleFault uint8
+
+const (
+	faultTornDown settleFault = iota // the channel or connection is going away: superseded
+	faultOurs                        // a protocol error of the port's own (a bug): lost
+	faultUnknown                     // neither known: decided by whether the channel closes soon
+)
+
+// ourFault reports whether an AMQP exception code says the port itself sent something wrong —
+// acked an unknown delivery tag (406 PRECONDITION_FAILED), used a queue or exchange that is not
+// there, a malformed or out-of-order frame — rather than that the broker, the operator or the
+// network took the channel or connection away (320 CONNECTION_FORCED, 501 FRAME_ERROR, which is
+// also how amqp091-go reports a failed socket write, 506 RESOURCE_ERROR, 541 INTERNAL_ERROR).
+func ourFault(code int) bool {
+	switch code {
+	case amqp.ContentTooLarge, amqp.InvalidPath, amqp.AccessRefused, amqp.NotFound, amqp.ResourceLocked,
+		amqp.PreconditionFailed, amqp.SyntaxError, amqp.CommandInvalid, amqp.ChannelError,
+		amqp.UnexpectedFrame, amqp.NotAllowed, amqp.NotImplemented:
 		return true
 	}
+	return false
+}
+
+// classifySettle says what a settle's error on sub means. amqp091-go answers ErrClosed once it
+// knows the channel or connection is closed; before it does, a write on a dying socket fails with
+// the socket's error (broken pipe, connection reset, use of a closed connection, EOF, a deadline),
+// and an exception the broker sent comes back as an *amqp.Error — torn down, unless its code is a
+// protocol error of ours (ourFault), which is a bug to count as lost, not hide as superseded. It
+// never waits: anything else is faultUnknown, unless the channel is already known to be down.
+func classifySettle(sub *subscription, err error) settleFault {
+	if errors.Is(err, amqp.ErrClosed) || sub.dead.Load() {
+		return faultTornDown
+	}
 	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		if ourFault(ae.Code) {
+			return faultOurs
+		}
+		return faultTornDown
+	}
 	var ne net.Error
-	if errors.As(err, &ae) || errors.As(err, &ne) || errors.Is(err, syscall.EPIPE) ||
+	if errors.As(err, &ne) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNABORTED) ||
 		errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, io.ErrClosedPipe) {
-		return true
+		return faultTornDown
 	}
-	deadline := time.Now().Add(tornDownWait)
-	for {
-		if sub.ch.IsClosed() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond) // amqp091-go offers no event for "closing": poll briefly
+	if sub.ch.IsClosed() || isDone(sub.down) {
+		return faultTornDown
+	}
+	return faultUnknown
+}
+
+// settleFailed calls decided with whether a failed settle on sub is a teardown (true) or a loss.
+// A known error is decided at once, on the caller's (the owner's) goroutine; an unknown one in a
+// goroutine of its own, which waits up to tornDownWait for the channel to shut down, so that the
+// owner goroutine never stalls on it. decided must be safe to call from another goroutine.
+func (c *consumer) settleFailed(sub *subscription, err error, decided func(torn bool)) {
+	switch classifySettle(sub, err) {
+	case faultTornDown:
+		decided(true)
+	case faultOurs:
+		decided(false)
+	default:
+		go func() {
+			t := time.NewTimer(tornDownWait)
+			defer t.Stop()
+			select {
+			case <-sub.down: // nil for a subscription without one: the timer decides
+				decided(true)
+			case <-t.C:
+				decided(sub.ch.IsClosed())
+			}
+		}()
+	}
+}
+
+// isDone reports whether ch is closed; a nil ch is not.
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -448,7 +527,7 @@ func (c *consumer) shutdown(sub *subscription, workers *sync.WaitGroup) {
 
 	// Workers check halt before calling a handler and turn a cancelled non-Ack into a requeue, so
 	// what comes back now is final.
-	var graceC <-chan time.Time
+	var graceC, copiesC <-chan time.Time
 	workDone := c.ctx.Done()
 	abandoned := false
 wait:
@@ -457,6 +536,12 @@ wait:
 		case s := <-c.res:
 			c.busy--
 			c.settle(sub, s)
+			if copiesC != nil && c.copying.Load() == 0 && c.busy > 0 {
+				c.log.Error("mq handlers did not return within the shutdown grace; leaving them to the broker",
+					zap.Int("handlers", c.busy), zap.Duration("grace", c.grace))
+				abandoned = true
+				break wait
+			}
 		case <-workDone:
 			workDone = nil
 			c.log.Warn("mq handlers still running when their context was cancelled", zap.Int("handlers", c.busy),
@@ -465,8 +550,28 @@ wait:
 			defer grace.Stop()
 			graceC = grace.C
 		case <-graceC:
+			graceC = nil
+			if n := c.copying.Load(); n > 0 {
+				// A retry, defer or dead-letter copy is still being confirmed: abandoning now would
+				// close the channel, so the broker requeues the original, and the copy, once
+				// confirmed, would stand beside it. Wait for the copies — each is bounded by
+				// publishTimeout from its start, which was before the work context ended — and
+				// abandon the other handlers once they are settled. The service's hard bound
+				// still holds: its broker close (c.b.closed) ends this wait.
+				c.log.Warn("mq shutdown grace over with copies still being confirmed; waiting for them",
+					zap.Int32("copies", n), zap.Duration("at_most", publishTimeout))
+				copies := time.NewTimer(publishTimeout)
+				defer copies.Stop()
+				copiesC = copies.C
+				continue
+			}
 			c.log.Error("mq handlers did not return within the shutdown grace; leaving them to the broker",
 				zap.Int("handlers", c.busy), zap.Duration("grace", c.grace))
+			abandoned = true
+			break wait
+		case <-copiesC:
+			c.log.Error("mq copies not confirmed within the publish timeout; leaving their originals to the broker",
+				zap.Int32("copies", c.copying.Load()), zap.Int("handlers", c.busy))
 			abandoned = true
 			break wait
 		case <-c.b.closed:
@@ -512,7 +617,17 @@ func (c *consumer) cancelConsumer(sub *subscription) bool {
 	c.log.Warn("mq consumer cancel failed; closing its channel", zap.Uint64("generation", sub.gen), zap.Error(err))
 	sub.dead.Store(true)
 	c.closeChannel(sub)
-	<-done // closing the channel ends the call
+	// Closing the channel ends the call, but against a silent broker only when amqp091-go's
+	// heartbeats notice the connection is dead: wait no longer than another grace, or the Broker's
+	// close. The call's goroutine returns when the connection goes (done is buffered).
+	t.Reset(c.grace)
+	select {
+	case <-done:
+	case <-t.C:
+		c.log.Warn("mq consumer cancel still unanswered after its channel's close; leaving it to the connection",
+			zap.Uint64("generation", sub.gen))
+	case <-c.b.closed:
+	}
 	return false
 }
 
@@ -571,15 +686,19 @@ func (c *consumer) awaitWorkers(workers *sync.WaitGroup, d time.Duration) {
 // requeue returns a delivery of sub at shutdown, on the owner goroutine.
 func (c *consumer) requeue(sub *subscription, d *amqp.Delivery) {
 	err := d.Nack(false, true)
-	switch {
-	case err == nil:
+	if err == nil {
 		c.st.inc(evRequeued)
-	case c.tornDown(sub, err):
-		c.st.inc(evSuperseded)
-	default:
-		c.st.inc(evLost)
-		c.log.Error("mq requeue failed on a live channel", zap.String("message_id", d.MessageId), zap.Error(err))
+		return
 	}
+	id := d.MessageId
+	c.settleFailed(sub, err, func(torn bool) {
+		if torn {
+			c.st.inc(evSuperseded)
+			return
+		}
+		c.st.inc(evLost)
+		c.log.Error("mq requeue failed on a live channel", zap.String("message_id", id), zap.Error(err))
+	})
 }
 
 // work is one worker goroutine: it runs handlers and sends verdicts back to the owner.
@@ -669,11 +788,17 @@ func (c *consumer) call(m *Message) (res Result, panicked bool) {
 	return c.h(c.ctx, m), false
 }
 
-// copyContext bounds a retry or dead-letter publish. It is detached from shutdown: a copy that is
-// on its way should be confirmed and its original acked, not abandoned half way (which would leave
-// both the copy and the redelivered original).
+// copyContext bounds a retry, defer or dead-letter publish. It is detached from shutdown: a copy
+// that is on its way should be confirmed and its original acked, not abandoned half way (which
+// would leave both the copy and the redelivered original). Until its cancel is called the copy
+// counts in c.copying, which the shutdown waits for past the grace.
 func (c *consumer) copyContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(c.ctx), publishTimeout)
+	c.copying.Add(1)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), publishTimeout)
+	return ctx, func() {
+		cancel()
+		c.copying.Add(-1)
+	}
 }
 
 // retry publishes the next attempt to its holding queue; the original is acked only once the copy

@@ -26,6 +26,9 @@ type DeadLetter struct {
 	LastFailureAt  time.Time // x-last-failure-at; zero when unknown
 	DeadAt         time.Time // x-dead-at, or the broker's x-death time
 	SourceQueue    string    // x-source-queue, or the broker's x-first-death-queue
+	// Redriven is how many times the message was redriven (x-redriven) before it came back to the
+	// DLQ: Redrive resets the attempt budget, not this.
+	Redriven int
 }
 
 // DeadLetters lists up to limit messages at the head of a route's DLQ ("<scope>.<route>.dlq"),
@@ -82,7 +85,9 @@ func (b *Broker) DeadLetters(ctx context.Context, route string, limit int) (_ []
 // Redrive moves the dead letters of a route whose message ids are in ids (all of them when ids is
 // empty) back to the route's work queue, with a fresh attempt budget: the port's bookkeeping
 // headers (x-delivery-attempt, x-dead-reason, x-last-error, the failure times) and the broker's
-// x-death family are stripped, the id, body and properties kept. Each copy is confirmed by the
+// x-death family are stripped, the id, body and properties kept, and x-redriven counts one more
+// redrive (DeadLetter.Redriven), so that a recovery can cap its redrives of a message that keeps
+// failing. Each copy is confirmed by the
 // broker before its DLQ original is acked; messages not selected, and any whose copy was not
 // confirmed, stay in the DLQ in their positions. It returns how many were moved, and an error if
 // any selected message could not be (a moved message is then possibly a duplicate, never lost).
@@ -295,6 +300,7 @@ func redriveCopy(d *amqp.Delivery) amqp.Publishing {
 	for k := range bookkeeping {
 		delete(pub.Headers, k)
 	}
+	pub.Headers[hdrRedriven] = int32(min(redrivenOf(d.Headers)+1, 1<<30))
 	return pub
 }
 
@@ -322,6 +328,7 @@ func deadLetterOf(d *amqp.Delivery) DeadLetter {
 		LastFailureAt:  ts(hdrLastFailure),
 		DeadAt:         ts(hdrDeadAt),
 		SourceQueue:    str(hdrSourceQueue),
+		Redriven:       redrivenOf(d.Headers),
 	}
 	// Dead-lettered by the broker (x-delivery-limit): its headers say why and when.
 	if dl.Reason == "" {

@@ -95,11 +95,12 @@ func TestDeadLettersListAndRedrive(t *testing.T) {
 		assert.Equal(t, []byte(id), d.Body)
 		assert.Equal(t, "acme", d.Headers["tenant"], "application headers survive")
 		for k := range bookkeeping {
-			if k != hdrPublishTag {
+			if k != hdrPublishTag && k != hdrRedriven {
 				assert.NotContains(t, d.Headers, k, "a fresh budget: %s stripped", k)
 			}
 		}
 		assert.Equal(t, 1, attemptOf(d.Headers))
+		assert.Equal(t, 1, redrivenOf(d.Headers), "the redrive is counted")
 	}
 
 	moved, err = tb.b.Redrive(tb.ctx, "dead", nil)
@@ -146,6 +147,7 @@ func TestFailLevelsThenDLQThenRedrive(t *testing.T) {
 		assert.Equal(t, 4, dl.Attempts)
 		assert.Equal(t, "attempt 4 failed", dl.LastError)
 		assert.Less(t, dl.FirstFailureAt, dl.LastFailureAt)
+		assert.Equal(t, pass-1, dl.Redriven, "x-redriven counts the redrives, through retries and dead-lettering")
 		mu.Lock()
 		defer mu.Unlock()
 		require.Len(t, calls, 4*pass)
@@ -167,9 +169,13 @@ func TestFailLevelsThenDLQThenRedrive(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, moved)
 	checkPass(2)
+	moved, err = tb.b.Redrive(tb.ctx, "levels", nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, moved)
+	checkPass(3)
 	c := tb.b.Counters("levels")
-	assert.EqualValues(t, 6, c.Retried)
-	assert.EqualValues(t, 1, c.Redriven)
+	assert.EqualValues(t, 9, c.Retried)
+	assert.EqualValues(t, 2, c.Redriven)
 	assert.Zero(t, c.Lost+c.Requeued+c.Superseded+c.Rejected)
 	assert.ElementsMatch(t, []string{
 		tb.b.QueueName("levels") + ".retry.100ms",

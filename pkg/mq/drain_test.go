@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 )
 
 // consumeDrained runs Consume with Drain in the background: take stops it taking deliveries,
@@ -238,12 +239,10 @@ func TestSettleOnATornDownSocketIsSuperseded(t *testing.T) {
 	}
 }
 
-// TestTornDown classifies settle errors: teardown (superseded) or a failure on a live channel
-// (lost).
-func TestTornDown(t *testing.T) {
+// TestClassifySettle classifies settle errors without waiting: teardown (superseded), a protocol
+// error of the port's own such as 406 PRECONDITION_FAILED (lost: a bug, not hidden), or unknown.
+func TestClassifySettle(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, 1)
-	c := &consumer{b: tb.b}
 	conn, err := amqp.Dial(testURL())
 	require.NoError(t, err)
 	defer conn.Close()
@@ -258,20 +257,89 @@ func TestTornDown(t *testing.T) {
 		name string
 		ch   *amqp.Channel
 		err  error
-		want bool
+		want settleFault
 	}{
-		{"ErrClosed", live, amqp.ErrClosed, true},
-		{"connection-forced", live, &amqp.Error{Code: amqp.ConnectionForced, Reason: "CONNECTION_FORCED - broker forced connection closure"}, true},
-		{"frame error of a failed write", live, &amqp.Error{Code: amqp.FrameError, Reason: "write tcp: broken pipe"}, true},
-		{"broken pipe", live, fmt.Errorf("ack: %w", &net.OpError{Op: "write", Err: os.NewSyscallError("write", syscall.EPIPE)}), true},
-		{"connection reset", live, syscall.ECONNRESET, true},
-		{"use of closed connection", live, net.ErrClosed, true},
-		{"unknown error, channel closed meanwhile", closed, errors.New("something else"), true},
-		{"unknown error on a live channel", live, errors.New("something else"), false},
+		{"ErrClosed", live, amqp.ErrClosed, faultTornDown},
+		{"connection-forced", live, &amqp.Error{Code: amqp.ConnectionForced, Reason: "CONNECTION_FORCED - broker forced connection closure"}, faultTornDown},
+		{"frame error of a failed write", live, &amqp.Error{Code: amqp.FrameError, Reason: "write tcp: broken pipe"}, faultTornDown},
+		{"broker internal error", live, &amqp.Error{Code: amqp.InternalError, Reason: "INTERNAL_ERROR"}, faultTornDown},
+		{"unknown delivery tag", live, &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - unknown delivery tag 7", Server: true, Recover: true}, faultOurs},
+		{"no such queue", live, &amqp.Error{Code: amqp.NotFound, Reason: "NOT_FOUND - no queue 'q'"}, faultOurs},
+		{"command invalid", live, &amqp.Error{Code: amqp.CommandInvalid, Reason: "COMMAND_INVALID"}, faultOurs},
+		{"broken pipe", live, fmt.Errorf("ack: %w", &net.OpError{Op: "write", Err: os.NewSyscallError("write", syscall.EPIPE)}), faultTornDown},
+		{"connection reset", live, syscall.ECONNRESET, faultTornDown},
+		{"use of closed connection", live, net.ErrClosed, faultTornDown},
+		{"unknown error, channel already closed", closed, errors.New("something else"), faultTornDown},
+		{"unknown error on a live channel", live, errors.New("something else"), faultUnknown},
 	} {
-		got := c.tornDown(&subscription{ch: tc.ch}, tc.err)
-		assert.Equal(t, tc.want, got, tc.name)
+		assert.Equal(t, tc.want, classifySettle(&subscription{ch: tc.ch}, tc.err), tc.name)
 	}
+}
+
+// TestSettleFailedDecidesOffTheOwner: an unknown settle error is decided in a goroutine of its
+// own — settleFailed returns at once — as a teardown if the channel shuts down within
+// tornDownWait, as a loss if it stays open.
+func TestSettleFailedDecidesOffTheOwner(t *testing.T) {
+	t.Parallel()
+	conn, err := amqp.Dial(testURL())
+	require.NoError(t, err)
+	defer conn.Close()
+	c := &consumer{}
+	unknown := errors.New("something else")
+
+	live, err := conn.Channel()
+	require.NoError(t, err)
+	defer live.Close()
+	decided := make(chan bool, 1)
+	t0 := time.Now()
+	c.settleFailed(&subscription{ch: live}, unknown, func(torn bool) { decided <- torn })
+	assert.Less(t, time.Since(t0), tornDownWait/2, "the caller does not wait")
+	select {
+	case torn := <-decided:
+		t.Fatalf("decided (torn=%v) before the channel had its time to close", torn)
+	default:
+	}
+	assert.False(t, receive(t, decided, "decision on the live channel"), "a live channel: lost")
+
+	closing, err := conn.Channel()
+	require.NoError(t, err)
+	down := make(chan struct{})
+	watch := closing.NotifyClose(make(chan *amqp.Error, 1))
+	go func() {
+		for range watch { // until amqp091-go closes it at the channel's shutdown
+		}
+		close(down)
+	}()
+	c.settleFailed(&subscription{ch: closing, down: down}, unknown, func(torn bool) { decided <- torn })
+	require.NoError(t, closing.Close()) // the teardown the error came from
+	assert.True(t, receive(t, decided, "decision on the closing channel"), "closed meanwhile: superseded")
+}
+
+// TestUnknownDeliveryTagIsLost: a settle the broker refuses with 406 PRECONDITION_FAILED (an ack of
+// a tag the channel does not know: a bug of the port) is not answered, so it was counted when it
+// was written; when the channel closes for it, one settlement is counted lost, not hidden.
+func TestUnknownDeliveryTagIsLost(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	conn, err := amqp.Dial(testURL())
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	require.NoError(t, ch.Ack(4242, false), "acks are not answered: the write succeeds")
+	e := receive(t, closes, "the broker closing the channel")
+	require.NotNil(t, e)
+	require.Equal(t, amqp.PreconditionFailed, e.Code)
+	// amqp091-go closed closes after sending e; lose() reads its subscription's own copy.
+	reason := make(chan *amqp.Error, 1)
+	reason <- e
+
+	c := &consumer{b: tb.b, st: tb.b.routeStats("bad-tag"), log: zap.NewNop()}
+	c.lose(&subscription{ch: ch, closes: reason})
+	got := tb.b.Counters("bad-tag")
+	assert.EqualValues(t, 1, got.Lost)
+	assert.Zero(t, got.Superseded)
 }
 
 // TestCloseContextBoundsAHangingConsumer: a handler that ignores its cancelled context does not
@@ -305,4 +373,93 @@ func TestCloseContextBoundsAHangingConsumer(t *testing.T) {
 	assert.Less(t, time.Since(t0), 2*time.Second, "CloseContext returned at its ctx's end")
 	require.Eventually(t, func() bool { return tb.depth(t, tb.b.QueueName("hung")) == 1 }, waitFor, 10*time.Millisecond,
 		"the connection is closed: the delivery is back in the queue")
+}
+
+// TestDrainBoundsASilentBroker: the broker stops answering the consuming connection (nothing it
+// sends is read) while a drained consumer stops taking. The cancel goes unanswered, so the
+// channel is closed, which goes unanswered too: Consume returns within a few graces, rather than
+// when heartbeats notice the dead connection (tens of seconds).
+func TestDrainBoundsASilentBroker(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var conns []*cutConn
+	subscribed := make(chan struct{}, 1)
+	tb := setupWith(t, Config{hooks: &testHooks{
+		wrapConn: func(purpose string, c net.Conn) net.Conn {
+			if purpose != "consume" {
+				return c
+			}
+			cc := &cutConn{Conn: c, severed: make(chan struct{})}
+			mu.Lock()
+			conns = append(conns, cc)
+			mu.Unlock()
+			return cc
+		},
+		subscribed: func(string, uint64) {
+			select {
+			case subscribed <- struct{}{}:
+			default:
+			}
+		},
+	}})
+	t.Cleanup(func() { // before the Broker closes: its close of a frozen connection would wait
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.sever()
+		}
+	})
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "silent"}))
+	const grace = 200 * time.Millisecond
+	take, _, done := tb.consumeDrained(t, "silent", 1, grace, func(context.Context, *Message) Result { return Ack() })
+	receive(t, subscribed, "subscription")
+	mu.Lock()
+	conns[len(conns)-1].frozen.Store(true)
+	mu.Unlock()
+	t0 := time.Now()
+	take()
+	assert.NoError(t, receive(t, done, "Consume's return"))
+	// A grace for the cancel, one for the close, one for the cancel call to end, and slack.
+	assert.Less(t, time.Since(t0), 3*grace+2*time.Second, "Consume returned about three graces after it stopped taking")
+}
+
+// TestDrainWaitsForACopyBeingConfirmed: a handler's retry copy is still waiting for its confirm
+// when the work context ends and the grace passes. The consumer does not abandon it (closing the
+// channel would requeue the original beside the copy): it waits for the confirm, acks the
+// original, and the message exists once, as the retry copy.
+func TestDrainWaitsForACopyBeingConfirmed(t *testing.T) {
+	t.Parallel()
+	sent := make(chan struct{})
+	release := make(chan struct{})
+	tb := setupWith(t, Config{hooks: &testHooks{
+		copySent: func(string) {
+			close(sent)
+			<-release // a confirm that takes longer than the grace
+		},
+	}})
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "slowcopy", Retry: RetryPolicy{Delays: []time.Duration{time.Hour}}}))
+	require.NoError(t, tb.b.Publish(tb.ctx, "slowcopy", Outgoing{ID: "m-slow"}))
+	const grace = 200 * time.Millisecond
+	var calls atomic.Int32
+	take, work, done := tb.consumeDrained(t, "slowcopy", 1, grace, func(context.Context, *Message) Result {
+		calls.Add(1)
+		return Fail(errors.New("transient"))
+	})
+	receive(t, sent, "the retry copy written")
+	take()
+	work()
+	// The grace runs out while the copy waits: time passing is the condition under test.
+	time.Sleep(3 * grace)
+	select {
+	case err := <-done:
+		t.Fatalf("Consume returned (%v) with a copy being confirmed", err)
+	default:
+	}
+	close(release)
+	assert.NoError(t, receive(t, done, "Consume's return"))
+	c := tb.b.Counters("slowcopy")
+	assert.EqualValues(t, 1, c.Retried, "the copy was confirmed and the original acked")
+	assert.Zero(t, c.Requeued+c.Superseded+c.Lost, "the original was not given back beside its copy")
+	assert.Zero(t, tb.depth(t, tb.b.QueueName("slowcopy")), "no original left in the work queue")
+	assert.EqualValues(t, 1, calls.Load())
 }

@@ -142,6 +142,10 @@ const (
 	hdrDeadReason   = "x-dead-reason"
 	hdrSourceQueue  = "x-source-queue"
 	hdrDeadAt       = "x-dead-at"
+	// hdrRedriven counts the Redrives a message went through. It survives retries, deferrals and
+	// dead-lettering (unlike the budget's headers, which a Redrive resets), so that an automatic
+	// recovery can stop redriving a message that keeps failing.
+	hdrRedriven = "x-redriven"
 	// hdrPublishTag correlates a basic.return with the publish it answers: message ids repeat
 	// (retries, duplicates in one batch) so they cannot. Internal; never shown to handlers.
 	hdrPublishTag = "x-mq-publish-tag"
@@ -164,6 +168,7 @@ const (
 var bookkeeping = map[string]bool{
 	hdrAttempt: true, hdrLastError: true, hdrFirstFailure: true, hdrLastFailure: true,
 	hdrDeadReason: true, hdrSourceQueue: true, hdrDeadAt: true, hdrPublishTag: true, hdrProbe: true,
+	hdrRedriven: true,
 }
 
 // brokerHeader reports headers the broker adds on dead-lettering and delivery. They are dropped
@@ -181,8 +186,26 @@ func brokerHeader(k string) bool {
 // attemptOf reads x-delivery-attempt, whatever integer type it arrived as; 1 when absent or
 // nonsensical (a message published by someone else starts at attempt 1).
 func attemptOf(h amqp.Table) int {
+	n, ok := intHeader(h, hdrAttempt)
+	if !ok || n < 1 || n > 1<<30 {
+		return 1
+	}
+	return int(n)
+}
+
+// redrivenOf reads x-redriven: 0 when absent or malformed.
+func redrivenOf(h amqp.Table) int {
+	n, ok := intHeader(h, hdrRedriven)
+	if !ok || n < 0 || n > 1<<30 {
+		return 0
+	}
+	return int(n)
+}
+
+// intHeader reads an integer header in any of the widths AMQP tables carry.
+func intHeader(h amqp.Table, key string) (int64, bool) {
 	var n int64
-	switch v := h[hdrAttempt].(type) {
+	switch v := h[key].(type) {
 	case int8:
 		n = int64(v)
 	case int16:
@@ -200,12 +223,9 @@ func attemptOf(h amqp.Table) int {
 	case uint32:
 		n = int64(v)
 	default:
-		return 1
+		return 0, false
 	}
-	if n < 1 || n > 1<<30 {
-		return 1
-	}
-	return int(n)
+	return n, true
 }
 
 // errText renders a handler's error for x-last-error: valid UTF-8, no URL an HTTP client error

@@ -77,6 +77,7 @@ func run() error {
 		RecoverEvery: cfg.RecoverEvery(),
 		DeadLetters:  broker,
 		NoticeBudget: noticeBudget,
+		ClaimTTL:     cfg.RelayClaimTTL(relay.DefaultClaimTTL),
 	})
 	levels := broker.DelayLevels(routes.Events.Name)
 	del := deliver.New(st, box, deliver.Config{

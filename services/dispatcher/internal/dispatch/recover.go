@@ -33,6 +33,13 @@ const (
 	deadLetterBatch = 500
 	// recoveryTimeout bounds one recovery pass.
 	recoveryTimeout = 10 * time.Second
+	// MaxRedrives is how many times the recoverer sends a dispatch back (counted by the port's
+	// x-redriven header, which survives retries and dead-lettering). A dispatch lost to a blip
+	// comes back after one redrive; one that fails every budget for its own sake (a poison: an
+	// error that is not the connection's) would otherwise be redriven every pass, with a warning
+	// each time, until its deadline. After the cap it stays in the DLQ for an operator, until the
+	// sweeper settles its execution and the dead letter is cleared.
+	MaxRedrives = 3
 )
 
 // DeadLetterQueue is the part of the message port the recovery uses.
@@ -57,13 +64,16 @@ type DeadLetterQueue interface {
 //     its deadline that the settlement sweeper is about to settle (no adapter should start work
 //     for it now; once settled, the dead letter is cleared).
 //
-// A dispatch that keeps failing is redriven once per budget and pass, and no longer once its
-// execution's deadline settled it: bounded, and logged each time.
+// A dispatch that keeps failing is redriven once per budget and pass, at most MaxRedrives times,
+// and no longer once its execution's deadline settled it: bounded, and logged each time; the cap
+// is logged once. Pass is not safe for concurrent use (Run calls it in turn).
 type Recoverer struct {
 	store    *store.Store
 	dlq      DeadLetterQueue
 	log      *zap.Logger
 	interval time.Duration
+	// capped is the dead letters last seen at the redrive cap, so that each is reported once.
+	capped map[string]bool
 	// redriven and cleared count what this recoverer did, for tests (the metrics are
 	// process-wide).
 	redriven, cleared atomic.Int64
@@ -109,6 +119,7 @@ func (r *Recoverer) Pass(ctx context.Context) error {
 		attempt int32
 	}
 	msgIDs := map[key][]string{}
+	redriven := map[key]int{} // the most redrives of the key's copies
 	var execs []string
 	var attempts []int32
 	for _, dl := range dls {
@@ -122,6 +133,7 @@ func (r *Recoverer) Pass(ctx context.Context) error {
 			attempts = append(attempts, k.attempt)
 		}
 		msgIDs[k] = append(msgIDs[k], dl.ID)
+		redriven[k] = max(redriven[k], dl.Redriven)
 	}
 	if len(execs) == 0 {
 		return nil
@@ -131,11 +143,23 @@ func (r *Recoverer) Pass(ctx context.Context) error {
 		return err
 	}
 	var redrive, discard []string
+	capped := map[string]bool{}
 	for _, s := range states {
-		ids := msgIDs[key{s.ExecutionID, s.Attempt}]
+		k := key{s.ExecutionID, s.Attempt}
+		ids := msgIDs[k]
 		switch {
 		case !s.Known, s.Expired:
 			// Unexplained, or about to be settled by the sweeper: the next pass decides.
+		case s.Startable && !s.Waiting && redriven[k] >= MaxRedrives:
+			// It failed every budget it was given: not a blip. Left for an operator (and cleared
+			// once the sweeper settles its execution).
+			for _, id := range ids {
+				capped[id] = true
+				if !r.capped[id] {
+					r.log.Error("dispatch dead-lettered again after its redrives; left in the DLQ",
+						zap.String("message_id", id), zap.Int("redrives", redriven[k]))
+				}
+			}
 		case s.Startable && !s.Waiting:
 			// All copies share the attempt's message id; Redrive moves every one, and the consumer
 			// starts the attempt once.
@@ -144,6 +168,7 @@ func (r *Recoverer) Pass(ctx context.Context) error {
 			discard = append(discard, ids...)
 		}
 	}
+	r.capped = capped
 	if len(redrive) > 0 {
 		moved, err := r.dlq.Redrive(ctx, routes.Executions.Name, redrive)
 		if moved > 0 {

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -111,4 +112,58 @@ func TestDeadLetteredDispatchIsSentBack(t *testing.T) {
 		t.Fatalf("%s handled again", id)
 	default:
 	}
+}
+
+// TestPoisonDispatchRedrivesAreCapped: a dispatch whose handling fails every budget for its own
+// sake (not a blip) is redriven MaxRedrives times, then left in the DLQ with its count, rather
+// than being sent back on every pass until its deadline.
+func TestPoisonDispatchRedrivesAreCapped(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	poison := s.InsertExecution(t, dbtest.Execution{}) // pending, attempt 1 not started
+
+	route := mq.Route{Name: routes.Executions.Name, Retry: mq.RetryPolicy{Delays: []time.Duration{10 * time.Millisecond}, MaxAttempts: 2}}
+	b, err := mq.Dial(ctx, mq.Config{URL: amqpURL(), Scope: "recovertest-" + uuid.NewString()[:8]})
+	require.NoError(t, err)
+	require.NoError(t, b.Declare(ctx, route))
+	declared := time.Now()
+	t.Cleanup(func() {
+		time.Sleep(time.Until(declared.Add(time.Second)))
+		assert.NoError(t, b.DeleteRoutes(context.Background(), route))
+		assert.NoError(t, b.Close())
+	})
+	var handled atomic.Int32
+	cctx, stop := context.WithCancel(ctx)
+	consumed := make(chan error, 1)
+	go func() {
+		consumed <- b.Consume(cctx, route.Name, 1, func(context.Context, *mq.Message) mq.Result {
+			handled.Add(1)
+			return mq.Fail(fmt.Errorf("start attempt: %w", errors.New("ERROR: value too long (SQLSTATE 22001)")))
+		})
+	}()
+	defer func() {
+		stop()
+		assert.NoError(t, <-consumed)
+	}()
+	body, err := proto.Marshal(&queuev1.ExecutionDispatch{ExecutionId: poison, Attempt: 1, DueTime: timestamppb.Now()})
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, route.Name, mq.Outgoing{ID: poison + ":1", Body: body}))
+
+	rec := NewRecoverer(store.New(s.Pool), b, zap.NewNop(), time.Second)
+	for pass := 1; pass <= MaxRedrives+2; pass++ {
+		dead := uint64(min(pass, MaxRedrives+1))
+		require.Eventually(t, func() bool { return b.Counters(route.Name).DeadLettered == dead }, 15*time.Second, 10*time.Millisecond,
+			"pass %d: dead-lettered %d times", pass, dead)
+		require.NoError(t, rec.Pass(ctx))
+		assert.EqualValues(t, min(pass, MaxRedrives), rec.Redriven(), "pass %d", pass)
+	}
+	dls, err := b.DeadLetters(ctx, route.Name, 10)
+	require.NoError(t, err)
+	require.Len(t, dls, 1, "left in the DLQ")
+	assert.Equal(t, MaxRedrives, dls[0].Redriven)
+	assert.EqualValues(t, 2*(MaxRedrives+1), handled.Load(), "two attempts per budget, no more after the cap")
+	assert.Zero(t, rec.Cleared())
 }

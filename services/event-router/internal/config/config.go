@@ -96,6 +96,18 @@ func (c Config) StaleAfter(noticeBudget time.Duration) time.Duration {
 	return max(c.Scale(c.EventStaleAfter), 2*noticeBudget, time.Second)
 }
 
+// RelayClaimTTL is the relay's claim on the events it publishes (unscaled: relay.DefaultClaimTTL)
+// time-scaled, but at least 5 s. The claim only has to outlast one claim-publish-mark round,
+// which takes milliseconds (a batch of 500 confirms well under a second); what it costs is the
+// wait for the other relays when one is killed between claim and publish, and that wait should
+// scale with the run like every other schedule (30 s unscaled made a scaled run's kill -9 wait
+// 30 s). The floor keeps it well above a confirm a loaded broker delays; a claim that still
+// expires mid-publish only makes a duplicate notice: the slower relay's mark no longer matches
+// the claim, and the event's delivery claim absorbs the second notice.
+func (c Config) RelayClaimTTL(unscaled time.Duration) time.Duration {
+	return max(c.Scale(unscaled), 5*time.Second)
+}
+
 // RecoverEvery is EventRecoverInterval time-scaled, at least 1 s: the checks are cheap (an
 // indexed query and a look at the DLQ's head) but need not run more often than a notice's retry.
 func (c Config) RecoverEvery() time.Duration {

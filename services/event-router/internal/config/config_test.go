@@ -50,10 +50,12 @@ func TestRecoveryWindowsScaleButOutlastTheNoticeBudget(t *testing.T) {
 	// 10m scaled is 600 ms: a notice still on its 11 s port budget is not taken for lost.
 	require.Equal(t, 22*time.Second, cfg.StaleAfter(11*time.Second))
 	require.Equal(t, time.Second, cfg.RecoverEvery())
+	require.Equal(t, 5*time.Second, cfg.RelayClaimTTL(30*time.Second), "scaled, but above a confirm's time")
 
 	t.Setenv("INTEGRATIONS_TIME_SCALE", "1")
 	cfg, err = config.Load[Config]()
 	require.NoError(t, err)
 	require.Equal(t, 10*time.Minute, cfg.StaleAfter(36*time.Second), "unscaled, the variable stands")
 	require.Equal(t, 10*time.Second, cfg.RecoverEvery())
+	require.Equal(t, 30*time.Second, cfg.RelayClaimTTL(30*time.Second))
 }

@@ -25,7 +25,9 @@ import (
 
 const (
 	batchSize = 500
-	claimTTL  = 30 * time.Second
+	// DefaultClaimTTL is how long a relay's claim on the events it is publishing lasts, unscaled:
+	// see Options.ClaimTTL.
+	DefaultClaimTTL = 30 * time.Second
 )
 
 // Publisher is the part of the message port the relay uses.
@@ -57,6 +59,9 @@ type Options struct {
 	// NoticeBudget is the events route's port-level retry budget (mq.RetryDelays): a notice relayed
 	// less than this long ago cannot have been dead-lettered yet.
 	NoticeBudget time.Duration
+	// ClaimTTL is how long a claim on events being published lasts (DefaultClaimTTL when zero): a
+	// relay killed between claim and publish leaves its events to the others for that long.
+	ClaimTTL time.Duration
 }
 
 // Relay publishes outbox events.
@@ -103,6 +108,9 @@ var (
 func New(st *store.Store, pub Publisher, log *zap.Logger, opts Options) *Relay {
 	if opts.RecoverEvery <= 0 {
 		opts.RecoverEvery = opts.StaleAfter
+	}
+	if opts.ClaimTTL <= 0 {
+		opts.ClaimTTL = DefaultClaimTTL
 	}
 	return &Relay{store: st, pub: pub, log: log, opts: opts}
 }
@@ -178,7 +186,7 @@ func (r *Relay) pass(ctx context.Context) error {
 		}
 	}
 	for {
-		claimed, err := r.store.EventClaimUnrelayed(ctx, batchSize, claimTTL)
+		claimed, err := r.store.EventClaimUnrelayed(ctx, batchSize, r.opts.ClaimTTL)
 		if err != nil || len(claimed) == 0 {
 			return err
 		}
@@ -237,7 +245,9 @@ func (r *Relay) watchDeadLetters(ctx context.Context, wake chan<- struct{}) {
 // recoverDeadLetters reads the head of the events route's DLQ and settles what the database
 // explains:
 //   - a dead letter of a pending event: the event gets a fresh notice now (its dead letter stays
-//     until the event is delivered or dead, so the DLQ shows it while it is not yet recovered);
+//     until the event is delivered or dead, so the DLQ shows it while it is not yet recovered) —
+//     once: an event relayed since, or on its delivery schedule (its next attempt ahead, so a
+//     notice waits for it), is not released again until that notice too is overdue by the budget;
 //   - a dead letter of an event delivered or dead since (by a fresh notice, a duplicate, or its
 //     schedule): discarded, counted and logged — its loss cost nothing but time;
 //   - a dead letter the database does not explain (no such event, a body that is not a notice):

@@ -94,10 +94,14 @@ type DeadNotice struct {
 
 // EventReleaseDeadNoticed looks up the events whose notices were dead-lettered (ids; unknown ids
 // are left out of the answer) and makes each one that is still pending unrelayed again, so that
-// the relay publishes a fresh notice at once — unless it was relayed less than minAge ago (minAge
-// is the events route's port-level budget: a notice younger than that cannot have spent it, so
-// the dead letter is of an earlier notice and a fresh one is already on its way) or a live
-// delivery claim holds it (it is being delivered). The dead letter is the evidence that the notice
+// the relay publishes a fresh notice at once — unless it was relayed, or its next attempt was
+// due, less than minAge ago, or a live delivery claim holds it (it is being delivered). minAge is
+// the events route's port-level budget: a notice younger than that cannot have spent it, so the
+// dead letter is of an earlier notice and a fresh one is already on its way; and an event in
+// delivery backoff (next_attempt_at ahead) has a live notice deferred until that time, so it is
+// not released until the notice had a budget past it — the same condition as EventReleaseStale.
+// Without the next_attempt_at part, every recovery pass released an event on its 1m…6h schedule
+// again, as long as its old dead letter stayed in the DLQ: one notice more per pass. The dead letter is the evidence that the notice
 // is gone, so this does not wait for the stale-notice window; a notice that was in fact alive
 // makes a duplicate, which the delivery claim absorbs.
 func (s *Store) EventReleaseDeadNoticed(ctx context.Context, ids []string, minAge time.Duration) ([]DeadNotice, error) {
@@ -108,7 +112,8 @@ func (s *Store) EventReleaseDeadNoticed(ctx context.Context, ids []string, minAg
 			UPDATE integration_events e SET relayed_at = NULL, relay_claimed_until = NULL
 			FROM ev
 			WHERE e.id = ev.id AND ev.delivery_status = 'pending'
-				AND e.relayed_at IS NOT NULL AND e.relayed_at < now() - make_interval(secs => $2)
+				AND e.relayed_at IS NOT NULL
+				AND greatest(coalesce(e.next_attempt_at, e.relayed_at), e.relayed_at) < now() - make_interval(secs => $2)
 				AND (e.delivery_claimed_until IS NULL OR e.delivery_claimed_until < now())
 			RETURNING e.id
 		)

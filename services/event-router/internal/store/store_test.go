@@ -165,3 +165,46 @@ func TestEventReleaseDeadNoticed(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []DeadNotice{{EventID: lost, Status: "pending"}}, got)
 }
+
+// TestEventReleaseDeadNoticedInBackoff: an event whose old notice is in the DLQ but which is now
+// on its delivery schedule (a fresh notice was delivered, the receiver failed, the next attempt
+// is ahead) has a live notice deferred until that attempt: it is not released on pass after pass
+// while the dead letter stays, only once its next attempt is overdue by the notice budget.
+func TestEventReleaseDeadNoticedInBackoff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	st := New(s.Pool)
+	insert := func(nextAttemptAt string) string {
+		exec := s.InsertExecution(t, dbtest.Execution{Status: "succeeded", Attempt: 1})
+		id := uuid.NewString()
+		_, err := s.Pool.Exec(ctx, `
+			INSERT INTO integration_events (id, application_id, execution_id, type, payload, relayed_at,
+				attempts, next_attempt_at, delivery_status)
+			VALUES ($1, $2, $3, 'execution.completed', '{}', now() - interval '1 hour', 1, `+nextAttemptAt+`, 'pending')`,
+			id, dbtest.TestApp, exec)
+		require.NoError(t, err)
+		return id
+	}
+	backoff := insert("now() + interval '5 minutes'")
+	justDue := insert("now() - interval '2 seconds'")
+	overdue := insert("now() - interval '20 seconds'")
+
+	for pass := range 5 {
+		got, err := st.EventReleaseDeadNoticed(ctx, []string{backoff, justDue}, 11*time.Second)
+		require.NoError(t, err)
+		require.Len(t, got, 2)
+		for _, n := range got {
+			require.False(t, n.Released, "pass %d: event %s has a live notice on its schedule", pass, n.EventID)
+		}
+	}
+	got, err := st.EventReleaseDeadNoticed(ctx, []string{overdue}, 11*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, []DeadNotice{{EventID: overdue, Status: "pending", Released: true}}, got,
+		"its next attempt was due longer ago than the budget: the notice is lost")
+
+	var relayed int
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM integration_events WHERE relayed_at IS NOT NULL`).Scan(&relayed))
+	require.Equal(t, 2, relayed, "only the overdue event waits for the relay")
+}
