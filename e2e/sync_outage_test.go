@@ -86,9 +86,9 @@ func TestAdapterOutageSpendsNoAttempt(t *testing.T) {
 	for range 3 {
 		ids = append(ids, s.invoke(t, "dummy.echo", `{"mode": "MODE_ASYNC", "payload": {"greeting": "later"}}`))
 	}
-	// Each dispatch reaches the consumer, finds no adapter, and is deferred.
+	// Each dispatch reaches the consumer, finds no adapter, and is rescheduled.
 	require.Eventually(t, func() bool {
-		return strings.Count(s.log("execution-consumer"), "attempt not spent, dispatch deferred") >= 2*len(ids)
+		return strings.Count(s.log("execution-consumer"), "attempt not spent, dispatch rescheduled") >= 2*len(ids)
 	}, 30*time.Second, 50*time.Millisecond)
 	require.Zero(t, s.count(t, `SELECT count(*) FROM execution_attempts WHERE execution_id = ANY($1::uuid[])`, ids), "no attempt row")
 	require.Equal(t, len(ids), s.count(t, `SELECT count(*) FROM executions WHERE id = ANY($1::uuid[]) AND status = 'pending' AND attempt = 0`, ids))
