@@ -129,9 +129,12 @@ func TestUnreachableAdapterSpendsNoAttempt(t *testing.T) {
 	go func() { _ = asrv.Serve(alis) }()
 	t.Cleanup(asrv.Stop)
 
-	// Within the connect wait the consumer finds it (its reconnect backoff is capped at 1 s).
+	// Within a second or so the consumer finds it (its reconnect backoff is capped at 1 s; until
+	// then a dispatch answers NotSent at once and is rescheduled again).
 	require.Eventually(t, func() bool {
-		return h.Handle(context.Background(), msg).String() == mq.Ack().String()
+		require.Equal(t, mq.Ack().String(), h.Handle(context.Background(), msg).String())
+		status, _, _ := b.current(t, id)
+		return status == "running"
 	}, 5*time.Second, 10*time.Millisecond)
 	status, attempt, rows := b.current(t, id)
 	require.Equal(t, "running", status, "the fake settlement does not write")
