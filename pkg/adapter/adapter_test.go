@@ -434,6 +434,60 @@ func TestCloseCancelsBackgroundWorkAndDeliversItsOutcome(t *testing.T) {
 	require.True(t, f.GetRetryable())
 }
 
+// Shutdown is a bound: with the callback service down, a finished outcome's delivery (which
+// would retry until the attempt's lease, a minute here) stops a short grace after Shutdown's ctx
+// ended, and Shutdown returns.
+func TestShutdownIsBoundedWhileTheCallbackServiceIsDown(t *testing.T) {
+	t.Parallel()
+	finished := make(chan struct{})
+	b := setup(t, &fakeCallbacks{completeUnavailable: 1 << 20}, func(ctx context.Context, req *adapter.Request) adapter.Result {
+		return adapter.Later(time.Minute, func(context.Context, *adapter.Callbacks) adapter.Result {
+			defer close(finished)
+			return adapter.Complete(map[string]any{"done": true})
+		})
+	})
+	require.NotNil(t, execute(t, b, nil, executionv1.Mode_MODE_ASYNC).GetAccepted())
+	<-finished
+	require.Eventually(t, func() bool {
+		b.fake.mu.Lock()
+		defer b.fake.mu.Unlock()
+		return b.fake.completeN >= 2
+	}, 5*time.Second, 10*time.Millisecond, "the delivery is retrying")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	require.NoError(t, b.server.Shutdown(ctx), "the work itself ended")
+	require.Less(t, time.Since(start), 4*time.Second, "Shutdown returns a short grace after its ctx ended")
+	b.fake.mu.Lock()
+	defer b.fake.mu.Unlock()
+	require.Empty(t, b.fake.completes, "nothing was delivered")
+}
+
+// Shutdown is a bound even for work that ignores its cancellation: it returns
+// ErrShutdownIncomplete instead of waiting for it.
+func TestShutdownDoesNotWaitForWorkIgnoringCancellation(t *testing.T) {
+	t.Parallel()
+	started, release := make(chan struct{}), make(chan struct{})
+	b := setup(t, &fakeCallbacks{}, func(ctx context.Context, req *adapter.Request) adapter.Result {
+		return adapter.Later(time.Minute, func(context.Context, *adapter.Callbacks) adapter.Result {
+			close(started)
+			<-release
+			return adapter.Complete(nil)
+		})
+	})
+	require.NotNil(t, execute(t, b, nil, executionv1.Mode_MODE_ASYNC).GetAccepted())
+	<-started
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	require.ErrorIs(t, b.server.Shutdown(ctx), adapter.ErrShutdownIncomplete)
+	require.Less(t, time.Since(start), 4*time.Second)
+	close(release)
+	b.server.Wait()
+}
+
 func TestLaterRunsInlineForSync(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &fakeCallbacks{}, func(ctx context.Context, req *adapter.Request) adapter.Result {

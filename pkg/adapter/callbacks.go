@@ -228,8 +228,8 @@ func attemptGone(err error) bool {
 // the attempt's lease ends (at least deliverFloor from now); an attempt that has moved on ends it
 // without an error; a result the platform refuses (e.g. NaN in it) is delivered instead as a
 // permanent protocol failure, so the attempt ends now rather than at its lease. It runs on its own
-// context: work cancelled by shutdown still reports how it ended. It gives up only when the work
-// is cancelled (Cancel) between two tries.
+// context: work cancelled by shutdown still reports how it ended, until shutdownGrace after
+// Shutdown's ctx ended. It also gives up when the work is cancelled (Cancel) between two tries.
 func (s *Server) deliver(work context.Context, log *zap.Logger, cb *Callbacks, res Result) {
 	req := &adapterv1.CompleteRequest{ExecutionId: cb.executionID, Attempt: cb.attempt, CallbackToken: cb.token}
 	if res.kind == kindCompleted {
@@ -254,7 +254,7 @@ func (s *Server) deliver(work context.Context, log *zap.Logger, cb *Callbacks, r
 			name = "failed"
 		}
 		tries := 0
-		v, err := outcome.Do(context.Background(), outcome.Options{Until: until, Log: log, What: "complete", Classify: classifyDelivery},
+		v, err := outcome.Do(s.delivering, outcome.Options{Until: until, Log: log, What: "complete", Classify: classifyDelivery},
 			func(ctx context.Context) error {
 				if errors.Is(context.Cause(work), ErrCancelled) {
 					return ErrCancelled
@@ -268,6 +268,11 @@ func (s *Server) deliver(work context.Context, log *zap.Logger, cb *Callbacks, r
 			log.Info("outcome not delivered: the execution was cancelled", zap.String("outcome", name), zap.Int("tries", tries))
 		case v == outcome.Recorded:
 			log.Info("outcome delivered", zap.String("outcome", name), zap.Int("tries", tries))
+		case s.delivering.Err() != nil:
+			// Shutdown's grace is over: the platform's lease decides the attempt, as for an adapter
+			// that died.
+			log.Error("outcome not delivered: the adapter shut down first; the attempt's lease decides",
+				zap.String("outcome", name), zap.Int("tries", tries), zap.String("code", status.Code(err).String()))
 		case v == outcome.MovedOn:
 			log.Info("outcome not applied: the attempt had already ended", zap.String("outcome", name), zap.Int("tries", tries))
 		case v == outcome.ResultRefused && name == "succeeded":

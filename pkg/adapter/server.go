@@ -53,6 +53,10 @@ type Server struct {
 	// the work.
 	base       context.Context
 	cancelBase context.CancelFunc
+	// delivering is the context outcomes are delivered on: it outlives the work (cancelled work
+	// still reports how it ended) and ends shutdownGrace after Shutdown's ctx ended.
+	delivering     context.Context
+	stopDelivering context.CancelFunc
 
 	mu      sync.Mutex
 	idle    *sync.Cond // signalled when running drops to zero
@@ -79,7 +83,9 @@ func New(h Handler, opts Options) *Server {
 		log = zap.NewNop()
 	}
 	base, cancel := context.WithCancel(context.Background())
-	s := &Server{h: h, opts: opts, log: log, base: base, cancelBase: cancel, work: map[workKey]map[uint64]context.CancelCauseFunc{}}
+	delivering, stopDelivering := context.WithCancel(context.Background())
+	s := &Server{h: h, opts: opts, log: log, base: base, cancelBase: cancel,
+		delivering: delivering, stopDelivering: stopDelivering, work: map[workKey]map[uint64]context.CancelCauseFunc{}}
 	s.idle = sync.NewCond(&s.mu)
 	return s
 }
@@ -99,10 +105,22 @@ func (s *Server) Wait() {
 	}
 }
 
+// shutdownGrace is how long, after Shutdown's ctx ended, cancelled work still has to return and
+// deliver its outcome. Shutdown returns by then (plus a moment for the deliveries to see their
+// context end), whatever the callback service or the handler does: a bound a deploy can plan for.
+// An outcome not delivered by then is left to the platform's lease, as an adapter that died.
+const shutdownGrace = 2 * time.Second
+
+// ErrShutdownIncomplete is returned by Shutdown when background work was still running at its
+// bound (a handler that does not return when its context is cancelled).
+var ErrShutdownIncomplete = errors.New("adapter: background work still running at the end of shutdown")
+
 // Shutdown stops the Server for graceful shutdown: new Later work is refused (with a retryable
 // failure, so another replica takes the next attempt), running work may finish until ctx ends,
-// and is then cancelled; Shutdown waits until every piece of work has delivered its outcome and
-// then closes the callback connection. Call it after the gRPC server stopped taking calls.
+// and is then cancelled; cancelled work then has shutdownGrace (2 s) to return and deliver its
+// outcome, after which deliveries still retrying stop (each logs its outcome as not delivered).
+// Shutdown returns by then — with ErrShutdownIncomplete if work still runs — and closes the
+// callback connection. Call it after the gRPC server stopped taking calls.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
@@ -110,6 +128,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 	done := make(chan struct{})
 	go func() { s.Wait(); close(done) }()
+	var err error
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -120,15 +139,34 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			s.log.Info("cancelling background work for shutdown", zap.Int("running", running))
 		}
 		s.cancelBase()
-		<-done
+		grace := time.NewTimer(shutdownGrace)
+		select {
+		case <-done:
+		case <-grace.C:
+			s.stopDelivering()
+			// Deliveries return as soon as their context ends; work that ignores its
+			// cancellation is not waited for.
+			moment := time.NewTimer(shutdownGrace / 4)
+			select {
+			case <-done:
+			case <-moment.C:
+				s.mu.Lock()
+				running = s.running
+				s.mu.Unlock()
+				s.log.Warn("background work still running at the end of shutdown", zap.Int("running", running))
+				err = ErrShutdownIncomplete
+			}
+			moment.Stop()
+		}
+		grace.Stop()
 	}
 	s.cancelBase()
+	s.stopDelivering()
 
-	var err error
 	s.closeOnce.Do(func() {
 		if s.conn != nil {
 			if cerr := s.conn.Close(); cerr != nil {
-				err = fmt.Errorf("close callback connection: %w", cerr)
+				err = errors.Join(err, fmt.Errorf("close callback connection: %w", cerr))
 			}
 		}
 	})

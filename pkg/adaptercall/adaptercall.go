@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,7 +58,7 @@ type Outcome struct {
 // Pool holds one client connection per adapter endpoint.
 type Pool struct {
 	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	conns map[string]*endpoint
 	// connectWait bounds how long Execute waits for a ready connection.
 	connectWait time.Duration
 }
@@ -72,9 +73,39 @@ const DefaultConnectWait = 3 * time.Second
 // every call would fail fast.
 const reconnectMaxDelay = time.Second
 
+// failFastWindow is how recent a failed connection attempt must be for Execute to answer NotSent
+// at once, without waiting, while the connection is in TRANSIENT_FAILURE: connection attempts are
+// at most reconnectMaxDelay apart, so during an outage there always is one this recent, and a burst
+// of dispatches to a dead adapter does not each hold a consumer slot for the connect wait.
+const failFastWindow = reconnectMaxDelay + 250*time.Millisecond
+
+// endpoint is one adapter's connection, and when a connection attempt to it last failed.
+type endpoint struct {
+	conn *grpc.ClientConn
+	// dialFailed is when a connection attempt last failed, in Unix nanoseconds (0: never).
+	dialFailed atomic.Int64
+}
+
+// down reports whether the adapter is known to be unreachable right now: the connection is in
+// TRANSIENT_FAILURE and an attempt to connect failed within failFastWindow.
+func (e *endpoint) down() bool {
+	last := e.dialFailed.Load()
+	return e.conn.GetState() == connectivity.TransientFailure && last != 0 &&
+		time.Since(time.Unix(0, last)) < failFastWindow
+}
+
+// dial is the endpoint's dialer: a plain TCP dial that records its failures.
+func (e *endpoint) dial(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		e.dialFailed.Store(time.Now().UnixNano())
+	}
+	return c, err
+}
+
 // NewPool returns an empty Pool.
 func NewPool() *Pool {
-	return &Pool{conns: map[string]*grpc.ClientConn{}, connectWait: DefaultConnectWait}
+	return &Pool{conns: map[string]*endpoint{}, connectWait: DefaultConnectWait}
 }
 
 // SetConnectWait changes how long Execute waits for a ready connection (tests use it).
@@ -83,35 +114,37 @@ func (p *Pool) SetConnectWait(d time.Duration) { p.connectWait = d }
 func (p *Pool) client(endpoint string) (adapterv1.AdapterServiceClient, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	conn, err := p.connLocked(endpoint)
+	ep, err := p.endpointLocked(endpoint)
 	if err != nil {
 		return nil, err
 	}
-	return adapterv1.NewAdapterServiceClient(conn), nil
+	return adapterv1.NewAdapterServiceClient(ep.conn), nil
 }
 
-func (p *Pool) conn(endpoint string) (*grpc.ClientConn, error) {
+func (p *Pool) endpoint(endpoint string) (*endpoint, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.connLocked(endpoint)
+	return p.endpointLocked(endpoint)
 }
 
-func (p *Pool) connLocked(endpoint string) (*grpc.ClientConn, error) {
-	conn, ok := p.conns[endpoint]
+func (p *Pool) endpointLocked(target string) (*endpoint, error) {
+	ep, ok := p.conns[target]
 	if !ok {
-		var err error
-		conn, err = grpcx.Dial(endpoint,
+		ep = &endpoint{}
+		conn, err := grpcx.Dial(target,
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectMaxDelay},
 				MinConnectTimeout: 5 * time.Second,
 			}),
+			grpc.WithContextDialer(ep.dial),
 			grpc.WithStatsHandler(sentRecorder{}))
 		if err != nil {
 			return nil, err
 		}
-		p.conns[endpoint] = conn
+		ep.conn = conn
+		p.conns[target] = ep
 	}
-	return conn, nil
+	return ep, nil
 }
 
 // sentKey carries an Execute call's *atomic.Bool, set once any of the request went out.
@@ -157,12 +190,16 @@ func (p *Pool) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error
-	for ep, c := range p.conns {
-		errs = append(errs, c.Close())
-		delete(p.conns, ep)
+	for target, ep := range p.conns {
+		errs = append(errs, ep.conn.Close())
+		delete(p.conns, target)
 	}
 	return errors.Join(errs...)
 }
+
+// errNotSentInTime is the cause of a call cancelled because none of it went out within the
+// connect wait.
+var errNotSentInTime = errors.New("adapter call not sent within the connect wait")
 
 // Execute calls the adapter at endpoint within ctx's deadline and normalises its answer. A
 // transport failure or a deadline is a retryable failure of class unavailable or timeout; an
@@ -170,28 +207,49 @@ func (p *Pool) Close() error {
 //
 // It first waits for a ready connection (at most the Pool's connect wait, within ctx), and the
 // call itself waits for readiness too (WaitForReady) rather than failing fast while the
-// connection is between two attempts. When the connection never became ready, or the call failed
-// before any of its headers or payload went out (the connection's stats handler records that),
-// the failure is NotSent: the adapter cannot have started the work.
+// connection is between two attempts — but only until the connect wait after the call began: a
+// call none of whose headers went out by then (the adapter died after the ready check) is
+// cancelled, rather than waiting until its deadline (the lease). When the connection never became
+// ready, or the call failed before any of its headers or payload went out (the connection's stats
+// handler records that), the failure is NotSent: the adapter cannot have started the work. While
+// the adapter is known to be down (the connection in TRANSIENT_FAILURE and a connection attempt
+// failed within the last second or so) Execute answers NotSent at once, without waiting.
 func (p *Pool) Execute(ctx context.Context, endpoint string, req *adapterv1.ExecuteRequest) Outcome {
-	conn, err := p.conn(endpoint)
+	ep, err := p.endpoint(endpoint)
 	if err != nil {
 		return transportFailure(err)
 	}
+	if ep.down() {
+		return notReachable()
+	}
 	wctx, cancel := context.WithTimeout(ctx, p.connectWait)
-	ready := waitReady(wctx, conn)
+	ready := waitReady(wctx, ep.conn)
 	cancel()
 	if !ready {
-		out := transportFailure(status.Error(codes.Unavailable, "adapter not reachable"))
-		out.NotSent = true
-		return out
+		return notReachable()
 	}
 	sent := new(atomic.Bool)
-	resp, err := adapterv1.NewAdapterServiceClient(conn).Execute(context.WithValue(ctx, sentKey{}, sent), req, grpc.WaitForReady(true))
+	callCtx, cancelCall := context.WithCancelCause(context.WithValue(ctx, sentKey{}, sent))
+	defer cancelCall(nil)
+	notSentTimer := time.AfterFunc(p.connectWait, func() {
+		if !sent.Load() {
+			// Racing a header going out just now is harmless: NotSent is decided below from
+			// sent, so such a call counts as sent.
+			cancelCall(errNotSentInTime)
+		}
+	})
+	resp, err := adapterv1.NewAdapterServiceClient(ep.conn).Execute(callCtx, req, grpc.WaitForReady(true))
+	notSentTimer.Stop()
 	if err != nil {
-		out := transportFailure(err)
-		out.NotSent = !sent.Load()
-		return out
+		if !sent.Load() {
+			if errors.Is(context.Cause(callCtx), errNotSentInTime) {
+				return notReachable()
+			}
+			out := transportFailure(err)
+			out.NotSent = true
+			return out
+		}
+		return transportFailure(err)
 	}
 	switch o := resp.GetOutcome().(type) {
 	case *adapterv1.ExecuteResponse_Completed:
@@ -202,6 +260,13 @@ func (p *Pool) Execute(ctx context.Context, endpoint string, req *adapterv1.Exec
 		return Outcome{Kind: Accepted, Lease: o.Accepted.GetLease().AsDuration()}
 	}
 	return Outcome{Kind: Failed, Failure: execution.Failure{Class: execution.ClassProtocol, Message: "adapter answered no outcome"}}
+}
+
+// notReachable is the outcome of a call that did not reach the adapter: nothing was sent.
+func notReachable() Outcome {
+	out := transportFailure(status.Error(codes.Unavailable, "adapter not reachable"))
+	out.NotSent = true
+	return out
 }
 
 // FromFailed normalises an adapter's Failed message (also used for callbacks).

@@ -119,3 +119,74 @@ func TestExecuteWaitsForAnAdapterComingUp(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// While the adapter is known to be down — the connection in TRANSIENT_FAILURE after a failed
+// connection attempt — a burst of calls answers NotSent at once instead of each waiting out the
+// connect wait (and holding a consumer slot for it).
+func TestExecuteFailsFastWhileTheAdapterIsDown(t *testing.T) {
+	t.Parallel()
+	p := adaptercall.NewPool()
+	p.SetConnectWait(2 * time.Second)
+	t.Cleanup(func() { _ = p.Close() })
+	addr := freeAddr(t)
+
+	first := p.Execute(context.Background(), addr, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+	require.True(t, first.NotSent)
+
+	start := time.Now()
+	const burst = 16
+	outs := make(chan adaptercall.Outcome, burst)
+	for range burst {
+		go func() {
+			outs <- p.Execute(context.Background(), addr, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+		}()
+	}
+	for range burst {
+		out := <-outs
+		require.True(t, out.NotSent)
+		require.True(t, out.Retryable)
+	}
+	require.Less(t, time.Since(start), 500*time.Millisecond, "the burst did not wait the connect wait")
+}
+
+// limitedAdapter takes one call at a time (the server's stream limit): the first hangs, so a
+// second call finds the connection ready but cannot open its stream — none of it goes out.
+type limitedAdapter struct{ hangingAdapter }
+
+// A call that passed the ready check but whose request cannot go out (here the adapter's stream
+// limit is taken; as when the adapter died just after the check) is cut at the connect wait, as
+// NotSent, instead of waiting for readiness until its deadline.
+func TestExecuteNotSentWithinTheConnectWaitIsCut(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	a := &limitedAdapter{hangingAdapter{received: make(chan struct{}, 2)}}
+	srv := grpc.NewServer(grpc.MaxConcurrentStreams(1))
+	adapterv1.RegisterAdapterServiceServer(srv, a)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	p := adaptercall.NewPool()
+	p.SetConnectWait(300 * time.Millisecond)
+	t.Cleanup(func() { _ = p.Close() })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	firstDone := make(chan adaptercall.Outcome, 1)
+	go func() {
+		firstDone <- p.Execute(ctx, lis.Addr().String(), &adapterv1.ExecuteRequest{ExecutionId: "e1", Attempt: 1})
+	}()
+	<-a.received
+
+	start := time.Now()
+	out := p.Execute(ctx, lis.Addr().String(), &adapterv1.ExecuteRequest{ExecutionId: "e2", Attempt: 1})
+	require.Equal(t, adaptercall.Failed, out.Kind)
+	require.True(t, out.NotSent, "%+v", out)
+	require.Less(t, time.Since(start), 3*time.Second, "cut at the connect wait, not the call's deadline")
+	select {
+	case <-firstDone:
+		t.Fatal("the first call, sent, must not be cut")
+	default:
+	}
+	cancel()
+	require.False(t, (<-firstDone).NotSent, "the first call was sent")
+}

@@ -13,12 +13,14 @@ import (
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
 	"github.com/integrations-platform/integrations/pkg/config"
 	"github.com/integrations-platform/integrations/pkg/db"
+	dispatcherv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/dispatcher/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/mq"
+	"github.com/integrations-platform/integrations/pkg/nudge"
 	"github.com/integrations-platform/integrations/pkg/routes"
 	"github.com/integrations-platform/integrations/services/execution-consumer/internal/attempt"
 	svcconfig "github.com/integrations-platform/integrations/services/execution-consumer/internal/config"
@@ -60,8 +62,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	dispatcherConn, err := grpcx.Dial(cfg.DispatcherAddr)
+	if err != nil {
+		return err
+	}
 	adapters := adaptercall.NewPool()
-	handler := attempt.New(store.New(pool), adapters, settlementv1.NewSettlementServiceClient(settlementConn), cfg.Scale, logger)
+	handler := attempt.New(store.New(pool), adapters, settlementv1.NewSettlementServiceClient(settlementConn), cfg.Scale, logger).
+		WithNudge(nudge.Dispatcher(dispatcherv1.NewDispatcherServiceClient(dispatcherConn), logger))
 
 	app := lifecycle.New(logger, cfg.Shutdown())
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
@@ -80,6 +87,7 @@ func run() error {
 	app.CloseContext("broker", broker.CloseContext)
 	app.Close("adapter-conns", adapters.Close)
 	app.Close("settlement-conn", settlementConn.Close)
+	app.Close("dispatcher-conn", dispatcherConn.Close)
 	app.Close("postgres", func() error { pool.Close(); return nil })
 	return app.Run(ctx)
 }

@@ -74,10 +74,6 @@ func run() error {
 		return err
 	}
 	adapters := adaptercall.NewPool()
-	app.Close("adapter-conns", adapters.Close)
-	app.Close("dispatcher-conn", dispatcherConn.Close)
-	app.Close("settlement-conn", settlementConn.Close)
-	app.Close("postgres", func() error { pool.Close(); return nil })
 
 	st := store.New(pool).WithCache(cfg.CacheTTL)
 	// The gRPC limit leaves room for the envelope around a payload of the largest size allowed,
@@ -98,9 +94,24 @@ func run() error {
 			SecretRotationOverlap: cfg.SecretRotationOverlap,
 		}, logger)
 	gatewayv1.RegisterGatewayServiceServer(srv, gw)
-	// Sync outcomes still being reported are awaited once the servers stopped, before the
-	// settlement connection closes (closers run after the workers).
-	app.Go("sync-reports", func(ctx context.Context) error { <-ctx.Done(); gw.WaitReports(); return nil })
+	// Sync calls are served through the drain window; after it new ones are refused with a
+	// retryable UNAVAILABLE (the client goes to another replica), and the calls in flight and
+	// their outcome reports are awaited until the soft timeout — a worker's in-flight work — and
+	// then, as the first closer, until the hard timeout, before the settlement connection closes.
+	// A sync timeout longer than INTEGRATIONS_SHUTDOWN_SOFT_TIMEOUT cuts nothing: its report is
+	// still awaited, up to INTEGRATIONS_SHUTDOWN_TIMEOUT.
+	app.Drain("sync-calls", func(take, work context.Context) error {
+		<-take.Done()
+		gw.StopSync()
+		_ = gw.WaitSync(work)
+		return nil
+	})
+	app.CloseContext("sync-reports", gw.WaitSync)
+	// Closed in this order, after the sync calls and reports that use them.
+	app.Close("adapter-conns", adapters.Close)
+	app.Close("dispatcher-conn", dispatcherConn.Close)
+	app.Close("settlement-conn", settlementConn.Close)
+	app.Close("postgres", func() error { pool.Close(); return nil })
 	// REST is registered first so that it stops first: it proxies to the gRPC server.
 	if err := httpapi.Run(ctx, app, logger, httpapi.Config{
 		Addr: cfg.HTTPAddr, GRPCAddr: cfg.GRPCAddr, MaxBodyBytes: int64(2*cfg.MaxPayloadBytes + 64<<10),

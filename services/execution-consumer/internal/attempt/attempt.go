@@ -35,12 +35,23 @@ type Handler struct {
 	settlement settlementv1.SettlementServiceClient
 	scale      func(time.Duration) time.Duration
 	log        *zap.Logger
+	// nudge wakes the dispatcher after a dispatch record was written (see unreachable).
+	nudge func()
 }
 
 // New returns a Handler.
 func New(st *store.Store, adapters *adaptercall.Pool, settlement settlementv1.SettlementServiceClient,
 	scale func(time.Duration) time.Duration, log *zap.Logger) *Handler {
-	return &Handler{store: st, adapters: adapters, settlement: settlement, scale: scale, log: log}
+	return &Handler{store: st, adapters: adapters, settlement: settlement, scale: scale, log: log, nudge: func() {}}
+}
+
+// WithNudge sets what wakes the dispatcher after the handler wrote a dispatch record (a hint: a
+// lost nudge only waits for the dispatcher's next scheduled pass).
+func (h *Handler) WithNudge(nudge func()) *Handler {
+	if nudge != nil {
+		h.nudge = nudge
+	}
+	return h
 }
 
 // Handle is the mq.Handler of the executions route.
@@ -88,7 +99,7 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	})
 	cancel()
 	if out.NotSent {
-		return h.unreachable(ctx, logger, started, d.GetDueTime().AsTime(), out)
+		return h.unreachable(ctx, logger, started, out)
 	}
 	if ctx.Err() != nil && out.Kind == adaptercall.Failed {
 		// Our own shutdown cut the call short: that is not the adapter failing. The attempt stays
@@ -107,19 +118,24 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	return mq.Ack()
 }
 
-// Delays of a dispatch deferred because the adapter was unreachable: a quarter of how long the
-// dispatch is overdue, so that a long outage is polled less often, within these bounds.
+// Delays of a dispatch rescheduled because the adapter was unreachable: a quarter of how long the
+// execution has waited for the attempt, so that a long outage is polled less often, within these
+// bounds.
 const (
 	unreachableMinDelay = time.Second
 	unreachableMaxDelay = 30 * time.Second
 )
 
 // unreachable handles an attempt whose adapter could not be reached, nothing of the request having
-// gone out: the start is undone (the attempt is not spent) and the dispatch goes back through the
-// route's delay levels, until the execution's deadline. At the deadline there is no time for
-// another try: the failure is reported as any other, and settles the execution failed with
-// retry_exhausted.budget.
-func (h *Handler) unreachable(ctx context.Context, logger *zap.Logger, started *store.Started, due time.Time, out adaptercall.Outcome) mq.Result {
+// gone out: the start is undone (the attempt is not spent) and, in the same statement, the attempt
+// is scheduled again as a dispatch record due after a delay, until the execution's deadline; the
+// message is then acked. The retry lives in Postgres, not in a deferred copy of the message: a
+// copy cannot be published once the subscription died (broker connection closed, or drain grace
+// over), and a redelivered message would meanwhile have found the attempt running and been
+// dropped — the execution left pending with neither record nor message until its deadline. At the
+// deadline there is no time for another try: the failure is reported as any other, and settles
+// the execution failed with retry_exhausted.budget.
+func (h *Handler) unreachable(ctx context.Context, logger *zap.Logger, started *store.Started, out adaptercall.Outcome) mq.Result {
 	left := time.Until(started.LocalDeadline())
 	if left <= unreachableMinDelay {
 		logger.Info("adapter unreachable at the deadline; reporting the failure")
@@ -128,11 +144,17 @@ func (h *Handler) unreachable(ctx context.Context, logger *zap.Logger, started *
 		}
 		return mq.Ack()
 	}
+	// How long the execution has waited for this attempt, as the database measured it at the
+	// start, plus the time since on this host's monotonic clock. (The dispatch's own due time is
+	// no measure of an outage's length: each reschedule writes a new one.) For a retry that
+	// includes the retry's backoff, so its first reschedule may wait longer than the minimum.
+	waited := max(started.Overdue, started.PendingFor) + time.Since(started.Measured)
+	delay := min(max(waited/4, unreachableMinDelay), unreachableMaxDelay, left)
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordFloor)
 	defer cancel()
 	undone, err := outcome.Do(uctx, outcome.Options{Log: logger, What: "attempt_undo", Classify: classifyDB},
 		func(ctx context.Context) error {
-			ok, err := h.store.AttemptUndo(ctx, started.ExecutionID, started.Attempt)
+			ok, err := h.store.AttemptUndo(ctx, started.ExecutionID, started.Attempt, delay)
 			if err == nil && !ok {
 				return errMovedOn
 			}
@@ -144,20 +166,15 @@ func (h *Handler) unreachable(ctx context.Context, logger *zap.Logger, started *
 		logger.Error("start of an attempt that sent nothing not undone", zap.Error(err))
 		return mq.Ack()
 	case undone == outcome.MovedOn:
+		// The execution moved on — or an earlier try of the undo committed but its answer was
+		// lost, in which case its dispatch record is written.
 		logger.Info("dispatch dropped: the execution moved on while the adapter was unreachable")
 		return mq.Ack()
 	}
-	delay := unreachableMinDelay
-	if !due.IsZero() && due.Unix() > 0 {
-		// How overdue the dispatch is, as the database measured it at the start, plus the time
-		// since on this host's monotonic clock.
-		overdue := started.Overdue + time.Since(started.Measured)
-		delay = min(max(overdue/4, unreachableMinDelay), unreachableMaxDelay)
-	}
-	delay = min(delay, left)
-	logger.Info("adapter unreachable, nothing sent; attempt not spent, dispatch deferred",
+	h.nudge()
+	logger.Info("adapter unreachable, nothing sent; attempt not spent, dispatch rescheduled",
 		zap.Duration("delay", delay), zap.String("code", out.Failure.Code))
-	return mq.Defer(delay)
+	return mq.Ack()
 }
 
 // errMovedOn is how AttemptUndo's "not the running attempt" reaches the reporter.

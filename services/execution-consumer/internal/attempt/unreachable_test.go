@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,16 +95,23 @@ func TestUnreachableAdapterSpendsNoAttempt(t *testing.T) {
 		func(d time.Duration) time.Duration { return d }, zap.NewNop())
 	b := &bundle{schema: s, handler: h}
 
+	var nudges atomic.Int32
+	h.WithNudge(func() { nudges.Add(1) })
+
 	id := s.InsertExecution(t, dbtest.Execution{})
 	msg := message(t, id, 1, time.Now().Add(-time.Second))
-	for range 2 {
+	for i := range 2 {
 		res := h.Handle(context.Background(), msg)
-		require.True(t, strings.HasPrefix(res.String(), "defer "), "got %s", res)
-		require.NoError(t, res.Err())
+		require.Equal(t, mq.Ack().String(), res.String(), "the retry lives in Postgres, not in a copy of the message")
 		status, attempt, rows := b.current(t, id)
 		require.Equal(t, "pending", status)
 		require.Zero(t, attempt, "no attempt spent")
 		require.Zero(t, rows, "no attempt row left")
+		in := b.dispatchDueIn(t, id, 1)
+		require.NotNil(t, in, "the attempt is rescheduled as a dispatch record")
+		require.InDelta(t, unreachableMinDelay.Seconds(), in.Seconds(), 0.5, "due after the least delay")
+		require.EqualValues(t, i+1, nudges.Load(), "the dispatcher is nudged")
+		b.deleteDispatches(t, id) // as the dispatcher does once it published the record
 	}
 	require.Empty(t, settlement.failed, "nothing reported: there was no attempt")
 
@@ -122,9 +129,12 @@ func TestUnreachableAdapterSpendsNoAttempt(t *testing.T) {
 	go func() { _ = asrv.Serve(alis) }()
 	t.Cleanup(asrv.Stop)
 
-	// Within the connect wait the consumer finds it (its reconnect backoff is capped at 1 s).
+	// Within a second or so the consumer finds it (its reconnect backoff is capped at 1 s; until
+	// then a dispatch answers NotSent at once and is rescheduled again).
 	require.Eventually(t, func() bool {
-		return h.Handle(context.Background(), msg).String() == mq.Ack().String()
+		require.Equal(t, mq.Ack().String(), h.Handle(context.Background(), msg).String())
+		status, _, _ := b.current(t, id)
+		return status == "running"
 	}, 5*time.Second, 10*time.Millisecond)
 	status, attempt, rows := b.current(t, id)
 	require.Equal(t, "running", status, "the fake settlement does not write")
@@ -183,4 +193,102 @@ func TestClassifyDB(t *testing.T) {
 	require.Equal(t, outcome.Retry, classifyDB(&pgconn.PgError{Code: "40001"}), "serialization failure")
 	require.Equal(t, outcome.ClassRefused, classifyDB(&pgconn.PgError{Code: "23505"}), "a constraint is not a blip")
 	require.Equal(t, outcome.ClassMovedOn, classifyDB(errMovedOn))
+}
+
+// dispatchDueIn is how long until the dispatch record of the execution's attempt n is due, by the
+// database's clock, or nil if there is none.
+func (b *bundle) dispatchDueIn(t *testing.T, id string, n int32) *time.Duration {
+	t.Helper()
+	var secs []float64
+	rows, err := b.schema.Pool.Query(context.Background(),
+		`SELECT extract(epoch FROM due_at - now())::float8 FROM dispatches WHERE execution_id = $1 AND attempt = $2`, id, n)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var v float64
+		require.NoError(t, rows.Scan(&v))
+		secs = append(secs, v)
+	}
+	require.NoError(t, rows.Err())
+	if len(secs) == 0 {
+		return nil
+	}
+	d := time.Duration(secs[0] * float64(time.Second))
+	return &d
+}
+
+func (b *bundle) deleteDispatches(t *testing.T, id string) {
+	t.Helper()
+	_, err := b.schema.Pool.Exec(context.Background(), `DELETE FROM dispatches WHERE execution_id = $1`, id)
+	require.NoError(t, err)
+}
+
+// unreachableHandler is a Handler whose adapter endpoint has nothing listening, with a short
+// connect wait, and whose settlement is the returned recorder.
+func unreachableHandler(t *testing.T) (*bundle, *recordingSettlement) {
+	t.Helper()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	probe := listen(t, "127.0.0.1:0")
+	addr := probe.Addr().String()
+	require.NoError(t, probe.Close())
+	_, err := s.Pool.Exec(context.Background(), `UPDATE adapters SET endpoint = $1`, addr)
+	require.NoError(t, err)
+	settlement := &recordingSettlement{}
+	slis := listen(t, "127.0.0.1:0")
+	ssrv := grpc.NewServer()
+	settlementv1.RegisterSettlementServiceServer(ssrv, settlement)
+	go func() { _ = ssrv.Serve(slis) }()
+	t.Cleanup(ssrv.Stop)
+	sconn, err := grpc.NewClient(slis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sconn.Close() })
+	pool := adaptercall.NewPool()
+	pool.SetConnectWait(500 * time.Millisecond)
+	t.Cleanup(func() { _ = pool.Close() })
+	h := New(store.New(s.Pool), pool, settlementv1.NewSettlementServiceClient(sconn),
+		func(d time.Duration) time.Duration { return d }, zap.NewNop())
+	return &bundle{schema: s, handler: h}, settlement
+}
+
+// TestUnreachableWhileACopyWasDroppedLeavesTheRetry: while one handler waits for an unreachable
+// adapter, a redelivered copy of its dispatch (its broker connection closed meanwhile) finds the
+// attempt running and is dropped. When the first handler then undoes the start, the attempt must
+// still be retried — its subscription may be dead, so a deferred copy of the message cannot carry
+// the retry: the dispatch record written with the undo does.
+func TestUnreachableWhileACopyWasDroppedLeavesTheRetry(t *testing.T) {
+	t.Parallel()
+	b, settlement := unreachableHandler(t)
+	id := b.schema.InsertExecution(t, dbtest.Execution{})
+	msg := message(t, id, 1, time.Now())
+
+	first := make(chan mq.Result, 1)
+	go func() { first <- b.handler.Handle(context.Background(), msg) }()
+	require.Eventually(t, func() bool {
+		status, _, _ := b.current(t, id)
+		return status == "running"
+	}, 5*time.Second, 5*time.Millisecond, "the first handler started the attempt")
+	require.Equal(t, mq.Ack().String(), b.handler.Handle(context.Background(), msg).String(), "the copy is dropped")
+
+	res := <-first
+	require.Equal(t, mq.Ack().String(), res.String())
+	status, attempt, rows := b.current(t, id)
+	require.Equal(t, []any{"pending", int32(0), int32(0)}, []any{status, attempt, rows}, "no attempt spent")
+	require.NotNil(t, b.dispatchDueIn(t, id, 1), "the retry lives in Postgres")
+	require.Empty(t, settlement.failed)
+}
+
+// TestUnreachableAtTheDeadlineReportsTheFailure: with no time left for another try the failure is
+// reported, as for any attempt, and nothing is rescheduled.
+func TestUnreachableAtTheDeadlineReportsTheFailure(t *testing.T) {
+	t.Parallel()
+	b, settlement := unreachableHandler(t)
+	id := b.schema.InsertExecution(t, dbtest.Execution{Deadline: time.Now().Add(1200 * time.Millisecond)})
+
+	require.Equal(t, mq.Ack().String(), b.handler.Handle(context.Background(), message(t, id, 1, time.Now())).String())
+	require.Nil(t, b.dispatchDueIn(t, id, 1), "nothing rescheduled past the deadline")
+	settlement.mu.Lock()
+	defer settlement.mu.Unlock()
+	require.Len(t, settlement.failed, 1, "the failure is reported")
+	require.EqualValues(t, 1, settlement.failed[0].GetAttempt())
 }

@@ -14,6 +14,8 @@ type Config struct {
 	// GRPCAddr serves health checks.
 	GRPCAddr       string `env:"INTEGRATIONS_GRPC_ADDR" envDefault:"127.0.0.1:9092"`
 	SettlementAddr string `env:"INTEGRATIONS_SETTLEMENT_ADDR" envDefault:"127.0.0.1:9094"`
+	// DispatcherAddr is nudged when a dispatch whose adapter was unreachable is rescheduled.
+	DispatcherAddr string `env:"INTEGRATIONS_DISPATCHER_ADDR" envDefault:"127.0.0.1:9091"`
 	// Concurrency is the number of attempts one replica runs at once.
 	Concurrency int `env:"INTEGRATIONS_CONSUMER_CONCURRENCY" envDefault:"16"`
 }

@@ -44,6 +44,11 @@ type Started struct {
 	// Overdue is how late the attempt started after the dispatch's due time, as the database
 	// measured it (0 without a due time).
 	Overdue time.Duration
+	// PendingFor is how long the execution had been waiting for this attempt when it started, as
+	// the database measured it: since the previous attempt ended, or since the execution was
+	// created. Unlike Overdue it keeps growing while the attempt is rescheduled (AttemptUndo writes
+	// a new due time each time), so that a long adapter outage is polled less often.
+	PendingFor time.Duration
 	// Measured is this host's time just before the statement that started the attempt (with its
 	// monotonic reading): Remaining, DeadlineIn, Overdue and Lease count from the database's now(),
 	// which is no earlier, so that times counted from Measured on this host's clock end no later
@@ -88,6 +93,7 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 		dueAt               *time.Time
 		early, remaining    *float64
 		deadlineIn, overdue *float64
+		pendingFor          *float64
 		startable           bool
 		capability, mode    *string
 		payload             []byte
@@ -113,7 +119,10 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 				AND (SELECT early FROM clock) = 0
 			RETURNING e.capability, e.mode, e.payload, e.deadline_at, e.lease_expires_at, a.endpoint, c.lease_ms,
 				extract(epoch FROM least(e.lease_expires_at, e.deadline_at) - now())::float8 AS remaining,
-				extract(epoch FROM e.deadline_at - now())::float8 AS deadline_in
+				extract(epoch FROM e.deadline_at - now())::float8 AS deadline_in,
+				greatest(extract(epoch FROM now() - coalesce(
+					(SELECT p.ended_at FROM execution_attempts p WHERE p.execution_id = e.id AND p.n = $2 - 1),
+					e.created_at)), 0)::float8 AS pending_for
 		), attempt AS (
 			INSERT INTO execution_attempts (execution_id, n, callback_token_hash) SELECT $1, $2, $3 FROM started
 		)
@@ -122,7 +131,7 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 			started.*
 		FROM (SELECT) one LEFT JOIN started ON true`,
 		id, n, tokenHash, scale(time.Second).Seconds(), dueAt).
-		Scan(&early, &overdue, &startable, &capability, &mode, &payload, &deadline, &leaseEnds, &endpoint, &leaseMS, &remaining, &deadlineIn)
+		Scan(&early, &overdue, &startable, &capability, &mode, &payload, &deadline, &leaseEnds, &endpoint, &leaseMS, &remaining, &deadlineIn, &pendingFor)
 	if err != nil {
 		return nil, fmt.Errorf("start attempt %d of %s: %w", n, id, err)
 	}
@@ -142,6 +151,7 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 	r.Remaining = max(time.Duration(*remaining*float64(time.Second)), 0)
 	r.DeadlineIn = max(time.Duration(*deadlineIn*float64(time.Second)), 0)
 	r.Overdue = time.Duration(*overdue * float64(time.Second))
+	r.PendingFor = time.Duration(*pendingFor * float64(time.Second))
 	return &r, nil
 }
 
@@ -163,10 +173,15 @@ func (s *Store) AttemptAccepted(ctx context.Context, id string, n int32, lease t
 }
 
 // AttemptUndo takes back the start of attempt n, for an attempt whose adapter call provably sent
-// nothing (the adapter could not be reached): the execution returns to pending at attempt n-1 and
-// the attempt's row is deleted, so that the attempt is not spent and the same dispatch can start
-// it later. It reports false, changing nothing, if the attempt is no longer the running one.
-func (s *Store) AttemptUndo(ctx context.Context, id string, n int32) (bool, error) {
+// nothing (the adapter could not be reached), and schedules the same attempt again in delay: the
+// execution returns to pending at attempt n-1, the attempt's row is deleted, and a dispatch record
+// for attempt n, due at the database's now() + delay, is written — all in one statement, so that
+// the retry lives in Postgres whatever happens to the message that carried the attempt (a
+// subscription that died meanwhile cannot publish a deferred copy; the dispatcher publishes the
+// record). An existing record for the attempt is kept (ON CONFLICT on the (execution_id, attempt)
+// key): a message for the attempt is then on its way already. It reports false, changing
+// nothing, if the attempt is no longer the running one.
+func (s *Store) AttemptUndo(ctx context.Context, id string, n int32, delay time.Duration) (bool, error) {
 	var undone bool
 	err := s.pool.QueryRow(ctx, `
 		WITH e AS (
@@ -175,8 +190,12 @@ func (s *Store) AttemptUndo(ctx context.Context, id string, n int32) (bool, erro
 			RETURNING id
 		), a AS (
 			DELETE FROM execution_attempts WHERE execution_id = (SELECT id FROM e) AND n = $2
+		), d AS (
+			INSERT INTO dispatches (execution_id, attempt, due_at)
+			SELECT id, $2, now() + make_interval(secs => $3) FROM e
+			ON CONFLICT (execution_id, attempt) DO NOTHING
 		)
-		SELECT EXISTS (SELECT 1 FROM e)`, id, n).Scan(&undone)
+		SELECT EXISTS (SELECT 1 FROM e)`, id, n, delay.Seconds()).Scan(&undone)
 	if err != nil {
 		return false, fmt.Errorf("undo start of attempt %d of %s: %w", n, id, err)
 	}

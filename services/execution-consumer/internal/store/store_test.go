@@ -245,3 +245,64 @@ func TestAttemptStartComparesTheDueTimeOnTheDatabaseClock(t *testing.T) {
 		})
 	}
 }
+
+// TestAttemptUndo: the undo of a start that sent nothing returns the execution to pending at the
+// attempt before, deletes the attempt's row and, in the same statement, schedules the attempt
+// again as a dispatch record due after the delay by the database's clock. An undo of an attempt
+// that is no longer the running one changes nothing; a record already there for the attempt is
+// kept.
+func TestAttemptUndo(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	skewed := New(b.schema.WithClockSkew(t, time.Hour).Pool)
+	id := b.insert(t, "pending", 1)
+	_, err := skewed.AttemptStart(ctx, id, 2, tokenHash("second"), identity, time.Time{})
+	require.NoError(t, err)
+
+	undone, err := skewed.AttemptUndo(ctx, id, 2, 7*time.Second)
+	require.NoError(t, err)
+	require.True(t, undone)
+	got := b.state(t, id)
+	require.Equal(t, "pending", got.Status)
+	require.EqualValues(t, 1, got.Attempt)
+	require.Nil(t, got.LeaseExpires)
+	require.Len(t, got.AttemptTokens, 1, "the undone attempt's row is gone")
+	dueIn := func() []float64 {
+		rows, err := b.schema.Pool.Query(ctx, `
+			SELECT extract(epoch FROM due_at - now() - interval '1 hour')::float8 FROM dispatches
+			WHERE execution_id = $1 AND attempt = 2`, id)
+		require.NoError(t, err)
+		defer rows.Close()
+		var out []float64
+		for rows.Next() {
+			var v float64
+			require.NoError(t, rows.Scan(&v))
+			out = append(out, v)
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	due := dueIn()
+	require.Len(t, due, 1, "the attempt is rescheduled")
+	require.InDelta(t, 7, due[0], 1, "due after the delay, on the database's clock")
+
+	t.Run("an attempt no longer running", func(t *testing.T) {
+		before := b.state(t, id)
+		undone, err := skewed.AttemptUndo(ctx, id, 2, time.Second)
+		require.NoError(t, err)
+		require.False(t, undone)
+		require.Equal(t, before, b.state(t, id))
+		require.Len(t, dueIn(), 1)
+	})
+	t.Run("a record already there is kept", func(t *testing.T) {
+		_, err := skewed.AttemptStart(ctx, id, 2, tokenHash("again"), identity, time.Time{})
+		require.NoError(t, err)
+		undone, err := skewed.AttemptUndo(ctx, id, 2, 20*time.Second)
+		require.NoError(t, err)
+		require.True(t, undone)
+		due := dueIn()
+		require.Len(t, due, 1)
+		require.InDelta(t, 7, due[0], 2, "the first record's due time")
+	})
+}

@@ -75,14 +75,54 @@ type Server struct {
 	box        *secret.Box
 	opts       Options
 	log        *zap.Logger
-	// reports counts sync outcomes still being reported in the background.
-	reports sync.WaitGroup
+	// syncMu orders syncClosing against syncs.Add: once StopSync set syncClosing, no sync call
+	// joins syncs, so that WaitSync's Wait never races an Add.
+	syncMu      sync.Mutex
+	syncClosing bool
+	// syncs counts sync calls from before their adapter call until their outcome is reported
+	// (the report goes on in the background after the caller got its answer).
+	syncs sync.WaitGroup
 }
 
-// WaitReports blocks until every sync outcome being reported in the background has been
-// recorded or given up (each is bounded by its deadline plus syncReportGrace). Shutdown calls it
-// after the servers stopped and before the settlement connection closes.
-func (s *Server) WaitReports() { s.reports.Wait() }
+// errSyncStopping answers a sync call that arrives once the gateway stopped taking them.
+func errSyncStopping() error {
+	return apperr.New(apperr.KindUnavailable, "SHUTTING_DOWN",
+		"this gateway replica is shutting down and takes no new sync calls; retry, another replica answers")
+}
+
+// syncBegin counts a sync call in, unless StopSync was called.
+func (s *Server) syncBegin() bool {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	if s.syncClosing {
+		return false
+	}
+	s.syncs.Add(1)
+	return true
+}
+
+// StopSync makes the gateway refuse new sync calls with a retryable UNAVAILABLE (SHUTTING_DOWN):
+// shutdown calls it once the drain window is over, before it waits for the calls in flight.
+func (s *Server) StopSync() {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.syncClosing = true
+}
+
+// WaitSync stops taking sync calls and waits until every sync call in flight has answered and its
+// outcome has been recorded or given up (each is bounded by its deadline plus syncReportGrace),
+// or until ctx ends. Shutdown calls it before the settlement connection closes.
+func (s *Server) WaitSync(ctx context.Context) error {
+	s.StopSync()
+	done := make(chan struct{})
+	go func() { s.syncs.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sync calls and outcome reports still in flight: %w", ctx.Err())
+	}
+}
 
 // New returns a Server.
 func New(st *store.Store, adapters *adaptercall.Pool, dispatcher dispatcherv1.DispatcherServiceClient,
@@ -134,7 +174,18 @@ func (s *Server) InvokeCapability(ctx context.Context, req *gatewayv1.InvokeCapa
 
 // invokeSync runs attempt 1 inline and settles it through the settlement service. A sync call is
 // never retried by the queue: a failure settles the execution failed.
-func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.Capability, payload *structpb.Struct) (*gatewayv1.InvokeCapabilityResponse, error) {
+func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.Capability, payload *structpb.Struct) (_ *gatewayv1.InvokeCapabilityResponse, err error) {
+	// Counted from before the execution is written until its outcome is reported, so that a
+	// shutdown waits for the call and its report before the settlement connection closes.
+	if !s.syncBegin() {
+		return nil, errSyncStopping()
+	}
+	reporting := false
+	defer func() {
+		if !reporting {
+			s.syncs.Done()
+		}
+	}()
 	token, tokenHash, err := secret.NewToken("cbt_")
 	if err != nil {
 		return nil, err
@@ -164,6 +215,7 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 		DeadlineTime: timestamppb.New(row.DeadlineAt), DeadlineIn: durationpb.New(time.Until(callDeadline)),
 		CallbackToken: token, Mode: executionv1.Mode_MODE_SYNC,
 	})
+	reporting = true // reportSync's report counts the call out
 	return s.reportSync(ctx, row, callDeadline, out)
 }
 
@@ -183,7 +235,7 @@ const syncAnswerFloor = 2 * time.Second
 // (a cancellation, the sweeper) answered as it was settled.
 //
 // The report runs in the background, to the deadline plus syncReportGrace, whatever happens to
-// the call: the caller waits for it until the deadline (at least syncAnswerFloor), and if the
+// the call (it counts the sync call out of s.syncs when it ends): the caller waits for it until the deadline (at least syncAnswerFloor), and if the
 // outcome is not recorded by then gets a retryable UNAVAILABLE while the report goes on — the
 // execution still ends settled with the adapter's outcome, and reading it (or retrying the call
 // with its idempotency key) shows it.
@@ -197,9 +249,8 @@ func (s *Server) reportSync(ctx context.Context, row *execution.Row, deadline ti
 	}
 	logger := s.log.With(log.ExecutionID(row.ID), log.Attempt(1))
 	done := make(chan reported, 1)
-	s.reports.Add(1)
 	go func() {
-		defer s.reports.Done()
+		defer s.syncs.Done()
 		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(syncReportGrace))
 		defer cancel()
 		e, v, err := outcome.Settler{Client: s.settlement, Log: logger}.Report(rctx,

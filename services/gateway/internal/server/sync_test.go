@@ -92,3 +92,52 @@ func TestSyncOutcomeNotRecordedByTheDeadlineIsReportedLater(t *testing.T) {
 	settles := b.settlement.requests()
 	require.Equal(t, executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, settles[len(settles)-1].GetStatus())
 }
+
+// A shutdown waits for the sync calls in flight and their outcome reports — also a report still
+// going on after the caller got OUTCOME_PENDING — and, once it began, refuses new sync calls with
+// a retryable UNAVAILABLE that writes nothing. Its wait is bounded by its context.
+func TestSyncShutdownWaitsForReportsAndRefusesNewCalls(t *testing.T) {
+	t.Parallel()
+	b := syncSetup(t, 300*time.Millisecond)
+	b.settlement.mu.Lock()
+	b.settlement.downUntil = time.Now().Add(syncAnswerFloor + time.Second)
+	b.settlement.mu.Unlock()
+
+	answered := make(chan error, 1)
+	go func() {
+		_, err := invokeSync(b)
+		answered <- err
+	}()
+	// The call is in flight (its execution written): shutdown begins.
+	require.Eventually(t, func() bool {
+		return countExecutions(t, b) == 1
+	}, 5*time.Second, 5*time.Millisecond)
+	b.server.StopSync()
+
+	_, err := invokeSync(b)
+	c, reason := code(err)
+	require.Equal(t, codes.Unavailable, c, "retryable: %v", err)
+	require.Equal(t, "SHUTTING_DOWN", reason)
+	require.Equal(t, 1, countExecutions(t, b), "the refused call wrote nothing")
+
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, b.server.WaitSync(short), context.DeadlineExceeded, "the wait is bounded")
+
+	wctx, wcancel := context.WithTimeout(context.Background(), syncAnswerFloor+syncReportGrace+5*time.Second)
+	defer wcancel()
+	require.NoError(t, b.server.WaitSync(wctx))
+	c, reason = code(<-answered)
+	require.Equal(t, codes.Unavailable, c)
+	require.Equal(t, "OUTCOME_PENDING", reason, "the caller was answered before settlement came back")
+	b.settlement.mu.Lock()
+	defer b.settlement.mu.Unlock()
+	require.Equal(t, 1, b.settlement.recorded, "the wait ended once the outcome was recorded")
+}
+
+func countExecutions(t *testing.T, b *bundle) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM executions`).Scan(&n))
+	return n
+}
