@@ -292,8 +292,26 @@ func transportFailure(err error) Outcome {
 		class = execution.ClassTimeout
 	}
 	return Outcome{Kind: Failed, Retryable: true, Failure: execution.Failure{
-		Class: class, Code: status.Code(err).String(), Message: safetext.Truncate(fmt.Sprintf("calling adapter: %s", status.Convert(err).Message()), maxMessage),
+		Class: class, Code: status.Code(err).String(), Message: safetext.Truncate(transportMessage(err), maxMessage),
 	}}
+}
+
+// transportMessage is the failure message stored (and shown to the client) for a call that got no
+// answer of the adapter's own. gRPC's local errors name the adapter's address and the dialler's
+// wording ("dial tcp 10.0.3.7:9096: connect: connection refused"), which is ours to log, not the
+// client's to read; a status the adapter itself sent keeps its message.
+func transportMessage(err error) string {
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return "adapter unavailable"
+	case codes.DeadlineExceeded:
+		return "adapter did not answer within the attempt's deadline"
+	case codes.Canceled:
+		return "adapter call cancelled"
+	case codes.Unknown, codes.Internal:
+		return "adapter call failed: " + status.Code(err).String()
+	}
+	return fmt.Sprintf("adapter answered %s: %s", status.Code(err), status.Convert(err).Message())
 }
 
 // Cancel asks the adapter at endpoint to stop the work of a cancelled execution's attempt. It is

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -63,7 +64,7 @@ func (s Settler) Report(ctx context.Context, a Attempt, out adaptercall.Outcome)
 		// The adapter answered a result the platform cannot store: that is the adapter failing,
 		// permanently — not a success to drop, and not the client's fault.
 		log.Warn("adapter result refused; recorded as a protocol failure", zap.String("code", status.Code(err).String()))
-		out = ResultRefusedFailure(status.Convert(err).Message())
+		out = ResultRefusedFailure(refusalDescription(err))
 	}
 	if out.Kind == adaptercall.Accepted {
 		out = adaptercall.Outcome{Kind: adaptercall.Failed, Failure: execution.Failure{
@@ -80,6 +81,22 @@ func (s Settler) Report(ctx context.Context, a Attempt, out adaptercall.Outcome)
 		return err
 	})
 	return e, v, wrap(err, "report failed attempt %d of %s", a.Attempt, a.ExecutionID)
+}
+
+// refusalDescription is what settlement said was wrong with the result, without its field names
+// or reasons (DESIGN: a downstream status never reaches a client as it is): the description of
+// its BadRequest violation, or a fixed text when it gave none.
+func refusalDescription(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				if v.GetDescription() != "" {
+					return v.GetDescription()
+				}
+			}
+		}
+	}
+	return "the platform cannot store it"
 }
 
 // ResultRefusedFailure is the permanent protocol failure that replaces a result the platform
