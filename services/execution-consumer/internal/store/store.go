@@ -178,9 +178,13 @@ func (s *Store) AttemptAccepted(ctx context.Context, id string, n int32, lease t
 // for attempt n, due at the database's now() + delay, is written — all in one statement, so that
 // the retry lives in Postgres whatever happens to the message that carried the attempt (a
 // subscription that died meanwhile cannot publish a deferred copy; the dispatcher publishes the
-// record). An existing record for the attempt is kept (ON CONFLICT on the (execution_id, attempt)
-// key): a message for the attempt is then on its way already. It reports false, changing
-// nothing, if the attempt is no longer the running one.
+// record). An existing record for the attempt is taken over, not kept: it is most often the very
+// record whose message brought this attempt, published but not yet deleted by the dispatcher,
+// which deletes it only while its own claim holds (claimed_until = its claim). Clearing the
+// claim and moving its due time makes that delete miss, so the retry survives; keeping the row as
+// it was (DO NOTHING) lost the retry to that delete (found by make chaos: executions left pending
+// at attempt 0 with no record). It reports false, changing nothing, if the attempt is no longer
+// the running one.
 func (s *Store) AttemptUndo(ctx context.Context, id string, n int32, delay time.Duration) (bool, error) {
 	var undone bool
 	err := s.pool.QueryRow(ctx, `
@@ -193,7 +197,7 @@ func (s *Store) AttemptUndo(ctx context.Context, id string, n int32, delay time.
 		), d AS (
 			INSERT INTO dispatches (execution_id, attempt, due_at)
 			SELECT id, $2, now() + make_interval(secs => $3) FROM e
-			ON CONFLICT (execution_id, attempt) DO NOTHING
+			ON CONFLICT (execution_id, attempt) DO UPDATE SET due_at = EXCLUDED.due_at, claimed_until = NULL
 		)
 		SELECT EXISTS (SELECT 1 FROM e)`, id, n, delay.Seconds()).Scan(&undone)
 	if err != nil {

@@ -295,7 +295,13 @@ func TestAttemptUndo(t *testing.T) {
 		require.Equal(t, before, b.state(t, id))
 		require.Len(t, dueIn(), 1)
 	})
-	t.Run("a record already there is kept", func(t *testing.T) {
+	t.Run("the published record the dispatcher is about to delete is taken over", func(t *testing.T) {
+		// The dispatcher published the record for attempt 2 and, holding its claim, has not
+		// deleted it yet when the consumer undoes the attempt that message started.
+		var claim time.Time
+		require.NoError(t, b.schema.Pool.QueryRow(ctx, `
+			UPDATE dispatches SET claimed_until = now() + interval '30 seconds'
+			WHERE execution_id = $1 AND attempt = 2 RETURNING claimed_until`, id).Scan(&claim))
 		_, err := skewed.AttemptStart(ctx, id, 2, tokenHash("again"), identity, time.Time{})
 		require.NoError(t, err)
 		undone, err := skewed.AttemptUndo(ctx, id, 2, 20*time.Second)
@@ -303,6 +309,11 @@ func TestAttemptUndo(t *testing.T) {
 		require.True(t, undone)
 		due := dueIn()
 		require.Len(t, due, 1)
-		require.InDelta(t, 7, due[0], 2, "the first record's due time")
+		require.InDelta(t, 20, due[0], 2, "due after the new delay")
+		// The dispatcher's delete of what it published (only while its claim holds) misses it.
+		tag, err := b.schema.Pool.Exec(ctx, `DELETE FROM dispatches WHERE execution_id = $1 AND attempt = 2 AND claimed_until = $2`, id, claim)
+		require.NoError(t, err)
+		require.Zero(t, tag.RowsAffected())
+		require.Len(t, dueIn(), 1, "the retry survives the dispatcher's delete")
 	})
 }
