@@ -178,9 +178,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	journalPath := filepath.Join(journalDir, "dummy-adapter.journal")
 	appName := "integrations-" + runID
 	env := append([]string{
-		// Expired leases and stranded work are swept promptly: everything is local.
+		// Expired leases and stranded work are looked for often: everything is local. The sweep
+		// grace stays the production default (5 s, not time-scaled): it is the time an outcome
+		// report in flight at the lease's end has to land while settlement or Postgres recovers
+		// from a fault, and a grace of 200 ms made the sweeper, not the faults, cost provider work.
 		"INTEGRATIONS_SWEEP_INTERVAL=200ms",
-		"INTEGRATIONS_SWEEP_GRACE=200ms",
 		// Event retries in seconds (scaled): 1m,1m,2m,2m,2m → 0.6 s … 1.2 s at 0.01.
 		"INTEGRATIONS_EVENT_RETRY_DELAYS=1m,1m,2m,2m,2m",
 	}, cfg.Env...)
