@@ -173,7 +173,8 @@ func (s *Server) InvokeCapability(ctx context.Context, req *gatewayv1.InvokeCapa
 }
 
 // invokeSync runs attempt 1 inline and settles it through the settlement service. A sync call is
-// never retried by the queue: a failure settles the execution failed.
+// never retried by the queue: a failure settles the execution failed — except when the adapter
+// could not be reached at all (withdrawSync).
 func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.Capability, payload *structpb.Struct) (_ *gatewayv1.InvokeCapabilityResponse, err error) {
 	// Counted from before the execution is written until its outcome is reported, so that a
 	// shutdown waits for the call and its report before the settlement connection closes.
@@ -215,8 +216,54 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 		DeadlineTime: timestamppb.New(row.DeadlineAt), DeadlineIn: durationpb.New(time.Until(callDeadline)),
 		CallbackToken: token, Mode: executionv1.Mode_MODE_SYNC,
 	})
+	if out.Kind == adaptercall.Failed && out.NotSent {
+		if resp, done, err := s.withdrawSync(ctx, row); done {
+			return resp, err
+		}
+	}
 	reporting = true // reportSync's report counts the call out
 	return s.reportSync(ctx, row, callDeadline, out)
+}
+
+// withdrawTimeout bounds the statement that takes back a sync accept.
+const withdrawTimeout = 5 * time.Second
+
+// withdrawSync answers a sync call whose adapter could not be reached, provably before any of the
+// request went out (adaptercall's NotSent): no provider work can have started, so the client's one
+// attempt is not spent. The accept is taken back (the execution and its attempt row deleted while
+// still running at attempt 1) and the caller gets a retryable UNAVAILABLE; its retry with the
+// same Idempotency-Key then finds nothing and starts afresh. A cancellation or the sweeper that
+// settled the execution first keeps its outcome, and the caller gets the execution as it was
+// settled. done=false (the statement failed, so whether the execution is still there is not
+// known) leaves the outcome to the reporter, as for a call whose request went out.
+func (s *Server) withdrawSync(ctx context.Context, row *execution.Row) (_ *gatewayv1.InvokeCapabilityResponse, done bool, _ error) {
+	logger := s.log.With(log.ExecutionID(row.ID), log.Attempt(1), zap.String("capability", row.Capability))
+	// Not the caller's context: a caller that went away must not leave the attempt spent.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawTimeout)
+	defer cancel()
+	withdrawn, err := s.store.SyncWithdraw(wctx, row.ID)
+	if err != nil {
+		logger.Warn("sync accept not withdrawn after the adapter was unreachable; settling the attempt failed", zap.Error(err))
+		return nil, false, nil
+	}
+	if !withdrawn {
+		logger.Info("sync execution settled by another before its accept was withdrawn")
+		got, _, err := s.store.ExecutionGet(wctx, row.ApplicationID, row.ID)
+		if err != nil {
+			return nil, true, fmt.Errorf("read sync execution %s settled by another: %w", row.ID, err)
+		}
+		resp, err := s.response(got, nil)
+		return resp, true, err
+	}
+	logger.Warn("sync accept withdrawn: the adapter was unreachable and nothing was sent; no attempt spent")
+	return nil, true, adapterUnavailable()
+}
+
+// adapterUnavailable is the answer to a sync call whose adapter could not be reached: retryable,
+// and nothing of the call was kept.
+func adapterUnavailable() error {
+	return apperr.New(apperr.KindUnavailable, "ADAPTER_UNAVAILABLE",
+		"the capability's adapter could not be reached and nothing was sent to it; the execution was not kept, retry with the same Idempotency-Key")
 }
 
 // syncReportGrace is how long after a sync execution's deadline its outcome is still reported in

@@ -2,16 +2,19 @@ package server
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 	"github.com/integrations-platform/integrations/pkg/execution"
+	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
@@ -140,4 +143,68 @@ func countExecutions(t *testing.T, b *bundle) int {
 	var n int
 	require.NoError(t, b.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM executions`).Scan(&n))
 	return n
+}
+
+// A sync call whose adapter cannot be reached (nothing of the request went out) spends no
+// attempt: the accept is taken back — no execution, no attempt row, no event, no report — and the
+// caller gets a retryable UNAVAILABLE, so that its retry with the same Idempotency-Key, once the
+// adapter is up, starts afresh and succeeds at attempt 1.
+func TestSyncAdapterUnreachableIsNotAnAttempt(t *testing.T) {
+	t.Parallel()
+	b := syncSetup(t, 10*time.Second)
+	// An address nothing listens on, kept for the adapter to come up at later.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close())
+	_, err = b.schema.Pool.Exec(context.Background(), `UPDATE adapters SET endpoint = $1`, addr)
+	require.NoError(t, err)
+	call := func() (*gatewayv1.InvokeCapabilityResponse, error) {
+		return b.server.InvokeCapability(b.ctx, &gatewayv1.InvokeCapabilityRequest{
+			Capability: dbtest.TestCapability, Mode: executionv1.Mode_MODE_SYNC, IdempotencyKey: "unreachable-1"})
+	}
+
+	_, err = call()
+
+	c, reason := code(err)
+	require.Equal(t, codes.Unavailable, c, "retryable: %v", err)
+	require.Equal(t, "ADAPTER_UNAVAILABLE", reason)
+	require.NotContains(t, grpcx.ToStatus(err).Message(), addr, "the adapter's address is not shown")
+	require.Zero(t, countExecutions(t, b), "the execution was taken back")
+	var attempts, events int
+	require.NoError(t, b.schema.Pool.QueryRow(context.Background(),
+		`SELECT (SELECT count(*) FROM execution_attempts), (SELECT count(*) FROM integration_events)`).Scan(&attempts, &events))
+	require.Zero(t, attempts, "no attempt row")
+	require.Zero(t, events, "no completion event")
+	require.Empty(t, b.settlement.requests(), "nothing was reported")
+
+	lis, err = net.Listen("tcp", addr)
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	adapterv1.RegisterAdapterServiceServer(srv, &fakeAdapter{})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	// The gateway's connection finds the adapter within its reconnect backoff; until then each
+	// retry is taken back the same way.
+	var resp *gatewayv1.InvokeCapabilityResponse
+	require.Eventually(t, func() bool {
+		resp, err = call()
+		if err != nil {
+			c, reason := code(err)
+			require.Equal(t, codes.Unavailable, c, "retryable: %v", err)
+			require.Equal(t, "ADAPTER_UNAVAILABLE", reason)
+			require.Zero(t, countExecutions(t, b))
+			return false
+		}
+		return true
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, resp.GetExecution().GetStatus())
+	require.Equal(t, int32(1), resp.GetExecution().GetAttempt(), "the retry started afresh at attempt 1")
+	require.Equal(t, 1, countExecutions(t, b))
+	var attempt int32
+	require.NoError(t, b.schema.Pool.QueryRow(context.Background(),
+		`SELECT attempt FROM executions WHERE idempotency_key = 'unreachable-1'`).Scan(&attempt))
+	require.Equal(t, int32(1), attempt)
+	require.Len(t, b.settlement.requests(), 1, "one outcome reported, the retry's")
 }

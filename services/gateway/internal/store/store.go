@@ -196,6 +196,24 @@ func (s *Store) ExecutionAccept(ctx context.Context, n NewExecution) (row *execu
 	return row, created, err
 }
 
+// SyncWithdraw takes back the accept of sync execution id whose one attempt's adapter call
+// provably sent nothing (the adapter could not be reached): it deletes the execution, and with it
+// (ON DELETE CASCADE) its attempt row, in one statement — but only while it is still running at
+// attempt 1, so that a cancellation or the sweeper that settled it meanwhile keeps its outcome
+// (withdrawn=false, nothing changed). Nothing else is written: no attempt was spent and no
+// completion event exists, and a retry of the call with the same Idempotency-Key finds no
+// execution and starts afresh.
+func (s *Store) SyncWithdraw(ctx context.Context, id string) (withdrawn bool, err error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM executions
+		WHERE id = $1 AND mode = $2 AND status = $3 AND attempt = 1`,
+		id, execution.ModeSync, execution.StatusRunning)
+	if err != nil {
+		return false, fmt.Errorf("withdraw sync execution: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 func (s *Store) idempotentReplay(ctx context.Context, tx pgx.Tx, n NewExecution, out **execution.Row) error {
 	var hash []byte
 	err := tx.QueryRow(ctx, `SELECT request_hash FROM executions WHERE application_id = $1 AND idempotency_key = $2`,
