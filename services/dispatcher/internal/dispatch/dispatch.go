@@ -126,6 +126,9 @@ func (d *Dispatcher) Pass(ctx context.Context) error {
 	}
 }
 
+// releaseTimeout bounds giving up the claim on records that were not published.
+const releaseTimeout = 2 * time.Second
+
 func (d *Dispatcher) batch(ctx context.Context) (int, error) {
 	start := time.Now()
 	claimed, err := d.store.DispatchClaim(ctx, d.batchSize, d.claimTTL, d.horizon)
@@ -153,15 +156,27 @@ func (d *Dispatcher) batch(ctx context.Context) (int, error) {
 	// The message carries the due time: one that arrives early (a level shorter than its delay)
 	// is deferred again by the consumer, without spending an attempt.
 	errs := d.pub.PublishAfter(ctx, routes.Executions.Name, msgs, delays)
-	var done []int64
+	var done, failed []int64
 	for i, err := range errs {
 		if err != nil {
 			publishFailures.Inc()
 			d.log.Warn("dispatch publish not confirmed", zap.String("execution_id", claimed[i].ExecutionID),
 				zap.Int32("attempt", claimed[i].Attempt), zap.Error(err))
+			failed = append(failed, claimed[i].ID)
 			continue
 		}
 		done = append(done, claimed[i].ID)
+	}
+	if len(failed) > 0 {
+		// Not published (or not known to be): give the claim up so that they go out with the next
+		// pass rather than after the claim expires — a dispatcher stopped by a rolling deploy
+		// between claim and confirm otherwise held them for the whole claim (30 s). Done even when
+		// ctx ended with the stop; a failed release only leaves the claim to expire.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		if _, err := d.store.DispatchRelease(rctx, failed, claimed[0].ClaimedUntil); err != nil {
+			d.log.Warn("unpublished dispatches not released; they wait for their claim to expire", zap.Int("records", len(failed)), zap.Error(err))
+		}
+		cancel()
 	}
 	if len(done) > 0 {
 		// One claim statement gave every row the same claimed_until.

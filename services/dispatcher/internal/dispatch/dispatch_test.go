@@ -124,3 +124,40 @@ func TestPassPublishesWithinTheHorizon(t *testing.T) {
 		assert.False(t, r.at.Before(r.due), "attempt %d handled %v before it was due", r.attempt, r.due.Sub(r.at))
 	}
 }
+
+// stoppedPublisher is stopped while it publishes (the service's stop cancels the pass's context)
+// and answers every publish as not confirmed.
+type stoppedPublisher struct{ stop context.CancelFunc }
+
+func (p stoppedPublisher) PublishAfter(ctx context.Context, _ string, msgs []mq.Outgoing, _ []time.Duration) []error {
+	p.stop()
+	errs := make([]error, len(msgs))
+	for i := range errs {
+		errs[i] = context.Canceled
+	}
+	return errs
+}
+
+// TestUnpublishedRecordsAreReleased: records a pass claimed but could not publish — the broker did
+// not confirm them, or the dispatcher was being stopped (its context cancelled) — are released at
+// once, so the next pass publishes them instead of waiting out the 30 s claim.
+func TestUnpublishedRecordsAreReleased(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	exec := s.InsertExecution(t, dbtest.Execution{})
+	_, err := s.Pool.Exec(context.Background(), `INSERT INTO dispatches (execution_id, attempt, due_at) VALUES ($1, 1, now())`, exec)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := New(store.New(s.Pool), stoppedPublisher{stop: cancel}, zap.NewNop(), Config{
+		Interval: time.Hour, ClaimTTL: 30 * time.Second, Horizon: time.Second, BatchSize: 10,
+	})
+	_, err = d.batch(ctx)
+	require.NoError(t, err)
+
+	var claimed *time.Time
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT claimed_until FROM dispatches WHERE execution_id = $1`, exec).Scan(&claimed))
+	assert.Nil(t, claimed, "the record is claimable again at once")
+}

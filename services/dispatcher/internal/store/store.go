@@ -73,6 +73,18 @@ func (s *Store) DispatchDeletePublished(ctx context.Context, ids []int64, claime
 	return tag.RowsAffected(), nil
 }
 
+// DispatchRelease gives up this dispatcher's claim on records it could not publish (the broker did
+// not confirm them, or the service is stopping), so that the next pass — this replica's or
+// another's — publishes them at once instead of after the claim expires. A record whose claim is no
+// longer this one's is left alone.
+func (s *Store) DispatchRelease(ctx context.Context, ids []int64, claimedUntil time.Time) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE dispatches SET claimed_until = NULL WHERE id = ANY($1) AND claimed_until = $2`, ids, claimedUntil)
+	if err != nil {
+		return 0, fmt.Errorf("release unpublished dispatches: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // DispatchNextDue returns how long until the earliest record becomes claimable with the given
 // horizon (see DispatchClaim) — horizon before its due time, or the end of its claim if one holds
 // it — or nil if none waits. The wait is measured by the database, against its now(): the clock
