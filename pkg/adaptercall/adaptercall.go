@@ -50,6 +50,9 @@ type Outcome struct {
 	RetryAfter time.Duration
 	// Lease, for Accepted (0: the capability's default).
 	Lease time.Duration
+	// Cause is the transport's own error when the call got no answer of the adapter's, for our
+	// logs only: the stored Failure says it in words that name no address.
+	Cause error
 	// NotSent, for Failed: the adapter could not be reached and provably nothing of the request
 	// went out (see Pool.Execute), so no provider work can have started.
 	NotSent bool
@@ -291,7 +294,7 @@ func transportFailure(err error) Outcome {
 	if status.Code(err) == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
 		class = execution.ClassTimeout
 	}
-	return Outcome{Kind: Failed, Retryable: true, Failure: execution.Failure{
+	return Outcome{Kind: Failed, Retryable: true, Cause: err, Failure: execution.Failure{
 		Class: class, Code: status.Code(err).String(), Message: safetext.Truncate(transportMessage(err), maxMessage),
 	}}
 }

@@ -210,7 +210,7 @@ func (h *Handler) record(ctx context.Context, logger *zap.Logger, started *store
 	switch out.Kind {
 	case adaptercall.Completed, adaptercall.Failed:
 		if out.Kind == adaptercall.Failed {
-			logger.Info("attempt failed", zap.String("class", out.Failure.Class), zap.Bool("retryable", out.Retryable))
+			logger.Info("attempt failed", zap.String("class", out.Failure.Class), zap.Bool("retryable", out.Retryable), zap.NamedError("transport", out.Cause))
 		}
 		_, v, err := outcome.Settler{Client: h.settlement, Log: logger}.Report(ctx, a, out)
 		logger.Debug("attempt outcome reported", zap.Stringer("verdict", v))
