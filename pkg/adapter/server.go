@@ -11,9 +11,11 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/integrations-platform/integrations/pkg/adaptercall"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
@@ -266,6 +268,9 @@ type service struct {
 // of the adapter is a Failed outcome, which the platform records and retries by its rules.
 func (v service) Execute(ctx context.Context, in *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
 	s := v.s
+	// Acknowledge receipt before any work starts: a platform whose call then fails on a broken
+	// connection without this header knows the handler never ran, and spends no attempt.
+	_ = grpc.SendHeader(ctx, metadata.Pairs(adaptercall.ReceivedHeader, "1"))
 	req := newRequest(in)
 	log := s.log.With(plog.ExecutionID(req.ExecutionID), plog.Attempt(req.Attempt), zap.String("capability", req.Capability))
 	if !req.Deadline.IsZero() {

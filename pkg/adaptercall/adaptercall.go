@@ -87,6 +87,9 @@ type endpoint struct {
 	conn *grpc.ClientConn
 	// dialFailed is when a connection attempt last failed, in Unix nanoseconds (0: never).
 	dialFailed atomic.Int64
+	// acknowledges: this adapter has answered ReceivedHeader before (it runs the SDK), so a call
+	// without it was not received.
+	acknowledges atomic.Bool
 }
 
 // down reports whether the adapter is known to be unreachable right now: the connection is in
@@ -150,8 +153,21 @@ func (p *Pool) endpointLocked(target string) (*endpoint, error) {
 	return ep, nil
 }
 
-// sentKey carries an Execute call's *atomic.Bool, set once any of the request went out.
+// ReceivedHeader is the response header an adapter sends the moment an Execute call reaches it,
+// before its handler starts any work (the adapter SDK, pkg/adapter, does). A call that then fails
+// on a broken connection without that header never reached the adapter's handler.
+const ReceivedHeader = "integrations-received"
+
+// sentKey carries an Execute call's *callState.
 type sentKey struct{}
+
+// callState is what the connection's stats handler saw of one Execute call.
+type callState struct {
+	// sent: any of the request (its headers or payload) was handed to the transport.
+	sent atomic.Bool
+	// received: the adapter answered ReceivedHeader.
+	received atomic.Bool
+}
 
 // sentRecorder is the stats.Handler of adapter connections that tells a call whose request left
 // this process (its headers or its payload were handed to a transport) from one that failed
@@ -160,10 +176,16 @@ type sentRecorder struct{}
 
 func (sentRecorder) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
 func (sentRecorder) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	switch s.(type) {
+	st, ok := ctx.Value(sentKey{}).(*callState)
+	if !ok {
+		return
+	}
+	switch s := s.(type) {
 	case *stats.OutHeader, *stats.OutPayload:
-		if sent, ok := ctx.Value(sentKey{}).(*atomic.Bool); ok {
-			sent.Store(true)
+		st.sent.Store(true)
+	case *stats.InHeader:
+		if len(s.Header.Get(ReceivedHeader)) > 0 {
+			st.received.Store(true)
 		}
 	}
 }
@@ -231,8 +253,9 @@ func (p *Pool) Execute(ctx context.Context, endpoint string, req *adapterv1.Exec
 	if !ready {
 		return notReachable()
 	}
-	sent := new(atomic.Bool)
-	callCtx, cancelCall := context.WithCancelCause(context.WithValue(ctx, sentKey{}, sent))
+	call := new(callState)
+	sent := &call.sent
+	callCtx, cancelCall := context.WithCancelCause(context.WithValue(ctx, sentKey{}, call))
 	defer cancelCall(nil)
 	notSentTimer := time.AfterFunc(p.connectWait, func() {
 		if !sent.Load() {
@@ -243,6 +266,9 @@ func (p *Pool) Execute(ctx context.Context, endpoint string, req *adapterv1.Exec
 	})
 	resp, err := adapterv1.NewAdapterServiceClient(ep.conn).Execute(callCtx, req, grpc.WaitForReady(true))
 	notSentTimer.Stop()
+	if call.received.Load() {
+		ep.acknowledges.Store(true)
+	}
 	if err != nil {
 		if !sent.Load() {
 			if errors.Is(context.Cause(callCtx), errNotSentInTime) {
@@ -252,7 +278,13 @@ func (p *Pool) Execute(ctx context.Context, endpoint string, req *adapterv1.Exec
 			out.NotSent = true
 			return out
 		}
-		return transportFailure(err)
+		out := transportFailure(err)
+		// Sent onto a connection whose adapter had just died (gRPC calls a request sent once it
+		// is queued on the transport, before the peer is known to be gone): an adapter that
+		// acknowledges receipt and did not, on a connection that broke, never ran its handler.
+		// Only a broken connection counts — a deadline may pass while the adapter works.
+		out.NotSent = ep.acknowledges.Load() && !call.received.Load() && status.Code(err) == codes.Unavailable
+		return out
 	}
 	switch o := resp.GetOutcome().(type) {
 	case *adapterv1.ExecuteResponse_Completed:

@@ -3,11 +3,13 @@ package adaptercall_test
 import (
 	"context"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
@@ -189,4 +191,97 @@ func TestExecuteNotSentWithinTheConnectWaitIsCut(t *testing.T) {
 	}
 	cancel()
 	require.False(t, (<-firstDone).NotSent, "the first call was sent")
+}
+
+// acknowledgingAdapter answers its first call at once, and every later one as told: with the
+// receipt header (as the adapter SDK does before its handler runs) or without, then hangs.
+type acknowledgingAdapter struct {
+	adapterv1.UnimplementedAdapterServiceServer
+	acknowledge bool
+	calls       atomic.Int32
+	received    chan struct{}
+	written     *atomic.Int64 // bytes the server wrote to its connections
+}
+
+// countingListener counts the bytes written to the connections it accepts.
+type countingListener struct {
+	net.Listener
+	written *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{c, l.written}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	written *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.written.Add(int64(n))
+	return n, err
+}
+
+func (a *acknowledgingAdapter) Execute(ctx context.Context, _ *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
+	first := a.calls.Add(1) == 1
+	if first || a.acknowledge {
+		before := a.written.Load()
+		if err := grpc.SendHeader(ctx, metadata.Pairs(adaptercall.ReceivedHeader, "1")); err != nil {
+			return nil, err
+		}
+		// SendHeader only queues the header: wait until it is on the socket, so that the
+		// connection's break below comes after it.
+		for a.written.Load() == before {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	if first {
+		return &adapterv1.ExecuteResponse{Outcome: &adapterv1.ExecuteResponse_Completed{Completed: &adapterv1.Completed{}}}, nil
+	}
+	a.received <- struct{}{}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// An adapter known to acknowledge receipt whose connection breaks after the request was handed
+// to the transport but before the acknowledgement: the handler never ran (a kill -9 just before
+// the request arrived looks like this), so the call is NotSent; with the acknowledgement it is
+// sent. The server stands in for the race by withholding the header.
+func TestExecuteWithoutTheAdaptersReceiptIsNotSent(t *testing.T) {
+	t.Parallel()
+	for _, acknowledge := range []bool{false, true} {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		a := &acknowledgingAdapter{acknowledge: acknowledge, received: make(chan struct{}, 1), written: new(atomic.Int64)}
+		srv := grpc.NewServer()
+		adapterv1.RegisterAdapterServiceServer(srv, a)
+		go func() { _ = srv.Serve(countingListener{lis, a.written}) }()
+		p := adaptercall.NewPool()
+		t.Cleanup(func() { _ = p.Close() })
+
+		first := p.Execute(context.Background(), lis.Addr().String(), &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+		require.Equal(t, adaptercall.Completed, first.Kind)
+
+		done := make(chan adaptercall.Outcome, 1)
+		go func() {
+			done <- p.Execute(context.Background(), lis.Addr().String(), &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 2})
+		}()
+		<-a.received
+		srv.Stop() // the connection breaks
+
+		out := <-done
+		require.Equal(t, adaptercall.Failed, out.Kind)
+		require.True(t, out.Retryable)
+		require.Equal(t, !acknowledge, out.NotSent, "acknowledged %v", acknowledge)
+	}
 }
