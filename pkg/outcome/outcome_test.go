@@ -218,6 +218,7 @@ func TestSettlerGivesUpAtTheLease(t *testing.T) {
 	_, v, err := s.Report(context.Background(), outcome.Attempt{ExecutionID: execID, Attempt: 1, Until: until},
 		adaptercall.Outcome{Kind: adaptercall.Completed, Result: &structpb.Struct{}})
 	require.Equal(t, outcome.Expired, v)
-	require.Equal(t, codes.Unavailable, status.Code(errors.Unwrap(err)))
+	// The last error is the service's answer, or the lease's end cutting the last try short.
+	require.Contains(t, []codes.Code{codes.Unavailable, codes.DeadlineExceeded}, status.Code(errors.Unwrap(err)), "%v", err)
 	require.WithinDuration(t, until, time.Now(), 300*time.Millisecond)
 }
