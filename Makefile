@@ -65,6 +65,13 @@ deps-down: ## Stop the Postgres/RabbitMQ that scripts/deps.sh started (if any)
 clean: ## Remove build output and local run state
 	rm -rf bin .run
 
+.PHONY: fuzz
+fuzz: ## Every go test -fuzz target for FUZZTIME each (default 60s), with a table of executions per target
+	@scripts/deps.sh up
+	@set -a; . .run/deps.env; set +a; \
+	export INTEGRATIONS_TEST_DATABASE_URL="$${INTEGRATIONS_TEST_DATABASE_URL:-$$INTEGRATIONS_PG_URL/test?sslmode=disable}"; \
+	FUZZTIME=$(or $(FUZZTIME),60s) scripts/fuzz.sh
+
 .PHONY: chaos
 chaos: ## The fault suite: 2 replicas of every service, kill -9s, broker and Postgres connections cut, a failing receiver; then the invariants (CHAOS_FLAGS=... passes flags, e.g. -executions 10000 -strict, -mode adapter, -mode rolling -callers 64)
 	@scripts/deps.sh up
