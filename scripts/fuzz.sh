@@ -17,7 +17,7 @@ mapfile -t pkgs < <(grep -rl --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]*\(
 results=()
 failed=0
 for dir in "${pkgs[@]}"; do
-  mapfile -t targets < <(grep -h --include='*_test.go' -r -E -o '^func Fuzz[A-Za-z0-9_]*' "$dir" --max-depth=1 2>/dev/null \
+  mapfile -t targets < <(grep -h -E -o '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go \
     | sed 's/^func //' | sort -u)
   for t in "${targets[@]}"; do
     say "$dir $t for $fuzztime"
