@@ -104,11 +104,12 @@ func Hash(token string) []byte {
 	return sum[:]
 }
 
-// PrintableASCII reports whether s holds only printable ASCII without spaces (0x21–0x7e): the
-// only bytes a key of any kind may hold. Anything else is refused before any lookup.
+// PrintableASCII reports whether s holds only printable ASCII (0x20–0x7e): the only bytes a key
+// of any kind may hold (an HTTP header carries nothing else faithfully). Anything else is refused
+// before any lookup. A chosen catalog key may hold spaces; a generated one never does.
 func PrintableASCII(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if s[i] < 0x21 || s[i] > 0x7e {
+		if s[i] < 0x20 || s[i] > 0x7e {
 			return false
 		}
 	}
