@@ -86,8 +86,8 @@ type NewKey struct {
 
 // KeyInfo is a key as listings show it: never its secret or hash.
 type KeyInfo struct {
-	ID            string     `json:"id"`
-	ApplicationID string     `json:"application"`
+	ID            string `json:"id"`
+	ApplicationID string `json:"application"`
 	// Prefix is igk_<id> for a generated key; empty for a key an operator chose, none of whose
 	// characters are shown.
 	Prefix      string     `json:"prefix"`
