@@ -32,6 +32,9 @@ const (
 	ChecksumLen = 6
 	// Len is the length of a whole key.
 	Len = len(Prefix) + IDLen + 1 + SecretLen + ChecksumLen
+	// MaxTokenLen bounds a key of any kind (a catalog's chosen key too): a longer token is refused
+	// before it is hashed.
+	MaxTokenLen = 512
 )
 
 const alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"

@@ -306,6 +306,9 @@ func checkAPIKey(key string) error {
 	if key == "" {
 		return nil
 	}
+	if len(key) > apikey.MaxTokenLen {
+		return fmt.Errorf("must be at most %d characters", apikey.MaxTokenLen)
+	}
 	if !apikey.PrintableASCII(key) {
 		return errors.New("must be printable ASCII (a header carries nothing else)")
 	}

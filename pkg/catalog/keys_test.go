@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -125,7 +126,7 @@ func TestValidationRefusesKeysTheGatewayWouldNot(t *testing.T) {
 	k, err := apikey.Generate()
 	require.NoError(t, err)
 	typo := k.Token[:30] + string(k.Token[30]^1) + k.Token[31:]
-	for _, key := range []string{typo, "key-with-a-tab\t0123456789"} {
+	for _, key := range []string{typo, "key-with-a-tab\t0123456789", strings.Repeat("k", apikey.MaxTokenLen+1)} {
 		_, err := catalog.Parse([]byte(catalogYAML(t, spec{appKey: key})), env(nil))
 		require.ErrorContains(t, err, "applications[0].api_key: ")
 		require.NotContains(t, err.Error(), key, "the error does not echo the key")

@@ -42,6 +42,9 @@ func AuthInterceptor(st *store.Store) grpc.UnaryServerInterceptor {
 
 // authenticate returns the application token belongs to. Its refusals never echo the token.
 func authenticate(ctx context.Context, st *store.Store, token string) (string, error) {
+	if len(token) > apikey.MaxTokenLen {
+		return "", apperr.Unauthenticated("malformed API key: longer than %d characters", apikey.MaxTokenLen)
+	}
 	if !apikey.PrintableASCII(token) {
 		return "", apperr.Unauthenticated("malformed API key: only printable ASCII characters are allowed")
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,6 +111,8 @@ func TestAuthInterceptorRefusesMalformedKeysWithoutALookup(t *testing.T) {
 		_, err := callAuth(t, st, auth)
 		requireRefused(t, err, "malformed API key: only printable ASCII characters are allowed")
 	}
+	_, err = callAuth(t, st, "Bearer "+strings.Repeat("k", apikey.MaxTokenLen+1))
+	requireRefused(t, err, "malformed API key: longer than 512 characters")
 	// A well-formed key does reach the (closed) database: the refusals above did not.
 	_, err = callAuth(t, st, "Bearer "+k.Token)
 	require.Error(t, err)
