@@ -39,9 +39,9 @@ const cacheSize = 10000
 // New returns a Store on pool, reading API keys and capabilities afresh on every call.
 func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
-// WithCache keeps API keys' applications and capabilities found for ttl (0: not at all), so the
-// accept path does not read them on every call; a catalog change or a revoked key then takes
-// effect within ttl.
+// WithCache keeps the API keys (with their revoked and expiry state) and capabilities found for
+// ttl (0: not at all), so the accept path does not read them on every call; a catalog change or a
+// key revoked through another replica then takes effect within ttl.
 func (s *Store) WithCache(ttl time.Duration) *Store {
 	if ttl > 0 { // expirable.NewLRU takes 0 as "never expire"
 		s.keys = expirable.NewLRU[string, *KeyRecord](cacheSize, nil, ttl)
