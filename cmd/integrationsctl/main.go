@@ -1,5 +1,5 @@
 // Command integrationsctl administers an integrations deployment: schema migrations and the
-// declarative catalog of applications, adapters and capabilities.
+// declarative catalog of applications, adapters and capabilities; applications' API keys.
 package main
 
 import (
@@ -38,7 +38,7 @@ func root() *cobra.Command {
 	var client clientFlags
 	client.register(cmd)
 	cmd.AddCommand(migrateCmd(&databaseURL), catalogCmd(&databaseURL),
-		invokeCmd(&client), getCmd(&client), listCmd(&client), consumerCmd(&client), eventsCmd(&client))
+		invokeCmd(&client), getCmd(&client), listCmd(&client), consumerCmd(&client), eventsCmd(&client), keysCmd())
 	return cmd
 }
 

@@ -9,6 +9,7 @@ package catalog
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -26,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/integrations-platform/integrations/pkg/apikey"
 	"github.com/integrations-platform/integrations/pkg/db"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/pkg/webhook"
@@ -39,7 +41,9 @@ type Catalog struct {
 }
 
 // Application is a client application. Give exactly one of APIKey (usually "${SOME_VAR}") or
-// APIKeySHA256 (hex).
+// APIKeySHA256 (hex). It becomes the application's catalog key, a bootstrap key beside the keys
+// created through the operator API (which applying the catalog never touches): a generated key
+// (`integrationsctl keys generate`) or any string an operator chose of at least 16 characters.
 type Application struct {
 	ID           string `yaml:"id"`
 	Name         string `yaml:"name"`
@@ -193,6 +197,8 @@ func (c *Catalog) Validate() error {
 		seen["app:"+a.ID] = true
 		if err := checkSecret(a.APIKey, a.APIKeySHA256); err != nil {
 			bad("%s: api_key/api_key_sha256: %v", where, err)
+		} else if err := checkAPIKey(a.APIKey); err != nil {
+			bad("%s.api_key: %v", where, err)
 		}
 		if a.Consumer != nil {
 			if err := checkConsumer(a.Consumer); err != nil {
@@ -295,6 +301,63 @@ func checkSecret(clear, hash string) error {
 	return nil
 }
 
+// checkAPIKey refuses a clear key the gateway would never accept.
+func checkAPIKey(key string) error {
+	if key == "" {
+		return nil
+	}
+	if len(key) > apikey.MaxTokenLen {
+		return fmt.Errorf("must be at most %d characters", apikey.MaxTokenLen)
+	}
+	if !apikey.PrintableASCII(key) {
+		return errors.New("must be printable ASCII (a header carries nothing else)")
+	}
+	if _, err := apikey.Parse(key); errors.Is(err, apikey.ErrMalformed) {
+		return fmt.Errorf("starts with %s but is not a generated key (wrong length, character or checksum)", apikey.Prefix)
+	}
+	return nil
+}
+
+// applyAPIKey makes the application's declared key its catalog key: kept as it is (with its
+// last-used time, and revoked if an operator revoked it) when it is the same key, replacing the
+// previous catalog key otherwise. Keys created through the API are left alone.
+func applyAPIKey(ctx context.Context, tx pgx.Tx, a Application) error {
+	hash := hashOf(a.APIKey, a.APIKeySHA256)
+	kind, id := "chosen", ""
+	if k, err := apikey.Parse(a.APIKey); err == nil {
+		kind, id = "generated", k.ID
+	} else {
+		b := make([]byte, 6)
+		if _, err := rand.Read(b); err != nil {
+			return fmt.Errorf("apply key of application %s: %w", a.ID, err)
+		}
+		id = "chosen_" + hex.EncodeToString(b)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM api_keys WHERE application_id = $1 AND source = 'catalog' AND hash <> $2`,
+		a.ID, hash); err != nil {
+		return fmt.Errorf("replace catalog key of application %s: %w", a.ID, err)
+	}
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO api_keys (id, application_id, kind, hash, source, description, created_by)
+		VALUES ($1, $2, $3, $4, 'catalog', 'catalog key', 'catalog apply')
+		ON CONFLICT (hash) DO NOTHING`, id, a.ID, kind, hash)
+	if err != nil {
+		return fmt.Errorf("apply catalog key of application %s: %w", a.ID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	var ok bool
+	if err := tx.QueryRow(ctx, `SELECT application_id = $2 AND source = 'catalog' FROM api_keys WHERE hash = $1`,
+		hash, a.ID).Scan(&ok); err != nil {
+		return fmt.Errorf("apply catalog key of application %s: %w", a.ID, err)
+	}
+	if !ok {
+		return fmt.Errorf("application %s: api_key is already another key: declare a new one", a.ID)
+	}
+	return nil
+}
+
 // applyConsumer stores the application's consumer, with a new signing secret if it has none.
 func applyConsumer(ctx context.Context, tx pgx.Tx, appID string, c *Consumer, box *secret.Box) error {
 	var sealedNew []byte
@@ -378,6 +441,9 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, c *Catalog, opts ...ApplyOpt
 				ON CONFLICT (id) DO UPDATE SET name = excluded.name, api_key_hash = excluded.api_key_hash, updated_at = now()`,
 				a.ID, name, hashOf(a.APIKey, a.APIKeySHA256)); err != nil {
 				return fmt.Errorf("apply application %s: %w", a.ID, err)
+			}
+			if err := applyAPIKey(ctx, tx, a); err != nil {
+				return err
 			}
 			if a.Consumer != nil {
 				if err := applyConsumer(ctx, tx, a.ID, a.Consumer, o.box); err != nil {

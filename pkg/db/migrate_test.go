@@ -42,7 +42,7 @@ func TestMigrateDownAndUpAgain(t *testing.T) {
 	ctx := context.Background()
 	s := dbtest.NewSchema(t) // applies every migration
 
-	want := []string{"adapters", "applications", "capabilities", "dispatches", "event_deliveries",
+	want := []string{"adapters", "api_keys", "applications", "capabilities", "dispatches", "event_deliveries",
 		"execution_attempts", "executions", "integration_events"}
 	require.Equal(t, want, tables(t, s))
 

@@ -75,7 +75,9 @@ func run() error {
 	}
 	adapters := adaptercall.NewPool()
 
-	st := store.New(pool).WithCache(cfg.CacheTTL)
+	// A key's last use is written at most once a minute per key and replica, off the accept path.
+	st := store.New(pool).WithCache(cfg.CacheTTL).WithLastUsed(time.Minute)
+	app.Go("api-key-last-used", func(ctx context.Context) error { return st.RunLastUsed(ctx, logger) })
 	// The gRPC limit leaves room for the envelope around a payload of the largest size allowed,
 	// so that an oversized payload is refused by validation with a message naming the field.
 	srv := grpcx.NewServer(grpcx.ServerConfig{
@@ -117,6 +119,7 @@ func run() error {
 		Addr: cfg.HTTPAddr, GRPCAddr: cfg.GRPCAddr, MaxBodyBytes: int64(2*cfg.MaxPayloadBytes + 64<<10),
 		Extra: system.Handlers(system.Config{
 			AdminToken: cfg.AdminToken,
+			Keys:       st,
 			Broker:     mq.Config{URL: cfg.AMQPURL, Scope: cfg.QueueScope, TimeScale: cfg.TimeScale, Logger: logger},
 			Timeout:    2 * time.Second,
 			Logger:     logger,

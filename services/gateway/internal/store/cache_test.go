@@ -21,26 +21,26 @@ func TestCacheKeepsFoundValuesForItsTTL(t *testing.T) {
 	c, err := cached.CapabilityGet(ctx, dbtest.TestCapability)
 	require.NoError(t, err)
 	require.EqualValues(t, dbtest.TestMaxAttempts, c.MaxAttempts)
-	app, err := cached.ApplicationIDByKeyHash(ctx, secret.Hash(dbtest.TestAPIKey))
+	k, err := cached.KeyForChosen(ctx, secret.Hash(dbtest.TestAPIKey))
 	require.NoError(t, err)
-	require.Equal(t, dbtest.TestApp, app)
+	require.Equal(t, dbtest.TestApp, k.ApplicationID)
 
 	_, err = s.Pool.Exec(ctx, `UPDATE capabilities SET max_attempts = 7`)
 	require.NoError(t, err)
-	_, err = s.Pool.Exec(ctx, `UPDATE applications SET api_key_hash = $1`, secret.Hash("another-key"))
+	_, err = s.Pool.Exec(ctx, `UPDATE api_keys SET hash = $1`, secret.Hash("another-key"))
 	require.NoError(t, err)
 
 	c, err = cached.CapabilityGet(ctx, dbtest.TestCapability)
 	require.NoError(t, err)
 	require.EqualValues(t, dbtest.TestMaxAttempts, c.MaxAttempts, "within the TTL the cached capability answers")
-	app, err = cached.ApplicationIDByKeyHash(ctx, secret.Hash(dbtest.TestAPIKey))
+	k, err = cached.KeyForChosen(ctx, secret.Hash(dbtest.TestAPIKey))
 	require.NoError(t, err, "within the TTL the cached key answers")
-	require.Equal(t, dbtest.TestApp, app)
+	require.Equal(t, dbtest.TestApp, k.ApplicationID)
 
 	c, err = fresh.CapabilityGet(ctx, dbtest.TestCapability)
 	require.NoError(t, err)
 	require.EqualValues(t, 7, c.MaxAttempts, "without a cache every call reads Postgres")
-	_, err = fresh.ApplicationIDByKeyHash(ctx, secret.Hash(dbtest.TestAPIKey))
+	_, err = fresh.KeyForChosen(ctx, secret.Hash(dbtest.TestAPIKey))
 	require.ErrorIs(t, err, ErrNotFound, "without a cache a revoked key is refused at once")
 }
 

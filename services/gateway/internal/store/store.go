@@ -28,8 +28,9 @@ var (
 type Store struct {
 	pool *pgxpool.Pool
 	// Found values, kept for a short time (nil: no cache). Misses are never kept.
-	applications *expirable.LRU[string, string]      // API key hash → application id
+	keys         *expirable.LRU[string, *KeyRecord]  // "id:"+key id or "hash:"+hash → key
 	capabilities *expirable.LRU[string, *Capability] // name → capability
+	lastUsed     *lastUsed                           // nil: keys' use is not recorded
 }
 
 // cacheSize bounds each cache; past it the least recently used entries go.
@@ -38,36 +39,15 @@ const cacheSize = 10000
 // New returns a Store on pool, reading API keys and capabilities afresh on every call.
 func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
-// WithCache keeps API keys' applications and capabilities found for ttl (0: not at all), so the
-// accept path does not read them on every call; a catalog change or a revoked key then takes
-// effect within ttl.
+// WithCache keeps the API keys (with their revoked and expiry state) and capabilities found for
+// ttl (0: not at all), so the accept path does not read them on every call; a catalog change or a
+// key revoked through another replica then takes effect within ttl.
 func (s *Store) WithCache(ttl time.Duration) *Store {
 	if ttl > 0 { // expirable.NewLRU takes 0 as "never expire"
-		s.applications = expirable.NewLRU[string, string](cacheSize, nil, ttl)
+		s.keys = expirable.NewLRU[string, *KeyRecord](cacheSize, nil, ttl)
 		s.capabilities = expirable.NewLRU[string, *Capability](cacheSize, nil, ttl)
 	}
 	return s
-}
-
-// ApplicationIDByKeyHash finds the application whose API key hashes to hash.
-func (s *Store) ApplicationIDByKeyHash(ctx context.Context, hash []byte) (string, error) {
-	if s.applications != nil {
-		if id, ok := s.applications.Get(string(hash)); ok {
-			return id, nil
-		}
-	}
-	var id string
-	err := s.pool.QueryRow(ctx, `SELECT id FROM applications WHERE api_key_hash = $1`, hash).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", ErrNotFound
-	}
-	if err != nil {
-		return "", fmt.Errorf("look up application by key: %w", err)
-	}
-	if s.applications != nil {
-		s.applications.Add(string(hash), id)
-	}
-	return id, nil
 }
 
 // Capability is what the gateway needs to know of a capability.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
+	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
 
 // Operator endpoints.
@@ -42,15 +43,18 @@ type Config struct {
 	Broker mq.Config
 	// Timeout bounds each route's round trip.
 	Timeout time.Duration
-	Logger  *zap.Logger
+	// Keys serves the API key endpoints (nil: not served).
+	Keys   *store.Store
+	Logger *zap.Logger
 }
 
 // Handlers returns the system routes.
 func Handlers(cfg Config) map[string]http.Handler {
 	return map[string]http.Handler{
-		DiagnosticPath:  admin(cfg.AdminToken, diagnostic(cfg)),
-		DeadLettersPath: admin(cfg.AdminToken, deadLetters(cfg)),
-		RedrivePath:     admin(cfg.AdminToken, redrive(cfg)),
+		DiagnosticPath:   admin(cfg.AdminToken, diagnostic(cfg)),
+		DeadLettersPath:  admin(cfg.AdminToken, deadLetters(cfg)),
+		RedrivePath:      admin(cfg.AdminToken, redrive(cfg)),
+		ApplicationsPath: admin(cfg.AdminToken, keys(cfg)),
 	}
 }
 

@@ -1,0 +1,134 @@
+package catalog_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/integrations-platform/integrations/pkg/apikey"
+	"github.com/integrations-platform/integrations/pkg/catalog"
+	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+)
+
+type keyRow struct {
+	ID, Application, Kind, Source string
+	Hash                          []byte
+	Revoked                       bool
+}
+
+func keyRows(t *testing.T, pool *pgxpool.Pool) []keyRow {
+	t.Helper()
+	r, err := pool.Query(context.Background(),
+		`SELECT id, application_id, kind, source, hash, revoked_at IS NOT NULL FROM api_keys ORDER BY application_id, source, id`)
+	require.NoError(t, err)
+	defer r.Close()
+	var out []keyRow
+	for r.Next() {
+		var k keyRow
+		require.NoError(t, r.Scan(&k.ID, &k.Application, &k.Kind, &k.Source, &k.Hash, &k.Revoked))
+		out = append(out, k)
+	}
+	require.NoError(t, r.Err())
+	return out
+}
+
+func applyYAML(t *testing.T, pool *pgxpool.Pool, yaml string) error {
+	t.Helper()
+	c, err := catalog.Parse([]byte(yaml), env(nil))
+	require.NoError(t, err)
+	return catalog.Apply(context.Background(), pool, c)
+}
+
+func TestApplyMakesTheDeclaredKeyTheCatalogKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := dbtest.NewSchema(t)
+
+	require.NoError(t, applyYAML(t, s.Pool, catalogYAML(t, spec{})))
+	first := keyRows(t, s.Pool)
+	require.Len(t, first, 1)
+	sum := sha256.Sum256([]byte(testAPIKey))
+	require.Equal(t, keyRow{ID: first[0].ID, Application: "app", Kind: "chosen", Source: "catalog", Hash: sum[:]}, first[0])
+	require.Regexp(t, `^chosen_[0-9a-f]{12}$`, first[0].ID)
+
+	require.NoError(t, applyYAML(t, s.Pool, catalogYAML(t, spec{})))
+	require.Equal(t, first, keyRows(t, s.Pool), "applying the same key again keeps its row (and its last-used time)")
+
+	// A key created through the API stays whatever the catalog declares next.
+	apiKey, err := apikey.Generate()
+	require.NoError(t, err)
+	_, err = s.Pool.Exec(ctx, `INSERT INTO api_keys (id, application_id, kind, hash, source) VALUES ($1, 'app', 'generated', $2, 'api')`,
+		apiKey.ID, apikey.Hash(apiKey.Token))
+	require.NoError(t, err)
+
+	// A generated key declared in the catalog replaces the chosen one, under its own id.
+	gen, err := apikey.Generate()
+	require.NoError(t, err)
+	require.NoError(t, applyYAML(t, s.Pool, catalogYAML(t, spec{appKey: gen.Token})))
+	got := keyRows(t, s.Pool)
+	require.Equal(t, []keyRow{
+		{ID: apiKey.ID, Application: "app", Kind: "generated", Source: "api", Hash: apikey.Hash(apiKey.Token)},
+		{ID: gen.ID, Application: "app", Kind: "generated", Source: "catalog", Hash: apikey.Hash(gen.Token)},
+	}, got)
+
+	// A hash declared as such becomes a chosen key found by its hash.
+	other := sha256.Sum256([]byte("a key that only its owner knows"))
+	require.NoError(t, applyYAML(t, s.Pool, catalogYAML(t, spec{appKeySHA: hex.EncodeToString(other[:])})))
+	got = keyRows(t, s.Pool)
+	require.Len(t, got, 2)
+	require.Equal(t, apiKey.ID, got[0].ID, "the API key is still there")
+	require.Equal(t, other[:], got[1].Hash)
+	require.Equal(t, "chosen", got[1].Kind)
+}
+
+func TestApplyKeepsARevokedCatalogKeyRevoked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := dbtest.NewSchema(t)
+
+	require.NoError(t, applyYAML(t, s.Pool, catalogYAML(t, spec{})))
+	_, err := s.Pool.Exec(ctx, `UPDATE api_keys SET revoked_at = now()`)
+	require.NoError(t, err)
+	require.NoError(t, applyYAML(t, s.Pool, catalogYAML(t, spec{})))
+	got := keyRows(t, s.Pool)
+	require.Len(t, got, 1)
+	require.True(t, got[0].Revoked, "re-applying a catalog does not bring back a key an operator revoked")
+
+	require.NoError(t, applyYAML(t, s.Pool, catalogYAML(t, spec{appKey: testAPIKey + "-rotated"})))
+	got = keyRows(t, s.Pool)
+	require.Len(t, got, 1)
+	require.False(t, got[0].Revoked, "a new key in the catalog replaces the revoked one")
+}
+
+func TestApplyRefusesAKeyOfAnotherApplication(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+
+	require.NoError(t, applyYAML(t, s.Pool, catalogYAML(t, spec{})))
+	apiKey, err := apikey.Generate()
+	require.NoError(t, err)
+	_, err = s.Pool.Exec(context.Background(), `INSERT INTO api_keys (id, application_id, kind, hash, source) VALUES ($1, 'app', 'generated', $2, 'api')`,
+		apiKey.ID, apikey.Hash(apiKey.Token))
+	require.NoError(t, err)
+	before := keyRows(t, s.Pool)
+	err = applyYAML(t, s.Pool, catalogYAML(t, spec{appKey: apiKey.Token}))
+	require.ErrorContains(t, err, "application app: api_key is already another key")
+	require.Equal(t, before, keyRows(t, s.Pool), "nothing is written")
+}
+
+func TestValidationRefusesKeysTheGatewayWouldNot(t *testing.T) {
+	t.Parallel()
+	k, err := apikey.Generate()
+	require.NoError(t, err)
+	typo := k.Token[:30] + string(k.Token[30]^1) + k.Token[31:]
+	for _, key := range []string{typo, "key-with-a-tab\t0123456789", strings.Repeat("k", apikey.MaxTokenLen+1)} {
+		_, err := catalog.Parse([]byte(catalogYAML(t, spec{appKey: key})), env(nil))
+		require.ErrorContains(t, err, "applications[0].api_key: ")
+		require.NotContains(t, err.Error(), key, "the error does not echo the key")
+	}
+}

@@ -1,0 +1,293 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/integrations-platform/integrations/pkg/apikey"
+)
+
+// KeyRecord is what authentication needs of a stored API key.
+type KeyRecord struct {
+	ID            string
+	ApplicationID string
+	// Hash is the stored SHA-256 of the whole key, for the caller's constant-time comparison.
+	Hash    []byte
+	Revoked bool
+	// expiry, judged by the database's clock when the record was read: the key is valid for
+	// validFor after read (a monotonic time of this host), or for ever if !expires.
+	expires  bool
+	validFor time.Duration
+	read     time.Time
+}
+
+// Expired reports whether the key's expiry has passed: the database's now() told how long it had
+// left when the record was read, and this host's monotonic clock counts from there, so a skew
+// between the two clocks plays no part.
+func (k *KeyRecord) Expired() bool {
+	return k.expires && time.Since(k.read) >= k.validFor
+}
+
+// KeyForGenerated finds the key a generated token names: by its id, or — for a catalog that
+// declared a generated key by its SHA-256, whose id the database cannot know — by its hash among
+// the chosen keys. One statement either way.
+func (s *Store) KeyForGenerated(ctx context.Context, id string, hash []byte) (*KeyRecord, error) {
+	return s.lookupKey(ctx, "id:"+id, id, hash)
+}
+
+// KeyForChosen finds a key an operator chose (a catalog key not in the generated format) by the
+// SHA-256 of the whole token.
+func (s *Store) KeyForChosen(ctx context.Context, hash []byte) (*KeyRecord, error) {
+	return s.lookupKey(ctx, "hash:"+string(hash), "", hash)
+}
+
+func (s *Store) lookupKey(ctx context.Context, cacheKey, id string, hash []byte) (*KeyRecord, error) {
+	if s.keys != nil {
+		if k, ok := s.keys.Get(cacheKey); ok {
+			return k, nil
+		}
+	}
+	k := KeyRecord{read: time.Now()}
+	var left float64
+	err := s.pool.QueryRow(ctx, `
+		SELECT id, application_id, hash, revoked_at IS NOT NULL, expires_at IS NOT NULL,
+			coalesce(extract(epoch FROM expires_at - now()), 0)::float8
+		FROM api_keys
+		WHERE id = $1 OR (kind = 'chosen' AND hash = $2)
+		ORDER BY id = $1 DESC LIMIT 1`, id, hash).Scan(&k.ID, &k.ApplicationID, &k.Hash, &k.Revoked, &k.expires, &left)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up API key: %w", err)
+	}
+	k.validFor = time.Duration(left * float64(time.Second))
+	if s.keys != nil {
+		s.keys.Add(cacheKey, &k)
+	}
+	return &k, nil
+}
+
+// NewKey is a key to create through the operator API.
+type NewKey struct {
+	ApplicationID string
+	Description   string
+	CreatedBy     string
+	// At most one of ExpiresIn (from the database's now()) and ExpiresAt; neither: no expiry.
+	ExpiresIn time.Duration
+	ExpiresAt *time.Time
+}
+
+// KeyInfo is a key as listings show it: never its secret or hash.
+type KeyInfo struct {
+	ID            string `json:"id"`
+	ApplicationID string `json:"application"`
+	// Prefix is igk_<id> for a generated key; empty for a key an operator chose, none of whose
+	// characters are shown.
+	Prefix      string     `json:"prefix"`
+	Kind        string     `json:"kind"`
+	Source      string     `json:"source"`
+	Description string     `json:"description"`
+	CreatedBy   string     `json:"created_by"`
+	CreatedAt   time.Time  `json:"created_at"`
+	ExpiresAt   *time.Time `json:"expires_at"`
+	RevokedAt   *time.Time `json:"revoked_at"`
+	LastUsedAt  *time.Time `json:"last_used_at"`
+	// Status is active, expired or revoked, by the database's clock.
+	Status string `json:"status"`
+}
+
+// ErrExpiryNotInFuture means a new key's expiry has already passed.
+var ErrExpiryNotInFuture = errors.New("expiry is not in the future")
+
+const keyColumns = `id, application_id, CASE WHEN kind = 'generated' THEN 'igk_' || id ELSE '' END, kind, source,
+	description, created_by, created_at, expires_at, revoked_at, last_used_at,
+	CASE WHEN revoked_at IS NOT NULL THEN 'revoked' WHEN expires_at <= now() THEN 'expired' ELSE 'active' END`
+
+func scanKey(row pgx.Row) (KeyInfo, error) {
+	var k KeyInfo
+	err := row.Scan(&k.ID, &k.ApplicationID, &k.Prefix, &k.Kind, &k.Source, &k.Description, &k.CreatedBy,
+		&k.CreatedAt, &k.ExpiresAt, &k.RevokedAt, &k.LastUsedAt, &k.Status)
+	return k, err
+}
+
+// CreateKey generates a key for an application and stores its hash. The token it returns is the
+// only time the key is seen in clear. ErrNotFound: no such application; ErrExpiryNotInFuture.
+func (s *Store) CreateKey(ctx context.Context, nk NewKey) (KeyInfo, string, error) {
+	key, err := apikey.Generate()
+	if err != nil {
+		return KeyInfo{}, "", err
+	}
+	var expiresIn any
+	if nk.ExpiresIn > 0 {
+		expiresIn = nk.ExpiresIn.Seconds()
+	}
+	info, err := scanKey(s.pool.QueryRow(ctx, `
+		INSERT INTO api_keys (id, application_id, kind, hash, source, description, created_by, created_at, expires_at)
+		SELECT $1, a.id, 'generated', $3, 'api', $4, $5, now(),
+			coalesce($6::timestamptz, now() + make_interval(secs => $7::float8))
+		FROM applications a
+		WHERE a.id = $2 AND coalesce($6::timestamptz, now() + make_interval(secs => $7::float8), 'infinity') > now()
+		RETURNING `+keyColumns, key.ID, nk.ApplicationID, apikey.Hash(key.Token), nk.Description, nk.CreatedBy,
+		nk.ExpiresAt, expiresIn))
+	if errors.Is(err, pgx.ErrNoRows) {
+		var exists bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM applications WHERE id = $1)`, nk.ApplicationID).Scan(&exists); err != nil {
+			return KeyInfo{}, "", fmt.Errorf("create API key: %w", err)
+		}
+		if !exists {
+			return KeyInfo{}, "", ErrNotFound
+		}
+		return KeyInfo{}, "", ErrExpiryNotInFuture
+	}
+	if err != nil {
+		return KeyInfo{}, "", fmt.Errorf("create API key: %w", err)
+	}
+	return info, key.Token, nil
+}
+
+// ListKeys lists an application's keys, oldest first. ErrNotFound: no such application.
+func (s *Store) ListKeys(ctx context.Context, appID string) ([]KeyInfo, error) {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM applications WHERE id = $1)`, appID).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("list API keys: %w", err)
+	}
+	if !exists {
+		return nil, ErrNotFound
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE application_id = $1 ORDER BY created_at, id`, appID)
+	if err != nil {
+		return nil, fmt.Errorf("list API keys: %w", err)
+	}
+	defer rows.Close()
+	out := []KeyInfo{}
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list API keys: %w", err)
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list API keys: %w", err)
+	}
+	return out, nil
+}
+
+// RevokeKey revokes an application's key; revoking a revoked key changes nothing. This replica
+// forgets it at once; the others within the cache TTL. ErrNotFound: no such key of that
+// application.
+func (s *Store) RevokeKey(ctx context.Context, appID, id string) (KeyInfo, error) {
+	info, err := scanKey(s.pool.QueryRow(ctx, `
+		UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
+		WHERE application_id = $1 AND id = $2
+		RETURNING `+keyColumns, appID, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return KeyInfo{}, ErrNotFound
+	}
+	if err != nil {
+		return KeyInfo{}, fmt.Errorf("revoke API key: %w", err)
+	}
+	if s.keys != nil {
+		// A chosen key is cached by its hash, which this replica need not know: it is found again
+		// within the TTL like on every other replica.
+		s.keys.Remove("id:" + id)
+	}
+	return info, nil
+}
+
+// lastUsed records keys' last use off the accept path: Touch only queues a key id, at most once
+// per interval per key on this replica, and RunLastUsed writes the queued ids in batches.
+type lastUsed struct {
+	interval time.Duration
+	queue    chan string
+	mu       sync.Mutex
+	sent     map[string]time.Time // key id → when it was last queued
+}
+
+// lastUsedQueue bounds the ids waiting to be written; past it a use goes unrecorded until the
+// next interval, rather than slowing an accept.
+const lastUsedQueue = 1024
+
+// WithLastUsed makes Touch record keys' use at most once per interval per key (see RunLastUsed).
+func (s *Store) WithLastUsed(interval time.Duration) *Store {
+	s.lastUsed = &lastUsed{interval: interval, queue: make(chan string, lastUsedQueue), sent: map[string]time.Time{}}
+	return s
+}
+
+// Touch notes that key id was just used. It never blocks and never reads the database.
+func (s *Store) Touch(id string) {
+	l := s.lastUsed
+	if l == nil {
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	if t, ok := l.sent[id]; ok && now.Sub(t) < l.interval {
+		l.mu.Unlock()
+		return
+	}
+	if len(l.sent) >= cacheSize {
+		for k, t := range l.sent {
+			if now.Sub(t) >= l.interval {
+				delete(l.sent, k)
+			}
+		}
+	}
+	l.sent[id] = now
+	l.mu.Unlock()
+	select {
+	case l.queue <- id:
+	default:
+		l.forget([]string{id})
+	}
+}
+
+// forget lets the next use of ids be queued again (their write failed or was dropped).
+func (l *lastUsed) forget(ids []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range ids {
+		delete(l.sent, id)
+	}
+}
+
+// RunLastUsed writes the keys Touch queued, with the database's now(), until ctx ends. A failed
+// write is logged and not retried; the key's next use queues it again.
+func (s *Store) RunLastUsed(ctx context.Context, logger *zap.Logger) error {
+	l := s.lastUsed
+	if l == nil {
+		return nil
+	}
+	for {
+		var batch []string
+		select {
+		case <-ctx.Done():
+			return nil
+		case id := <-l.queue:
+			batch = append(batch, id)
+		}
+	drain:
+		for len(batch) < 500 {
+			select {
+			case id := <-l.queue:
+				batch = append(batch, id)
+			default:
+				break drain
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := s.pool.Exec(wctx, `UPDATE api_keys SET last_used_at = now() WHERE id = ANY($1)`, batch)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			l.forget(batch)
+			logger.Warn("record API keys' last use", zap.Int("keys", len(batch)), zap.Error(err))
+		}
+	}
+}

@@ -1,0 +1,245 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/integrations-platform/integrations/pkg/apikey"
+	"github.com/integrations-platform/integrations/pkg/db"
+	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+)
+
+func TestKeysCreateListRevoke(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	ctx := context.Background()
+	st := New(s.Pool)
+
+	a, tokA, err := st.CreateKey(ctx, NewKey{ApplicationID: dbtest.TestApp, Description: "ci", CreatedBy: "ops"})
+	require.NoError(t, err)
+	b, tokB, err := st.CreateKey(ctx, NewKey{ApplicationID: dbtest.TestApp, ExpiresIn: time.Hour})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		info KeyInfo
+		tok  string
+	}{{a, tokA}, {b, tokB}} {
+		k, err := apikey.Parse(c.tok)
+		require.NoError(t, err, "the token is a generated key")
+		require.Equal(t, k.ID, c.info.ID)
+		require.Equal(t, apikey.Prefix+k.ID, c.info.Prefix)
+		require.Equal(t, "active", c.info.Status)
+		require.Equal(t, "api", c.info.Source)
+		rec, err := st.KeyForGenerated(ctx, k.ID, apikey.Hash(c.tok))
+		require.NoError(t, err)
+		require.Equal(t, apikey.Hash(c.tok), rec.Hash)
+		require.Equal(t, dbtest.TestApp, rec.ApplicationID)
+		require.False(t, rec.Revoked)
+		require.False(t, rec.Expired())
+	}
+	require.Nil(t, a.ExpiresAt)
+	require.NotNil(t, b.ExpiresAt)
+	require.InDelta(t, time.Hour.Seconds(), b.ExpiresAt.Sub(b.CreatedAt).Seconds(), 1)
+	require.Equal(t, "ci", a.Description)
+	require.Equal(t, "ops", a.CreatedBy)
+
+	list, err := st.ListKeys(ctx, dbtest.TestApp)
+	require.NoError(t, err)
+	require.Len(t, list, 3, "the catalog key and both API keys: several keys per application")
+	ids := []string{list[0].ID, list[1].ID, list[2].ID}
+	require.Contains(t, ids, a.ID)
+	require.Contains(t, ids, b.ID)
+	for _, k := range list {
+		if k.Source == "catalog" {
+			require.Equal(t, "chosen", k.Kind)
+			require.Empty(t, k.Prefix, "nothing of a chosen key is shown")
+		}
+	}
+
+	revoked, err := st.RevokeKey(ctx, dbtest.TestApp, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, "revoked", revoked.Status)
+	require.NotNil(t, revoked.RevokedAt)
+	again, err := st.RevokeKey(ctx, dbtest.TestApp, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, revoked.RevokedAt, again.RevokedAt, "revoking twice keeps the first time")
+	rec, err := st.KeyForGenerated(ctx, a.ID, apikey.Hash(tokA))
+	require.NoError(t, err)
+	require.True(t, rec.Revoked)
+	rec, err = st.KeyForGenerated(ctx, b.ID, apikey.Hash(tokB))
+	require.NoError(t, err)
+	require.False(t, rec.Revoked, "the other key still works: a rotation overlaps")
+
+	_, err = st.RevokeKey(ctx, "other-app", b.ID)
+	require.ErrorIs(t, err, ErrNotFound, "a key is revoked only through its own application")
+	_, err = st.RevokeKey(ctx, dbtest.TestApp, "nope")
+	require.ErrorIs(t, err, ErrNotFound)
+	_, _, err = st.CreateKey(ctx, NewKey{ApplicationID: "nope"})
+	require.ErrorIs(t, err, ErrNotFound)
+	_, err = st.ListKeys(ctx, "nope")
+	require.ErrorIs(t, err, ErrNotFound)
+	_, err = st.KeyForGenerated(ctx, "AAAAAAAAAAAA", apikey.Hash("x"))
+	require.ErrorIs(t, err, ErrNotFound)
+}
+
+func TestRevokeForgetsTheKeyOnThisReplicaAtOnce(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	ctx := context.Background()
+	here := New(s.Pool).WithCache(time.Hour)
+	there := New(s.Pool).WithCache(time.Hour)
+
+	info, tok, err := here.CreateKey(ctx, NewKey{ApplicationID: dbtest.TestApp})
+	require.NoError(t, err)
+	for _, st := range []*Store{here, there} {
+		rec, err := st.KeyForGenerated(ctx, info.ID, apikey.Hash(tok))
+		require.NoError(t, err)
+		require.False(t, rec.Revoked)
+	}
+	_, err = here.RevokeKey(ctx, dbtest.TestApp, info.ID)
+	require.NoError(t, err)
+	rec, err := here.KeyForGenerated(ctx, info.ID, apikey.Hash(tok))
+	require.NoError(t, err)
+	require.True(t, rec.Revoked, "the replica that revoked forgets its cached entry")
+	rec, err = there.KeyForGenerated(ctx, info.ID, apikey.Hash(tok))
+	require.NoError(t, err)
+	require.False(t, rec.Revoked, "another replica keeps its cached entry until the TTL: the bound the docs state")
+}
+
+// Expiry is judged by the database's clock: the host's plays no part.
+func TestKeyExpiryFollowsTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	base := dbtest.NewSchema(t)
+	base.ApplyCatalog(t, dbtest.TestCatalog)
+	ctx := context.Background()
+
+	insert := func(s *dbtest.Schema, expiresAt string) (string, string) {
+		k, err := apikey.Generate()
+		require.NoError(t, err)
+		_, err = s.Pool.Exec(ctx, `INSERT INTO api_keys (id, application_id, kind, hash, source, expires_at)
+			VALUES ($1, 'app', 'generated', $2, 'api', `+expiresAt+`)`, k.ID, apikey.Hash(k.Token))
+		require.NoError(t, err)
+		return k.ID, k.Token
+	}
+	ahead := base.WithClockSkew(t, 2*time.Hour)
+	st := New(ahead.Pool)
+	// Half an hour left by the host's clock, expired by the database's.
+	id, tok := insert(ahead, `pg_catalog.now() + interval '30 minutes'`)
+	rec, err := st.KeyForGenerated(ctx, id, apikey.Hash(tok))
+	require.NoError(t, err)
+	require.True(t, rec.Expired())
+	list, err := st.ListKeys(ctx, dbtest.TestApp)
+	require.NoError(t, err)
+	for _, k := range list {
+		if k.ID == id {
+			require.Equal(t, "expired", k.Status)
+		}
+	}
+	// The host thinks the expiry is ahead; the database knows it has passed.
+	_, _, err = st.CreateKey(ctx, NewKey{ApplicationID: dbtest.TestApp, ExpiresAt: new(time.Now().Add(time.Hour))})
+	require.ErrorIs(t, err, ErrExpiryNotInFuture)
+	n := 0
+	require.NoError(t, ahead.Pool.QueryRow(ctx, `SELECT count(*) FROM api_keys WHERE source = 'api'`).Scan(&n))
+	require.Equal(t, 1, n, "nothing written")
+	info, _, err := st.CreateKey(ctx, NewKey{ApplicationID: dbtest.TestApp, ExpiresIn: time.Minute})
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now().Add(2*time.Hour+time.Minute), *info.ExpiresAt, 10*time.Second,
+		"expires_in counts from the database's now()")
+
+	behind := base.WithClockSkew(t, -2*time.Hour)
+	st = New(behind.Pool)
+	// Expired half an hour ago by the host's clock, still valid by the database's.
+	id, tok = insert(behind, `pg_catalog.now() - interval '30 minutes'`)
+	rec, err = st.KeyForGenerated(ctx, id, apikey.Hash(tok))
+	require.NoError(t, err)
+	require.False(t, rec.Expired())
+}
+
+func TestACachedKeyExpiresOnTime(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	ctx := context.Background()
+	st := New(s.Pool).WithCache(time.Hour)
+
+	info, tok, err := st.CreateKey(ctx, NewKey{ApplicationID: dbtest.TestApp, ExpiresIn: 300 * time.Millisecond})
+	require.NoError(t, err)
+	rec, err := st.KeyForGenerated(ctx, info.ID, apikey.Hash(tok))
+	require.NoError(t, err)
+	require.False(t, rec.Expired())
+	require.Eventually(t, func() bool {
+		rec, err := st.KeyForGenerated(ctx, info.ID, apikey.Hash(tok))
+		return err == nil && rec.Expired()
+	}, 10*time.Second, 10*time.Millisecond, "the cached record expires when the key does, not when the cache entry does")
+}
+
+func TestChosenCatalogKeys(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	ctx := context.Background()
+
+	// A key from before migration 00009 becomes the application's catalog key.
+	_, err := db.MigrateDown(ctx, s.URL)
+	require.NoError(t, err)
+	_, err = s.Pool.Exec(ctx, `INSERT INTO applications (id, name, api_key_hash) VALUES ('old', 'old', sha256('an-old-operator-key'))`)
+	require.NoError(t, err)
+	_, err = db.Migrate(ctx, s.URL)
+	require.NoError(t, err)
+	st := New(s.Pool)
+	rec, err := st.KeyForChosen(ctx, apikey.Hash("an-old-operator-key"))
+	require.NoError(t, err)
+	require.Equal(t, "old", rec.ApplicationID)
+	require.Regexp(t, `^chosen_[0-9a-f]{12}$`, rec.ID)
+
+	// A generated key a catalog declared by its SHA-256 is found by its hash.
+	k, err := apikey.Generate()
+	require.NoError(t, err)
+	_, err = s.Pool.Exec(ctx, `INSERT INTO api_keys (id, application_id, kind, hash, source) VALUES ('chosen_0123456789ab', 'old', 'chosen', $1, 'catalog')
+		ON CONFLICT (application_id) WHERE source = 'catalog' DO UPDATE SET hash = excluded.hash`, apikey.Hash(k.Token))
+	require.NoError(t, err)
+	rec, err = st.KeyForGenerated(ctx, k.ID, apikey.Hash(k.Token))
+	require.NoError(t, err)
+	require.Equal(t, "old", rec.ApplicationID)
+	_, err = st.KeyForChosen(ctx, apikey.Hash("an-old-operator-key"))
+	require.ErrorIs(t, err, ErrNotFound)
+}
+
+func TestLastUsedIsRecordedAtMostOncePerInterval(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	ctx, cancel := context.WithCancel(context.Background())
+	st := New(s.Pool).WithLastUsed(time.Hour)
+	done := make(chan error)
+	go func() { done <- st.RunLastUsed(ctx, zaptest.NewLogger(t)) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	info, _, err := st.CreateKey(ctx, NewKey{ApplicationID: dbtest.TestApp})
+	require.NoError(t, err)
+	require.Nil(t, info.LastUsedAt)
+	lastUsed := func() *time.Time {
+		var t0 *time.Time
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT last_used_at FROM api_keys WHERE id = $1`, info.ID).Scan(&t0))
+		return t0
+	}
+	st.Touch(info.ID)
+	require.Eventually(t, func() bool { return lastUsed() != nil }, 10*time.Second, 10*time.Millisecond)
+	first := *lastUsed()
+
+	// Within the interval further uses are not queued at all.
+	for range 100 {
+		st.Touch(info.ID)
+	}
+	require.Empty(t, st.lastUsed.queue, "nothing queued within the interval")
+	require.Equal(t, first, *lastUsed())
+
+	// Past the interval (forced here) the next use is recorded again.
+	st.lastUsed.forget([]string{info.ID})
+	st.Touch(info.ID)
+	require.Eventually(t, func() bool { return lastUsed().After(first) }, 10*time.Second, 10*time.Millisecond)
+}

@@ -1,0 +1,203 @@
+package system
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+
+	"github.com/integrations-platform/integrations/services/gateway/internal/store"
+)
+
+// ApplicationsPath is the root of the API key endpoints:
+//
+//	POST   /api/v1/system/applications/{app}/keys            create: the key is in the answer, once
+//	GET    /api/v1/system/applications/{app}/keys            list: ids, prefixes and times, never a secret
+//	POST   /api/v1/system/applications/{app}/keys/{id}:revoke
+//	DELETE /api/v1/system/applications/{app}/keys/{id}       revoke (either form)
+const ApplicationsPath = "/api/v1/system/applications/"
+
+// MaxKeyLifetime bounds expires_in and expires_at.
+const MaxKeyLifetime = 10 * 365 * 24 * time.Hour
+
+var (
+	appIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+	keyIDPattern = regexp.MustCompile(`^([0-9A-Za-z]{12}|chosen_[0-9a-f]{12})$`)
+)
+
+// createKeyRequest is the body of a create; every field is optional.
+type createKeyRequest struct {
+	Description string `json:"description"`
+	CreatedBy   string `json:"created_by"`
+	// ExpiresIn is a Go duration ("720h"), counted from the database's now().
+	ExpiresIn string `json:"expires_in"`
+	// ExpiresAt is an RFC 3339 time.
+	ExpiresAt string `json:"expires_at"`
+}
+
+// createdKey is a create's answer: the key in clear, the only time it is shown.
+type createdKey struct {
+	store.KeyInfo
+	Key string `json:"key"`
+}
+
+func keys(cfg Config) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Keys == nil {
+			writeError(w, http.StatusNotFound, "API key endpoints are not served here")
+			return
+		}
+		rest := strings.TrimPrefix(r.URL.Path, ApplicationsPath)
+		parts := strings.Split(rest, "/")
+		if len(parts) < 2 || parts[1] != "keys" || len(parts) > 3 {
+			writeError(w, http.StatusNotFound, "no such endpoint: use "+ApplicationsPath+"{application}/keys[/{id}[:revoke]]")
+			return
+		}
+		app := parts[0]
+		if !appIDPattern.MatchString(app) {
+			writeError(w, http.StatusBadRequest, "application: must match "+appIDPattern.String())
+			return
+		}
+		if len(parts) == 2 {
+			switch r.Method {
+			case http.MethodGet:
+				listKeys(w, r, cfg, app)
+			case http.MethodPost:
+				createKey(w, r, cfg, app)
+			default:
+				w.Header().Set("Allow", "GET, POST")
+				writeError(w, http.StatusMethodNotAllowed, "use GET to list keys or POST to create one")
+			}
+			return
+		}
+		id, revoke := strings.CutSuffix(parts[2], ":revoke")
+		if !keyIDPattern.MatchString(id) {
+			writeError(w, http.StatusBadRequest, "key id: must be the id a listing shows (12 letters and digits, or chosen_ and 12 hex digits)")
+			return
+		}
+		want := http.MethodDelete
+		if revoke {
+			want = http.MethodPost
+		}
+		if r.Method != want {
+			w.Header().Set("Allow", want)
+			writeError(w, http.StatusMethodNotAllowed, "use "+want+" to revoke a key")
+			return
+		}
+		revokeKey(w, r, cfg, app, id)
+	})
+}
+
+func listKeys(w http.ResponseWriter, r *http.Request, cfg Config, app string) {
+	list, err := cfg.Keys.ListKeys(r.Context(), app)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "application: no application "+app)
+		return
+	}
+	if err != nil {
+		storeFailed(w, cfg, "list API keys", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"application": app, "keys": list})
+}
+
+func createKey(w http.ResponseWriter, r *http.Request, cfg Config, app string) {
+	var req createKeyRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		return
+	}
+	nk := store.NewKey{ApplicationID: app, Description: req.Description, CreatedBy: req.CreatedBy}
+	if msg := checkText(req.Description, 256); msg != "" {
+		writeError(w, http.StatusBadRequest, "description: "+msg)
+		return
+	}
+	if msg := checkText(req.CreatedBy, 128); msg != "" {
+		writeError(w, http.StatusBadRequest, "created_by: "+msg)
+		return
+	}
+	switch {
+	case req.ExpiresIn != "" && req.ExpiresAt != "":
+		writeError(w, http.StatusBadRequest, "expires_in, expires_at: give one, not both")
+		return
+	case req.ExpiresIn != "":
+		d, err := time.ParseDuration(req.ExpiresIn)
+		if err != nil || d < time.Second || d > MaxKeyLifetime {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("expires_in: must be a duration (e.g. 720h) between 1s and %s", MaxKeyLifetime))
+			return
+		}
+		nk.ExpiresIn = d
+	case req.ExpiresAt != "":
+		t, err := time.Parse(time.RFC3339, req.ExpiresAt)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "expires_at: must be an RFC 3339 time (e.g. 2027-01-31T00:00:00Z)")
+			return
+		}
+		if time.Until(t) > MaxKeyLifetime {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("expires_at: must be within %s", MaxKeyLifetime))
+			return
+		}
+		nk.ExpiresAt = &t
+	}
+	info, token, err := cfg.Keys.CreateKey(r.Context(), nk)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeError(w, http.StatusNotFound, "application: no application "+app)
+		return
+	case errors.Is(err, store.ErrExpiryNotInFuture):
+		writeError(w, http.StatusBadRequest, "expires_at: must be in the future")
+		return
+	case err != nil:
+		storeFailed(w, cfg, "create API key", err)
+		return
+	}
+	cfg.Logger.Info("API key created", zap.String("application", app), zap.String("key_id", info.ID))
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusCreated, createdKey{KeyInfo: info, Key: token})
+}
+
+func revokeKey(w http.ResponseWriter, r *http.Request, cfg Config, app, id string) {
+	info, err := cfg.Keys.RevokeKey(r.Context(), app, id)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "key id: application "+app+" has no key "+id)
+		return
+	}
+	if err != nil {
+		storeFailed(w, cfg, "revoke API key", err)
+		return
+	}
+	cfg.Logger.Info("API key revoked", zap.String("application", app), zap.String("key_id", id))
+	writeJSON(w, http.StatusOK, info)
+}
+
+// storeFailed answers a database failure as retryable.
+func storeFailed(w http.ResponseWriter, cfg Config, what string, err error) {
+	cfg.Logger.Warn(what+" failed", zap.Error(err))
+	writeError(w, http.StatusServiceUnavailable, what+": the database did not answer; try again")
+}
+
+// checkText says what is wrong with a free-text field, or "" if nothing.
+func checkText(s string, max int) string {
+	if len(s) > max {
+		return fmt.Sprintf("at most %d bytes", max)
+	}
+	if !utf8.ValidString(s) {
+		return "must be valid UTF-8"
+	}
+	for _, c := range s {
+		if unicode.IsControl(c) {
+			return "must not hold control characters"
+		}
+	}
+	return ""
+}
