@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
+	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/webhook"
 )
 
@@ -17,6 +18,19 @@ const resolveTimeout = 2 * time.Second
 // router applies the same policy before every attempt and on every connection.
 func (s *Server) addressPolicy() webhook.Policy {
 	return webhook.Policy{AllowPrivate: s.opts.WebhookAllowPrivate, AllowHTTP: s.opts.WebhookAllowHTTP}
+}
+
+// checkConsumer validates a SetConsumer request: one consumer, with an endpoint the address
+// policy accepts; INVALID_ARGUMENT naming the field otherwise.
+func (s *Server) checkConsumer(ctx context.Context, req *gatewayv1.SetConsumerRequest) error {
+	switch c := req.GetConsumer().(type) {
+	case *gatewayv1.SetConsumerRequest_Webhook:
+		return s.checkWebhookURL(ctx, c.Webhook.GetUrl())
+	case *gatewayv1.SetConsumerRequest_Grpc:
+		return s.checkGRPCTarget(ctx, c.Grpc.GetTarget())
+	default:
+		return apperr.Invalid("consumer", "required: {\"webhook\": {\"url\": \"https://...\"}} or {\"grpc\": {\"target\": \"host:port\"}}")
+	}
 }
 
 // checkWebhookURL refuses, as webhook.url, a URL the address policy refuses, or whose host name

@@ -16,11 +16,12 @@ import (
 	"github.com/integrations-platform/integrations/pkg/webhook"
 )
 
-// fakeResolver answers from a map; a name it does not know fails to resolve.
+// fakeResolver answers from a map, case-insensitively as DNS does; a name it does not know fails
+// to resolve.
 type fakeResolver map[string][]string
 
 func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	ss, ok := f[host]
+	ss, ok := f[strings.ToLower(host)]
 	if !ok {
 		return nil, errors.New("no such host")
 	}

@@ -594,17 +594,14 @@ func (s *Server) SetConsumer(ctx context.Context, req *gatewayv1.SetConsumerRequ
 	var register func(ctx context.Context, applicationID, endpoint string, sealedNew []byte) ([]byte, error)
 	var endpoint string
 	resp := &gatewayv1.SetConsumerResponse{}
+	if err := s.checkConsumer(ctx, req); err != nil {
+		return nil, err
+	}
 	switch c := req.GetConsumer().(type) {
 	case *gatewayv1.SetConsumerRequest_Webhook:
-		if err := s.checkWebhookURL(ctx, c.Webhook.GetUrl()); err != nil {
-			return nil, err
-		}
 		kind, endpoint, register = "webhook", c.Webhook.GetUrl(), s.store.ConsumerSetWebhook
 		resp.Consumer = &gatewayv1.SetConsumerResponse_Webhook{Webhook: &gatewayv1.WebhookConsumer{Url: endpoint}}
 	case *gatewayv1.SetConsumerRequest_Grpc:
-		if err := s.checkGRPCTarget(ctx, c.Grpc.GetTarget()); err != nil {
-			return nil, err
-		}
 		kind, endpoint, register = "grpc", c.Grpc.GetTarget(), s.store.ConsumerSetGRPC
 		resp.Consumer = &gatewayv1.SetConsumerResponse_Grpc{Grpc: &gatewayv1.GrpcConsumer{Target: endpoint}}
 	default:
