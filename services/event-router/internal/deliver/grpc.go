@@ -154,6 +154,7 @@ func (c *grpcClients) close() error {
 			errs = append(errs, fmt.Errorf("close gRPC consumer connection %s: %w", target, err))
 		}
 		delete(c.conns, target)
+		delete(c.dialErrs, target)
 	}
 	return errors.Join(errs...)
 }
