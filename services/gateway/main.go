@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -92,6 +93,7 @@ func run() error {
 			Scale:               cfg.Scale,
 			WebhookAllowHTTP:    cfg.WebhookAllowHTTP,
 			WebhookAllowPrivate: cfg.WebhookAllowPrivate,
+			Resolver:            net.DefaultResolver, // the courtesy check of consumer names
 			// Not scaled: receivers switch secrets on the wall clock.
 			SecretRotationOverlap: cfg.SecretRotationOverlap,
 		}, logger)

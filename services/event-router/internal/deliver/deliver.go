@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"go.uber.org/zap"
@@ -27,6 +28,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/safetext"
 	"github.com/integrations-platform/integrations/pkg/secret"
+	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/services/event-router/internal/store"
 )
 
@@ -48,8 +50,11 @@ type Config struct {
 	Delays []time.Duration
 	// Timeout bounds one attempt: connection, request and the (bounded) answer.
 	Timeout time.Duration
-	// AllowPrivate lets consumers be reached at private, loopback and link-local addresses.
+	// AllowPrivate lets consumers be reached at private, loopback and link-local addresses
+	// (webhook.Policy; the policy's syntactic checks apply whatever it says).
 	AllowPrivate bool
+	// Resolver resolves consumer host names (nil: the system's); tests inject one.
+	Resolver *net.Resolver
 	// PerApp is the most deliveries of one application in flight at once in this deliverer.
 	PerApp int
 	// Busy is how long a notice for an application at its bound is deferred: the route's smallest
@@ -73,18 +78,21 @@ type Deliverer struct {
 	log     *zap.Logger
 }
 
-// New returns a Deliverer. Unless cfg.AllowPrivate, connections to private, loopback and
-// link-local addresses are refused after name resolution, so a consumer endpoint cannot reach
-// inside the cluster.
+// New returns a Deliverer. Every endpoint is checked against the address policy before an
+// attempt, and every connection after name resolution: unless cfg.AllowPrivate, private, loopback
+// and link-local addresses are refused, so a consumer endpoint cannot reach inside the cluster.
 func New(st *store.Store, box *secret.Box, cfg Config, log *zap.Logger) *Deliverer {
 	if cfg.TimeScale <= 0 {
 		cfg.TimeScale = 1
 	}
+	// http or https: which scheme a tenant may register is the gateway's decision
+	// (INTEGRATIONS_WEBHOOK_ALLOW_HTTP); what may be reached is this policy's.
+	policy := webhook.Policy{AllowPrivate: cfg.AllowPrivate, AllowHTTP: true}
 	return &Deliverer{
 		store: st, box: box, cfg: cfg, log: log,
 		limiter: newLimiter(max(cfg.PerApp, 1), cfg.BusyPatience),
-		webhook: newWebhookClient(cfg.Timeout, cfg.AllowPrivate),
-		grpc:    newGRPCClients(cfg.AllowPrivate),
+		webhook: newWebhookClient(cfg.Timeout, policy, cfg.Resolver),
+		grpc:    newGRPCClients(policy, cfg.Resolver),
 	}
 }
 
@@ -98,7 +106,9 @@ func (d *Deliverer) maxAttempts() int { return 1 + len(d.cfg.Delays) }
 type result struct {
 	statusCode int    // the webhook's HTTP status, 0 if none
 	body       string // the start of the answer, truncated and cleaned
-	err        error  // nil: delivered
+	err        error  // nil: delivered; its text goes to the log only
+	// category is what the tenant is shown of err (webhook.Category*), set whenever err is.
+	category string
 	// retryAfter is a 429 or 503 answer's Retry-After, time-scaled; 0 if none.
 	retryAfter time.Duration
 }
@@ -155,8 +165,14 @@ func (d *Deliverer) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	a := store.Attempt{StatusCode: res.statusCode, Duration: elapsed, ResponseBody: res.body, Outcome: "delivered",
 		Claim: ev.Claim, Attempts: ev.Attempts}
 	attempt := int(ev.Attempts) + 1 // the event's own count, not the message's
+	// The raw error, bounded and without URLs, is for the log only; the tenant sees its category.
+	var logErr string
 	if res.err != nil {
-		a.Err = safetext.Error(res.err, maxErrorLen)
+		logErr = safetext.Error(res.err, maxErrorLen)
+		a.Err = webhook.PublicCategory(res.category)
+		if a.Err == "" {
+			a.Err = webhook.CategoryOther
+		}
 		a.Outcome = "dead"
 		if attempt < d.maxAttempts() {
 			a.Outcome = "pending"
@@ -180,11 +196,12 @@ func (d *Deliverer) Handle(ctx context.Context, m *mq.Message) mq.Result {
 		logger.Info("event delivered", fields...)
 		return mq.Ack()
 	case a.Outcome == "dead":
-		logger.Warn("event dead after its last delivery attempt", append(fields, zap.String("error", a.Err))...)
+		logger.Warn("event dead after its last delivery attempt",
+			append(fields, zap.String("category", a.Err), zap.String("error", logErr))...)
 		return mq.Ack()
 	default:
 		logger.Info("event delivery failed; next attempt scheduled",
-			append(fields, zap.String("error", a.Err), zap.Duration("next_in", a.NextIn))...)
+			append(fields, zap.String("category", a.Err), zap.String("error", logErr), zap.Duration("next_in", a.NextIn))...)
 		return mq.Defer(a.NextIn)
 	}
 }
@@ -212,7 +229,7 @@ func nextDelay(delays []time.Duration, n int, retryAfter time.Duration) time.Dur
 // attempt delivers ev once to its application's consumer.
 func (d *Deliverer) attempt(ctx context.Context, ev *store.Delivery) result {
 	if ev.ConsumerKind == nil || ev.Endpoint == nil {
-		return result{err: errors.New("application has no consumer registered")}
+		return result{err: errors.New("application has no consumer registered"), category: webhook.CategoryNoConsumer}
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
@@ -220,13 +237,13 @@ func (d *Deliverer) attempt(ctx context.Context, ev *store.Delivery) result {
 	case "webhook":
 		secrets, err := d.secrets(ev)
 		if err != nil {
-			return result{err: err}
+			return result{err: err, category: webhook.CategoryOther}
 		}
 		return d.webhook.post(ctx, *ev.Endpoint, secrets, ev, d.cfg.TimeScale)
 	case "grpc":
 		return d.grpc.deliver(ctx, *ev.Endpoint, ev)
 	default:
-		return result{err: fmt.Errorf("consumer kind %q is not supported", *ev.ConsumerKind)}
+		return result{err: fmt.Errorf("consumer kind %q is not supported", *ev.ConsumerKind), category: webhook.CategoryOther}
 	}
 }
 

@@ -68,6 +68,10 @@ type options struct {
 	deadLetters bool
 	// schema is the test's schema when it needs it before setup (default: a fresh one).
 	schema *dbtest.Schema
+	// strict refuses private consumer addresses (AllowPrivate false), and resolver resolves
+	// consumer names (default: the system's).
+	strict   bool
+	resolver *net.Resolver
 }
 
 // bundle is a running deliverer and relay on a schema and a broker scope of the test's own.
@@ -138,8 +142,8 @@ func setup(t *testing.T, o options) *bundle {
 		t.Cleanup(pool.Close)
 		deliverStore = store.New(pool)
 	}
-	d := New(deliverStore, box, Config{Delays: o.delays, Timeout: o.timeout, AllowPrivate: true, PerApp: o.perApp,
-		Busy: b.DelayLevels(route.Name)[0], TimeScale: o.timeScale}, zap.NewNop())
+	d := New(deliverStore, box, Config{Delays: o.delays, Timeout: o.timeout, AllowPrivate: !o.strict, PerApp: o.perApp,
+		Busy: b.DelayLevels(route.Name)[0], TimeScale: o.timeScale, Resolver: o.resolver}, zap.NewNop())
 	relayOpts := relay.Options{Interval: 50 * time.Millisecond, StaleAfter: time.Hour}
 	if o.relay != nil {
 		relayOpts = *o.relay
@@ -326,7 +330,7 @@ func TestFailingConsumerGetsSixAttemptsThenRedeliveryOnce(t *testing.T) {
 		require.NotNil(t, r.code)
 		assert.Equal(t, 500, *r.code)
 		require.NotNil(t, r.err)
-		assert.Equal(t, "webhook answered 500", *r.err)
+		assert.Equal(t, webhook.CategoryHTTPStatus, *r.err, "the tenant sees the category, the status code says which")
 		require.NotNil(t, r.body)
 		assert.True(t, strings.HasPrefix(*r.body, "boom "))
 		assert.LessOrEqual(t, len(*r.body), maxStoredBody, "the stored answer is truncated")
@@ -507,7 +511,7 @@ func (c *consumerServer) Deliver(_ context.Context, req *eventsv1.DeliverRequest
 
 // TestGRPCConsumer: an application with a gRPC consumer gets the event through
 // EventConsumerService.Deliver — id, type, time, data and the exact body — and a failed call is
-// an attempt recorded by its code.
+// an attempt recorded by its code (status_code holds the gRPC code, as the API documents).
 func TestGRPCConsumer(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
@@ -537,9 +541,10 @@ func TestGRPCConsumer(t *testing.T) {
 
 	rows := b.deliveries(t, id)
 	require.Len(t, rows, 2)
-	assert.Nil(t, rows[0].code, "a gRPC consumer has no HTTP status")
+	require.NotNil(t, rows[0].code, "a gRPC consumer's answer is recorded by its gRPC code")
+	assert.Equal(t, int(codes.Unavailable), *rows[0].code)
 	require.NotNil(t, rows[0].err)
-	assert.Contains(t, *rows[0].err, "Unavailable")
+	assert.Equal(t, webhook.CategoryGRPCStatus, *rows[0].err)
 	assert.Nil(t, rows[1].err)
 }
 

@@ -10,12 +10,15 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
+	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/services/event-router/internal/store"
 )
 
@@ -25,31 +28,40 @@ import (
 // The connections are plaintext for now; TLS to consumers (system roots, optionally a pinned CA
 // per application) is a follow-up.
 type grpcClients struct {
-	allowPrivate bool
-	mu           sync.Mutex
-	conns        map[string]*grpc.ClientConn
+	policy   webhook.Policy
+	resolver *net.Resolver
+	mu       sync.Mutex
+	conns    map[string]*grpc.ClientConn
+	// dialErrs holds each target's last connection error (nil after a connection is made): a
+	// call that never reached the consumer fails with the channel's own status, and the
+	// category of the attempt comes from why the connection could not be made.
+	dialErrs map[string]error
 }
 
-func newGRPCClients(allowPrivate bool) *grpcClients {
-	return &grpcClients{allowPrivate: allowPrivate, conns: map[string]*grpc.ClientConn{}}
+func newGRPCClients(policy webhook.Policy, resolver *net.Resolver) *grpcClients {
+	return &grpcClients{policy: policy, resolver: resolver, conns: map[string]*grpc.ClientConn{}, dialErrs: map[string]error{}}
 }
 
 // conn returns the cached connection to target, making it if need be. grpc.NewClient does not
-// dial: connecting happens on the first call, through dial below.
+// dial: connecting happens on the first call, through the dialer below, whose Control checks
+// the policy on the address actually connected, after resolution, as for webhooks. The
+// passthrough resolver hands the target to that dialer as is: no gRPC name resolution (DNS SRV,
+// service config, balancer lists) picks addresses the check would not see.
 func (c *grpcClients) conn(target string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cc, ok := c.conns[target]; ok {
 		return cc, nil
 	}
-	dialer := &net.Dialer{Timeout: 10 * time.Second}
-	if !c.allowPrivate {
-		dialer.Control = refusePrivate // on the resolved address, as for webhooks
-	}
+	dialer := &net.Dialer{Timeout: 10 * time.Second, Resolver: c.resolver, Control: c.policy.Control}
 	cc, err := grpc.NewClient("passthrough:///"+target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return dialer.DialContext(ctx, "tcp", addr)
+			conn, err := dialer.DialContext(ctx, "tcp", addr)
+			c.mu.Lock()
+			c.dialErrs[target] = err
+			c.mu.Unlock()
+			return conn, err
 		}))
 	if err != nil {
 		return nil, fmt.Errorf("gRPC consumer client: %w", err)
@@ -58,26 +70,53 @@ func (c *grpcClients) conn(target string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// deliver calls EventConsumerService.Deliver on target once. OK is delivered; any other status is
-// a failed attempt, recorded by its code (a gRPC consumer has no HTTP status).
+func (c *grpcClients) dialErr(target string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dialErrs[target]
+}
+
+// deliver calls EventConsumerService.Deliver on target once. OK is delivered; any other status
+// the consumer answered is a failed attempt recorded by its code (grpc_status); a call that never
+// reached the consumer is recorded by why (refused_address, connection_refused, dns, timeout).
 func (c *grpcClients) deliver(ctx context.Context, target string, ev *store.Delivery) result {
+	// The stored target may not have come through registration: check it before dialling.
+	if _, err := c.policy.CheckTarget(target); err != nil {
+		return result{err: fmt.Errorf("gRPC consumer target: %w", err), category: webhook.CategoryRefusedAddress}
+	}
 	req, err := deliverRequest(ev)
 	if err != nil {
-		return result{err: err}
+		return result{err: err, category: webhook.CategoryOther}
 	}
 	cc, err := c.conn(target)
 	if err != nil {
-		return result{err: err}
+		return result{err: err, category: webhook.CategoryOther}
 	}
-	// WaitForReady(false), the default: an unreachable consumer fails the attempt at once rather
-	// than holding the worker until the timeout.
 	// WaitForReady: a connection still backing off from an earlier outage would otherwise fail
 	// the attempt at once after the consumer recovered; the attempt's deadline bounds the wait.
-	if _, err := eventsv1.NewEventConsumerServiceClient(cc).Deliver(ctx, req, grpc.WaitForReady(true)); err != nil {
-		st := status.Convert(err)
-		return result{err: fmt.Errorf("gRPC consumer answered %s: %s", st.Code(), st.Message())}
+	var p peer.Peer
+	_, err = eventsv1.NewEventConsumerServiceClient(cc).Deliver(ctx, req, grpc.WaitForReady(true), grpc.Peer(&p))
+	if err == nil {
+		return result{}
 	}
-	return result{}
+	st := status.Convert(err)
+	if p.Addr == nil {
+		// No stream was opened: the consumer was never reached.
+		cause := c.dialErr(target)
+		switch {
+		case cause != nil:
+			return result{err: fmt.Errorf("gRPC consumer not reached (%s): %w", st.Code(), cause), category: category(cause)}
+		case st.Code() == codes.DeadlineExceeded:
+			return result{err: fmt.Errorf("gRPC consumer not reached in time: %s", st.Message()), category: webhook.CategoryTimeout}
+		default:
+			return result{err: fmt.Errorf("gRPC consumer not reached: %s: %s", st.Code(), st.Message()), category: webhook.CategoryOther}
+		}
+	}
+	if st.Code() == codes.DeadlineExceeded {
+		return result{err: fmt.Errorf("gRPC consumer did not answer in time: %s", st.Message()), category: webhook.CategoryTimeout}
+	}
+	return result{statusCode: int(st.Code()), category: webhook.CategoryGRPCStatus,
+		err: fmt.Errorf("gRPC consumer answered %s: %s", st.Code(), st.Message())}
 }
 
 // deliverRequest is the event as Deliver carries it: the webhook body's id, type, timestamp and
@@ -115,6 +154,7 @@ func (c *grpcClients) close() error {
 			errs = append(errs, fmt.Errorf("close gRPC consumer connection %s: %w", target, err))
 		}
 		delete(c.conns, target)
+		delete(c.dialErrs, target)
 	}
 	return errors.Join(errs...)
 }

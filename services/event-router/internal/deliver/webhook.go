@@ -7,10 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/integrations-platform/integrations/pkg/safetext"
@@ -24,46 +22,42 @@ const maxReadBody = 64 << 10
 // webhookClient posts events to webhooks.
 type webhookClient struct {
 	client *http.Client
+	policy webhook.Policy
 }
 
-func newWebhookClient(timeout time.Duration, allowPrivate bool) *webhookClient {
-	dialer := &net.Dialer{Timeout: timeout}
-	if !allowPrivate {
-		dialer.Control = refusePrivate
-	}
+// newWebhookClient returns a client whose every connection is checked by policy after name
+// resolution (resolver; nil: the system's), so a public name that resolves to a private address
+// (DNS rebinding) is never connected to. Redirects are never followed — a 3xx is a failed attempt
+// — so an answer cannot send the router on to an address the URL did not name; no proxy from the
+// environment is used (Proxy is nil), so the address checked is the address connected.
+func newWebhookClient(timeout time.Duration, policy webhook.Policy, resolver *net.Resolver) *webhookClient {
+	dialer := &net.Dialer{Timeout: timeout, Resolver: resolver, Control: policy.Control}
 	transport := &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 8, IdleConnTimeout: 90 * time.Second}
-	return &webhookClient{client: &http.Client{Timeout: timeout, Transport: transport,
+	return &webhookClient{policy: policy, client: &http.Client{Timeout: timeout, Transport: transport,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
-}
-
-// refusePrivate runs after name resolution, on the address actually dialled, so a public name
-// that resolves to a private address (DNS rebinding) is refused too.
-func refusePrivate(_, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return fmt.Errorf("consumer address %q: %w", address, err)
-	}
-	if !webhook.PublicAddress(ap.Addr()) {
-		return fmt.Errorf("consumer address %s is not public", ap.Addr())
-	}
-	return nil
 }
 
 // post delivers ev to the webhook at url once. Only a 2xx answer within the timeout counts
 // (redirects are not followed, so a 3xx is a failure); the answer is read up to maxReadBody.
+//
+// The URL is checked against the policy first: the stored endpoint may not have come through the
+// gateway's registration (an older row, a row written by hand), and a refused one is not dialled.
 func (c *webhookClient) post(ctx context.Context, url string, secrets []string, ev *store.Delivery, scale float64) result {
+	if _, err := c.policy.CheckURL(url); err != nil {
+		return result{err: fmt.Errorf("webhook URL: %w", err), category: webhook.CategoryRefusedAddress}
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(ev.Payload))
 	if err != nil {
-		return result{err: fmt.Errorf("build request: %w", err)}
+		return result{err: fmt.Errorf("build request: %w", err), category: webhook.CategoryOther}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "integrations-event-router/1")
 	if err := webhook.SetHeadersRotating(req.Header, secrets, ev.EventID, time.Now(), ev.Payload); err != nil {
-		return result{err: err}
+		return result{err: err, category: webhook.CategoryOther}
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return result{err: fmt.Errorf("post webhook: %w", err)}
+		return result{err: fmt.Errorf("post webhook: %w", err), category: category(err)}
 	}
 	defer resp.Body.Close()
 	body, readErr := io.ReadAll(io.LimitReader(resp.Body, maxReadBody))
@@ -71,6 +65,7 @@ func (c *webhookClient) post(ctx context.Context, url string, secrets []string, 
 	switch {
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		res.err = fmt.Errorf("webhook answered %d", resp.StatusCode)
+		res.category = webhook.CategoryHTTPStatus
 		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 			if ra, ok := parseRetryAfter(resp.Header.Get("Retry-After"), responseTime(resp.Header, time.Now())); ok {
 				res.retryAfter = time.Duration(float64(ra) * scale)
@@ -79,6 +74,7 @@ func (c *webhookClient) post(ctx context.Context, url string, secrets []string, 
 	case readErr != nil:
 		// A 2xx whose answer did not arrive within the timeout does not count.
 		res.err = fmt.Errorf("read webhook answer: %w", readErr)
+		res.category = category(readErr)
 	}
 	return res
 }

@@ -239,11 +239,13 @@ func (s *Store) DeliveryRelease(ctx context.Context, eventID string, claim time.
 
 // Attempt is one delivery attempt's record.
 type Attempt struct {
-	// StatusCode is the webhook's HTTP status; 0 when there was none (a transport error, a gRPC
-	// consumer), stored as NULL.
+	// StatusCode is the webhook's HTTP status, or the gRPC code a gRPC consumer answered; 0 when
+	// there was none (a transport error), stored as NULL.
 	StatusCode int
-	Err        string
-	Duration   time.Duration
+	// Err is the failed attempt's category (webhook.Category*), shown to the tenant as is: never
+	// raw network text.
+	Err      string
+	Duration time.Duration
 	// ResponseBody is the start of the consumer's answer, already truncated and cleaned.
 	ResponseBody string
 	// Outcome is the event's status afterwards: pending (will be retried), delivered or dead.

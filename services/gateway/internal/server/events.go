@@ -5,10 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -49,7 +45,7 @@ func eventProto(e *store.Event) (*eventsv1.Event, error) {
 		NextAttemptTime: optTime(e.NextAttemptAt), DeliveredTime: optTime(e.DeliveredAt), DeadTime: optTime(e.DeadAt),
 	}
 	if e.LastError != nil {
-		out.LastError = *e.LastError
+		out.LastError = webhook.PublicCategory(*e.LastError) // never raw network text (rows of old)
 	}
 	if len(e.Data) > 0 && string(e.Data) != "null" {
 		out.Data = &structpb.Struct{}
@@ -66,7 +62,7 @@ func deliveryProto(d store.Delivery) *eventsv1.DeliveryAttempt {
 		out.StatusCode = *d.StatusCode
 	}
 	if d.Error != nil {
-		out.Error = *d.Error
+		out.Error = webhook.PublicCategory(*d.Error)
 	}
 	if d.ResponseBody != nil {
 		out.ResponseBody = *d.ResponseBody
@@ -230,33 +226,4 @@ func (s *Server) RotateSigningSecret(ctx context.Context, _ *gatewayv1.RotateSig
 	}
 	s.log.Info("signing secret rotated", log.ApplicationID(appID), zap.Bool("previous_kept", until != nil))
 	return &gatewayv1.RotateSigningSecretResponse{SigningSecret: fresh, PreviousSecretExpireTime: optTime(until)}, nil
-}
-
-// checkGRPCTarget refuses a gRPC consumer target that is not host:port, or (unless allowed) names
-// a literal private, loopback or link-local address or localhost — the rule webhook URLs follow.
-// Names are checked again when delivering, after resolution.
-func (s *Server) checkGRPCTarget(target string) error {
-	const field = "grpc.target"
-	host, port, err := net.SplitHostPort(target)
-	if err != nil || host == "" || strings.ContainsAny(host, "/:@ ") && !isIPv6(host) {
-		return apperr.Invalid(field, "%q is not host:port", target)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return apperr.Invalid(field, "port %q is not valid", port)
-	}
-	if s.opts.WebhookAllowPrivate {
-		return nil
-	}
-	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
-		return apperr.Invalid(field, "private addresses are not allowed")
-	}
-	if addr, err := netip.ParseAddr(host); err == nil && !webhook.PublicAddress(addr) {
-		return apperr.Invalid(field, "private addresses are not allowed")
-	}
-	return nil
-}
-
-func isIPv6(host string) bool {
-	addr, err := netip.ParseAddr(host)
-	return err == nil && addr.Is6()
 }

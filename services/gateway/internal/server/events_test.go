@@ -63,7 +63,7 @@ func insertEvent(t *testing.T, b *bundle, e testEvent) (id, executionID string) 
 		INSERT INTO integration_events (id, application_id, execution_id, type, payload, created_at, relayed_at,
 			delivery_status, attempts, last_error, next_attempt_at, delivered_at, dead_at)
 		VALUES ($1, $2, $3, 'execution.completed', $4, now() - make_interval(secs => $5), now(), $6::text, $7,
-			CASE WHEN $6::text <> 'delivered' AND $7 > 0 THEN 'HTTP 500' END,
+			CASE WHEN $6::text <> 'delivered' AND $7 > 0 THEN 'http_status' END,
 			CASE WHEN $6::text = 'pending' AND $7 > 0 THEN now() + interval '5 minutes' END,
 			CASE WHEN $6::text = 'delivered' THEN now() END,
 			CASE WHEN $6::text = 'dead' THEN now() END)`,
@@ -72,7 +72,7 @@ func insertEvent(t *testing.T, b *bundle, e testEvent) (id, executionID string) 
 	for n := 1; n <= e.deliveries; n++ {
 		_, err := b.schema.Pool.Exec(context.Background(), `
 			INSERT INTO event_deliveries (event_id, n, status_code, error, duration_ms, response_body)
-			VALUES ($1, $2, 500, 'HTTP 500', 12, 'oops')`, id, n)
+			VALUES ($1, $2, 500, 'http_status', 12, 'oops')`, id, n)
 		require.NoError(t, err)
 	}
 	return id, executionID
@@ -213,7 +213,7 @@ func TestGetEventShowsItsDeliveries(t *testing.T) {
 	require.Equal(t, id, e.GetId())
 	require.Equal(t, executionID, e.GetExecutionId())
 	require.Equal(t, int32(2), e.GetAttempts())
-	require.Equal(t, "HTTP 500", e.GetLastError())
+	require.Equal(t, "http_status", e.GetLastError())
 	require.NotNil(t, e.GetNextAttemptTime())
 	require.Nil(t, e.GetDeadTime())
 	require.Equal(t, float64(1), e.GetData().GetFields()["result"].GetStructValue().GetFields()["n"].GetNumberValue())
@@ -221,7 +221,7 @@ func TestGetEventShowsItsDeliveries(t *testing.T) {
 	for i, d := range e.GetDeliveries() {
 		require.Equal(t, int32(i+1), d.GetNumber())
 		require.Equal(t, int32(500), d.GetStatusCode())
-		require.Equal(t, "HTTP 500", d.GetError())
+		require.Equal(t, "http_status", d.GetError())
 		require.Equal(t, 12*time.Millisecond, d.GetDuration().AsDuration())
 		require.Equal(t, "oops", d.GetResponseBody())
 		require.NotNil(t, d.GetTime())

@@ -9,8 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/netip"
-	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -60,6 +58,8 @@ type Options struct {
 	Scale               func(time.Duration) time.Duration
 	WebhookAllowHTTP    bool
 	WebhookAllowPrivate bool
+	// Resolver resolves consumer host names at registration, a courtesy check (nil: none).
+	Resolver webhook.Resolver
 	// SecretRotationOverlap is how long a replaced signing secret keeps signing deliveries beside
 	// the new one (zero: not at all).
 	SecretRotationOverlap time.Duration
@@ -594,17 +594,14 @@ func (s *Server) SetConsumer(ctx context.Context, req *gatewayv1.SetConsumerRequ
 	var register func(ctx context.Context, applicationID, endpoint string, sealedNew []byte) ([]byte, error)
 	var endpoint string
 	resp := &gatewayv1.SetConsumerResponse{}
+	if err := s.checkConsumer(ctx, req); err != nil {
+		return nil, err
+	}
 	switch c := req.GetConsumer().(type) {
 	case *gatewayv1.SetConsumerRequest_Webhook:
-		if err := s.checkWebhookURL(c.Webhook.GetUrl()); err != nil {
-			return nil, err
-		}
 		kind, endpoint, register = "webhook", c.Webhook.GetUrl(), s.store.ConsumerSetWebhook
 		resp.Consumer = &gatewayv1.SetConsumerResponse_Webhook{Webhook: &gatewayv1.WebhookConsumer{Url: endpoint}}
 	case *gatewayv1.SetConsumerRequest_Grpc:
-		if err := s.checkGRPCTarget(c.Grpc.GetTarget()); err != nil {
-			return nil, err
-		}
 		kind, endpoint, register = "grpc", c.Grpc.GetTarget(), s.store.ConsumerSetGRPC
 		resp.Consumer = &gatewayv1.SetConsumerResponse_Grpc{Grpc: &gatewayv1.GrpcConsumer{Target: endpoint}}
 	default:
@@ -636,39 +633,4 @@ func (s *Server) SetConsumer(ctx context.Context, req *gatewayv1.SetConsumerRequ
 	s.log.Info("consumer registered", log.ApplicationID(applicationID(ctx)), zap.String("kind", kind))
 	resp.SigningSecret = string(plain)
 	return resp, nil
-}
-
-// checkWebhookURL refuses what an event router should not post to: anything but https (unless
-// allowed), and literal private, loopback or link-local addresses (unless allowed). Names are
-// checked again when delivering, after resolution.
-func (s *Server) checkWebhookURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || u.Hostname() == "" {
-		return apperr.Invalid("webhook.url", "%q is not an absolute URL", raw)
-	}
-	switch {
-	case u.Scheme == "https":
-	case u.Scheme == "http" && s.opts.WebhookAllowHTTP:
-	default:
-		return apperr.Invalid("webhook.url", "scheme must be https (http is allowed only with INTEGRATIONS_WEBHOOK_ALLOW_HTTP)")
-	}
-	if u.User != nil {
-		return apperr.Invalid("webhook.url", "must not carry credentials")
-	}
-	if port := u.Port(); port != "" {
-		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-			return apperr.Invalid("webhook.url", "port %q is not valid", port)
-		}
-	}
-	if s.opts.WebhookAllowPrivate {
-		return nil
-	}
-	host := u.Hostname()
-	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
-		return apperr.Invalid("webhook.url", "private addresses are not allowed")
-	}
-	if addr, err := netip.ParseAddr(host); err == nil && !webhook.PublicAddress(addr) {
-		return apperr.Invalid("webhook.url", "private addresses are not allowed")
-	}
-	return nil
 }
