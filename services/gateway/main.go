@@ -73,7 +73,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	adapters := adaptercall.NewPool()
+	signer, err := cfg.Platform.Signer()
+	if err != nil {
+		return err
+	}
+	adapters := adaptercall.NewPool(adaptercall.WithSigner(signer))
 
 	st := store.New(pool).WithCache(cfg.CacheTTL)
 	// The gRPC limit leaves room for the envelope around a payload of the largest size allowed,
