@@ -23,16 +23,15 @@ func (e *EarlyError) Error() string { return fmt.Sprintf("attempt is due in %v",
 
 // Started is an attempt that this consumer now owns.
 type Started struct {
-	ExecutionID    string
-	Attempt        int32
-	Capability     string
-	Mode           string
-	Payload        []byte
-	Deadline       time.Time
-	LeaseExpiresAt time.Time
-	// AdapterID is the adapter's catalog id: the audience of the platform's token on the call.
-	AdapterID       string
+	ExecutionID     string
+	Attempt         int32
+	Capability      string
+	Mode            string
+	Payload         []byte
+	Deadline        time.Time
+	LeaseExpiresAt  time.Time
 	AdapterEndpoint string
+	AdapterID       string // the adapter's catalog id: the audience of the platform's token
 	Lease           time.Duration
 	// Remaining is how long the attempt may run, as the database measured it when it started the
 	// attempt: until the lease it wrote or the deadline, whichever comes first. A call bounded by

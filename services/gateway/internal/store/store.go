@@ -72,10 +72,9 @@ func (s *Store) ApplicationIDByKeyHash(ctx context.Context, hash []byte) (string
 
 // Capability is what the gateway needs to know of a capability.
 type Capability struct {
-	Name string
-	// AdapterID is the adapter's catalog id: the audience of the platform's token on calls to it.
-	AdapterID       string
+	Name            string
 	AdapterEndpoint string
+	AdapterID       string // the adapter's catalog id: the audience of the platform's token
 	Modes           []string
 	MaxAttempts     int32
 	AsyncBudget     time.Duration
