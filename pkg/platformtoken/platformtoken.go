@@ -183,6 +183,8 @@ func (v *Verifier) Verify(token string, call Call) (*Claims, error) {
 		jwt.WithAudience(v.audience),
 		// Tokens are issued with Skew added to their expiry: no leeway here on top.
 		jwt.WithExpirationRequired(),
+		// One encoding per token: no second spelling of the same signature slips past the replay check.
+		jwt.WithStrictDecoding(),
 		jwt.WithTimeFunc(v.now))
 	switch {
 	case errors.Is(err, ErrKey):
