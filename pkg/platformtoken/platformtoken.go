@@ -87,6 +87,11 @@ func NewSigner(key ed25519.PrivateKey) *Signer {
 // KeyID is the id of the Signer's key, as its tokens' kid header names it.
 func (s *Signer) KeyID() string { return s.kid }
 
+// PublicKey is the public half of the Signer's key, for adapters.
+func (s *Signer) PublicKey() (ed25519.PublicKey, string) {
+	return s.key.Public().(ed25519.PublicKey), s.kid
+}
+
 // Sign returns a token for c.
 func (s *Signer) Sign(c Call) (string, error) {
 	now := s.now()
