@@ -12,13 +12,13 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
+	"github.com/integrations-platform/integrations/pkg/apperr"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
@@ -141,10 +141,18 @@ func (s *Server) authenticate(ctx context.Context, method, executionID string, a
 		// an unauthenticated caller chose them: cut to a safe length.
 		s.log.Warn("call refused: platform token", zap.String("method", method),
 			zap.String("execution_id", safetext.Truncate(executionID, 64)), plog.Attempt(attempt), zap.Error(err))
-		return status.Error(codes.Unauthenticated, err.Error())
+		return refusal{apperr.Unauthenticated("%s", err.Error())}
 	}
 	return nil
 }
+
+// refusal is a refused token, answered UNAUTHENTICATED whichever server the adapter runs on: a
+// grpcx.Server maps the *apperr.Error in its chain, a plain grpc.Server asks GRPCStatus.
+type refusal struct{ e *apperr.Error }
+
+func (r refusal) Error() string              { return r.e.Error() }
+func (r refusal) Unwrap() error              { return r.e }
+func (r refusal) GRPCStatus() *status.Status { return grpcx.ToStatus(r.e) }
 
 // Register registers AdapterService on g (a *grpc.Server, or a *grpcx.Server which embeds one).
 func (s *Server) Register(g grpc.ServiceRegistrar) {

@@ -37,7 +37,11 @@ type authBundle struct {
 	handlerRan atomic.Int32
 }
 
-func setupAuth(t *testing.T) *authBundle {
+func setupAuth(t *testing.T) *authBundle { return setupAuthOn(t, grpc.NewServer()) }
+
+// setupAuthOn is setupAuth on srv: a plain grpc.Server, or the platform's grpcx one, whose error
+// mapping must keep the refusal UNAUTHENTICATED too.
+func setupAuthOn(t *testing.T, srv *grpc.Server) *authBundle {
 	t.Helper()
 	b := &authBundle{old: tokentest.New(t, tokenAdapterID), new: tokentest.New(t, tokenAdapterID)}
 	s, err := adapter.New(func(context.Context, *adapter.Request) adapter.Result {
@@ -48,7 +52,6 @@ func setupAuth(t *testing.T) *authBundle {
 	require.NoError(t, err)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := grpc.NewServer()
 	s.Register(srv)
 	go func() { _ = srv.Serve(lis) }()
 	conn, err := grpcx.Dial(lis.Addr().String())
@@ -176,6 +179,19 @@ func TestPlatformTokenRefusals(t *testing.T) {
 		})
 	}
 	require.Equal(t, ran, b.handlerRan.Load(), "the handler never ran for a refused call")
+}
+
+// TestPlatformTokenRefusedOnAGrpcxServer: served by grpcx.Server (as the dummy adapter is), a
+// refusal is still UNAUTHENTICATED with its reason, not mapped to INTERNAL.
+func TestPlatformTokenRefusedOnAGrpcxServer(t *testing.T) {
+	t.Parallel()
+	b := setupAuthOn(t, grpcx.NewServer(grpcx.ServerConfig{Logger: zaptest.NewLogger(t)}).Server)
+	_, _, err := b.execute("")
+	require.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
+	require.Contains(t, status.Convert(err).Message(), platformtoken.ErrMissing.Error())
+	resp, _, err := b.execute(sign(t, b.old, nil))
+	require.NoError(t, err)
+	require.NotNil(t, resp.GetCompleted())
 }
 
 // TestPlatformTokenOnCancel: Cancel is refused without a token for its attempt, taken with one.
