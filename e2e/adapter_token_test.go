@@ -46,6 +46,19 @@ func TestAdapterRefusesCallsNotFromThePlatform(t *testing.T) {
 		return st == "succeeded"
 	}, 20*time.Second, 20*time.Millisecond, "the async execution succeeds through the consumer's signed call")
 
+	// The gateway's Cancel of a running attempt carries its token too: the adapter takes it.
+	code, body = s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+		[]byte(`{"mode": "MODE_ASYNC", "payload": {"dummy": {"complete_later_ms": 20000}}}`))
+	require.Equal(t, http.StatusAccepted, code, "%v", body)
+	cancelledID, _ := execution(body)["id"].(string)
+	require.Eventually(t, func() bool {
+		return strings.Contains(s.log("dummy-adapter"), cancelledID)
+	}, 20*time.Second, 20*time.Millisecond, "the attempt reaches the adapter")
+	code, body = s.call(http.MethodPost, "/v1/executions/"+cancelledID+":cancel", s.apiKey, []byte(`{}`))
+	require.Equal(t, http.StatusOK, code, "%v", body)
+	require.Contains(t, s.log("gateway"), "adapter asked to stop the cancelled attempt")
+	require.NotContains(t, s.log("gateway"), "adapter did not take the cancellation")
+
 	// Calls that do not come from the platform.
 	conn, err := grpcx.Dial(s.addrs["dummy-adapter"])
 	require.NoError(t, err)
@@ -79,7 +92,7 @@ func TestAdapterRefusesCallsNotFromThePlatform(t *testing.T) {
 	_, err = client.Cancel(ctx, &adapterv1.CancelRequest{ExecutionId: asyncID, Attempt: 1})
 	require.Equal(t, codes.Unauthenticated, status.Code(err), "Cancel without a token: %v", err)
 
-	// The journal has the platform's two executions and nothing of the forged calls.
+	// The journal has the platform's three executions and nothing of the forged calls.
 	raw, err := os.ReadFile(journal)
 	require.NoError(t, err)
 	var recv []string
@@ -90,6 +103,6 @@ func TestAdapterRefusesCallsNotFromThePlatform(t *testing.T) {
 			recv = append(recv, f[3])
 		}
 	}
-	require.ElementsMatch(t, []string{syncID, asyncID}, recv, "journal:\n%s", raw)
+	require.ElementsMatch(t, []string{syncID, asyncID, cancelledID}, recv, "journal:\n%s", raw)
 	require.Contains(t, s.log("dummy-adapter"), "call refused: platform token")
 }
