@@ -146,7 +146,13 @@ type Verifier struct {
 	// to one attempt bound what a replay to another replica can do.)
 	mu   sync.Mutex
 	seen map[string]time.Time
+	// pruned is when seen was last swept of expired ids: at most every pruneEvery, so that a busy
+	// adapter does not walk the whole map on every call.
+	pruned time.Time
 }
+
+// pruneEvery is how often the replay cache is swept of expired token ids.
+const pruneEvery = time.Second
 
 // NewVerifier returns a Verifier accepting tokens signed by any of keys and addressed to
 // adapterID.
@@ -219,12 +225,15 @@ func (v *Verifier) firstUse(jti string, exp time.Time) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	now := v.now()
-	for id, until := range v.seen {
-		if now.After(until) {
-			delete(v.seen, id)
+	if now.Sub(v.pruned) >= pruneEvery {
+		for id, until := range v.seen {
+			if now.After(until) {
+				delete(v.seen, id)
+			}
 		}
+		v.pruned = now
 	}
-	if _, ok := v.seen[jti]; ok {
+	if until, ok := v.seen[jti]; ok && !now.After(until) {
 		return false
 	}
 	v.seen[jti] = exp.Add(Skew)
