@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -27,6 +28,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/mq"
+	"github.com/integrations-platform/integrations/pkg/platformtoken"
 	"github.com/integrations-platform/integrations/pkg/routes"
 )
 
@@ -91,6 +93,9 @@ type stack struct {
 	logDir            string
 	timeout           time.Duration
 	mu                sync.Mutex
+
+	// platformKey signs the platform's calls to the dummy adapter (gateway, execution-consumer).
+	platformKey ed25519.PrivateKey
 }
 
 type process struct {
@@ -118,6 +123,9 @@ func newStackScaled(t *testing.T, scale float64) *stack {
 	s.adapterCredential = adapterCredential
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
+	platformPub, platformKey, err := platformtoken.Generate()
+	require.NoError(t, err)
+	s.platformKey = platformKey
 	s.env = []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
@@ -134,6 +142,8 @@ func newStackScaled(t *testing.T, scale float64) *stack {
 		"INTEGRATIONS_CALLBACK_ADDR=" + s.addrs["adapter-callback"],
 		"INTEGRATIONS_DUMMY_ADAPTER_ADDR=" + s.addrs["dummy-adapter"],
 		"INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL=" + adapterCredential,
+		"INTEGRATIONS_PLATFORM_SIGNING_KEY=" + platformtoken.EncodePrivateKey(platformKey),
+		"INTEGRATIONS_PLATFORM_PUBLIC_KEYS=" + platformtoken.EncodePublicKey(platformPub),
 		"INTEGRATIONS_MAX_PAYLOAD_BYTES=65536",
 		"INTEGRATIONS_ADMIN_TOKEN=" + adminToken,
 		// Sweep expired leases promptly: the real-time grace for in-flight outcomes is kept

@@ -7,6 +7,7 @@ replace github.com/integrations-platform/integrations/migrations => ../migration
 require (
 	github.com/caarlos0/env/v11 v11.4.2
 	github.com/cenkalti/backoff/v5 v5.0.3
+	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/uuid v1.6.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0
 	github.com/integrations-platform/integrations/migrations v0.0.0-00010101000000-000000000000

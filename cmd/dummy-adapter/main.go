@@ -40,10 +40,18 @@ func run() error {
 	}
 	defer func() { _ = journal.Close() }()
 
+	keys, err := cfg.Platform.Keys()
+	if err != nil {
+		return err
+	}
 	app := lifecycle.New(logger, cfg.Shutdown())
-	ad := adapter.New(dummy.NewHandler(logger, journal), adapter.Options{
+	ad, err := adapter.New(dummy.NewHandler(logger, journal), adapter.Options{
 		CallbackAddr: cfg.CallbackAddr, Credential: cfg.Credential, Logger: logger,
+		AdapterID: cfg.AdapterID, PlatformKeys: keys,
 	})
+	if err != nil {
+		return err
+	}
 	// Background work stops after the gRPC server stopped taking calls: it is cancelled and
 	// reports a retryable failure, so the next attempt need not wait for its lease to expire.
 	app.Go("background-work", func(ctx context.Context) error {

@@ -14,7 +14,13 @@
 //			return adapter.Complete(map[string]any{"sent": true})
 //		})
 //	}
-//	s := adapter.New(h, adapter.Options{CallbackAddr: "127.0.0.1:9093", Credential: cred, Logger: log})
+//	keys, err := platformtoken.ParsePublicKeys(os.Getenv("INTEGRATIONS_PLATFORM_PUBLIC_KEYS"))
+//	...
+//	s, err := adapter.New(h, adapter.Options{
+//		CallbackAddr: "127.0.0.1:9093", Credential: cred, Logger: log,
+//		AdapterID: "my-adapter", PlatformKeys: keys, // only the platform's calls are served
+//	})
+//	...
 //	s.Register(grpcServer)
 //	defer s.Close()
 package adapter

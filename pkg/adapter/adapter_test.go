@@ -2,6 +2,7 @@ package adapter_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"net"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/platformtoken/tokentest"
 )
 
 func TestMain(m *testing.M) {
@@ -126,14 +128,18 @@ func setup(t *testing.T, fake *fakeCallbacks, h adapter.Handler) *bundle {
 	adapterv1.RegisterAdapterCallbackServiceServer(cbSrv, fake)
 	go func() { _ = cbSrv.Serve(cbLis) }()
 
-	s := adapter.New(h, adapter.Options{CallbackAddr: cbLis.Addr().String(), Credential: credential, Logger: zaptest.NewLogger(t)})
+	keys := tokentest.New(t, "test-adapter")
+	s, err := adapter.New(h, adapter.Options{CallbackAddr: cbLis.Addr().String(), Credential: credential, Logger: zaptest.NewLogger(t),
+		AdapterID: keys.AdapterID, PlatformKeys: []ed25519.PublicKey{keys.Public}})
+	require.NoError(t, err)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer()
 	s.Register(srv)
 	go func() { _ = srv.Serve(lis) }()
 
-	conn, err := grpcx.Dial(lis.Addr().String())
+	// Calls are signed as the platform signs them: the SDK's check is on in every test.
+	conn, err := grpcx.Dial(lis.Addr().String(), keys.DialOption())
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = conn.Close()
@@ -509,17 +515,19 @@ func TestLaterRunsInlineForSync(t *testing.T) {
 
 func TestLaterWithoutCallbackAddrIsRefused(t *testing.T) {
 	t.Parallel()
-	s := adapter.New(func(ctx context.Context, req *adapter.Request) adapter.Result {
+	keys := tokentest.New(t, "test-adapter")
+	s, err := adapter.New(func(ctx context.Context, req *adapter.Request) adapter.Result {
 		return adapter.Later(time.Minute, func(context.Context, *adapter.Callbacks) adapter.Result {
 			return adapter.Complete(nil)
 		})
-	}, adapter.Options{Logger: zaptest.NewLogger(t)})
+	}, adapter.Options{Logger: zaptest.NewLogger(t), AdapterID: keys.AdapterID, PlatformKeys: []ed25519.PublicKey{keys.Public}})
+	require.NoError(t, err)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer()
 	s.Register(srv)
 	go func() { _ = srv.Serve(lis) }()
-	conn, err := grpcx.Dial(lis.Addr().String())
+	conn, err := grpcx.Dial(lis.Addr().String(), keys.DialOption())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(); srv.Stop(); require.NoError(t, s.Close()) })
 

@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,14 +13,18 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
+	"github.com/integrations-platform/integrations/pkg/apperr"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	plog "github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/pkg/platformtoken"
+	"github.com/integrations-platform/integrations/pkg/safetext"
 )
 
 // Codes the SDK itself puts on failures it answers on the handler's behalf, so that they can
@@ -43,6 +48,18 @@ type Options struct {
 	Logger *zap.Logger
 	// DialOptions are added when dialling CallbackAddr, e.g. TLS credentials.
 	DialOptions []grpc.DialOption
+
+	// AdapterID is this adapter's id in the platform's catalog: the audience the platform's
+	// tokens are addressed to. Required, with PlatformKeys, unless InsecureSkipPlatformAuth.
+	AdapterID string
+	// PlatformKeys are the platform's public keys (pkg/platformtoken): every Execute and Cancel
+	// must carry a token signed by one of them, or is refused with UNAUTHENTICATED before the
+	// handler runs. Several during a key rotation: the new one added before the platform signs
+	// with it, the old one removed after. platformtoken.ParsePublicKeys reads them from text.
+	PlatformKeys []ed25519.PublicKey
+	// InsecureSkipPlatformAuth serves calls without checking the platform's token: anyone who
+	// reaches the port can run the handler. For tests and local experiments only.
+	InsecureSkipPlatformAuth bool
 }
 
 // Server serves AdapterService for one Handler and owns the background work of Later results.
@@ -50,6 +67,8 @@ type Server struct {
 	h    Handler
 	opts Options
 	log  *zap.Logger
+	// verifier checks the platform's token on every call; nil only with InsecureSkipPlatformAuth.
+	verifier *platformtoken.Verifier
 
 	// base is the parent of every background work context; cancelling it is how Close stops
 	// the work.
@@ -78,19 +97,62 @@ type Server struct {
 }
 
 // New returns a Server running h. Nothing is dialled until the first Later work needs the
-// callback service.
-func New(h Handler, opts Options) *Server {
+// callback service. It fails when the platform's credential cannot be checked: no AdapterID or
+// no PlatformKeys (and InsecureSkipPlatformAuth not set) — an adapter must not start open to
+// anyone by omission.
+func New(h Handler, opts Options) (*Server, error) {
 	log := opts.Logger
 	if log == nil {
 		log = zap.NewNop()
 	}
+	var verifier *platformtoken.Verifier
+	if !opts.InsecureSkipPlatformAuth {
+		var err error
+		if verifier, err = platformtoken.NewVerifier(opts.AdapterID, opts.PlatformKeys); err != nil {
+			return nil, fmt.Errorf("adapter: %w (set Options.AdapterID and Options.PlatformKeys; InsecureSkipPlatformAuth only in tests)", err)
+		}
+	} else {
+		log.Warn("platform token checks are off: anyone who reaches this adapter can run its handler")
+	}
 	base, cancel := context.WithCancel(context.Background())
 	delivering, stopDelivering := context.WithCancel(context.Background())
-	s := &Server{h: h, opts: opts, log: log, base: base, cancelBase: cancel,
+	s := &Server{h: h, opts: opts, log: log, verifier: verifier, base: base, cancelBase: cancel,
 		delivering: delivering, stopDelivering: stopDelivering, work: map[workKey]map[uint64]context.CancelCauseFunc{}}
 	s.idle = sync.NewCond(&s.mu)
-	return s
+	return s, nil
 }
+
+// authenticate checks the platform's token on a call for an attempt, before anything of the call
+// is acted on. A refusal is UNAUTHENTICATED, sent before the received header: the platform knows
+// that nothing ran (adaptercall treats it as an adapter it could not use, no attempt spent).
+func (s *Server) authenticate(ctx context.Context, method, executionID string, attempt int32) error {
+	if s.verifier == nil {
+		return nil
+	}
+	var token string
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(platformtoken.Header); len(v) == 1 {
+			token = v[0]
+		}
+	}
+	_, err := s.verifier.Verify(token, platformtoken.Call{ExecutionID: executionID, Attempt: attempt, Method: method})
+	if err != nil {
+		// The reason only, never the token; the ids are bounded by what the platform stores, but
+		// an unauthenticated caller chose them: cut to a safe length.
+		s.log.Warn("call refused: platform token", zap.String("method", method),
+			zap.String("execution_id", safetext.Truncate(executionID, 64)), plog.Attempt(attempt), zap.Error(err))
+		return refusal{apperr.Unauthenticated("%s", err.Error())}
+	}
+	return nil
+}
+
+// refusal is a refused token, answered UNAUTHENTICATED whichever server the adapter runs on: a
+// grpcx.Server maps the *apperr.Error in its chain, a plain grpc.Server asks GRPCStatus.
+type refusal struct{ e *apperr.Error }
+
+func (r refusal) Error() string              { return r.e.Error() }
+func (r refusal) Unwrap() error              { return r.e }
+func (r refusal) GRPCStatus() *status.Status { return grpcx.ToStatus(r.e) }
 
 // Register registers AdapterService on g (a *grpc.Server, or a *grpcx.Server which embeds one).
 func (s *Server) Register(g grpc.ServiceRegistrar) {
@@ -264,10 +326,14 @@ type service struct {
 	s *Server
 }
 
-// Execute runs the handler for one attempt. It never answers an error status: every problem
-// of the adapter is a Failed outcome, which the platform records and retries by its rules.
+// Execute runs the handler for one attempt. It answers an error status only for a call without
+// a valid platform token (UNAUTHENTICATED); every problem of the adapter is a Failed outcome,
+// which the platform records and retries by its rules.
 func (v service) Execute(ctx context.Context, in *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
 	s := v.s
+	if err := s.authenticate(ctx, adapterv1.AdapterService_Execute_FullMethodName, in.GetExecutionId(), in.GetAttempt()); err != nil {
+		return nil, err
+	}
 	// Acknowledge receipt before any work starts: a platform whose call then fails on a broken
 	// connection without this header knows the handler never ran, and spends no attempt.
 	_ = grpc.SendHeader(ctx, metadata.Pairs(adaptercall.ReceivedHeader, "1"))
@@ -367,7 +433,10 @@ func (s *Server) accept(log *zap.Logger, req *Request, token string, res Result)
 // Cancel implements AdapterService.Cancel: the attempt's work in progress is cancelled (its
 // context's cause is ErrCancelled), its lease is no longer renewed, and no outcome is sent for
 // it. Work that has already ended, or that this replica does not run, is not affected.
-func (v service) Cancel(_ context.Context, in *adapterv1.CancelRequest) (*adapterv1.CancelResponse, error) {
+func (v service) Cancel(ctx context.Context, in *adapterv1.CancelRequest) (*adapterv1.CancelResponse, error) {
+	if err := v.s.authenticate(ctx, adapterv1.AdapterService_Cancel_FullMethodName, in.GetExecutionId(), in.GetAttempt()); err != nil {
+		return nil, err
+	}
 	stopped := v.s.cancelWork(workKey{in.GetExecutionId(), in.GetAttempt()})
 	v.s.log.Info("cancel requested", plog.ExecutionID(in.GetExecutionId()), plog.Attempt(in.GetAttempt()), zap.Bool("stopped", stopped))
 	return &adapterv1.CancelResponse{Stopped: stopped}, nil

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -23,6 +24,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/platformtoken"
 	"github.com/integrations-platform/integrations/pkg/safetext"
 )
 
@@ -56,7 +58,25 @@ type Outcome struct {
 	// NotSent, for Failed: the adapter could not be reached and provably nothing of the request
 	// went out (see Pool.Execute), so no provider work can have started.
 	NotSent bool
+	// Refused, for Failed (always with NotSent): the adapter refused the platform's token before
+	// doing anything — the signing key and the adapter's public keys disagree, or the adapter id.
+	// A configuration fault that an operator must see; the attempt is not spent (see Pool.Execute).
+	Refused bool
 }
+
+// Adapter names the adapter a call goes to: its catalog id (the token's audience) and endpoint.
+type Adapter struct {
+	ID       string
+	Endpoint string
+}
+
+// Option configures a Pool.
+type Option func(*Pool)
+
+// WithSigner makes every call carry a platform token signed by s (pkg/platformtoken), bound to
+// the adapter, the execution, the attempt and the method. The services that call adapters always
+// set it; a Pool without it sends no token (tests of adapters that do not check).
+func WithSigner(s *platformtoken.Signer) Option { return func(p *Pool) { p.signer = s } }
 
 // Pool holds one client connection per adapter endpoint.
 type Pool struct {
@@ -64,6 +84,7 @@ type Pool struct {
 	conns map[string]*endpoint
 	// connectWait bounds how long Execute waits for a ready connection.
 	connectWait time.Duration
+	signer      *platformtoken.Signer
 }
 
 // DefaultConnectWait is how long Execute waits, at most, for a ready connection to the adapter
@@ -110,8 +131,27 @@ func (e *endpoint) dial(ctx context.Context, addr string) (net.Conn, error) {
 }
 
 // NewPool returns an empty Pool.
-func NewPool() *Pool {
-	return &Pool{conns: map[string]*endpoint{}, connectWait: DefaultConnectWait}
+func NewPool(opts ...Option) *Pool {
+	p := &Pool{conns: map[string]*endpoint{}, connectWait: DefaultConnectWait}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// withToken returns ctx carrying a platform token for the call (unchanged without a signer).
+func (p *Pool) withToken(ctx context.Context, a Adapter, method, executionID string, attempt int32) (context.Context, error) {
+	if p.signer == nil {
+		return ctx, nil
+	}
+	deadline, _ := ctx.Deadline()
+	tok, err := p.signer.Sign(platformtoken.Call{
+		AdapterID: a.ID, ExecutionID: executionID, Attempt: attempt, Method: method, Deadline: deadline,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return metadata.AppendToOutgoingContext(ctx, platformtoken.Header, tok), nil
 }
 
 // SetConnectWait changes how long Execute waits for a ready connection (tests use it).
@@ -239,10 +279,21 @@ var errNotSentInTime = errors.New("adapter call not sent within the connect wait
 // handler records that), the failure is NotSent: the adapter cannot have started the work. While
 // the adapter is known to be down (the connection in TRANSIENT_FAILURE and a connection attempt
 // failed within the last second or so) Execute answers NotSent at once, without waiting.
-func (p *Pool) Execute(ctx context.Context, endpoint string, req *adapterv1.ExecuteRequest) Outcome {
-	ep, err := p.endpoint(endpoint)
+//
+// The call carries a platform token (WithSigner). An adapter that refuses it (UNAUTHENTICATED,
+// before its received header) did nothing: the failure is NotSent and Refused, so the attempt is
+// not spent and is tried again as for an unreachable adapter, until the execution's deadline —
+// what an operator wants while a key rotation reaches the adapters in the wrong order.
+func (p *Pool) Execute(ctx context.Context, a Adapter, req *adapterv1.ExecuteRequest) Outcome {
+	ep, err := p.endpoint(a.Endpoint)
 	if err != nil {
 		return transportFailure(err)
+	}
+	ctx, err = p.withToken(ctx, a, adapterv1.AdapterService_Execute_FullMethodName, req.GetExecutionId(), req.GetAttempt())
+	if err != nil {
+		out := transportFailure(err)
+		out.NotSent = true
+		return out
 	}
 	if ep.down() {
 		return notReachable()
@@ -276,6 +327,11 @@ func (p *Pool) Execute(ctx context.Context, endpoint string, req *adapterv1.Exec
 			}
 			out := transportFailure(err)
 			out.NotSent = true
+			return out
+		}
+		if status.Code(err) == codes.Unauthenticated && !call.received.Load() {
+			out := transportFailure(err)
+			out.NotSent, out.Refused = true, true
 			return out
 		}
 		out := transportFailure(err)
@@ -345,6 +401,10 @@ func transportMessage(err error) string {
 		return "adapter call cancelled"
 	case codes.Unknown, codes.Internal:
 		return "adapter call failed: " + status.Code(err).String()
+	case codes.Unauthenticated:
+		// The adapter's reason is for the operator (our logs, the adapter's): the client reads
+		// that the platform and the adapter disagree on credentials.
+		return "adapter refused the platform's credential"
 	}
 	return fmt.Sprintf("adapter answered %s: %s", status.Code(err), status.Convert(err).Message())
 }
@@ -352,10 +412,14 @@ func transportMessage(err error) string {
 // Cancel asks the adapter at endpoint to stop the work of a cancelled execution's attempt. It is
 // best effort: an adapter may not implement it (UNIMPLEMENTED), and the execution is settled
 // whatever it answers. It reports whether the adapter found running work to stop.
-func (p *Pool) Cancel(ctx context.Context, endpoint, executionID string, attempt int32) (bool, error) {
-	cli, err := p.client(endpoint)
+func (p *Pool) Cancel(ctx context.Context, a Adapter, executionID string, attempt int32) (bool, error) {
+	cli, err := p.client(a.Endpoint)
 	if err != nil {
 		return false, err
+	}
+	ctx, err = p.withToken(ctx, a, adapterv1.AdapterService_Cancel_FullMethodName, executionID, attempt)
+	if err != nil {
+		return false, fmt.Errorf("cancel attempt %d of %s: %w", attempt, executionID, err)
 	}
 	resp, err := cli.Cancel(ctx, &adapterv1.CancelRequest{ExecutionId: executionID, Attempt: attempt})
 	if err != nil {

@@ -44,7 +44,7 @@ func TestExecuteUnreachableIsNotSent(t *testing.T) {
 	t.Cleanup(func() { _ = p.Close() })
 
 	start := time.Now()
-	out := p.Execute(context.Background(), freeAddr(t), &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+	out := p.Execute(context.Background(), adaptercall.Adapter{Endpoint: freeAddr(t)}, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
 
 	require.Equal(t, adaptercall.Failed, out.Kind)
 	require.True(t, out.NotSent)
@@ -61,7 +61,7 @@ func TestExecuteWaitsNoLongerThanTheAttemptsDeadline(t *testing.T) {
 	defer cancel()
 
 	start := time.Now()
-	out := p.Execute(ctx, freeAddr(t), &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+	out := p.Execute(ctx, adaptercall.Adapter{Endpoint: freeAddr(t)}, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
 
 	require.True(t, out.NotSent)
 	require.Less(t, time.Since(start), time.Second)
@@ -81,7 +81,7 @@ func TestExecuteCutAfterItWasSentIsSent(t *testing.T) {
 
 	done := make(chan adaptercall.Outcome, 1)
 	go func() {
-		done <- p.Execute(context.Background(), lis.Addr().String(), &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+		done <- p.Execute(context.Background(), adaptercall.Adapter{Endpoint: lis.Addr().String()}, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
 	}()
 	<-a.received
 	srv.Stop() // the adapter dies with the request in hand
@@ -104,7 +104,9 @@ func TestExecuteWaitsForAnAdapterComingUp(t *testing.T) {
 	done := make(chan adaptercall.Outcome, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { done <- p.Execute(ctx, addr, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1}) }()
+	go func() {
+		done <- p.Execute(ctx, adaptercall.Adapter{Endpoint: addr}, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+	}()
 	time.Sleep(300 * time.Millisecond) // the adapter is down for a while: the scenario, not a sync
 	lis, err := net.Listen("tcp", addr)
 	require.NoError(t, err)
@@ -132,7 +134,7 @@ func TestExecuteFailsFastWhileTheAdapterIsDown(t *testing.T) {
 	t.Cleanup(func() { _ = p.Close() })
 	addr := freeAddr(t)
 
-	first := p.Execute(context.Background(), addr, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+	first := p.Execute(context.Background(), adaptercall.Adapter{Endpoint: addr}, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
 	require.True(t, first.NotSent)
 
 	start := time.Now()
@@ -140,7 +142,7 @@ func TestExecuteFailsFastWhileTheAdapterIsDown(t *testing.T) {
 	outs := make(chan adaptercall.Outcome, burst)
 	for range burst {
 		go func() {
-			outs <- p.Execute(context.Background(), addr, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+			outs <- p.Execute(context.Background(), adaptercall.Adapter{Endpoint: addr}, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
 		}()
 	}
 	for range burst {
@@ -175,12 +177,12 @@ func TestExecuteNotSentWithinTheConnectWaitIsCut(t *testing.T) {
 	defer cancel()
 	firstDone := make(chan adaptercall.Outcome, 1)
 	go func() {
-		firstDone <- p.Execute(ctx, lis.Addr().String(), &adapterv1.ExecuteRequest{ExecutionId: "e1", Attempt: 1})
+		firstDone <- p.Execute(ctx, adaptercall.Adapter{Endpoint: lis.Addr().String()}, &adapterv1.ExecuteRequest{ExecutionId: "e1", Attempt: 1})
 	}()
 	<-a.received
 
 	start := time.Now()
-	out := p.Execute(ctx, lis.Addr().String(), &adapterv1.ExecuteRequest{ExecutionId: "e2", Attempt: 1})
+	out := p.Execute(ctx, adaptercall.Adapter{Endpoint: lis.Addr().String()}, &adapterv1.ExecuteRequest{ExecutionId: "e2", Attempt: 1})
 	require.Equal(t, adaptercall.Failed, out.Kind)
 	require.True(t, out.NotSent, "%+v", out)
 	require.Less(t, time.Since(start), 3*time.Second, "cut at the connect wait, not the call's deadline")
@@ -269,12 +271,12 @@ func TestExecuteWithoutTheAdaptersReceiptIsNotSent(t *testing.T) {
 		p := adaptercall.NewPool()
 		t.Cleanup(func() { _ = p.Close() })
 
-		first := p.Execute(context.Background(), lis.Addr().String(), &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+		first := p.Execute(context.Background(), adaptercall.Adapter{Endpoint: lis.Addr().String()}, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
 		require.Equal(t, adaptercall.Completed, first.Kind)
 
 		done := make(chan adaptercall.Outcome, 1)
 		go func() {
-			done <- p.Execute(context.Background(), lis.Addr().String(), &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 2})
+			done <- p.Execute(context.Background(), adaptercall.Adapter{Endpoint: lis.Addr().String()}, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 2})
 		}()
 		<-a.received
 		srv.Stop() // the connection breaks

@@ -66,7 +66,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	adapters := adaptercall.NewPool()
+	signer, err := cfg.Platform.Signer()
+	if err != nil {
+		return err
+	}
+	adapters := adaptercall.NewPool(adaptercall.WithSigner(signer))
 	handler := attempt.New(store.New(pool), adapters, settlementv1.NewSettlementServiceClient(settlementConn), cfg.Scale, logger).
 		WithNudge(nudge.Dispatcher(dispatcherv1.NewDispatcherServiceClient(dispatcherConn), logger))
 

@@ -74,7 +74,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	adapters := adaptercall.NewPool()
+	signer, err := cfg.Platform.Signer()
+	if err != nil {
+		return err
+	}
+	adapters := adaptercall.NewPool(adaptercall.WithSigner(signer))
 
 	// A key's last use is written at most once a minute per key and replica, off the accept path.
 	st := store.New(pool).WithCache(cfg.CacheTTL).WithLastUsed(time.Minute)

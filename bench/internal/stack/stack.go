@@ -37,6 +37,7 @@ import (
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/mq"
+	"github.com/integrations-platform/integrations/pkg/platformtoken"
 	"github.com/integrations-platform/integrations/pkg/routes"
 )
 
@@ -292,6 +293,10 @@ func (s *Stack) start(ctx context.Context) error {
 	credential := "adc_" + randomHex(16)
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
+	platformPub, platformKey, err := platformtoken.Generate()
+	if err != nil {
+		return err
+	}
 	serviceURL := s.SchemaURL
 	if len(s.cfg.DatabaseParams) > 0 {
 		u, err := url.Parse(serviceURL)
@@ -321,6 +326,8 @@ func (s *Stack) start(ctx context.Context) error {
 		"INTEGRATIONS_CALLBACK_ADDR=" + s.Addrs["adapter-callback"],
 		"INTEGRATIONS_DUMMY_ADAPTER_ADDR=" + s.Addrs["dummy-adapter"],
 		"INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL=" + credential,
+		"INTEGRATIONS_PLATFORM_SIGNING_KEY=" + platformtoken.EncodePrivateKey(platformKey),
+		"INTEGRATIONS_PLATFORM_PUBLIC_KEYS=" + platformtoken.EncodePublicKey(platformPub),
 	}, s.cfg.Env...)
 
 	// The dev catalog, with this stack's key, adapter address and credential.

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/integrations-platform/integrations/pkg/config"
+	"github.com/integrations-platform/integrations/pkg/platformtoken"
 )
 
 // Config is the dummy adapter's environment.
@@ -18,6 +19,12 @@ type Config struct {
 	// Journal, when set, is a file the adapter appends a line to for every attempt it receives
 	// and every piece of work it finishes (see Journal): fault suites count from it.
 	Journal string `env:"INTEGRATIONS_DUMMY_JOURNAL"`
+	// AdapterID is the dummy's id in the catalog (deploy/catalog/dev.yaml): the audience the
+	// platform's tokens must be addressed to.
+	AdapterID string `env:"INTEGRATIONS_DUMMY_ADAPTER_ID" envDefault:"dummy"`
+	// Platform is the platform's public keys: a call not signed by one of them is refused. The
+	// variable is not prefixed with DUMMY: it is the one any adapter on the SDK would read.
+	Platform platformtoken.PublicKeysConfig
 }
 
 // Validate checks the settings, naming the variable at fault.
@@ -32,5 +39,9 @@ func (c Config) Validate() error {
 	if c.Credential == "" {
 		errs = append(errs, errors.New("INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL: required (the adapter's credential for callbacks)"))
 	}
+	if c.AdapterID == "" {
+		errs = append(errs, errors.New("INTEGRATIONS_DUMMY_ADAPTER_ID: must not be empty"))
+	}
+	errs = append(errs, c.Platform.Validate())
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package dummy_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/platformtoken/tokentest"
 )
 
 // callbacks is a real AdapterCallbackService in the test process, recording what it receives.
@@ -83,14 +85,17 @@ func setupWithJournal(t *testing.T, j *dummy.Journal) *bundle {
 	go func() { _ = cbSrv.Serve(cbLis) }()
 
 	log := zaptest.NewLogger(t)
-	ad := adapter.New(dummy.NewHandler(log, j), adapter.Options{CallbackAddr: cbLis.Addr().String(), Credential: "cred", Logger: log})
+	keys := tokentest.New(t, "dummy")
+	ad, err := adapter.New(dummy.NewHandler(log, j), adapter.Options{CallbackAddr: cbLis.Addr().String(), Credential: "cred", Logger: log,
+		AdapterID: keys.AdapterID, PlatformKeys: []ed25519.PublicKey{keys.Public}})
+	require.NoError(t, err)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer()
 	ad.Register(srv)
 	go func() { _ = srv.Serve(lis) }()
 
-	conn, err := grpcx.Dial(lis.Addr().String())
+	conn, err := grpcx.Dial(lis.Addr().String(), keys.DialOption())
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = conn.Close()

@@ -92,12 +92,18 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	// Bounded by what the database measured the lease and deadline to leave, not by their times
 	// read on this host's clock.
 	callCtx, cancel := context.WithDeadline(ctx, started.LocalCallDeadline())
-	out := h.adapters.Execute(callCtx, started.AdapterEndpoint, &adapterv1.ExecuteRequest{
+	out := h.adapters.Execute(callCtx, adaptercall.Adapter{ID: started.AdapterID, Endpoint: started.AdapterEndpoint}, &adapterv1.ExecuteRequest{
 		ExecutionId: started.ExecutionID, Attempt: started.Attempt, Capability: started.Capability,
 		Payload: payload, DeadlineTime: timestamppb.New(started.Deadline), DeadlineIn: durationpb.New(time.Until(started.LocalDeadline())), CallbackToken: token,
 		Mode: execution.ModeToProto(started.Mode),
 	})
 	cancel()
+	if out.Refused {
+		// A configuration fault (signing key, public keys or adapter id disagree), not an outage:
+		// said at error level, though the attempt is rescheduled as for one (see adaptercall).
+		logger.Error("adapter refused the platform's token; attempt not spent",
+			zap.String("adapter_id", started.AdapterID), zap.Error(out.Cause))
+	}
 	if out.NotSent {
 		return h.unreachable(ctx, logger, started, out)
 	}

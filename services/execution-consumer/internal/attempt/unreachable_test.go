@@ -2,6 +2,7 @@ package attempt
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"net"
@@ -25,6 +26,7 @@ import (
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/outcome"
+	"github.com/integrations-platform/integrations/pkg/platformtoken/tokentest"
 	"github.com/integrations-platform/integrations/services/execution-consumer/internal/store"
 )
 
@@ -88,7 +90,8 @@ func TestUnreachableAdapterSpendsNoAttempt(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sconn.Close() })
 
-	pool := adaptercall.NewPool()
+	keys := tokentest.New(t, dbtest.TestAdapter)
+	pool := adaptercall.NewPool(adaptercall.WithSigner(keys.Signer))
 	pool.SetConnectWait(300 * time.Millisecond)
 	t.Cleanup(func() { _ = pool.Close() })
 	h := New(store.New(s.Pool), pool, settlementv1.NewSettlementServiceClient(sconn),
@@ -119,12 +122,14 @@ func TestUnreachableAdapterSpendsNoAttempt(t *testing.T) {
 	asrv := grpc.NewServer()
 	calls := 0
 	var mu sync.Mutex
-	adapter.New(func(context.Context, *adapter.Request) adapter.Result {
+	ad, err := adapter.New(func(context.Context, *adapter.Request) adapter.Result {
 		mu.Lock()
 		calls++
 		mu.Unlock()
 		return adapter.Complete(map[string]any{"ok": true})
-	}, adapter.Options{}).Register(asrv)
+	}, adapter.Options{AdapterID: dbtest.TestAdapter, PlatformKeys: []ed25519.PublicKey{keys.Public}})
+	require.NoError(t, err)
+	ad.Register(asrv)
 	alis := listen(t, addr)
 	go func() { _ = asrv.Serve(alis) }()
 	t.Cleanup(asrv.Stop)
@@ -153,13 +158,16 @@ func TestOutcomeRetriedThroughASettlementOutage(t *testing.T) {
 	s := dbtest.NewSchema(t)
 	s.ApplyCatalog(t, dbtest.TestCatalog)
 	asrv := grpc.NewServer()
-	adapter.New(func(context.Context, *adapter.Request) adapter.Result {
+	keys := tokentest.New(t, dbtest.TestAdapter)
+	ad, err := adapter.New(func(context.Context, *adapter.Request) adapter.Result {
 		return adapter.Complete(map[string]any{"ok": true})
-	}, adapter.Options{}).Register(asrv)
+	}, adapter.Options{AdapterID: dbtest.TestAdapter, PlatformKeys: []ed25519.PublicKey{keys.Public}})
+	require.NoError(t, err)
+	ad.Register(asrv)
 	alis := listen(t, "127.0.0.1:0")
 	go func() { _ = asrv.Serve(alis) }()
 	t.Cleanup(asrv.Stop)
-	_, err := s.Pool.Exec(context.Background(), `UPDATE adapters SET endpoint = $1`, alis.Addr().String())
+	_, err = s.Pool.Exec(context.Background(), `UPDATE adapters SET endpoint = $1`, alis.Addr().String())
 	require.NoError(t, err)
 
 	settlement := &recordingSettlement{down: 5}
@@ -171,7 +179,7 @@ func TestOutcomeRetriedThroughASettlementOutage(t *testing.T) {
 	sconn, err := grpc.NewClient(slis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sconn.Close() })
-	pool := adaptercall.NewPool()
+	pool := adaptercall.NewPool(adaptercall.WithSigner(keys.Signer))
 	t.Cleanup(func() { _ = pool.Close() })
 	h := New(store.New(s.Pool), pool, settlementv1.NewSettlementServiceClient(sconn),
 		func(d time.Duration) time.Duration { return d }, zap.NewNop())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/integrations-platform/integrations/pkg/config"
+	"github.com/integrations-platform/integrations/pkg/platformtoken"
 )
 
 // Config is read from the environment.
@@ -18,6 +19,8 @@ type Config struct {
 	DispatcherAddr string `env:"INTEGRATIONS_DISPATCHER_ADDR" envDefault:"127.0.0.1:9091"`
 	// Concurrency is the number of attempts one replica runs at once.
 	Concurrency int `env:"INTEGRATIONS_CONSUMER_CONCURRENCY" envDefault:"16"`
+	// Platform is the key that signs the platform's token on every call to an adapter.
+	Platform platformtoken.SignerConfig
 }
 
 // Validate checks the consumer's own settings.
@@ -26,5 +29,6 @@ func (c Config) Validate() error {
 	if c.Concurrency < 1 || c.Concurrency > 1024 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_CONSUMER_CONCURRENCY: %d must be between 1 and 1024", c.Concurrency))
 	}
+	errs = append(errs, c.Platform.Validate())
 	return errors.Join(errs...)
 }

@@ -31,6 +31,7 @@ type Started struct {
 	Deadline        time.Time
 	LeaseExpiresAt  time.Time
 	AdapterEndpoint string
+	AdapterID       string // the adapter's catalog id: the audience of the platform's token
 	Lease           time.Duration
 	// Remaining is how long the attempt may run, as the database measured it when it started the
 	// attempt: until the lease it wrote or the deadline, whichever comes first. A call bounded by
@@ -98,7 +99,7 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 		capability, mode    *string
 		payload             []byte
 		deadline, leaseEnds *time.Time
-		endpoint            *string
+		endpoint, adapterID *string
 		leaseMS             *int64
 	)
 	if !due.IsZero() {
@@ -117,7 +118,7 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 			WHERE e.id = $1 AND e.status = 'pending' AND e.attempt = $2 - 1
 				AND c.name = e.capability AND a.id = c.adapter_id
 				AND (SELECT early FROM clock) = 0
-			RETURNING e.capability, e.mode, e.payload, e.deadline_at, e.lease_expires_at, a.endpoint, c.lease_ms,
+			RETURNING e.capability, e.mode, e.payload, e.deadline_at, e.lease_expires_at, a.id AS adapter_id, a.endpoint, c.lease_ms,
 				extract(epoch FROM least(e.lease_expires_at, e.deadline_at) - now())::float8 AS remaining,
 				extract(epoch FROM e.deadline_at - now())::float8 AS deadline_in,
 				greatest(extract(epoch FROM now() - coalesce(
@@ -131,7 +132,7 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 			started.*
 		FROM (SELECT) one LEFT JOIN started ON true`,
 		id, n, tokenHash, scale(time.Second).Seconds(), dueAt).
-		Scan(&early, &overdue, &startable, &capability, &mode, &payload, &deadline, &leaseEnds, &endpoint, &leaseMS, &remaining, &deadlineIn, &pendingFor)
+		Scan(&early, &overdue, &startable, &capability, &mode, &payload, &deadline, &leaseEnds, &adapterID, &endpoint, &leaseMS, &remaining, &deadlineIn, &pendingFor)
 	if err != nil {
 		return nil, fmt.Errorf("start attempt %d of %s: %w", n, id, err)
 	}
@@ -145,8 +146,8 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 		// Startable and due, yet not started: the execution's capability or adapter is gone.
 		return nil, ErrNotStartable
 	}
-	r.Capability, r.Mode, r.Payload, r.Deadline, r.LeaseExpiresAt, r.AdapterEndpoint =
-		*capability, *mode, payload, *deadline, *leaseEnds, *endpoint
+	r.Capability, r.Mode, r.Payload, r.Deadline, r.LeaseExpiresAt, r.AdapterID, r.AdapterEndpoint =
+		*capability, *mode, payload, *deadline, *leaseEnds, *adapterID, *endpoint
 	r.Lease = scale(time.Duration(*leaseMS) * time.Millisecond)
 	r.Remaining = max(time.Duration(*remaining*float64(time.Second)), 0)
 	r.DeadlineIn = max(time.Duration(*deadlineIn*float64(time.Second)), 0)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/integrations-platform/integrations/pkg/config"
+	"github.com/integrations-platform/integrations/pkg/platformtoken"
 )
 
 // Config is read from the environment.
@@ -34,6 +35,8 @@ type Config struct {
 	// CacheTTL is how long API keys' applications and capabilities read from Postgres are kept
 	// (0: read on every call); a catalog change or a revoked key takes effect within it.
 	CacheTTL time.Duration `env:"INTEGRATIONS_GATEWAY_CACHE_TTL" envDefault:"5s"`
+	// Platform is the key that signs the platform's token on every call to an adapter.
+	Platform platformtoken.SignerConfig
 }
 
 // Validate checks the gateway's own settings.
@@ -48,5 +51,6 @@ func (c Config) Validate() error {
 	if c.CacheTTL < 0 || c.CacheTTL > time.Hour {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_GATEWAY_CACHE_TTL: %v must be between 0s and 1h", c.CacheTTL))
 	}
+	errs = append(errs, c.Platform.Validate())
 	return errors.Join(errs...)
 }

@@ -211,11 +211,16 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 	// the work, and the outcome must be settled either way.
 	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), callDeadline)
 	defer cancel()
-	out := s.adapters.Execute(callCtx, c.AdapterEndpoint, &adapterv1.ExecuteRequest{
+	out := s.adapters.Execute(callCtx, adaptercall.Adapter{ID: c.AdapterID, Endpoint: c.AdapterEndpoint}, &adapterv1.ExecuteRequest{
 		ExecutionId: row.ID, Attempt: 1, Capability: row.Capability, Payload: payload,
 		DeadlineTime: timestamppb.New(row.DeadlineAt), DeadlineIn: durationpb.New(time.Until(callDeadline)),
 		CallbackToken: token, Mode: executionv1.Mode_MODE_SYNC,
 	})
+	if out.Refused {
+		// A configuration fault (signing key, public keys or adapter id disagree), not an outage.
+		s.log.Error("adapter refused the platform's token", log.ExecutionID(row.ID),
+			zap.String("adapter_id", c.AdapterID), zap.Error(out.Cause))
+	}
 	if out.Kind == adaptercall.Failed && out.NotSent {
 		if resp, done, err := s.withdrawSync(ctx, row); done {
 			return resp, err
@@ -539,7 +544,7 @@ func (s *Server) stopAttempt(ctx context.Context, row *execution.Row) {
 		s.log.Info("adapter not asked to stop the cancelled attempt", append(fields, zap.Error(err))...)
 		return
 	}
-	stopped, err := s.adapters.Cancel(ctx, c.AdapterEndpoint, row.ID, row.Attempt)
+	stopped, err := s.adapters.Cancel(ctx, adaptercall.Adapter{ID: c.AdapterID, Endpoint: c.AdapterEndpoint}, row.ID, row.Attempt)
 	if err != nil {
 		s.log.Info("adapter did not take the cancellation", append(fields, zap.Error(err))...)
 		return

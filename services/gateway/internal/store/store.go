@@ -54,6 +54,7 @@ func (s *Store) WithCache(ttl time.Duration) *Store {
 type Capability struct {
 	Name            string
 	AdapterEndpoint string
+	AdapterID       string // the adapter's catalog id: the audience of the platform's token
 	Modes           []string
 	MaxAttempts     int32
 	AsyncBudget     time.Duration
@@ -81,9 +82,9 @@ func (s *Store) CapabilityGet(ctx context.Context, name string) (*Capability, er
 	var c Capability
 	var budgetMS, syncMS int64
 	err := s.pool.QueryRow(ctx, `
-		SELECT c.name, a.endpoint, c.modes, c.max_attempts, c.async_budget_ms, c.sync_timeout_ms
+		SELECT c.name, a.id, a.endpoint, c.modes, c.max_attempts, c.async_budget_ms, c.sync_timeout_ms
 		FROM capabilities c JOIN adapters a ON a.id = c.adapter_id
-		WHERE c.name = $1`, name).Scan(&c.Name, &c.AdapterEndpoint, &c.Modes, &c.MaxAttempts, &budgetMS, &syncMS)
+		WHERE c.name = $1`, name).Scan(&c.Name, &c.AdapterID, &c.AdapterEndpoint, &c.Modes, &c.MaxAttempts, &budgetMS, &syncMS)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}

@@ -1,0 +1,132 @@
+package adaptercall_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/integrations-platform/integrations/pkg/adapter"
+	"github.com/integrations-platform/integrations/pkg/adaptercall"
+	"github.com/integrations-platform/integrations/pkg/execution"
+	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
+	"github.com/integrations-platform/integrations/pkg/platformtoken"
+	"github.com/integrations-platform/integrations/pkg/platformtoken/tokentest"
+)
+
+// tokenRecorder answers every call and keeps the platform token each carried.
+type tokenRecorder struct {
+	adapterv1.UnimplementedAdapterServiceServer
+	tokens chan string
+}
+
+func (r *tokenRecorder) keep(ctx context.Context) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(platformtoken.Header)
+	if len(v) != 1 {
+		r.tokens <- ""
+		return
+	}
+	r.tokens <- v[0]
+}
+
+func (r *tokenRecorder) Execute(ctx context.Context, _ *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
+	r.keep(ctx)
+	return &adapterv1.ExecuteResponse{Outcome: &adapterv1.ExecuteResponse_Completed{Completed: &adapterv1.Completed{}}}, nil
+}
+
+func (r *tokenRecorder) Cancel(ctx context.Context, _ *adapterv1.CancelRequest) (*adapterv1.CancelResponse, error) {
+	r.keep(ctx)
+	return &adapterv1.CancelResponse{}, nil
+}
+
+func serve(t *testing.T, register func(*grpc.Server)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	register(srv)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+// TestCallsCarryABoundPlatformToken: Execute and Cancel each carry a token for the adapter, the
+// execution, the attempt and the method, that expires with the call.
+func TestCallsCarryABoundPlatformToken(t *testing.T) {
+	t.Parallel()
+	keys := tokentest.New(t, "adp-1")
+	rec := &tokenRecorder{tokens: make(chan string, 2)}
+	addr := serve(t, func(s *grpc.Server) { adapterv1.RegisterAdapterServiceServer(s, rec) })
+	p := adaptercall.NewPool(adaptercall.WithSigner(keys.Signer))
+	t.Cleanup(func() { _ = p.Close() })
+	target := adaptercall.Adapter{ID: "adp-1", Endpoint: addr}
+
+	deadline := time.Now().Add(7 * time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	out := p.Execute(ctx, target, &adapterv1.ExecuteRequest{ExecutionId: "exec-9", Attempt: 4})
+	require.Equal(t, adaptercall.Completed, out.Kind)
+	_, err := p.Cancel(context.Background(), target, "exec-9", 4)
+	require.NoError(t, err)
+
+	v, err := platformtoken.NewVerifier("adp-1", []ed25519.PublicKey{keys.Public})
+	require.NoError(t, err)
+	exec := platformtoken.Call{ExecutionID: "exec-9", Attempt: 4, Method: adapterv1.AdapterService_Execute_FullMethodName}
+	c, err := v.Verify(<-rec.tokens, exec)
+	require.NoError(t, err)
+	require.Equal(t, "exec-9", c.Subject)
+	require.Equal(t, []string{"adp-1"}, []string(c.Audience))
+	require.EqualValues(t, 4, c.Attempt)
+	require.WithinDuration(t, deadline.Add(platformtoken.Skew), c.ExpiresAt.Time, time.Second, "expires with the call")
+
+	_, err = v.Verify(<-rec.tokens, platformtoken.Call{ExecutionID: "exec-9", Attempt: 4, Method: adapterv1.AdapterService_Cancel_FullMethodName})
+	require.NoError(t, err, "Cancel's token is for Cancel")
+}
+
+// TestRefusedTokenIsNotSent: an adapter on the SDK that does not trust the platform's key refuses
+// the call before its handler: the outcome is NotSent and Refused (no attempt spent), with a
+// message that names no key; with the right key the same adapter answers.
+func TestRefusedTokenIsNotSent(t *testing.T) {
+	t.Parallel()
+	trusted, other := tokentest.New(t, "adp-1"), tokentest.New(t, "adp-1")
+	var ran atomic.Int32
+	ad, err := adapter.New(func(context.Context, *adapter.Request) adapter.Result {
+		ran.Add(1)
+		return adapter.Complete(nil)
+	}, adapter.Options{Logger: zaptest.NewLogger(t), AdapterID: "adp-1", PlatformKeys: []ed25519.PublicKey{trusted.Public}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ad.Close() })
+	addr := serve(t, func(s *grpc.Server) { ad.Register(s) })
+	target := adaptercall.Adapter{ID: "adp-1", Endpoint: addr}
+
+	for name, p := range map[string]*adaptercall.Pool{
+		"another key": adaptercall.NewPool(adaptercall.WithSigner(other.Signer)),
+		"no token":    adaptercall.NewPool(),
+	} {
+		t.Cleanup(func() { _ = p.Close() })
+		out := p.Execute(context.Background(), target, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+		require.Equal(t, adaptercall.Failed, out.Kind, name)
+		require.True(t, out.NotSent, name)
+		require.True(t, out.Refused, name)
+		require.True(t, out.Retryable, name)
+		require.Equal(t, execution.ClassUnavailable, out.Failure.Class, name)
+		require.Equal(t, "adapter refused the platform's credential", out.Failure.Message, name)
+	}
+	require.Zero(t, ran.Load(), "the handler never ran")
+
+	p := adaptercall.NewPool(adaptercall.WithSigner(trusted.Signer))
+	t.Cleanup(func() { _ = p.Close() })
+	out := p.Execute(context.Background(), target, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+	require.Equal(t, adaptercall.Completed, out.Kind)
+	require.EqualValues(t, 1, ran.Load())
+	_, err = p.Cancel(context.Background(), adaptercall.Adapter{ID: "adp-2", Endpoint: addr}, "e", 1)
+	require.Error(t, err, "a token for another adapter does not cancel")
+}
