@@ -28,6 +28,7 @@ import (
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/jsonbound"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/services/adapter-callback/internal/store"
@@ -101,7 +102,7 @@ func notApplicable(status string, current, n int32, why string) error {
 // alike whatever the execution's state, and the refusal tells nothing about it.
 func (s *Server) authorize(ctx context.Context, id string, n int32, token string) (*store.Attempt, error) {
 	if _, err := uuid.Parse(id); err != nil {
-		return nil, apperr.Invalid("execution_id", "%q is not a UUID", id)
+		return nil, apperr.Invalid("execution_id", "%s is not a UUID", jsonbound.Quote(id))
 	}
 	if n < 1 {
 		return nil, apperr.Invalid("attempt", "must be at least 1")
@@ -197,8 +198,14 @@ func (s *Server) ReportProgress(ctx context.Context, req *adapterv1.ReportProgre
 	if _, err := s.check(ctx, req.GetExecutionId(), req.GetAttempt(), req.GetCallbackToken()); err != nil {
 		return nil, err
 	}
+	if req.GetProgress() == nil {
+		return nil, apperr.Invalid("progress", "required: a JSON object")
+	}
+	if err := jsonbound.Struct("progress", req.GetProgress()); err != nil {
+		return nil, err
+	}
 	progress, err := execution.JSON(req.GetProgress())
-	if err != nil || progress == nil {
+	if err != nil {
 		return nil, apperr.Invalid("progress", "required: a JSON object")
 	}
 	if len(progress) > 64<<10 {
@@ -236,6 +243,11 @@ func (s *Server) Complete(ctx context.Context, req *adapterv1.CompleteRequest) (
 	}
 	if !running(a, req.GetAttempt()) {
 		return nil, s.late(ctx, req, outcome, a.Status, a.Current)
+	}
+	// Refused here, in this service's words, rather than by settlement: the adapter SDK (through
+	// pkg/outcome) then completes the attempt with a protocol failure instead.
+	if err := jsonbound.Struct("succeeded.result", req.GetSucceeded().GetResult()); err != nil {
+		return nil, err
 	}
 	var e *executionv1.Execution
 	switch o := req.GetOutcome().(type) {
