@@ -17,18 +17,18 @@ import (
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 )
 
-func structOf(t testing.TB, raw string) *structpb.Struct {
+func boundsStruct(t testing.TB, raw string) *structpb.Struct {
 	t.Helper()
 	s := &structpb.Struct{}
 	require.NoError(t, protojson.Unmarshal([]byte(raw), s))
 	return s
 }
 
-func deepJSON(levels int) string {
+func boundsDeep(levels int) string {
 	return strings.Repeat(`{"a":`, levels-1) + `{}` + strings.Repeat("}", levels-1)
 }
 
-func countRows(t *testing.T, b *bundle) (n int) {
+func boundsRows(t *testing.T, b *bundle) (n int) {
 	t.Helper()
 	require.NoError(t, b.schema.Pool.QueryRow(context.Background(),
 		`SELECT (SELECT count(*) FROM executions) + (SELECT count(*) FROM integration_events)`).Scan(&n))
@@ -47,17 +47,17 @@ func TestInvokeRefusesUnstorableInput(t *testing.T) {
 		key   string
 		field string
 	}{
-		{"NUL in a payload value", &gatewayv1.InvokeCapabilityRequest{Payload: structOf(t, `{"a":"x\u0000"}`)}, "", "payload"},
-		{"NUL in a payload key", &gatewayv1.InvokeCapabilityRequest{Payload: structOf(t, `{"a":{"\u0000":1}}`)}, "", "payload"},
-		{"65 levels", &gatewayv1.InvokeCapabilityRequest{Payload: structOf(t, deepJSON(65))}, "", "payload"},
-		{"1000 levels", &gatewayv1.InvokeCapabilityRequest{Payload: structOf(t, deepJSON(1000))}, "", "payload"},
+		{"NUL in a payload value", &gatewayv1.InvokeCapabilityRequest{Payload: boundsStruct(t, `{"a":"x\u0000"}`)}, "", "payload"},
+		{"NUL in a payload key", &gatewayv1.InvokeCapabilityRequest{Payload: boundsStruct(t, `{"a":{"\u0000":1}}`)}, "", "payload"},
+		{"65 levels", &gatewayv1.InvokeCapabilityRequest{Payload: boundsStruct(t, boundsDeep(65))}, "", "payload"},
+		{"1000 levels", &gatewayv1.InvokeCapabilityRequest{Payload: boundsStruct(t, boundsDeep(1000))}, "", "payload"},
 		{"NUL in the capability", &gatewayv1.InvokeCapabilityRequest{Capability: "dummy\x00"}, "", "capability"},
 		{"a huge capability", &gatewayv1.InvokeCapabilityRequest{Capability: huge}, "", "capability"},
 		{"NUL in the idempotency key field", &gatewayv1.InvokeCapabilityRequest{IdempotencyKey: "k\x00"}, "", "idempotency_key"},
 		{"NUL in the idempotency key header", &gatewayv1.InvokeCapabilityRequest{}, "k\x00", "idempotency_key"},
 	}
 	for _, tc := range tests {
-		before := countRows(t, b)
+		before := boundsRows(t, b)
 		if tc.req.Capability == "" {
 			tc.req.Capability = dbtest.TestCapability
 		}
@@ -71,12 +71,12 @@ func TestInvokeRefusesUnstorableInput(t *testing.T) {
 		require.Equal(t, codes.InvalidArgument, c, "%s: %v", tc.name, err)
 		require.Equal(t, tc.field, field(err), tc.name)
 		require.Less(t, len(grpcx.ToStatus(err).Message()), 512, "%s: the message is bounded", tc.name)
-		require.Equal(t, before, countRows(t, b), "%s: nothing written", tc.name)
+		require.Equal(t, before, boundsRows(t, b), "%s: nothing written", tc.name)
 	}
 
 	// 64 levels is within the bound.
 	_, err := b.server.InvokeCapability(b.ctx, &gatewayv1.InvokeCapabilityRequest{
-		Capability: dbtest.TestCapability, Mode: executionv1.Mode_MODE_ASYNC, Payload: structOf(t, deepJSON(64))})
+		Capability: dbtest.TestCapability, Mode: executionv1.Mode_MODE_ASYNC, Payload: boundsStruct(t, boundsDeep(64))})
 	require.NoError(t, err)
 }
 
@@ -99,7 +99,7 @@ func TestListsRefuseBadFiltersAndLeaveDocumentsOut(t *testing.T) {
 
 	// A settled execution with a result: the list shows neither payload nor result, GET does.
 	resp, err := b.server.InvokeCapability(b.ctx, &gatewayv1.InvokeCapabilityRequest{
-		Capability: dbtest.TestCapability, Mode: executionv1.Mode_MODE_ASYNC, Payload: structOf(t, `{"p":1}`)})
+		Capability: dbtest.TestCapability, Mode: executionv1.Mode_MODE_ASYNC, Payload: boundsStruct(t, `{"p":1}`)})
 	require.NoError(t, err)
 	id := resp.GetExecution().GetId()
 	_, err = b.schema.Pool.Exec(context.Background(),
