@@ -15,14 +15,14 @@ import (
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 )
 
-func structOf(t *testing.T, raw string) *structpb.Struct {
+func boundsStruct(t *testing.T, raw string) *structpb.Struct {
 	t.Helper()
 	s := &structpb.Struct{}
 	require.NoError(t, protojson.Unmarshal([]byte(raw), s))
 	return s
 }
 
-var unstorable = map[string]string{
+var unstorableDocs = map[string]string{
 	"NUL":       `{"a":"x\u0000"}`,
 	"NUL key":   `{"a":{"\u0000":true}}`,
 	"65 levels": strings.Repeat(`{"a":`, 64) + `{}` + strings.Repeat(`}`, 64),
@@ -34,14 +34,14 @@ func TestCallbacksRefuseUnstorableDocuments(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	id := b.running(t)
-	for name, raw := range unstorable {
+	for name, raw := range unstorableDocs {
 		_, err := b.client.ReportProgress(authed(credential), &adapterv1.ReportProgressRequest{ExecutionId: id, Attempt: 1,
-			CallbackToken: token(id, 1), Progress: structOf(t, raw)})
+			CallbackToken: token(id, 1), Progress: boundsStruct(t, raw)})
 		require.Equal(t, codes.InvalidArgument, status.Code(err), "%s: %v", name, err)
 		require.Contains(t, status.Convert(err).Message(), "progress", name)
 
 		_, err = b.client.Complete(authed(credential), &adapterv1.CompleteRequest{ExecutionId: id, Attempt: 1,
-			CallbackToken: token(id, 1), Outcome: &adapterv1.CompleteRequest_Succeeded{Succeeded: &adapterv1.Completed{Result: structOf(t, raw)}}})
+			CallbackToken: token(id, 1), Outcome: &adapterv1.CompleteRequest_Succeeded{Succeeded: &adapterv1.Completed{Result: boundsStruct(t, raw)}}})
 		require.Equal(t, codes.InvalidArgument, status.Code(err), "%s: %v", name, err)
 		require.Contains(t, status.Convert(err).Message(), "succeeded.result", name)
 	}

@@ -16,9 +16,9 @@ import (
 	report "github.com/integrations-platform/integrations/pkg/outcome"
 )
 
-const someID = "0190a0c2-0000-7000-8000-000000000001"
+const boundsID = "0190a0c2-0000-7000-8000-000000000001"
 
-func structOf(t *testing.T, raw string) *structpb.Struct {
+func boundsStruct(t *testing.T, raw string) *structpb.Struct {
 	t.Helper()
 	s := &structpb.Struct{}
 	require.NoError(t, protojson.Unmarshal([]byte(raw), s))
@@ -36,9 +36,9 @@ func TestSettleRefusesAnUnstorableResult(t *testing.T) {
 		"65 levels": strings.Repeat(`{"a":`, 64) + `{}` + strings.Repeat(`}`, 64),
 	} {
 		_, err := s.Settle(context.Background(), &settlementv1.SettleRequest{
-			ExecutionId: someID, Attempt: 1,
+			ExecutionId: boundsID, Attempt: 1,
 			FromStatus: executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING,
-			Status:     executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, Result: structOf(t, result),
+			Status:     executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, Result: boundsStruct(t, result),
 		})
 		st := grpcx.ToStatus(err)
 		require.Equal(t, codes.InvalidArgument, st.Code(), "%s: %v", name, err)
@@ -54,7 +54,7 @@ func TestFailAttemptRefusesUnstorableTexts(t *testing.T) {
 		"failure.message": {Class: "permanent", Message: "m\x00"},
 		"failure.class":   {Class: "perm\x00anent"},
 	} {
-		_, err := s.FailAttempt(context.Background(), &settlementv1.FailAttemptRequest{ExecutionId: someID, Attempt: 1, Failure: f})
+		_, err := s.FailAttempt(context.Background(), &settlementv1.FailAttemptRequest{ExecutionId: boundsID, Attempt: 1, Failure: f})
 		st := grpcx.ToStatus(err)
 		require.Equal(t, codes.InvalidArgument, st.Code(), "%s: %v", name, err)
 		require.Contains(t, st.Message(), name)
