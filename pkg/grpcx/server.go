@@ -52,16 +52,20 @@ type ServerConfig struct {
 const logMessageMax = 512
 
 // NewServer returns a server whose unary calls pass through, in order: panic recovery, logging,
-// error mapping (ToStatus), then cfg.Interceptors.
+// the refusal of a request that could not be decoded (decode.go), error mapping (ToStatus), then
+// cfg.Interceptors.
 func NewServer(cfg ServerConfig) *Server {
 	log := cfg.Logger
 	if log == nil {
 		log = zap.NewNop()
 	}
 	chain := append([]grpc.UnaryServerInterceptor{
-		recoveryInterceptor(log), loggingInterceptor(log), errorInterceptor(log),
+		recoveryInterceptor(log), loggingInterceptor(log), decodeInterceptor, errorInterceptor(log),
 	}, cfg.Interceptors...)
-	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(chain...)}
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(chain...), grpc.ChainStreamInterceptor(decodeStreamInterceptor),
+		grpc.ForceServerCodecV2(newDecodeCodec()),
+	}
 	if cfg.MaxRecvMsgSize > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize))
 	}
