@@ -114,7 +114,10 @@ func TestHostileRequestsAreRefusedByName(t *testing.T) {
 		}
 		require.Less(t, len(r.Message), 512)
 	}
-	code, _, r := send(t, http.MethodPost, invoke, `{"mode":"MODE_ASYNC","payload":{"k\u0000":"v"}}`, nil)
+	code, _, r := send(t, http.MethodPost, invoke, `{"mode":"MODE_ASYNC","`+strings.Repeat("f", 100000)+`":1}`, nil)
+	require.Equal(t, http.StatusBadRequest, code, "an unknown field of a huge name")
+	require.Less(t, len(r.Message), 300, "grpc-gateway's refusal, bounded")
+	code, _, r = send(t, http.MethodPost, invoke, `{"mode":"MODE_ASYNC","payload":{"k\u0000":"v"}}`, nil)
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Equal(t, "payload", r.field())
 	require.Zero(t, executions(t, b), "nothing written")

@@ -25,6 +25,7 @@ import (
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
+	"github.com/integrations-platform/integrations/pkg/safetext"
 	"github.com/integrations-platform/integrations/services/gateway/internal/server"
 )
 
@@ -122,11 +123,19 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 			st = grpcx.ToStatus(grpcx.Downstream(r.Context(), "gateway", err))
 		}
 	}
+	if grpcx.ErrorInfo(st.Err()).GetDomain() != grpcx.ErrorDomain && len(st.Message()) > maxForeignMessage {
+		// grpc-gateway's own refusals quote the request (an unknown field's name, a value it
+		// could not parse): bounded, as the gateway's own refusals are.
+		st = status.New(st.Code(), safetext.Truncate(st.Message(), maxForeignMessage)+"...")
+	}
 	if d := grpcx.RetryDelay(st.Err()); d > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(d.Seconds()))))
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, st.Err())
 }
+
+// maxForeignMessage bounds the message of a refusal the gateway did not write.
+const maxForeignMessage = 256
 
 // headerMatcher forwards Idempotency-Key besides grpc-gateway's defaults (Authorization among
 // them).
