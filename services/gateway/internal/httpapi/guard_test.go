@@ -114,7 +114,9 @@ func TestHostileRequestsAreRefusedByName(t *testing.T) {
 		}
 		require.Less(t, len(r.Message), 512)
 	}
-	code, _, r := send(t, http.MethodPost, invoke, `{"mode":"MODE_ASYNC","`+strings.Repeat("f", 100000)+`":1}`, nil)
+	code, _, r := send(t, http.MethodPost, invoke, "{\"mode\":\"MODE_ASYNC\",\"payload\":{\"s\":\"\xff\"}}", nil)
+	require.Equal(t, http.StatusBadRequest, code, "invalid UTF-8 in the body: %+v", r)
+	code, _, r = send(t, http.MethodPost, invoke, `{"mode":"MODE_ASYNC","`+strings.Repeat("f", 100000)+`":1}`, nil)
 	require.Equal(t, http.StatusBadRequest, code, "an unknown field of a huge name")
 	require.Less(t, len(r.Message), 300, "grpc-gateway's refusal, bounded")
 	code, _, r = send(t, http.MethodPost, invoke, `{"mode":"MODE_ASYNC","payload":{"k\u0000":"v"}}`, nil)
