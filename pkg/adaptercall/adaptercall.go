@@ -31,6 +31,9 @@ import (
 // maxMessage bounds an adapter's failure message as stored.
 const maxMessage = 1024
 
+// maxCode bounds an adapter's failure class and code as stored.
+const maxCode = 128
+
 // Kind is the shape of an adapter's answer.
 type Kind int
 
@@ -362,7 +365,10 @@ func notReachable() Outcome {
 
 // FromFailed normalises an adapter's Failed message (also used for callbacks).
 func FromFailed(f *adapterv1.Failed) Outcome {
-	class := f.GetClass()
+	// The adapter's class and code are stored as text like its message: cleaned and bounded
+	// the same way, so that an adapter's NUL byte cannot fail the settlement and leave the
+	// attempt running until its lease ends.
+	class := safetext.Truncate(f.GetClass(), maxCode)
 	if class == "" {
 		class = execution.ClassTransient
 		if !f.GetRetryable() {
@@ -371,7 +377,7 @@ func FromFailed(f *adapterv1.Failed) Outcome {
 	}
 	return Outcome{
 		Kind:       Failed,
-		Failure:    execution.Failure{Class: class, Code: f.GetCode(), Message: safetext.Truncate(f.GetMessage(), maxMessage)},
+		Failure:    execution.Failure{Class: class, Code: safetext.Truncate(f.GetCode(), maxCode), Message: safetext.Truncate(f.GetMessage(), maxMessage)},
 		Retryable:  f.GetRetryable(),
 		RetryAfter: f.GetRetryAfter().AsDuration(),
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/apikey"
 	"github.com/integrations-platform/integrations/pkg/db"
+	"github.com/integrations-platform/integrations/pkg/jsonbound"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/pkg/webhook"
 )
@@ -195,6 +196,9 @@ func (c *Catalog) Validate() error {
 			bad("%s.id: %q appears twice", where, a.ID)
 		}
 		seen["app:"+a.ID] = true
+		if p := jsonbound.Problem(a.Name); p != "" {
+			bad("%s.name: %s", where, p)
+		}
 		if err := checkSecret(a.APIKey, a.APIKeySHA256); err != nil {
 			bad("%s: api_key/api_key_sha256: %v", where, err)
 		} else if err := checkAPIKey(a.APIKey); err != nil {
@@ -217,6 +221,8 @@ func (c *Catalog) Validate() error {
 		seen["adapter:"+a.ID] = true
 		if a.Endpoint == "" {
 			bad("%s.endpoint: required (host:port of the adapter's gRPC server)", where)
+		} else if p := jsonbound.Problem(a.Endpoint); p != "" {
+			bad("%s.endpoint: %s", where, p)
 		}
 		if err := checkSecret(a.Credential, a.CredentialSHA256); err != nil {
 			bad("%s: credential/credential_sha256: %v", where, err)
@@ -278,7 +284,7 @@ func checkConsumer(c *Consumer) error {
 	default:
 		host, port, err := net.SplitHostPort(c.GRPC.Target)
 		p, perr := strconv.Atoi(port)
-		if err != nil || host == "" || strings.ContainsAny(host, "/@ ") || perr != nil || p < 1 || p > 65535 {
+		if err != nil || host == "" || strings.ContainsAny(host, "/@ ") || jsonbound.Problem(host) != "" || perr != nil || p < 1 || p > 65535 {
 			return fmt.Errorf(".grpc.target: %q must be host:port", c.GRPC.Target)
 		}
 	}

@@ -27,6 +27,9 @@ type Common struct {
 	MetricsAddr      string  `env:"INTEGRATIONS_METRICS_ADDR"`
 	// Pprof serves net/http/pprof on the metrics address too: for diagnosis, off by default.
 	Pprof bool `env:"INTEGRATIONS_PPROF" envDefault:"false"`
+	// GRPCReflection serves the gRPC reflection service on the service's gRPC port (grpcurl
+	// without .proto files): for development, off by default.
+	GRPCReflection bool `env:"INTEGRATIONS_GRPC_REFLECTION" envDefault:"false"`
 	// A shutdown, measured from SIGTERM: health NOT_SERVING for the drain window while the service
 	// still works, then no new calls or messages taken; in-flight work cancelled at the soft
 	// timeout; the process gone by the shutdown timeout (see pkg/lifecycle). Not time-scaled: they

@@ -25,6 +25,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
+	"github.com/integrations-platform/integrations/pkg/safetext"
 )
 
 // Server is a gRPC server with its health service.
@@ -41,26 +42,39 @@ type ServerConfig struct {
 	MaxRecvMsgSize int
 	// Interceptors run after recovery and logging and before the handler, e.g. authentication.
 	Interceptors []grpc.UnaryServerInterceptor
+	// Reflection registers the gRPC reflection service (INTEGRATIONS_GRPC_REFLECTION): off by
+	// default, since it hands anyone who can reach the port the whole API's schema.
+	Reflection bool
 }
 
+// logMessageMax bounds a status message or error text in a log line: refusals quote the caller's
+// input, and an error from a dependency may too.
+const logMessageMax = 512
+
 // NewServer returns a server whose unary calls pass through, in order: panic recovery, logging,
-// error mapping (ToStatus), then cfg.Interceptors.
+// the refusal of a request that could not be decoded (decode.go), error mapping (ToStatus), then
+// cfg.Interceptors.
 func NewServer(cfg ServerConfig) *Server {
 	log := cfg.Logger
 	if log == nil {
 		log = zap.NewNop()
 	}
 	chain := append([]grpc.UnaryServerInterceptor{
-		recoveryInterceptor(log), loggingInterceptor(log), errorInterceptor(log),
+		recoveryInterceptor(log), loggingInterceptor(log), decodeInterceptor, errorInterceptor(log),
 	}, cfg.Interceptors...)
-	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(chain...)}
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(chain...), grpc.ChainStreamInterceptor(decodeStreamInterceptor),
+		grpc.ForceServerCodecV2(newDecodeCodec()),
+	}
 	if cfg.MaxRecvMsgSize > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize))
 	}
 	srv := grpc.NewServer(opts...)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
-	reflection.Register(srv)
+	if cfg.Reflection {
+		reflection.Register(srv)
+	}
 	return &Server{Server: srv, Health: hs, log: log}
 }
 
@@ -122,7 +136,7 @@ func loggingInterceptor(log *zap.Logger) grpc.UnaryServerInterceptor {
 		case codes.OK:
 			log.Debug("grpc call", fields...)
 		default:
-			log.Info("grpc call refused", append(fields, zap.String("message", status.Convert(err).Message()))...)
+			log.Info("grpc call refused", append(fields, zap.String("message", safetext.Truncate(status.Convert(err).Message(), logMessageMax)))...)
 		}
 		return resp, err
 	}
@@ -140,9 +154,9 @@ func errorInterceptor(log *zap.Logger) grpc.UnaryServerInterceptor {
 		st := ToStatus(err)
 		switch st.Code() {
 		case codes.Internal:
-			log.Error("internal error", zap.String("method", info.FullMethod), zap.Error(err))
+			log.Error("internal error", zap.String("method", info.FullMethod), zap.String("error", safetext.Error(err, logMessageMax)))
 		case codes.Unavailable:
-			log.Warn("dependency unavailable", zap.String("method", info.FullMethod), zap.Error(err))
+			log.Warn("dependency unavailable", zap.String("method", info.FullMethod), zap.String("error", safetext.Error(err, logMessageMax)))
 		}
 		return nil, st.Err()
 	}

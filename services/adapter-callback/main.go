@@ -54,7 +54,7 @@ func run() error {
 	app.Close("postgres", func() error { pool.Close(); return nil })
 
 	st := store.New(pool)
-	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Interceptors: []grpc.UnaryServerInterceptor{server.AuthInterceptor(st)}})
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Reflection: cfg.GRPCReflection, Interceptors: []grpc.UnaryServerInterceptor{server.AuthInterceptor(st)}})
 	adapterv1.RegisterAdapterCallbackServiceServer(srv, server.New(st, settlementv1.NewSettlementServiceClient(settlementConn), cfg.Scale, logger))
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err

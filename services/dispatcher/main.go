@@ -72,7 +72,7 @@ func run() error {
 		Interval: cfg.Interval, ClaimTTL: cfg.ClaimTTL, Horizon: horizon, BatchSize: cfg.BatchSize,
 	})
 
-	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Reflection: cfg.GRPCReflection})
 	dispatcherv1.RegisterDispatcherServiceServer(srv, d)
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err

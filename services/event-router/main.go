@@ -91,7 +91,7 @@ func run() error {
 	}, logger)
 
 	app := lifecycle.New(logger, cfg.Shutdown())
-	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Reflection: cfg.GRPCReflection})
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err
 	}

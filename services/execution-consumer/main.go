@@ -75,7 +75,7 @@ func run() error {
 		WithNudge(nudge.Dispatcher(dispatcherv1.NewDispatcherServiceClient(dispatcherConn), logger))
 
 	app := lifecycle.New(logger, cfg.Shutdown())
-	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Reflection: cfg.GRPCReflection})
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err
 	}

@@ -87,6 +87,7 @@ func run() error {
 	// so that an oversized payload is refused by validation with a message naming the field.
 	srv := grpcx.NewServer(grpcx.ServerConfig{
 		Logger:         logger,
+		Reflection:     cfg.GRPCReflection,
 		MaxRecvMsgSize: 2*cfg.MaxPayloadBytes + 64<<10,
 		Interceptors:   []grpc.UnaryServerInterceptor{server.AuthInterceptor(st)},
 	})
@@ -123,6 +124,8 @@ func run() error {
 	// REST is registered first so that it stops first: it proxies to the gRPC server.
 	if err := httpapi.Run(ctx, app, logger, httpapi.Config{
 		Addr: cfg.HTTPAddr, GRPCAddr: cfg.GRPCAddr, MaxBodyBytes: int64(2*cfg.MaxPayloadBytes + 64<<10),
+		ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout, ReadTimeout: cfg.HTTPReadTimeout,
+		WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
 		Extra: system.Handlers(system.Config{
 			AdminToken: cfg.AdminToken,
 			Keys:       st,

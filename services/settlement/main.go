@@ -55,7 +55,7 @@ func run() error {
 
 	st := store.New(pool)
 	settlement := server.New(st, dispatcherv1.NewDispatcherServiceClient(dispatcherConn), cfg.Scale, logger)
-	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Reflection: cfg.GRPCReflection})
 	settlementv1.RegisterSettlementServiceServer(srv, settlement)
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err

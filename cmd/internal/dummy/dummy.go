@@ -10,6 +10,11 @@
 //	{"dummy": {"hang": true}}                                never answers
 //	{"dummy": {"hang": true, "only_attempts": 1}}            the script applies to attempts 1..1
 //	                                                         only; later attempts echo
+//	{"dummy": {"result_nul": true}}                          the echo's result holds a NUL
+//	                                                         character (a result the platform
+//	                                                         refuses: the hostile-input suite)
+//	{"dummy": {"result_depth": 70}}                          the echo's result is nested 70 deep
+//	{"dummy": {"progress_nul": true, "complete_later_ms": 100}}  the progress report holds a NUL
 //
 // Keys may be combined: sleep_ms applies first, then the first of hang, fail_permanent,
 // fail_transient (while attempts remain) and complete_later_ms that is set; otherwise the echo.
@@ -57,6 +62,10 @@ type script struct {
 	hang            bool
 	// onlyAttempts, when positive, limits the script to attempts 1..onlyAttempts.
 	onlyAttempts int
+	// resultNUL, resultDepth and progressNUL make the answer one the platform must refuse.
+	resultNUL   bool
+	resultDepth int
+	progressNUL bool
 }
 
 // behaviour names what the attempt will do, for the log.
@@ -141,7 +150,11 @@ func run(ctx context.Context, log *zap.Logger, req *adapter.Request, sc script, 
 				done(JournalCancelled)
 				return cancelled(err)
 			}
-			if err := cb.ReportProgress(ctx, map[string]any{"percent": 50}); err != nil {
+			progress := map[string]any{"percent": 50}
+			if sc.progressNUL {
+				progress["note"] = "half\x00way"
+			}
+			if err := cb.ReportProgress(ctx, progress); err != nil {
 				// Progress is informative; the work goes on without it.
 				log.Warn("progress report failed", zap.Error(err))
 			}
@@ -150,20 +163,31 @@ func run(ctx context.Context, log *zap.Logger, req *adapter.Request, sc script, 
 				return cancelled(err)
 			}
 			done(JournalSucceeded)
-			return echo(req)
+			return echo(req, sc)
 		})
 	}
 	done(JournalSucceeded)
-	return echo(req)
+	return echo(req, sc)
 }
 
-func echo(req *adapter.Request) adapter.Result {
+func echo(req *adapter.Request, sc script) adapter.Result {
 	payload := maps.Clone(req.Payload)
 	delete(payload, ScriptKey)
 	if payload == nil {
 		payload = map[string]any{}
 	}
-	return adapter.Complete(map[string]any{"echo": payload, "attempt": req.Attempt})
+	result := map[string]any{"echo": payload, "attempt": req.Attempt}
+	if sc.resultNUL {
+		result["nul"] = "a\x00b"
+	}
+	if sc.resultDepth > 0 {
+		deep := map[string]any{}
+		for range sc.resultDepth - 1 {
+			deep = map[string]any{"a": deep}
+		}
+		result = deep
+	}
+	return adapter.Complete(result)
 }
 
 // cancelled answers an attempt whose context ended: the caller gave up or the adapter is
@@ -224,6 +248,15 @@ func parse(v any) (script, error) {
 			sc.hang, err = boolean(key, val)
 		case "only_attempts":
 			sc.onlyAttempts, err = count(key, val)
+		case "result_nul":
+			sc.resultNUL, err = boolean(key, val)
+		case "result_depth":
+			sc.resultDepth, err = count(key, val)
+			if err == nil && sc.resultDepth > 100000 {
+				err = fmt.Errorf("%s.%s must be at most 100000", ScriptKey, key)
+			}
+		case "progress_nul":
+			sc.progressNUL, err = boolean(key, val)
 		default:
 			err = fmt.Errorf("%s.%s is not a known key", ScriptKey, key)
 		}

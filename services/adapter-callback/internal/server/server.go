@@ -28,6 +28,7 @@ import (
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/jsonbound"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/services/adapter-callback/internal/store"
@@ -100,11 +101,8 @@ func notApplicable(status string, current, n int32, why string) error {
 // the attempt. An unknown attempt, a wrong token and another adapter's execution are refused
 // alike whatever the execution's state, and the refusal tells nothing about it.
 func (s *Server) authorize(ctx context.Context, id string, n int32, token string) (*store.Attempt, error) {
-	if _, err := uuid.Parse(id); err != nil {
-		return nil, apperr.Invalid("execution_id", "%q is not a UUID", id)
-	}
-	if n < 1 {
-		return nil, apperr.Invalid("attempt", "must be at least 1")
+	if err := checkAttemptRef(id, n); err != nil {
+		return nil, err
 	}
 	invalid := apperr.New(apperr.KindUnauthenticated, ReasonInvalid, "unknown execution, attempt or callback token")
 	a, err := s.store.AttemptGet(ctx, id, n)
@@ -132,6 +130,46 @@ func (s *Server) authorize(ctx context.Context, id string, n int32, token string
 		return nil, invalid
 	}
 	return a, nil
+}
+
+// checkAttemptRef refuses an execution id or attempt number that cannot name an attempt.
+func checkAttemptRef(id string, n int32) error {
+	if _, err := uuid.Parse(id); err != nil {
+		return apperr.Invalid("execution_id", "%s is not a UUID", jsonbound.Quote(id))
+	}
+	if n < 1 {
+		return apperr.Invalid("attempt", "must be at least 1")
+	}
+	return nil
+}
+
+// maxProgressBytes bounds a progress report's JSON.
+const maxProgressBytes = 64 << 10
+
+// progressJSON is a progress report's JSON as stored, or its refusal: required, storable
+// (jsonbound), at most maxProgressBytes.
+func progressJSON(req *adapterv1.ReportProgressRequest) ([]byte, error) {
+	if req.GetProgress() == nil {
+		return nil, apperr.Invalid("progress", "required: a JSON object")
+	}
+	if err := jsonbound.Struct("progress", req.GetProgress()); err != nil {
+		return nil, err
+	}
+	progress, err := execution.JSON(req.GetProgress())
+	if err != nil {
+		return nil, apperr.Invalid("progress", "required: a JSON object")
+	}
+	if len(progress) > maxProgressBytes {
+		return nil, apperr.Invalid("progress", "%d bytes exceeds the limit of %d bytes", len(progress), maxProgressBytes)
+	}
+	return progress, nil
+}
+
+// checkResult refuses a success whose result Postgres could not store, here, in this service's
+// words, rather than by settlement: the adapter SDK (through pkg/outcome) then completes the
+// attempt with a protocol failure instead.
+func checkResult(req *adapterv1.CompleteRequest) error {
+	return jsonbound.Struct("succeeded.result", req.GetSucceeded().GetResult())
 }
 
 // running reports whether attempt n is the execution's running attempt.
@@ -197,12 +235,9 @@ func (s *Server) ReportProgress(ctx context.Context, req *adapterv1.ReportProgre
 	if _, err := s.check(ctx, req.GetExecutionId(), req.GetAttempt(), req.GetCallbackToken()); err != nil {
 		return nil, err
 	}
-	progress, err := execution.JSON(req.GetProgress())
-	if err != nil || progress == nil {
-		return nil, apperr.Invalid("progress", "required: a JSON object")
-	}
-	if len(progress) > 64<<10 {
-		return nil, apperr.Invalid("progress", "%d bytes exceeds the limit of %d bytes", len(progress), 64<<10)
+	progress, err := progressJSON(req)
+	if err != nil {
+		return nil, err
 	}
 	if err := s.store.ProgressSet(ctx, req.GetExecutionId(), req.GetAttempt(), progress); err != nil {
 		if errors.Is(err, store.ErrNotRunning) {
@@ -236,6 +271,9 @@ func (s *Server) Complete(ctx context.Context, req *adapterv1.CompleteRequest) (
 	}
 	if !running(a, req.GetAttempt()) {
 		return nil, s.late(ctx, req, outcome, a.Status, a.Current)
+	}
+	if err := checkResult(req); err != nil {
+		return nil, err
 	}
 	var e *executionv1.Execution
 	switch o := req.GetOutcome().(type) {

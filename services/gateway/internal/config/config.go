@@ -37,6 +37,14 @@ type Config struct {
 	CacheTTL time.Duration `env:"INTEGRATIONS_GATEWAY_CACHE_TTL" envDefault:"5s"`
 	// Platform is the key that signs the platform's token on every call to an adapter.
 	Platform platformtoken.SignerConfig
+	// The REST server's timeouts: for the request's headers, for the whole request (headers and
+	// body: a slow body cannot hold a connection), for writing the answer (it must exceed the
+	// longest sync_timeout in the catalog, since a sync answer is written when its attempt ends),
+	// and for a keep-alive connection's idle time. Not time-scaled: they are about clients.
+	HTTPReadHeaderTimeout time.Duration `env:"INTEGRATIONS_HTTP_READ_HEADER_TIMEOUT" envDefault:"10s"`
+	HTTPReadTimeout       time.Duration `env:"INTEGRATIONS_HTTP_READ_TIMEOUT" envDefault:"30s"`
+	HTTPWriteTimeout      time.Duration `env:"INTEGRATIONS_HTTP_WRITE_TIMEOUT" envDefault:"2m"`
+	HTTPIdleTimeout       time.Duration `env:"INTEGRATIONS_HTTP_IDLE_TIMEOUT" envDefault:"2m"`
 }
 
 // Validate checks the gateway's own settings.
@@ -52,5 +60,19 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_GATEWAY_CACHE_TTL: %v must be between 0s and 1h", c.CacheTTL))
 	}
 	errs = append(errs, c.Platform.Validate())
+	for _, t := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"INTEGRATIONS_HTTP_READ_HEADER_TIMEOUT", c.HTTPReadHeaderTimeout}, {"INTEGRATIONS_HTTP_READ_TIMEOUT", c.HTTPReadTimeout},
+		{"INTEGRATIONS_HTTP_WRITE_TIMEOUT", c.HTTPWriteTimeout}, {"INTEGRATIONS_HTTP_IDLE_TIMEOUT", c.HTTPIdleTimeout},
+	} {
+		if t.v < 100*time.Millisecond || t.v > time.Hour {
+			errs = append(errs, fmt.Errorf("%s: %v must be between 100ms and 1h", t.name, t.v))
+		}
+	}
+	if c.HTTPReadHeaderTimeout > c.HTTPReadTimeout {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_HTTP_READ_HEADER_TIMEOUT: %v must not exceed INTEGRATIONS_HTTP_READ_TIMEOUT (%v)", c.HTTPReadHeaderTimeout, c.HTTPReadTimeout))
+	}
 	return errors.Join(errs...)
 }

@@ -25,6 +25,7 @@ import (
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
+	"github.com/integrations-platform/integrations/pkg/safetext"
 	"github.com/integrations-platform/integrations/services/gateway/internal/server"
 )
 
@@ -36,6 +37,14 @@ type Config struct {
 	MaxBodyBytes int64
 	// Extra routes served beside the API (e.g. system endpoints).
 	Extra map[string]http.Handler
+	// The HTTP server's timeouts (http.Server's fields of the same names): a client that sends its
+	// request or reads its answer slowly, or keeps an idle connection, is cut off — with or
+	// without a key. WriteTimeout must exceed the longest sync_timeout in the catalog: a sync
+	// call's answer is written when the attempt ends.
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
 }
 
 // Run serves the REST API under app.
@@ -53,7 +62,8 @@ func Run(ctx context.Context, app *lifecycle.App, log *zap.Logger, cfg Config) e
 	if err != nil {
 		return fmt.Errorf("listen %s for REST: %w", cfg.Addr, err)
 	}
-	srv := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: root, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
+		WriteTimeout: cfg.WriteTimeout, IdleTimeout: cfg.IdleTimeout}
 	log.Info("rest server listening", zap.String("addr", lis.Addr().String()))
 	app.Serve("rest",
 		func() error {
@@ -80,6 +90,8 @@ func Handler(ctx context.Context, conn *grpc.ClientConn, cfg Config) (http.Handl
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithForwardResponseOption(setStatus),
 		runtime.WithErrorHandler(errorHandler),
+		runtime.WithRoutingErrorHandler(routingErrorHandler),
+		runtime.WithMiddlewares(probeMiddleware),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
@@ -89,7 +101,7 @@ func Handler(ctx context.Context, conn *grpc.ClientConn, cfg Config) (http.Handl
 		return nil, fmt.Errorf("register REST handlers: %w", err)
 	}
 	root := http.NewServeMux()
-	root.Handle("/", limitBody(mux, cfg.MaxBodyBytes))
+	root.Handle("/", guard(mux, limitBody(mux, cfg.MaxBodyBytes)))
 	for pattern, h := range cfg.Extra {
 		root.Handle(pattern, h)
 	}
@@ -111,11 +123,19 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 			st = grpcx.ToStatus(grpcx.Downstream(r.Context(), "gateway", err))
 		}
 	}
+	if grpcx.ErrorInfo(st.Err()).GetDomain() != grpcx.ErrorDomain && len(st.Message()) > maxForeignMessage {
+		// grpc-gateway's own refusals quote the request (an unknown field's name, a value it
+		// could not parse): bounded, as the gateway's own refusals are.
+		st = status.New(st.Code(), safetext.Truncate(st.Message(), maxForeignMessage)+"...")
+	}
 	if d := grpcx.RetryDelay(st.Err()); d > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(d.Seconds()))))
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, st.Err())
 }
+
+// maxForeignMessage bounds the message of a refusal the gateway did not write.
+const maxForeignMessage = 256
 
 // headerMatcher forwards Idempotency-Key besides grpc-gateway's defaults (Authorization among
 // them).

@@ -17,6 +17,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	"github.com/integrations-platform/integrations/pkg/jsonbound"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
@@ -91,7 +92,7 @@ func optTimestamp(field string, ts *timestamppb.Timestamp) (*time.Time, error) {
 
 func checkEventID(id string) error {
 	if uuid.Validate(id) != nil {
-		return apperr.Invalid("id", "%q is not an event id", id)
+		return apperr.Invalid("id", "%s is not an event id", jsonbound.Quote(id))
 	}
 	return nil
 }
@@ -100,10 +101,10 @@ func checkEventID(id string) error {
 func (s *Server) ListEvents(ctx context.Context, req *gatewayv1.ListEventsRequest) (*gatewayv1.ListEventsResponse, error) {
 	f := store.EventFilter{Limit: int(req.GetPageSize())}
 	switch {
-	case f.Limit < 0 || f.Limit > 500:
-		return nil, apperr.Invalid("page_size", "must be between 1 and 500")
+	case f.Limit < 0 || f.Limit > MaxPageSize:
+		return nil, apperr.Invalid("page_size", "must be between 1 and %d", MaxPageSize)
 	case f.Limit == 0:
-		f.Limit = 50
+		f.Limit = DefaultPageSize
 	}
 	if req.GetStatus() != eventsv1.EventStatus_EVENT_STATUS_UNSPECIFIED {
 		if f.Status = eventStatusFromProto(req.GetStatus()); f.Status == "" {
@@ -112,7 +113,7 @@ func (s *Server) ListEvents(ctx context.Context, req *gatewayv1.ListEventsReques
 	}
 	if id := req.GetExecutionId(); id != "" {
 		if uuid.Validate(id) != nil {
-			return nil, apperr.Invalid("execution_id", "%q is not an execution id", id)
+			return nil, apperr.Invalid("execution_id", "%s is not an execution id", jsonbound.Quote(id))
 		}
 		f.ExecutionID = id
 	}

@@ -32,6 +32,7 @@ import (
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/pkg/jsonbound"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/nudge"
 	"github.com/integrations-platform/integrations/pkg/outcome"
@@ -46,6 +47,24 @@ const HTTPCodeHeader = "x-http-code"
 
 // IdempotencyKeyHeader is the metadata key of the Idempotency-Key header.
 const IdempotencyKeyHeader = "idempotency-key"
+
+// List pages: at most MaxPageSize items, DefaultPageSize when the caller names none. Items leave
+// out payloads, results and progress (each up to a MiB; GET one execution for them), so a page is
+// bounded by its item count: a few hundred bytes each.
+const (
+	MaxPageSize     = 100
+	DefaultPageSize = 50
+)
+
+// listItem is an execution as a list shows it: without payload, result or progress.
+func listItem(r *execution.Row) (*executionv1.Execution, error) {
+	e, err := r.Proto(false)
+	if err != nil {
+		return nil, err
+	}
+	e.Result, e.Progress = nil, nil
+	return e, nil
+}
 
 var (
 	capabilityPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,127}$`)
@@ -390,7 +409,7 @@ type invokeInput struct {
 
 func (s *Server) validateInvoke(ctx context.Context, req *gatewayv1.InvokeCapabilityRequest) (*invokeInput, error) {
 	if !capabilityPattern.MatchString(req.GetCapability()) {
-		return nil, apperr.Invalid("capability", "%q is not a capability name", req.GetCapability())
+		return nil, apperr.Invalid("capability", "%s is not a capability name", jsonbound.Quote(req.GetCapability()))
 	}
 	in := &invokeInput{}
 	switch req.GetMode() {
@@ -404,6 +423,11 @@ func (s *Server) validateInvoke(ctx context.Context, req *gatewayv1.InvokeCapabi
 	payload := req.GetPayload()
 	if payload == nil {
 		payload = &structpb.Struct{}
+	}
+	// Before encoding: a payload Postgres cannot store, or one nested so deep that reading the
+	// execution back would fail, is the caller's error, named as such.
+	if err := jsonbound.Struct("payload", payload); err != nil {
+		return nil, err
 	}
 	// encoding/json sorts map keys, which makes the encoding canonical for the request hash.
 	raw, err := json.Marshal(payload.AsMap())
@@ -433,7 +457,7 @@ func (s *Server) validateInvoke(ctx context.Context, req *gatewayv1.InvokeCapabi
 // GetExecution implements GatewayService.GetExecution.
 func (s *Server) GetExecution(ctx context.Context, req *gatewayv1.GetExecutionRequest) (*gatewayv1.GetExecutionResponse, error) {
 	if _, err := uuid.Parse(req.GetId()); err != nil {
-		return nil, apperr.Invalid("id", "%q is not an execution id", req.GetId())
+		return nil, apperr.Invalid("id", "%s is not an execution id", jsonbound.Quote(req.GetId()))
 	}
 	row, attempts, err := s.store.ExecutionGet(ctx, applicationID(ctx), req.GetId())
 	if errors.Is(err, store.ErrNotFound) {
@@ -491,7 +515,7 @@ const adapterCancelTimeout = 2 * time.Second
 // queued dispatch then finds it settled and does nothing; a running one's adapter is asked to stop.
 func (s *Server) CancelExecution(ctx context.Context, req *gatewayv1.CancelExecutionRequest) (*gatewayv1.CancelExecutionResponse, error) {
 	if _, err := uuid.Parse(req.GetId()); err != nil {
-		return nil, apperr.Invalid("id", "%q is not an execution id", req.GetId())
+		return nil, apperr.Invalid("id", "%s is not an execution id", jsonbound.Quote(req.GetId()))
 	}
 	appID := applicationID(ctx)
 	for try := 1; ; try++ {
@@ -556,10 +580,15 @@ func (s *Server) stopAttempt(ctx context.Context, row *execution.Row) {
 func (s *Server) ListExecutions(ctx context.Context, req *gatewayv1.ListExecutionsRequest) (*gatewayv1.ListExecutionsResponse, error) {
 	f := store.ListFilter{Capability: req.GetCapability(), Limit: int(req.GetPageSize())}
 	switch {
-	case f.Limit < 0 || f.Limit > 500:
-		return nil, apperr.Invalid("page_size", "must be between 1 and 500")
+	case f.Limit < 0 || f.Limit > MaxPageSize:
+		return nil, apperr.Invalid("page_size", "must be between 1 and %d", MaxPageSize)
 	case f.Limit == 0:
-		f.Limit = 50
+		f.Limit = DefaultPageSize
+	}
+	// A filter naming no possible capability matches nothing; one Postgres cannot compare (NUL)
+	// would fail the query. Either is the caller's mistake.
+	if f.Capability != "" && !capabilityPattern.MatchString(f.Capability) {
+		return nil, apperr.Invalid("capability", "%s is not a capability name", jsonbound.Quote(f.Capability))
 	}
 	if req.GetStatus() != executionv1.ExecutionStatus_EXECUTION_STATUS_UNSPECIFIED {
 		if f.Status = execution.StatusFromProto(req.GetStatus()); f.Status == "" {
@@ -579,7 +608,7 @@ func (s *Server) ListExecutions(ctx context.Context, req *gatewayv1.ListExecutio
 	}
 	resp := &gatewayv1.ListExecutionsResponse{}
 	for _, r := range rows {
-		e, err := r.Proto(false)
+		e, err := listItem(r)
 		if err != nil {
 			return nil, err
 		}

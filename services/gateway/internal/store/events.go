@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,6 +40,11 @@ type Event struct {
 const eventColumns = `id::text, type, execution_id::text, payload->'data', created_at, delivery_status, attempts,
 	next_attempt_at, last_error, delivered_at, dead_at`
 
+// eventListColumns are eventColumns with the event's data less its "result" (an execution's
+// result, up to a MiB): list items leave it out, GetEvent has it. The rest of data (status,
+// failure, bounded texts) stays, so that a list still tells what each event says.
+var eventListColumns = strings.Replace(eventColumns, "payload->'data'", "(payload->'data') - 'result'", 1)
+
 func scanEvent(r pgx.Row) (*Event, error) {
 	var e Event
 	err := r.Scan(&e.ID, &e.Type, &e.ExecutionID, &e.Data, &e.CreatedAt, &e.Status, &e.Attempts,
@@ -73,7 +79,7 @@ type EventFilter struct {
 // EventList lists the application's events, newest first (ids are UUIDv7, so id order is
 // creation order).
 func (s *Store) EventList(ctx context.Context, applicationID string, f EventFilter) ([]*Event, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+`
+	rows, err := s.pool.Query(ctx, `SELECT `+eventListColumns+`
 		FROM integration_events
 		WHERE application_id = $1
 			AND ($2 = '' OR delivery_status = $2)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
@@ -249,7 +250,7 @@ type ListFilter struct {
 
 // ExecutionList lists the application's executions, newest first.
 func (s *Store) ExecutionList(ctx context.Context, applicationID string, f ListFilter) ([]*execution.Row, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+execution.Columns+`
+	rows, err := s.pool.Query(ctx, `SELECT `+listColumns+`
 		FROM executions
 		WHERE application_id = $1
 			AND ($2 = '' OR status = $2)
@@ -273,6 +274,14 @@ func (s *Store) ExecutionList(ctx context.Context, applicationID string, f ListF
 func (s *Store) ConsumerSetWebhook(ctx context.Context, applicationID, url string, sealedNew []byte) ([]byte, error) {
 	return s.consumerSet(ctx, applicationID, "webhook", url, sealedNew)
 }
+
+// listColumns are execution.Columns without the JSON documents (payload, result, progress, up to
+// a MiB each), read as NULL: list items leave them out, so a page is bounded by its item count
+// and the database does not read them either.
+var listColumns = strings.NewReplacer(
+	"payload, result,", "NULL::jsonb, NULL::jsonb,",
+	"progress,", "NULL::jsonb,",
+).Replace(execution.Columns)
 
 func nullable(s string) *string {
 	if s == "" {

@@ -16,6 +16,7 @@ import (
 	dispatcherv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/dispatcher/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
+	"github.com/integrations-platform/integrations/pkg/jsonbound"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/nudge"
 	"github.com/integrations-platform/integrations/services/settlement/internal/store"
@@ -76,13 +77,16 @@ func (s *Server) Settle(ctx context.Context, req *settlementv1.SettleRequest) (*
 // FailAttempt implements SettlementService.FailAttempt.
 func (s *Server) FailAttempt(ctx context.Context, req *settlementv1.FailAttemptRequest) (*settlementv1.FailAttemptResponse, error) {
 	if _, err := uuid.Parse(req.GetExecutionId()); err != nil {
-		return nil, apperr.Invalid("execution_id", "%q is not a UUID", req.GetExecutionId())
+		return nil, apperr.Invalid("execution_id", "%s is not a UUID", jsonbound.Quote(req.GetExecutionId()))
 	}
 	if req.GetAttempt() < 1 {
 		return nil, apperr.Invalid("attempt", "must be at least 1")
 	}
 	if req.GetFailure().GetClass() == "" {
 		return nil, apperr.Invalid("failure.class", "required")
+	}
+	if err := checkFailure(req.GetFailure()); err != nil {
+		return nil, err
 	}
 	if req.GetRetryAfter().AsDuration() < 0 {
 		return nil, apperr.Invalid("retry_after", "must not be negative")
@@ -144,7 +148,7 @@ func conflictError(o store.Outcome, c store.Conflict) error {
 
 func outcome(req *settlementv1.SettleRequest) (store.Outcome, error) {
 	if _, err := uuid.Parse(req.GetExecutionId()); err != nil {
-		return store.Outcome{}, apperr.Invalid("execution_id", "%q is not a UUID", req.GetExecutionId())
+		return store.Outcome{}, apperr.Invalid("execution_id", "%s is not a UUID", jsonbound.Quote(req.GetExecutionId()))
 	}
 	if req.GetAttempt() < 0 {
 		return store.Outcome{}, apperr.Invalid("attempt", "must not be negative")
@@ -163,6 +167,12 @@ func outcome(req *settlementv1.SettleRequest) (store.Outcome, error) {
 	o := store.Outcome{ExecutionID: req.GetExecutionId(), Attempt: req.GetAttempt(), FromStatus: from, Status: to, Failure: execution.FailureFromProto(req.GetFailure())}
 	switch to {
 	case execution.StatusSucceeded:
+		// A result Postgres cannot store (NUL, invalid UTF-8) or that could not be read back
+		// (nested past 64) is refused naming "result": the reporter (pkg/outcome) then records
+		// the adapter's protocol failure instead of retrying until the lease ends.
+		if err := jsonbound.Struct("result", req.GetResult()); err != nil {
+			return store.Outcome{}, err
+		}
 		result, err := execution.JSON(req.GetResult())
 		if err != nil {
 			return store.Outcome{}, apperr.Invalid("result", "not a JSON object: %v", err)
@@ -176,6 +186,23 @@ func outcome(req *settlementv1.SettleRequest) (store.Outcome, error) {
 		if o.Failure.Reason == "" {
 			return store.Outcome{}, apperr.Invalid("failure.reason", "required for a %s settlement", to)
 		}
+		if err := checkFailure(req.GetFailure()); err != nil {
+			return store.Outcome{}, err
+		}
 	}
 	return o, nil
+}
+
+// checkFailure refuses a failure whose texts Postgres cannot store. The platform's reporters
+// clean adapters' texts before they get here (adaptercall); this is the guard behind them.
+func checkFailure(f *executionv1.Failure) error {
+	for _, t := range []struct{ field, v string }{
+		{"failure.class", f.GetClass()}, {"failure.reason", f.GetReason()},
+		{"failure.code", f.GetCode()}, {"failure.message", f.GetMessage()},
+	} {
+		if err := jsonbound.Text(t.field, t.v); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -329,7 +329,7 @@ func (x *CancelExecutionResponse) GetExecution() *v1.Execution {
 
 type ListExecutionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// At most this many executions (default 50, at most 500).
+	// At most this many executions (default 50, at most 100).
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The next_page_token of the previous page.
 	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -400,9 +400,10 @@ func (x *ListExecutionsRequest) GetCapability() string {
 }
 
 type ListExecutionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Executions    []*v1.Execution        `protobuf:"bytes,1,rep,name=executions,proto3" json:"executions,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Without payload, result or progress (GetExecution has them).
+	Executions    []*v1.Execution `protobuf:"bytes,1,rep,name=executions,proto3" json:"executions,omitempty"`
+	NextPageToken string          `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -809,7 +810,7 @@ func (x *RotateSigningSecretResponse) GetPreviousSecretExpireTime() *timestamppb
 
 type ListEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// At most this many events (default 50, at most 500).
+	// At most this many events (default 50, at most 100).
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The next_page_token of the previous page.
 	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -899,7 +900,7 @@ func (x *ListEventsRequest) GetUntil() *timestamppb.Timestamp {
 
 type ListEventsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Without their delivery attempts (GetEvent has them).
+	// Without their delivery attempts, and without the result in their data (GetEvent has both).
 	Events        []*v11.Event `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
 	NextPageToken string       `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields

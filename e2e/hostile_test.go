@@ -1,0 +1,315 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
+	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
+)
+
+// hostileAnswer is a REST answer: the status, the Allow header and the refusal's code, message
+// and first field violation (empty when the body is not grpc-gateway's error).
+type hostileAnswer struct {
+	code    int
+	allow   string
+	status  int
+	message string
+	field   string
+}
+
+func (s *stack) hostileCall(t *testing.T, method, path, body string, headers map[string]string) hostileAnswer {
+	t.Helper()
+	req, err := http.NewRequest(method, s.restURL+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.apiKey)
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	a := hostileAnswer{code: resp.StatusCode, allow: resp.Header.Get("Allow")}
+	var st struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Details []struct {
+			FieldViolations []struct {
+				Field string `json:"field"`
+			} `json:"field_violations"`
+		} `json:"details"`
+	}
+	if json.Unmarshal(raw, &st) == nil {
+		a.status, a.message = st.Code, st.Message
+		for _, d := range st.Details {
+			for _, v := range d.FieldViolations {
+				if a.field == "" {
+					a.field = v.Field
+				}
+			}
+		}
+	}
+	return a
+}
+
+func deepJSON(levels int) string {
+	return strings.Repeat(`{"a":`, levels-1) + `{}` + strings.Repeat(`}`, levels-1)
+}
+
+func deepStruct(levels int) *structpb.Struct {
+	s := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for range levels - 1 {
+		s = &structpb.Struct{Fields: map[string]*structpb.Value{"a": structpb.NewStructValue(s)}}
+	}
+	return s
+}
+
+// rows counts what a request could have written.
+func (s *stack) rows(t *testing.T) int {
+	t.Helper()
+	return s.count(t, `SELECT (SELECT count(*) FROM executions)::int + (SELECT count(*) FROM execution_attempts)::int
+		+ (SELECT count(*) FROM integration_events)::int`)
+}
+
+// journalRecv counts the attempts of an execution the dummy adapter received.
+func journalRecv(t *testing.T, path, executionID string) int {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	n := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) >= 4 && f[2] == "recv" && f[3] == executionID {
+			n++
+		}
+	}
+	return n
+}
+
+// TestHostileInput sends every class of hostile input the security review found reaching a 500
+// (issue 11) to a running gateway, over REST and gRPC: each is refused 4xx / INVALID_ARGUMENT
+// naming what is wrong, never 5xx / INTERNAL, and nothing is written. An adapter's answer the
+// platform cannot store ends its execution failed at once, without running the work again. The
+// services answer normally afterwards.
+func TestHostileInput(t *testing.T) {
+	s := newStack(t)
+	journal := filepath.Join(t.TempDir(), "journal")
+	s.extraEnv["dummy-adapter"] = []string{"INTEGRATIONS_DUMMY_JOURNAL=" + journal}
+	s.extraEnv["gateway"] = []string{"INTEGRATIONS_HTTP_READ_HEADER_TIMEOUT=1s", "INTEGRATIONS_HTTP_READ_TIMEOUT=1s"}
+	s.start("settlement", "dispatcher", "adapter-callback", "execution-consumer", "dummy-adapter", "gateway")
+	before := s.rows(t)
+
+	t.Run("REST: each class is a 4xx naming the field, nothing written", func(t *testing.T) {
+		invoke := "/v1/capabilities/dummy.echo:invoke"
+		async := func(payload string) string { return `{"mode":"MODE_ASYNC","payload":` + payload + `}` }
+		for _, tc := range []struct {
+			name, method, path, body string
+			headers                  map[string]string
+			code                     int
+			field                    string
+		}{
+			{"NUL in a payload value", "POST", invoke, async(`{"a":"x\u0000y"}`), nil, 400, "payload"},
+			{"NUL in a payload key", "POST", invoke, async(`{"a":{"k\u0000":1}}`), nil, 400, "payload"},
+			{"NUL in the capability", "POST", "/v1/capabilities/dummy%00echo:invoke", async(`{}`), nil, 400, "path"},
+			{"NUL in the idempotency key field", "POST", invoke, `{"mode":"MODE_ASYNC","idempotency_key":"k\u0000"}`, nil, 400, "idempotency_key"},
+			{"non-ASCII Idempotency-Key", "POST", invoke, async(`{}`), map[string]string{"Idempotency-Key": "clé"}, 400, "Idempotency-Key"},
+			{"non-ASCII Authorization", "POST", invoke, async(`{}`), map[string]string{"Authorization": "Bearer clé"}, 400, "Authorization"},
+			{"invalid UTF-8 in the path", "GET", "/v1/executions/%ff%fe", "", nil, 400, "path"},
+			{"invalid UTF-8 in a query parameter", "GET", "/v1/executions?capability=%ff", "", nil, 400, "capability"},
+			{"NUL in the capability filter", "GET", "/v1/executions?capability=dummy%00", "", nil, 400, "capability"},
+			{"NUL in the event filter", "GET", "/v1/events?execution_id=%00", "", nil, 400, "execution_id"},
+			{"65 levels", "POST", invoke, async(deepJSON(65)), nil, 400, "payload"},
+			{"1000 levels", "POST", invoke, async(deepJSON(1000)), nil, 400, "payload"},
+			{"10000 levels", "POST", invoke, async(deepJSON(10000)), nil, 400, ""},
+			{"a wrong method", "DELETE", "/v1/executions", "", nil, 405, "method"},
+			{"an oversized body", "POST", invoke, async(`{"s":"` + strings.Repeat("x", 300<<10) + `"}`), nil, 413, ""},
+			{"a huge field name", "POST", invoke, `{"` + strings.Repeat("f", 100<<10) + `":1}`, nil, 400, ""},
+			{"a huge capability", "POST", "/v1/capabilities/" + strings.Repeat("c", 20<<10) + ":invoke", async(`{}`), nil, 400, "capability"},
+			{"page size 1000", "GET", "/v1/executions?page_size=1000", "", nil, 400, "page_size"},
+			{"page size -1", "GET", "/v1/events?page_size=-1", "", nil, 400, "page_size"},
+			{"page size not a number", "GET", "/v1/executions?page_size=many", "", nil, 400, ""},
+			{"NUL in a webhook URL", "PUT", "/v1/consumer", `{"webhook":{"url":"https://example.com/\u0000"}}`, nil, 400, "webhook.url"},
+		} {
+			a := s.hostileCall(t, tc.method, tc.path, tc.body, tc.headers)
+			require.Equal(t, tc.code, a.code, "%s: %+v", tc.name, a)
+			require.NotEqual(t, 13, a.status, "%s: not INTERNAL", tc.name)
+			if tc.field != "" {
+				require.Equal(t, tc.field, a.field, "%s: %+v", tc.name, a)
+			}
+			require.Less(t, len(a.message), 600, "%s: the refusal quotes input bounded", tc.name)
+			if tc.code == 405 {
+				require.Equal(t, "GET", a.allow)
+			}
+		}
+		require.Equal(t, before, s.rows(t), "nothing written")
+	})
+
+	t.Run("REST: a NUL in a header is refused by the HTTP server", func(t *testing.T) {
+		conn, err := net.Dial("tcp", s.addrs["gateway-http"])
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = fmt.Fprintf(conn, "POST /v1/capabilities/dummy.echo:invoke HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
+			"Idempotency-Key: a\x00b\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", s.apiKey)
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+		require.Equal(t, before, s.rows(t))
+	})
+
+	t.Run("REST: a slow body does not hold the connection", func(t *testing.T) {
+		conn, err := net.Dial("tcp", s.addrs["gateway-http"])
+		require.NoError(t, err)
+		defer conn.Close()
+		// No key: a client needs none to hold a connection open.
+		_, err = fmt.Fprintf(conn, "POST /v1/capabilities/dummy.echo:invoke HTTP/1.1\r\nHost: x\r\n"+
+			"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"mode\":")
+		require.NoError(t, err)
+		// INTEGRATIONS_HTTP_READ_TIMEOUT is 1s: the server gives up on the body and closes.
+		require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+		_, err = io.ReadAll(conn)
+		require.NoError(t, err, "the server closed the connection before the 10 s deadline")
+	})
+
+	t.Run("gRPC: each class is INVALID_ARGUMENT naming the field, nothing written", func(t *testing.T) {
+		conn, err := grpcx.Dial(s.addrs["gateway"])
+		require.NoError(t, err)
+		defer conn.Close()
+		client := gatewayv1.NewGatewayServiceClient(conn)
+		ctx := grpcx.WithBearer(context.Background(), s.apiKey)
+		nul := &structpb.Struct{Fields: map[string]*structpb.Value{"a": structpb.NewStringValue("x\x00y")}}
+		nulKey := &structpb.Struct{Fields: map[string]*structpb.Value{"k\x00": structpb.NewBoolValue(true)}}
+		invoke := func(req *gatewayv1.InvokeCapabilityRequest) error {
+			if req.Capability == "" {
+				req.Capability = "dummy.echo"
+			}
+			req.Mode = executionv1.Mode_MODE_ASYNC
+			_, err := client.InvokeCapability(ctx, req)
+			return err
+		}
+		for _, tc := range []struct {
+			name  string
+			call  func() error
+			field string
+		}{
+			{"NUL in a payload value", func() error { return invoke(&gatewayv1.InvokeCapabilityRequest{Payload: nul}) }, "payload"},
+			{"NUL in a payload key", func() error { return invoke(&gatewayv1.InvokeCapabilityRequest{Payload: nulKey}) }, "payload"},
+			{"65 levels", func() error { return invoke(&gatewayv1.InvokeCapabilityRequest{Payload: deepStruct(65)}) }, "payload"},
+			{"1000 levels", func() error { return invoke(&gatewayv1.InvokeCapabilityRequest{Payload: deepStruct(1000)}) }, "payload"},
+			{"10000 levels", func() error { return invoke(&gatewayv1.InvokeCapabilityRequest{Payload: deepStruct(10000)}) }, "request"},
+			{"NUL in the capability", func() error { return invoke(&gatewayv1.InvokeCapabilityRequest{Capability: "dummy\x00echo"}) }, "capability"},
+			{"NUL in the idempotency key", func() error { return invoke(&gatewayv1.InvokeCapabilityRequest{IdempotencyKey: "k\x00"}) }, "idempotency_key"},
+			{"NUL in the capability filter", func() error {
+				_, err := client.ListExecutions(ctx, &gatewayv1.ListExecutionsRequest{Capability: "dummy\x00"})
+				return err
+			}, "capability"},
+			{"page size 1000", func() error {
+				_, err := client.ListEvents(ctx, &gatewayv1.ListEventsRequest{PageSize: 1000})
+				return err
+			}, "page_size"},
+			{"NUL in the event filter", func() error {
+				_, err := client.ListEvents(ctx, &gatewayv1.ListEventsRequest{ExecutionId: "\x00"})
+				return err
+			}, "execution_id"},
+			{"a huge id", func() error {
+				_, err := client.GetExecution(ctx, &gatewayv1.GetExecutionRequest{Id: strings.Repeat("i", 100<<10)})
+				return err
+			}, "id"},
+			{"NUL in a gRPC consumer target", func() error {
+				_, err := client.SetConsumer(ctx, &gatewayv1.SetConsumerRequest{Consumer: &gatewayv1.SetConsumerRequest_Grpc{
+					Grpc: &gatewayv1.GrpcConsumer{Target: "consumer\x00:9000"}}})
+				return err
+			}, "grpc.target"},
+		} {
+			err := tc.call()
+			st := status.Convert(err)
+			require.Equal(t, codes.InvalidArgument, st.Code(), "%s: %v", tc.name, err)
+			require.Contains(t, st.Message(), tc.field+":", tc.name)
+			require.Less(t, len(st.Message()), 600, tc.name)
+		}
+		require.Equal(t, before, s.rows(t), "nothing written")
+	})
+
+	t.Run("an adapter result or progress the platform cannot store", func(t *testing.T) {
+		failedAtOnce := func(t *testing.T, id string) map[string]any {
+			t.Helper()
+			var e map[string]any
+			require.Eventually(t, func() bool {
+				code, body := s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+				e = execution(body)
+				return code == http.StatusOK && e["status"] != "EXECUTION_STATUS_RUNNING" && e["status"] != "EXECUTION_STATUS_PENDING"
+			}, 10*time.Second, 20*time.Millisecond, "settled well before the lease (5 min, scaled 300 ms, then retries) would have run the work again")
+			require.Equal(t, "EXECUTION_STATUS_FAILED", e["status"], "%v", e)
+			failure, _ := e["failure"].(map[string]any)
+			require.Equal(t, "protocol", failure["class"], "%v", e)
+			require.Equal(t, "adapter.invalid_result", failure["code"], "%v", e)
+			require.EqualValues(t, 1, e["attempt"], "one attempt: the refusal is permanent")
+			require.Equal(t, 1, journalRecv(t, journal, id), "the provider work ran once")
+			return e
+		}
+		for _, script := range []string{`{"result_nul": true}`, `{"result_depth": 70}`} {
+			id := s.invoke(t, "dummy.echo", `{"mode":"MODE_ASYNC","payload":{"dummy":`+script+`}}`)
+			failedAtOnce(t, id)
+			// Through the callback API (long-running work completing later).
+			id = s.invoke(t, "dummy.echo", `{"mode":"MODE_ASYNC","payload":{"dummy":{"complete_later_ms":50,"lease_ms":60000,`+strings.Trim(script, "{}")+`}}}`)
+			failedAtOnce(t, id)
+		}
+
+		// The sync path: the caller gets the failed execution, not a 500.
+		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+			[]byte(`{"mode":"MODE_SYNC","payload":{"dummy":{"result_nul":true}}}`))
+		require.Equal(t, http.StatusOK, code, "%v", body)
+		e := execution(body)
+		require.Equal(t, "EXECUTION_STATUS_FAILED", e["status"], "%v", e)
+		require.Equal(t, 1, journalRecv(t, journal, e["id"].(string)))
+
+		// Progress with a NUL is refused; the work goes on and completes, without the progress.
+		id := s.invoke(t, "dummy.echo", `{"mode":"MODE_ASYNC","payload":{"dummy":{"complete_later_ms":100,"lease_ms":60000,"progress_nul":true}}}`)
+		require.Eventually(t, func() bool {
+			_, body := s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+			return execution(body)["status"] == "EXECUTION_STATUS_SUCCEEDED"
+		}, 10*time.Second, 20*time.Millisecond)
+		_, body = s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+		require.Nil(t, execution(body)["progress"])
+		require.Contains(t, s.log("dummy-adapter"), "progress report failed")
+	})
+
+	t.Run("the services keep answering", func(t *testing.T) {
+		id := s.invoke(t, "dummy.echo", `{"mode":"MODE_ASYNC","payload":{"n":1}}`)
+		require.Eventually(t, func() bool {
+			_, body := s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+			return execution(body)["status"] == "EXECUTION_STATUS_SUCCEEDED"
+		}, 10*time.Second, 20*time.Millisecond)
+		code, body := s.call(http.MethodGet, "/v1/executions?page_size=100", s.apiKey, nil)
+		require.Equal(t, http.StatusOK, code)
+		list, _ := body["executions"].([]any)
+		require.NotEmpty(t, list)
+		for _, item := range list {
+			require.NotContains(t, item, "result", "list items leave results out")
+			require.NotContains(t, item, "payload")
+		}
+		for _, name := range []string{"gateway", "settlement", "adapter-callback", "execution-consumer"} {
+			require.NotContains(t, s.log(name), `"level":"error"`, "%s logged no error", name)
+		}
+	})
+}
