@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -41,6 +42,13 @@ type ServerConfig struct {
 	MaxRecvMsgSize int
 	// Interceptors run after recovery and logging and before the handler, e.g. authentication.
 	Interceptors []grpc.UnaryServerInterceptor
+	// Internal, if not nil, serves mTLS with the service's identity and enforces Policy on
+	// every call (see Policy). Nil is plaintext, with no Policy: loopback development only.
+	Internal *Internal
+	Policy   Policy
+	// Public, if set and Internal is nil, serves TLS with server authentication only: a
+	// client-facing port (see PublicCredentials).
+	Public credentials.TransportCredentials
 }
 
 // NewServer returns a server whose unary calls pass through, in order: panic recovery, logging,
@@ -50,10 +58,17 @@ func NewServer(cfg ServerConfig) *Server {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	chain := append([]grpc.UnaryServerInterceptor{
-		recoveryInterceptor(log), loggingInterceptor(log), errorInterceptor(log),
-	}, cfg.Interceptors...)
-	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(chain...)}
+	chain := []grpc.UnaryServerInterceptor{recoveryInterceptor(log), loggingInterceptor(log), errorInterceptor(log)}
+	var opts []grpc.ServerOption
+	switch {
+	case cfg.Internal != nil:
+		chain = append(chain, policyUnary(cfg.Policy))
+		opts = append(opts, grpc.Creds(cfg.Internal.serverCredentials()), grpc.ChainStreamInterceptor(policyStream(cfg.Policy)))
+	case cfg.Public != nil:
+		opts = append(opts, grpc.Creds(cfg.Public))
+	}
+	chain = append(chain, cfg.Interceptors...)
+	opts = append(opts, grpc.ChainUnaryInterceptor(chain...))
 	if cfg.MaxRecvMsgSize > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize))
 	}

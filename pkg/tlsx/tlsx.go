@@ -276,6 +276,32 @@ func ClientConfig(src *Source, peer string) *tls.Config {
 	return cfg
 }
 
+// SelfClientConfig is a client's of the Source's own server (a service calling its own port):
+// it accepts exactly the certificate the Source holds, whatever address it dials.
+func SelfClientConfig(src *Source) *tls.Config {
+	cfg := base()
+	cfg.InsecureSkipVerify = true // the pin below is the verification
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		own := src.Certificate()
+		if own == nil || len(cs.PeerCertificates) == 0 || !cs.PeerCertificates[0].Equal(mustLeaf(own)) {
+			return errors.New("tlsx: the server is not presenting this process's own certificate")
+		}
+		return nil
+	}
+	return cfg
+}
+
+func mustLeaf(c *tls.Certificate) *x509.Certificate {
+	if c.Leaf != nil {
+		return c.Leaf
+	}
+	leaf, err := x509.ParseCertificate(c.Certificate[0])
+	if err != nil {
+		return &x509.Certificate{}
+	}
+	return leaf
+}
+
 // PeerService returns the service named by the SPIFFE ID of a verified peer certificate chain.
 func PeerService(cs tls.ConnectionState) (string, bool) {
 	if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {

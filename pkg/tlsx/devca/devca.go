@@ -48,7 +48,7 @@ type CA struct {
 // Paths of a service's files in dir.
 func CertFile(dir, name string) string { return filepath.Join(dir, name+".pem") }
 func KeyFile(dir, name string) string  { return filepath.Join(dir, name+"-key.pem") }
-func CAFile(dir string) string          { return filepath.Join(dir, "ca.pem") }
+func CAFile(dir string) string         { return filepath.Join(dir, "ca.pem") }
 
 // Ensure makes sure dir holds a CA valid for at least a day and a certificate for each service
 // and for Public, issuing what is missing or about to expire. It returns the CA.
