@@ -56,8 +56,8 @@ type InternalTLS struct {
 	InternalPlaintext bool `env:"INTEGRATIONS_INTERNAL_PLAINTEXT" envDefault:"false"`
 }
 
-// Files is the identity's files for grpcx.NewInternal; zero when mTLS is off.
-func (c InternalTLS) Files() tlsx.Files {
+// InternalFiles is the identity's files for grpcx.NewInternal; zero when mTLS is off.
+func (c InternalTLS) InternalFiles() tlsx.Files {
 	if c.InternalPlaintext {
 		return tlsx.Files{}
 	}
@@ -110,12 +110,20 @@ type PublicTLS struct {
 	PublicPlaintext bool   `env:"INTEGRATIONS_PUBLIC_PLAINTEXT" envDefault:"false"`
 }
 
-// Enabled says whether the client-facing listeners serve TLS.
-func (c PublicTLS) Enabled() bool { return c.PublicCertFile != "" }
+// PublicTLSEnabled says whether the client-facing listeners serve TLS.
+func (c PublicTLS) PublicTLSEnabled() bool { return c.PublicCertFile != "" }
 
-// Files is the certificate's files for tlsx.NewSource.
-func (c PublicTLS) Files() tlsx.Files {
+// PublicFiles is the certificate's files for tlsx.NewSource.
+func (c PublicTLS) PublicFiles() tlsx.Files {
 	return tlsx.Files{CertFile: c.PublicCertFile, KeyFile: c.PublicKeyFile}
+}
+
+// PublicSource loads the certificate, reloaded on change; nil without one (plaintext).
+func (c PublicTLS) PublicSource() (*tlsx.Source, error) {
+	if !c.PublicTLSEnabled() {
+		return nil, nil
+	}
+	return tlsx.NewSource(c.PublicFiles())
 }
 
 // Check validates the settings for the listeners in addrs (a variable's name → its address).
@@ -123,7 +131,7 @@ func (c PublicTLS) Check(addrs map[string]string) error {
 	if (c.PublicCertFile == "") != (c.PublicKeyFile == "") {
 		return errors.New("INTEGRATIONS_PUBLIC_TLS_CERT_FILE, INTEGRATIONS_PUBLIC_TLS_KEY_FILE: set both or neither")
 	}
-	if c.Enabled() || c.PublicPlaintext {
+	if c.PublicTLSEnabled() || c.PublicPlaintext {
 		return nil
 	}
 	var errs []error

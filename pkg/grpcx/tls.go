@@ -51,8 +51,12 @@ func (in *Internal) serverCredentials() credentials.TransportCredentials {
 }
 
 // PublicCredentials serves a client-facing listener with the Source's certificate (server
-// authentication only: clients authenticate with API keys or adapter credentials).
+// authentication only: clients authenticate with API keys or adapter credentials); nil for a
+// nil Source (plaintext).
 func PublicCredentials(src *tlsx.Source) credentials.TransportCredentials {
+	if src == nil {
+		return nil
+	}
 	return credentials.NewTLS(tlsx.ServerConfig(src))
 }
 

@@ -91,7 +91,15 @@ func run() error {
 	}, logger)
 
 	app := lifecycle.New(logger, cfg.Shutdown())
-	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger})
+	internal, err := grpcx.NewInternal(cfg.InternalFiles())
+	if err != nil {
+		return err
+	}
+	if !internal.Enabled() {
+		logger.Warn("internal mTLS is off (INTEGRATIONS_INTERNAL_PLAINTEXT): any local process may call this service")
+	}
+	// Health only: the empty Policy refuses every other method.
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Internal: internal, Policy: grpcx.Policy{}})
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err
 	}

@@ -65,11 +65,22 @@ func run() error {
 		return err
 	}
 	app := lifecycle.New(logger, cfg.Shutdown())
-	dispatcherConn, err := grpcx.Dial(cfg.DispatcherAddr)
+	internal, err := grpcx.NewInternal(cfg.InternalFiles())
 	if err != nil {
 		return err
 	}
-	settlementConn, err := grpcx.Dial(cfg.SettlementAddr)
+	if !internal.Enabled() {
+		logger.Warn("internal mTLS is off (INTEGRATIONS_INTERNAL_PLAINTEXT): calls to settlement and the dispatcher are plaintext")
+	}
+	publicTLS, err := cfg.PublicSource()
+	if err != nil {
+		return err
+	}
+	dispatcherConn, err := grpcx.Dial(cfg.DispatcherAddr, internal.DialOption("dispatcher"))
+	if err != nil {
+		return err
+	}
+	settlementConn, err := grpcx.Dial(cfg.SettlementAddr, internal.DialOption("settlement"))
 	if err != nil {
 		return err
 	}
@@ -80,6 +91,7 @@ func run() error {
 	// so that an oversized payload is refused by validation with a message naming the field.
 	srv := grpcx.NewServer(grpcx.ServerConfig{
 		Logger:         logger,
+		Public:         grpcx.PublicCredentials(publicTLS),
 		MaxRecvMsgSize: 2*cfg.MaxPayloadBytes + 64<<10,
 		Interceptors:   []grpc.UnaryServerInterceptor{server.AuthInterceptor(st)},
 	})
@@ -115,6 +127,7 @@ func run() error {
 	// REST is registered first so that it stops first: it proxies to the gRPC server.
 	if err := httpapi.Run(ctx, app, logger, httpapi.Config{
 		Addr: cfg.HTTPAddr, GRPCAddr: cfg.GRPCAddr, MaxBodyBytes: int64(2*cfg.MaxPayloadBytes + 64<<10),
+		TLS: publicTLS,
 		Extra: system.Handlers(system.Config{
 			AdminToken: cfg.AdminToken,
 			Broker:     mq.Config{URL: cfg.AMQPURL, Scope: cfg.QueueScope, TimeScale: cfg.TimeScale, Logger: logger},

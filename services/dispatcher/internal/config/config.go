@@ -33,7 +33,7 @@ func (c Config) RecoverEvery() time.Duration {
 
 // Validate checks the dispatcher's own settings.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate()}
+	errs := []error{c.Common.Validate(), c.CheckInternalPlaintext(map[string]string{"INTEGRATIONS_GRPC_ADDR": c.GRPCAddr})}
 	if c.Interval <= 0 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_DISPATCH_INTERVAL: %v must be positive", c.Interval))
 	}

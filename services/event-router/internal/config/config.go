@@ -43,7 +43,7 @@ type Config struct {
 
 // Validate checks the router's own settings.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate()}
+	errs := []error{c.Common.Validate(), c.CheckInternalPlaintext(map[string]string{"INTEGRATIONS_GRPC_ADDR": c.GRPCAddr})}
 	if c.EventStaleAfter < time.Second {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_EVENT_STALE_AFTER: %v must be at least 1s", c.EventStaleAfter))
 	}

@@ -22,7 +22,9 @@ type Config struct {
 
 // Validate checks the consumer's own settings.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate()}
+	errs := []error{c.Common.Validate(), c.CheckInternalPlaintext(map[string]string{
+		"INTEGRATIONS_GRPC_ADDR": c.GRPCAddr, "INTEGRATIONS_SETTLEMENT_ADDR": c.SettlementAddr, "INTEGRATIONS_DISPATCHER_ADDR": c.DispatcherAddr,
+	})}
 	if c.Concurrency < 1 || c.Concurrency > 1024 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_CONSUMER_CONCURRENCY: %d must be between 1 and 1024", c.Concurrency))
 	}

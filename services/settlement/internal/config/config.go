@@ -26,7 +26,9 @@ type Config struct {
 
 // Validate checks the settings.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate()}
+	errs := []error{c.Common.Validate(), c.CheckInternalPlaintext(map[string]string{
+		"INTEGRATIONS_GRPC_ADDR": c.GRPCAddr, "INTEGRATIONS_DISPATCHER_ADDR": c.DispatcherAddr,
+	})}
 	if c.SweepGrace < 0 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_SWEEP_GRACE: %v must not be negative", c.SweepGrace))
 	}
