@@ -39,6 +39,7 @@ func root() *cobra.Command {
 	client.register(cmd)
 	cmd.AddCommand(migrateCmd(&databaseURL), catalogCmd(&databaseURL),
 		invokeCmd(&client), getCmd(&client), listCmd(&client), consumerCmd(&client), eventsCmd(&client))
+	cmd.AddCommand(devCertsCmd())
 	return cmd
 }
 
