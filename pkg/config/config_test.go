@@ -12,7 +12,6 @@ import (
 
 func TestShutdownTimeouts(t *testing.T) {
 	t.Setenv("INTEGRATIONS_LOG_LEVEL", "info")
-	t.Setenv("INTEGRATIONS_INTERNAL_PLAINTEXT", "true")
 	c, err := Load[Common]()
 	require.NoError(t, err)
 	assert.Equal(t, lifecycle.Timeouts{Drain: 5 * time.Second, Soft: 10 * time.Second, Hard: 15 * time.Second}, c.Shutdown(),
@@ -52,7 +51,6 @@ func TestShutdownPhasesDerivedFromTheTimeout(t *testing.T) {
 		Common
 		Other string `env:"INTEGRATIONS_OTHER" envDefault:"x"`
 	}
-	t.Setenv("INTEGRATIONS_INTERNAL_PLAINTEXT", "true")
 	for _, tc := range []struct {
 		drain, soft, hard string
 		want              lifecycle.Timeouts
@@ -92,17 +90,17 @@ func TestShutdownPhasesDerivedFromTheTimeout(t *testing.T) {
 // missing variables; plaintext is accepted on loopback addresses only.
 func TestInternalTLSRequired(t *testing.T) {
 	t.Setenv("INTEGRATIONS_TLS_CERT_FILE", "/etc/tls/tls.crt")
-	_, err := Load[Common]()
+	_, err := Load[InternalTLS]()
 	require.ErrorContains(t, err, "INTEGRATIONS_TLS_CA_FILE, INTEGRATIONS_TLS_KEY_FILE: internal mTLS needs")
 	t.Setenv("INTEGRATIONS_TLS_KEY_FILE", "/etc/tls/tls.key")
 	t.Setenv("INTEGRATIONS_TLS_CA_FILE", "/etc/tls/ca.crt")
-	c, err := Load[Common]()
+	c, err := Load[InternalTLS]()
 	require.NoError(t, err)
 	assert.Equal(t, "/etc/tls/ca.crt", c.InternalFiles().CAFile)
 	assert.NoError(t, c.CheckInternalPlaintext(map[string]string{"INTEGRATIONS_GRPC_ADDR": "0.0.0.0:9094"}), "mTLS on: any address")
 
 	t.Setenv("INTEGRATIONS_INTERNAL_PLAINTEXT", "true")
-	c, err = Load[Common]()
+	c, err = Load[InternalTLS]()
 	require.NoError(t, err)
 	assert.Zero(t, c.InternalFiles(), "plaintext: no identity loaded even if files are set")
 	assert.NoError(t, c.CheckInternalPlaintext(map[string]string{"INTEGRATIONS_GRPC_ADDR": "127.0.0.1:9094", "INTEGRATIONS_DISPATCHER_ADDR": "localhost:9091"}))

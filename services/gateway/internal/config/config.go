@@ -12,6 +12,8 @@ import (
 // Config is read from the environment.
 type Config struct {
 	config.Common
+	// InternalTLS is the service's identity on the internal hops (mTLS).
+	config.InternalTLS
 	// PublicTLS is served on the REST and gRPC ports.
 	config.PublicTLS
 	GRPCAddr       string `env:"INTEGRATIONS_GRPC_ADDR" envDefault:"127.0.0.1:9090"`
@@ -42,6 +44,7 @@ type Config struct {
 func (c Config) Validate() error {
 	errs := []error{
 		c.Common.Validate(),
+		c.InternalTLS.Validate(),
 		// The gateway's own ports are client-facing; it dials the internal ones.
 		c.CheckInternalPlaintext(map[string]string{"INTEGRATIONS_SETTLEMENT_ADDR": c.SettlementAddr, "INTEGRATIONS_DISPATCHER_ADDR": c.DispatcherAddr}),
 		c.PublicTLS.Check(map[string]string{"INTEGRATIONS_GRPC_ADDR": c.GRPCAddr, "INTEGRATIONS_HTTP_ADDR": c.HTTPAddr}),
