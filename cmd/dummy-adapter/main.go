@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 
+	"google.golang.org/grpc"
+
 	"github.com/integrations-platform/integrations/cmd/internal/dummy"
 	"github.com/integrations-platform/integrations/pkg/adapter"
 	"github.com/integrations-platform/integrations/pkg/config"
@@ -40,9 +42,17 @@ func run() error {
 	}
 	defer func() { _ = journal.Close() }()
 
+	var callbackDial []grpc.DialOption
+	if cfg.CallbackTLS || cfg.CallbackCAFile != "" {
+		opt, err := grpcx.PublicDialOption(cfg.CallbackCAFile)
+		if err != nil {
+			return fmt.Errorf("INTEGRATIONS_CALLBACK_CA_FILE: %w", err)
+		}
+		callbackDial = append(callbackDial, opt)
+	}
 	app := lifecycle.New(logger, cfg.Shutdown())
 	ad := adapter.New(dummy.NewHandler(logger, journal), adapter.Options{
-		CallbackAddr: cfg.CallbackAddr, Credential: cfg.Credential, Logger: logger,
+		CallbackAddr: cfg.CallbackAddr, Credential: cfg.Credential, Logger: logger, DialOptions: callbackDial,
 	})
 	// Background work stops after the gRPC server stopped taking calls: it is cancelled and
 	// reports a retryable failure, so the next attempt need not wait for its lease to expire.
