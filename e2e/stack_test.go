@@ -109,12 +109,12 @@ type stack struct {
 	// for restURL either way.
 	publicTLS bool
 	http      *http.Client
-	apiKey            string
-	schema            *dbtest.Schema
-	procs             map[string]*process
-	logDir            string
-	timeout           time.Duration
-	mu                sync.Mutex
+	apiKey    string
+	schema    *dbtest.Schema
+	procs     map[string]*process
+	logDir    string
+	timeout   time.Duration
+	mu        sync.Mutex
 }
 
 type process struct {
