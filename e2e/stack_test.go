@@ -103,18 +103,19 @@ type stack struct {
 	t                 *testing.T
 	env               []string
 	addrs             map[string]string // name → gRPC (or listen) address
-	binaryOf          map[string]string // instance name → program
 	restURL           string
+	apiKey            string
+	schema            *dbtest.Schema
+	procs             map[string]*process
+	logDir            string
+	timeout           time.Duration
+	mu                sync.Mutex
+
 	// publicTLS: the client-facing listeners serve TLS (see newStackTLS); http is the client
 	// for restURL either way.
 	publicTLS bool
 	http      *http.Client
-	apiKey    string
-	schema    *dbtest.Schema
-	procs     map[string]*process
-	logDir    string
-	timeout   time.Duration
-	mu        sync.Mutex
+	binaryOf  map[string]string // instance name → program, guarded by mu
 }
 
 type process struct {
