@@ -120,11 +120,11 @@ func (c PublicTLS) PublicFiles() tlsx.Files {
 }
 
 // PublicSource loads the certificate, reloaded on change; nil without one (plaintext).
-func (c PublicTLS) PublicSource() (*tlsx.Source, error) {
+func (c PublicTLS) PublicSource(opts ...tlsx.Option) (*tlsx.Source, error) {
 	if !c.PublicTLSEnabled() {
 		return nil, nil
 	}
-	return tlsx.NewSource(c.PublicFiles())
+	return tlsx.NewSource(c.PublicFiles(), opts...)
 }
 
 // Check validates the settings for the listeners in addrs (a variable's name → its address).

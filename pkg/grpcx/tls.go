@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"strings"
 
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -23,11 +24,11 @@ type Internal struct {
 }
 
 // NewInternal loads a service's internal identity; zero files mean plaintext (a nil *Internal).
-func NewInternal(files tlsx.Files) (*Internal, error) {
+func NewInternal(files tlsx.Files, opts ...tlsx.Option) (*Internal, error) {
 	if files == (tlsx.Files{}) {
 		return nil, nil
 	}
-	src, err := tlsx.NewSource(files)
+	src, err := tlsx.NewSource(files, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -48,6 +49,19 @@ func (in *Internal) DialOption(peerService string) grpc.DialOption {
 
 func (in *Internal) serverCredentials() credentials.TransportCredentials {
 	return credentials.NewTLS(tlsx.MutualServerConfig(in.src))
+}
+
+// LogReloads is a tlsx.OnReload that logs each reload of TLS files, and a failure as an error:
+// the service keeps the last good certificate, which will expire.
+func LogReloads(log *zap.Logger) tlsx.Option {
+	return tlsx.OnReload(func(f tlsx.Files, err error) {
+		fields := []zap.Field{zap.String("cert_file", f.CertFile), zap.String("ca_file", f.CAFile)}
+		if err != nil {
+			log.Error("TLS files changed but could not be loaded; the last good ones stay in use", append(fields, zap.Error(err))...)
+			return
+		}
+		log.Info("TLS files reloaded", fields...)
+	})
 }
 
 // PublicCredentials serves a client-facing listener with the Source's certificate (server

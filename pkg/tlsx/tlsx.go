@@ -58,6 +58,7 @@ type Source struct {
 	files    Files
 	interval time.Duration
 	now      func() time.Time
+	onReload func(Files, error)
 
 	mu        sync.Mutex
 	checked   time.Time
@@ -65,6 +66,7 @@ type Source struct {
 	cert      *tls.Certificate
 	pool      *x509.CertPool
 	lastError error
+	statError bool // lastError is a stat's: cleared when the files are back unchanged
 }
 
 type stamp struct {
@@ -77,6 +79,11 @@ type Option func(*Source)
 
 // CheckInterval sets how often the files are stat'ed, at most (default DefaultCheckInterval).
 func CheckInterval(d time.Duration) Option { return func(s *Source) { s.interval = d } }
+
+// OnReload is called after each reload a change of the files caused, with its error (nil: the
+// new material is in use; otherwise the last good material stays), e.g. to log it. It runs on a
+// handshake's goroutine, under the Source's lock: it must not call the Source.
+func OnReload(f func(Files, error)) Option { return func(s *Source) { s.onReload = f } }
 
 // NewSource loads the files at once: a missing or invalid file is an error naming it.
 func NewSource(files Files, opts ...Option) (*Source, error) {
@@ -156,8 +163,14 @@ func (s *Source) refresh() {
 	s.checked = now
 	stamps, err := s.stat()
 	if err != nil {
-		s.lastError = err
+		if s.lastError == nil && s.onReload != nil {
+			s.onReload(s.files, err) // reported once, not at every check while it lasts
+		}
+		s.lastError, s.statError = err, true
 		return
+	}
+	if s.statError {
+		s.lastError, s.statError = nil, false
 	}
 	changed := false
 	for p, st := range stamps {
@@ -166,8 +179,12 @@ func (s *Source) refresh() {
 		}
 	}
 	if changed {
-		if err := s.load(stamps); err != nil {
+		err := s.load(stamps)
+		if err != nil {
 			s.lastError = err // keep serving what was loaded; retried at the next check
+		}
+		if s.onReload != nil {
+			s.onReload(s.files, err)
 		}
 	}
 }

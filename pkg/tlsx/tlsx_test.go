@@ -139,7 +139,8 @@ func TestBadRotationKeepsTheLoadedCertificate(t *testing.T) {
 	ca, err := devca.Ensure(dir, "dispatcher")
 	require.NoError(t, err)
 	files := tlsx.Files{CertFile: devca.CertFile(dir, "dispatcher"), KeyFile: devca.KeyFile(dir, "dispatcher"), CAFile: devca.CAFile(dir)}
-	src, err := tlsx.NewSource(files, tlsx.CheckInterval(0))
+	var reloads []error
+	src, err := tlsx.NewSource(files, tlsx.CheckInterval(0), tlsx.OnReload(func(_ tlsx.Files, err error) { reloads = append(reloads, err) }))
 	require.NoError(t, err)
 	before := src.Certificate()
 	require.NoError(t, os.WriteFile(files.CertFile, []byte("-----BEGIN CERTIFICATE-----\ntrunc"), 0o600))
@@ -148,6 +149,20 @@ func TestBadRotationKeepsTheLoadedCertificate(t *testing.T) {
 	require.NoError(t, ca.Issue("dispatcher"))
 	assert.NotSame(t, before, src.Certificate())
 	assert.NoError(t, src.Err())
+	require.Len(t, reloads, 2, "each change is reported once")
+	assert.Error(t, reloads[0])
+	assert.NoError(t, reloads[1])
+
+	// A file gone for a moment (a careless swap) is reported once; back unchanged, all is well.
+	moved := files.CAFile + ".away"
+	require.NoError(t, os.Rename(files.CAFile, moved))
+	src.Pool()
+	src.Pool()
+	assert.ErrorContains(t, src.Err(), "ca.pem")
+	require.NoError(t, os.Rename(moved, files.CAFile))
+	src.Pool()
+	assert.NoError(t, src.Err())
+	assert.Len(t, reloads, 3)
 }
 
 // TestIdentityIsChecked: a client refuses a server of another identity or another CA; a server

@@ -45,14 +45,14 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	internal, err := grpcx.NewInternal(cfg.InternalFiles())
+	internal, err := grpcx.NewInternal(cfg.InternalFiles(), grpcx.LogReloads(logger))
 	if err != nil {
 		return err
 	}
 	if !internal.Enabled() {
 		logger.Warn("internal mTLS is off (INTEGRATIONS_INTERNAL_PLAINTEXT): any local process may call this service")
 	}
-	publicTLS, err := cfg.PublicSource()
+	publicTLS, err := cfg.PublicSource(grpcx.LogReloads(logger))
 	if err != nil {
 		return err
 	}

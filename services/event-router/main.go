@@ -91,7 +91,7 @@ func run() error {
 	}, logger)
 
 	app := lifecycle.New(logger, cfg.Shutdown())
-	internal, err := grpcx.NewInternal(cfg.InternalFiles())
+	internal, err := grpcx.NewInternal(cfg.InternalFiles(), grpcx.LogReloads(logger))
 	if err != nil {
 		return err
 	}

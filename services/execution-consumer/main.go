@@ -58,7 +58,7 @@ func run() error {
 	if err := broker.Declare(ctx, routes.Executions); err != nil {
 		return err
 	}
-	internal, err := grpcx.NewInternal(cfg.InternalFiles())
+	internal, err := grpcx.NewInternal(cfg.InternalFiles(), grpcx.LogReloads(logger))
 	if err != nil {
 		return err
 	}

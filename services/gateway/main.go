@@ -65,14 +65,14 @@ func run() error {
 		return err
 	}
 	app := lifecycle.New(logger, cfg.Shutdown())
-	internal, err := grpcx.NewInternal(cfg.InternalFiles())
+	internal, err := grpcx.NewInternal(cfg.InternalFiles(), grpcx.LogReloads(logger))
 	if err != nil {
 		return err
 	}
 	if !internal.Enabled() {
 		logger.Warn("internal mTLS is off (INTEGRATIONS_INTERNAL_PLAINTEXT): calls to settlement and the dispatcher are plaintext")
 	}
-	publicTLS, err := cfg.PublicSource()
+	publicTLS, err := cfg.PublicSource(grpcx.LogReloads(logger))
 	if err != nil {
 		return err
 	}
