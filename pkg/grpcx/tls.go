@@ -3,6 +3,9 @@ package grpcx
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
 	"strings"
 
 	"go.uber.org/zap"
@@ -33,6 +36,31 @@ func NewInternal(files tlsx.Files, opts ...tlsx.Option) (*Internal, error) {
 		return nil, err
 	}
 	return &Internal{src: src}, nil
+}
+
+// ServiceIdentity loads the internal identity of the platform service named service, logging
+// reloads, and checks that the certificate is that service's (spiffe://integrations/<service>):
+// a certificate mounted into the wrong service fails at start, not at every peer's handshake.
+// Zero files mean plaintext (a nil *Internal).
+func ServiceIdentity(service string, files tlsx.Files, log *zap.Logger) (*Internal, error) {
+	in, err := NewInternal(files, LogReloads(log))
+	if in == nil || err != nil {
+		return in, err
+	}
+	cert := in.src.Certificate()
+	if cert == nil {
+		return nil, errors.New("grpcx: the internal identity has no certificate")
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("grpcx: the internal identity's certificate: %w", err)
+	}
+	for _, u := range leaf.URIs {
+		if got, ok := tlsx.ServiceOf(u); ok && got == service {
+			return in, nil
+		}
+	}
+	return nil, fmt.Errorf("INTEGRATIONS_TLS_CERT_FILE: %s is not a certificate of %s (its URI SANs: %v)", files.CertFile, tlsx.ID(service), leaf.URIs)
 }
 
 // Enabled says whether the hops are mTLS.

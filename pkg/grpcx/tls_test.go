@@ -118,3 +118,20 @@ func echoService(name string) *grpc.ServiceDesc {
 		}},
 	}
 }
+
+// TestServiceIdentity: a service refuses to start with another service's certificate.
+func TestServiceIdentity(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	_, err := devca.Ensure(dir, "settlement")
+	require.NoError(t, err)
+	files := tlsx.Files{CertFile: devca.CertFile(dir, "settlement"), KeyFile: devca.KeyFile(dir, "settlement"), CAFile: devca.CAFile(dir)}
+	in, err := grpcx.ServiceIdentity("settlement", files, zap.NewNop())
+	require.NoError(t, err)
+	assert.True(t, in.Enabled())
+	_, err = grpcx.ServiceIdentity("dispatcher", files, zap.NewNop())
+	assert.ErrorContains(t, err, "INTEGRATIONS_TLS_CERT_FILE: "+files.CertFile+" is not a certificate of spiffe://integrations/dispatcher")
+	in, err = grpcx.ServiceIdentity("dispatcher", tlsx.Files{}, zap.NewNop())
+	require.NoError(t, err)
+	assert.False(t, in.Enabled(), "no files: plaintext")
+}

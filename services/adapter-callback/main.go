@@ -45,7 +45,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	internal, err := grpcx.NewInternal(cfg.InternalFiles(), grpcx.LogReloads(logger))
+	internal, err := grpcx.ServiceIdentity("adapter-callback", cfg.InternalFiles(), logger)
 	if err != nil {
 		return err
 	}

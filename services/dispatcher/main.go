@@ -72,7 +72,7 @@ func run() error {
 		Interval: cfg.Interval, ClaimTTL: cfg.ClaimTTL, Horizon: horizon, BatchSize: cfg.BatchSize,
 	})
 
-	internal, err := grpcx.NewInternal(cfg.InternalFiles(), grpcx.LogReloads(logger))
+	internal, err := grpcx.ServiceIdentity("dispatcher", cfg.InternalFiles(), logger)
 	if err != nil {
 		return err
 	}

@@ -91,7 +91,7 @@ func run() error {
 	}, logger)
 
 	app := lifecycle.New(logger, cfg.Shutdown())
-	internal, err := grpcx.NewInternal(cfg.InternalFiles(), grpcx.LogReloads(logger))
+	internal, err := grpcx.ServiceIdentity("event-router", cfg.InternalFiles(), logger)
 	if err != nil {
 		return err
 	}

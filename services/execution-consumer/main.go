@@ -58,7 +58,7 @@ func run() error {
 	if err := broker.Declare(ctx, routes.Executions); err != nil {
 		return err
 	}
-	internal, err := grpcx.NewInternal(cfg.InternalFiles(), grpcx.LogReloads(logger))
+	internal, err := grpcx.ServiceIdentity("execution-consumer", cfg.InternalFiles(), logger)
 	if err != nil {
 		return err
 	}

@@ -65,7 +65,7 @@ func run() error {
 		return err
 	}
 	app := lifecycle.New(logger, cfg.Shutdown())
-	internal, err := grpcx.NewInternal(cfg.InternalFiles(), grpcx.LogReloads(logger))
+	internal, err := grpcx.ServiceIdentity("gateway", cfg.InternalFiles(), logger)
 	if err != nil {
 		return err
 	}
