@@ -35,14 +35,22 @@ const DefaultCheckInterval = 2 * time.Second
 // ID is the SPIFFE ID of a service: spiffe://integrations/<service>.
 func ID(service string) string { return "spiffe://" + TrustDomain + "/" + service }
 
-// ServiceOf returns the service named by a SPIFFE ID of the platform's trust domain.
+// ServiceOf returns the service named by a SPIFFE ID of the platform's trust domain: exactly
+// spiffe://integrations/<name>, name of lower-case letters, digits and dashes — no port, user,
+// query, fragment or escapes, so that one identity has one spelling.
 func ServiceOf(id *url.URL) (string, bool) {
-	if id == nil || id.Scheme != "spiffe" || id.Host != TrustDomain {
+	if id == nil || id.Scheme != "spiffe" || id.Host != TrustDomain || id.User != nil || id.Opaque != "" ||
+		id.RawPath != "" || id.RawQuery != "" || id.ForceQuery || id.Fragment != "" || id.RawFragment != "" {
 		return "", false
 	}
-	name := strings.TrimPrefix(id.Path, "/")
-	if name == "" || strings.Contains(name, "/") {
+	name, ok := strings.CutPrefix(id.Path, "/")
+	if !ok || name == "" || len(name) > 63 {
 		return "", false
+	}
+	for _, r := range name {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+			return "", false
+		}
 	}
 	return name, true
 }

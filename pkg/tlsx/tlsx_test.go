@@ -202,11 +202,19 @@ func TestIdentityIsChecked(t *testing.T) {
 
 func TestServiceOf(t *testing.T) {
 	for id, want := range map[string]string{
-		"spiffe://integrations/settlement": "settlement",
-		"spiffe://other/settlement":        "",
-		"spiffe://integrations/a/b":        "",
-		"https://integrations/settlement":  "",
-		"spiffe://integrations/":           "",
+		"spiffe://integrations/settlement":         "settlement",
+		"spiffe://other/settlement":                "",
+		"spiffe://integrations/a/b":                "",
+		"https://integrations/settlement":          "",
+		"spiffe://integrations/":                   "",
+		"spiffe://integrations/gateway?x":          "",
+		"spiffe://integrations/gateway#x":          "",
+		"spiffe://u@integrations/gateway":          "",
+		"spiffe://integrations:1/gateway":          "",
+		"spiffe://integrations/Gateway":            "",
+		"spiffe://integrations/gate%77ay":          "",
+		"spiffe://INTEGRATIONS/gateway":            "",
+		"spiffe://integrations/execution-consumer": "execution-consumer",
 	} {
 		u, err := urlParse(id)
 		require.NoError(t, err)
@@ -240,4 +248,23 @@ func TestSelfClientConfig(t *testing.T) {
 	_, err = served(t, addr, tlsx.SelfClientConfig(otherSrc))
 	assert.ErrorContains(t, err, "not presenting this process's own certificate")
 	<-peers
+}
+
+// FuzzServiceOf: whatever a certificate's URI SAN says, an identity is accepted only in its one
+// spelling, ID(name).
+func FuzzServiceOf(f *testing.F) {
+	for _, s := range []string{"spiffe://integrations/settlement", "spiffe://integrations/a/b", "spiffe://integrations/x?y",
+		"spiffe://u@integrations/gateway", "spiffe://integrations/gate%77ay", "spiffe:integrations/gateway"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		u, err := url.Parse(s)
+		if err != nil {
+			return
+		}
+		name, ok := tlsx.ServiceOf(u)
+		if ok && (tlsx.ID(name) != u.String() || tlsx.ID(name) != s) {
+			t.Fatalf("%q accepted as %q", s, name)
+		}
+	})
 }
