@@ -82,7 +82,7 @@ func TestTLS(t *testing.T) {
 		fail := &settlementv1.FailAttemptRequest{ExecutionId: id, Attempt: 1,
 			Failure: &executionv1.Failure{Class: "permanent", Code: "forged"}}
 
-		// Another CA's certificate naming a platform service: the handshake fails.
+		// Another CA's certificate naming a platform service: verified after the handshake, refused.
 		other := t.TempDir()
 		_, err := devca.Ensure(other, "gateway")
 		require.NoError(t, err)
@@ -102,7 +102,7 @@ func TestTLS(t *testing.T) {
 			{"the event router's certificate", s.dialAs("settlement", "event-router"), codes.PermissionDenied},
 			{"the dispatcher's certificate", s.dialAs("settlement", "dispatcher"), codes.PermissionDenied},
 			{"settlement's own certificate", s.dialAs("settlement", "settlement"), codes.PermissionDenied},
-			{"another CA's certificate", forgedConn, codes.Unavailable},
+			{"another CA's certificate", forgedConn, codes.Unauthenticated},
 		} {
 			client := settlementv1.NewSettlementServiceClient(c.conn)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	"go.uber.org/zap"
@@ -76,7 +77,38 @@ func (in *Internal) DialOption(peerService string) grpc.DialOption {
 }
 
 func (in *Internal) serverCredentials() credentials.TransportCredentials {
-	return credentials.NewTLS(tlsx.MutualServerConfig(in.src))
+	return &mutualCreds{TransportCredentials: credentials.NewTLS(tlsx.MutualServerConfig(in.src)), src: in.src}
+}
+
+// mutualCreds verifies a client's certificate once, after the handshake, and keeps the outcome
+// with the connection (peerInfo) for the Policy to read on each call.
+type mutualCreds struct {
+	credentials.TransportCredentials
+	src *tlsx.Source
+}
+
+// peerInfo is a connection's TLS state and its caller's identity, or why it has none.
+type peerInfo struct {
+	credentials.TLSInfo
+	service string
+	err     error
+}
+
+func (c *mutualCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, auth, err := c.TransportCredentials.ServerHandshake(raw)
+	if err != nil {
+		return conn, auth, err
+	}
+	info, ok := auth.(credentials.TLSInfo)
+	if !ok {
+		return conn, auth, nil
+	}
+	service, verr := tlsx.ClientService(c.src, info.State)
+	return conn, peerInfo{TLSInfo: info, service: service, err: verr}, nil
+}
+
+func (c *mutualCreds) Clone() credentials.TransportCredentials {
+	return &mutualCreds{TransportCredentials: c.TransportCredentials.Clone(), src: c.src}
 }
 
 // LogReloads is a tlsx.OnReload that logs each reload of TLS files, and a failure as an error:
@@ -118,9 +150,12 @@ func (p Policy) authorize(ctx context.Context, method string) error {
 	if strings.HasPrefix(method, healthPrefix) {
 		return nil
 	}
-	caller, ok := PeerService(ctx)
-	if !ok {
+	caller, err := peerService(ctx)
+	if errors.Is(err, tlsx.ErrNoClientCertificate) {
 		return apperr.Unauthenticated("a client certificate of the platform's internal CA is required")
+	}
+	if err != nil {
+		return apperr.Unauthenticated("the client certificate is not accepted: %s", truncate(err.Error(), 200))
 	}
 	allowed, listed := p[method]
 	if !listed {
@@ -139,17 +174,30 @@ func (p Policy) authorize(ctx context.Context, method string) error {
 	return apperr.New(apperr.KindPermissionDenied, "CALLER_NOT_ALLOWED", "%s may not call this method", caller)
 }
 
-// PeerService is the platform service a call comes from, by its verified client certificate.
+// PeerService is the platform service a call to an internal server comes from, by its verified
+// client certificate.
 func PeerService(ctx context.Context) (string, bool) {
+	s, err := peerService(ctx)
+	return s, err == nil
+}
+
+func peerService(ctx context.Context) (string, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.AuthInfo == nil {
-		return "", false
+		return "", tlsx.ErrNoClientCertificate
 	}
-	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	info, ok := p.AuthInfo.(peerInfo)
 	if !ok {
-		return "", false
+		return "", tlsx.ErrNoClientCertificate // not an internal server's connection
 	}
-	return tlsx.PeerService(info.State)
+	return info.service, info.err
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 func policyUnary(p Policy) grpc.UnaryServerInterceptor {

@@ -28,7 +28,8 @@ func internalOf(t *testing.T, dir, name string) *grpcx.Internal {
 }
 
 // TestPolicy: an mTLS server with a Policy answers health to a caller without a certificate,
-// refuses its other methods to it with UNAUTHENTICATED, to a platform service the Policy does not
+// refuses its other methods to it and to a caller with another CA's certificate with
+// UNAUTHENTICATED, to a platform service the Policy does not
 // list with PERMISSION_DENIED, and a method the Policy does not name to everyone; it serves a
 // listed caller; a plain-text client does not get through at all.
 func TestPolicy(t *testing.T) {
@@ -74,6 +75,18 @@ func TestPolicy(t *testing.T) {
 	anonymous := dial(anonID.DialOption("settlement"))
 	require.NoError(t, health(anonymous), "health needs no client certificate")
 	assert.Equal(t, codes.Unauthenticated, status.Code(call(anonymous, "/test.Sleeper/Sleep")))
+
+	// Another CA's certificate, naming a listed service: UNAUTHENTICATED, not a transport failure.
+	other := t.TempDir()
+	_, err = devca.Ensure(other, "gateway")
+	require.NoError(t, err)
+	forged, err := grpcx.NewInternal(tlsx.Files{CertFile: devca.CertFile(other, "gateway"), KeyFile: devca.KeyFile(other, "gateway"), CAFile: devca.CAFile(dir)})
+	require.NoError(t, err)
+	forgedConn := dial(forged.DialOption("settlement"))
+	require.NoError(t, health(forgedConn), "health does not look at the certificate")
+	err = call(forgedConn, "/test.Sleeper/Sleep")
+	assert.Equal(t, codes.Unauthenticated, status.Code(err))
+	assert.Contains(t, status.Convert(err).Message(), "the client certificate is not accepted")
 
 	consumer := dial(internalOf(t, dir, "execution-consumer").DialOption("settlement"))
 	err = call(consumer, "/test.Sleeper/Sleep")

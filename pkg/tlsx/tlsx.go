@@ -239,9 +239,11 @@ func ServerConfig(src *Source) *tls.Config {
 }
 
 // MutualServerConfig is an internal listener's: the Source's certificate, and a client
-// certificate verified against the Source's CA when one is presented. A call without one is not
-// refused here — health probes present none — but by the authorization interceptor
-// (grpcx.Policy), which refuses every other method to a caller without a verified identity.
+// certificate asked for but not verified in the handshake. The handshake lets a caller without a
+// valid one through — health probes present none — so that the authorization interceptor
+// (grpcx.Policy) can answer it UNAUTHENTICATED, a status the caller can act on, rather than a
+// transport failure; the interceptor refuses every method but health to a caller whose
+// certificate ClientService does not accept. Verification happens once per connection.
 func MutualServerConfig(src *Source) *tls.Config {
 	cfg := base()
 	cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
@@ -252,8 +254,7 @@ func MutualServerConfig(src *Source) *tls.Config {
 			return nil, errors.New("tlsx: no certificate or CA to serve mTLS with")
 		}
 		c.Certificates = []tls.Certificate{*cert}
-		c.ClientCAs = pool
-		c.ClientAuth = tls.VerifyClientCertIfGiven
+		c.ClientAuth = tls.RequestClientCert
 		return c, nil
 	}
 	return cfg
@@ -327,15 +328,33 @@ func mustLeaf(c *tls.Certificate) *x509.Certificate {
 	return leaf
 }
 
-// PeerService returns the service named by the SPIFFE ID of a verified peer certificate chain.
-func PeerService(cs tls.ConnectionState) (string, bool) {
-	if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
-		return "", false
+// ErrNoClientCertificate is ClientService's error for a client that presented none.
+var ErrNoClientCertificate = errors.New("no client certificate")
+
+// ClientService verifies the client certificate of a connection against the Source's CA (for
+// client authentication) and returns the platform service its SPIFFE ID names.
+func ClientService(src *Source, cs tls.ConnectionState) (string, error) {
+	if len(cs.PeerCertificates) == 0 {
+		return "", ErrNoClientCertificate
 	}
-	for _, u := range cs.VerifiedChains[0][0].URIs {
+	pool := src.Pool()
+	if pool == nil {
+		return "", errors.New("no CA to verify the client certificate with")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	leaf := cs.PeerCertificates[0]
+	if _, err := leaf.Verify(x509.VerifyOptions{
+		Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}); err != nil {
+		return "", fmt.Errorf("client certificate: %w", err)
+	}
+	for _, u := range leaf.URIs {
 		if name, ok := ServiceOf(u); ok {
-			return name, true
+			return name, nil
 		}
 	}
-	return "", false
+	return "", errors.New("the client certificate names no platform service")
 }

@@ -3,6 +3,7 @@ package tlsx_test
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"net"
 	"net/url"
 	"os"
@@ -61,8 +62,9 @@ func (v *secretVolume) leaf() *x509.Certificate {
 	return leaf
 }
 
-// serve runs a TLS server that answers each connection with the client's identity, if any.
-func serve(t *testing.T, cfg *tls.Config) (string, <-chan string) {
+// serve runs a TLS server that answers each connection with the client's identity, if any,
+// verified against src's CA (nil: not looked at).
+func serve(t *testing.T, cfg *tls.Config, src ...*tlsx.Source) (string, <-chan string) {
 	l, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
@@ -76,10 +78,14 @@ func serve(t *testing.T, cfg *tls.Config) (string, <-chan string) {
 			tc := c.(*tls.Conn)
 			if err := tc.Handshake(); err != nil {
 				peers <- "handshake failed"
-			} else if name, ok := tlsx.PeerService(tc.ConnectionState()); ok {
+			} else if len(src) == 0 {
+				peers <- "unchecked"
+			} else if name, err := tlsx.ClientService(src[0], tc.ConnectionState()); err == nil {
 				peers <- name
-			} else {
+			} else if errors.Is(err, tlsx.ErrNoClientCertificate) {
 				peers <- "anonymous"
+			} else {
+				peers <- "refused"
 			}
 			_ = c.Close()
 		}
@@ -110,7 +116,7 @@ func TestRotationWithoutRestart(t *testing.T) {
 	require.NoError(t, err)
 	clientSrc, err := tlsx.NewSource(clientVol.files(), tlsx.CheckInterval(interval))
 	require.NoError(t, err)
-	addr, peers := serve(t, tlsx.MutualServerConfig(serverSrc))
+	addr, peers := serve(t, tlsx.MutualServerConfig(serverSrc), serverSrc)
 	client := tlsx.ClientConfig(clientSrc, "settlement")
 
 	first := serverVol.leaf()
@@ -176,7 +182,8 @@ func TestIdentityIsChecked(t *testing.T) {
 		require.NoError(t, err)
 		return s
 	}
-	addr, peers := serve(t, tlsx.MutualServerConfig(src(dir, "settlement")))
+	settlement := src(dir, "settlement")
+	addr, peers := serve(t, tlsx.MutualServerConfig(settlement), settlement)
 
 	_, err = served(t, addr, tlsx.ClientConfig(src(dir, "gateway"), "dispatcher"))
 	assert.ErrorContains(t, err, "is not spiffe://integrations/dispatcher")
@@ -193,7 +200,12 @@ func TestIdentityIsChecked(t *testing.T) {
 	require.NoError(t, err)
 	_, err = served(t, addr, tlsx.ClientConfig(src(other, "gateway"), "settlement"))
 	assert.Error(t, err, "another CA's server is refused")
-	assert.Equal(t, "handshake failed", <-peers, "and another CA's client certificate")
+	<-peers
+	otherClient, err := tlsx.NewSource(tlsx.Files{CertFile: devca.CertFile(other, "gateway"), KeyFile: devca.KeyFile(other, "gateway"), CAFile: devca.CAFile(dir)})
+	require.NoError(t, err)
+	_, err = served(t, addr, tlsx.ClientConfig(otherClient, "settlement"))
+	require.NoError(t, err, "the handshake lets another CA's client through")
+	assert.Equal(t, "refused", <-peers, "and its certificate is not accepted")
 
 	_, err = served(t, addr, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS11}) //nolint:gosec // the point
 	assert.Error(t, err, "TLS 1.1 is refused")
