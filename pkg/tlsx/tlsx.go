@@ -255,6 +255,7 @@ func MutualServerConfig(src *Source) *tls.Config {
 		}
 		c.Certificates = []tls.Certificate{*cert}
 		c.ClientAuth = tls.RequestClientCert
+		c.ClientCAs = pool // advertised, so that a client picks the right certificate; verified after the handshake
 		return c, nil
 	}
 	return cfg
