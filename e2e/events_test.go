@@ -275,10 +275,10 @@ func TestEvents(t *testing.T) {
 			"INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE=false", "INTEGRATIONS_WEBHOOK_ALLOW_HTTP=false"}
 		s.startInstance("gateway-strict", "gateway")
 		for _, url := range []string{"https://10.0.0.7/hook", "https://127.0.0.1/hook", "https://169.254.169.254/latest", "https://localhost/x"} {
-			req, err := http.NewRequest(http.MethodPut, "http://"+strictHTTP+"/v1/consumer", strings.NewReader(`{"webhook": {"url": "`+url+`"}}`))
+			req, err := http.NewRequest(http.MethodPut, s.scheme()+strictHTTP+"/v1/consumer", strings.NewReader(`{"webhook": {"url": "`+url+`"}}`))
 			require.NoError(t, err)
 			req.Header.Set("Authorization", "Bearer "+keyB)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := s.http.Do(req)
 			require.NoError(t, err)
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()

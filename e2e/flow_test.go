@@ -258,7 +258,7 @@ func TestFlow(t *testing.T) {
 			if token != "" {
 				req.Header.Set("Authorization", "Bearer "+token)
 			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := s.http.Do(req)
 			require.NoError(t, err)
 			defer resp.Body.Close()
 			body, err := io.ReadAll(resp.Body)
@@ -289,7 +289,7 @@ func TestFlow(t *testing.T) {
 			req, err := http.NewRequest(method, s.restURL+path, strings.NewReader(body))
 			require.NoError(t, err)
 			req.Header.Set("Authorization", "Bearer "+adminToken)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := s.http.Do(req)
 			require.NoError(t, err)
 			defer resp.Body.Close()
 			out := map[string]any{}

@@ -122,9 +122,7 @@ func TestLifecycle(t *testing.T) {
 		assert.Equal(t, "transient", failure["class"])
 	})
 
-	callbackConn, err := grpcx.Dial(s.addrs["adapter-callback"])
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = callbackConn.Close() })
+	callbackConn := s.dial("adapter-callback")
 	callbacks := adapterv1.NewAdapterCallbackServiceClient(callbackConn)
 
 	t.Run("refuses a sync execution, which only the gateway settles", func(t *testing.T) {
@@ -146,9 +144,7 @@ func TestLifecycle(t *testing.T) {
 		s.startInstance("settlement-2", "settlement")
 		var clients []settlementv1.SettlementServiceClient
 		for _, name := range []string{"settlement", "settlement-2"} {
-			conn, err := grpcx.Dial(s.addrs[name])
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = conn.Close() })
+			conn := s.dialAs(name, "execution-consumer") // settling as the consumer would
 			clients = append(clients, settlementv1.NewSettlementServiceClient(conn))
 		}
 		result, err := structpb.NewStruct(map[string]any{"from": "process"})

@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -15,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +25,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/integrations-platform/integrations/pkg/catalog"
@@ -30,6 +34,8 @@ import (
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/platformtoken"
 	"github.com/integrations-platform/integrations/pkg/routes"
+	"github.com/integrations-platform/integrations/pkg/tlsx"
+	"github.com/integrations-platform/integrations/pkg/tlsx/devca"
 )
 
 const modulePrefix = "github.com/integrations-platform/integrations/"
@@ -47,6 +53,14 @@ var binaries = map[string]string{
 
 var binDir string
 
+// tlsDir holds the run's throwaway CA and the services' certificates (devca): every stack runs
+// with mTLS on every internal hop.
+var tlsDir string
+
+// publicTLSEnv, set to true, runs every stack with TLS on the client-facing listeners too (the
+// gateway's REST and gRPC ports, adapter-callback's): INTEGRATIONS_E2E_PUBLIC_TLS=true go test ./e2e/
+const publicTLSEnv = "INTEGRATIONS_E2E_PUBLIC_TLS"
+
 // adminToken authenticates the stacks' operator endpoints.
 const adminToken = "e2e-admin-token"
 
@@ -60,6 +74,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
+	tlsDir = filepath.Join(dir, "tls")
+	if _, err := devca.Ensure(tlsDir); err != nil {
+		fmt.Fprintln(os.Stderr, "dev CA:", err)
+		os.Exit(1)
+	}
 	args := []string{"build", "-o", dir + "/"}
 	for _, pkg := range binaries {
 		args = append(args, pkg)
@@ -96,6 +115,11 @@ type stack struct {
 
 	// platformKey signs the platform's calls to the dummy adapter (gateway, execution-consumer).
 	platformKey ed25519.PrivateKey
+	// publicTLS: the client-facing listeners serve TLS (see newStackTLS); http is the client
+	// for restURL either way.
+	publicTLS bool
+	http      *http.Client
+	binaryOf  map[string]string // instance name → program, guarded by mu
 }
 
 type process struct {
@@ -106,19 +130,30 @@ type process struct {
 // newStack prepares a stack and applies its catalog; start launches processes.
 func newStack(t *testing.T) *stack { return newStackScaled(t, timeScale) }
 
+// newStackTLS prepares a stack whose client-facing listeners serve TLS, whatever publicTLSEnv says.
+func newStackTLS(t *testing.T) *stack { return newStackWith(t, timeScale, true) }
+
 // newStackScaled prepares a stack whose delays are multiplied by scale.
 func newStackScaled(t *testing.T, scale float64) *stack {
+	return newStackWith(t, scale, os.Getenv(publicTLSEnv) == "true")
+}
+
+func newStackWith(t *testing.T, scale float64, publicTLS bool) *stack {
 	t.Helper()
 	schema := dbtest.NewSchema(t)
 	s := &stack{
 		t: t, schema: schema, addrs: map[string]string{}, procs: map[string]*process{},
 		logDir: t.TempDir(), apiKey: "dev_" + randomHex(16), timeout: 20 * time.Second,
-		scale: scale, extraEnv: map[string][]string{},
+		scale: scale, extraEnv: map[string][]string{}, binaryOf: map[string]string{},
+		publicTLS: publicTLS, http: http.DefaultClient,
 	}
 	for _, name := range []string{"gateway", "gateway-http", "dispatcher", "execution-consumer", "adapter-callback", "settlement", "event-router", "dummy-adapter"} {
 		s.addrs[name] = freeAddr(t)
 	}
-	s.restURL = "http://" + s.addrs["gateway-http"]
+	s.restURL = s.scheme() + s.addrs["gateway-http"]
+	if publicTLS {
+		s.http = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: caPool(t), MinVersion: tls.VersionTLS12}}}
+	}
 	adapterCredential := "adc_" + randomHex(16)
 	s.adapterCredential = adapterCredential
 	key := make([]byte, 32)
@@ -152,6 +187,10 @@ func newStackScaled(t *testing.T, scale float64) *stack {
 		"INTEGRATIONS_SWEEP_GRACE=100ms",
 		// Nothing routes by health here: a short drain window keeps stops and restarts quick.
 		"INTEGRATIONS_DRAIN_WINDOW=50ms",
+		"INTEGRATIONS_TLS_CA_FILE=" + devca.CAFile(tlsDir),
+	}
+	if publicTLS {
+		s.env = append(s.env, "INTEGRATIONS_CALLBACK_CA_FILE="+devca.CAFile(tlsDir)) // the dummy adapter's callbacks
 	}
 	c, err := catalog.Parse(mustRead(t, "../deploy/catalog/dev.yaml"), func(name string) (string, bool) {
 		switch name {
@@ -213,6 +252,11 @@ func (s *stack) launch(name, binary string) {
 	s.t.Helper()
 	{
 		env := append(append([]string{}, s.env...), "INTEGRATIONS_GRPC_ADDR="+s.addrs[name])
+		env = append(env, identityEnv(binary)...)
+		if s.publicTLS && clientFacing[binary] {
+			env = append(env, "INTEGRATIONS_PUBLIC_TLS_CERT_FILE="+devca.CertFile(tlsDir, devca.Public),
+				"INTEGRATIONS_PUBLIC_TLS_KEY_FILE="+devca.KeyFile(tlsDir, devca.Public))
+		}
 		env = append(env, s.extraEnv[name]...)
 		if name == "gateway" {
 			env = append(env, "INTEGRATIONS_HTTP_ADDR="+s.addrs["gateway-http"])
@@ -227,14 +271,89 @@ func (s *stack) launch(name, binary string) {
 		go func() { _ = cmd.Wait(); _ = logFile.Close(); close(p.done) }()
 		s.mu.Lock()
 		s.procs[name] = p
+		s.binaryOf[name] = binary
 		s.mu.Unlock()
 	}
 }
 
+// clientFacing are the programs whose port is the clients' (applications', adapters'), not the
+// platform's own: TLS with server authentication when publicTLS, never mTLS.
+var clientFacing = map[string]bool{"gateway": true, "adapter-callback": true}
+
+// identityEnv is a program's internal identity: its certificate from the run's CA, for the six
+// services; nothing for the dummy adapter, which is outside the platform.
+func identityEnv(binary string) []string {
+	if !slices.Contains(devca.Services, binary) {
+		return nil
+	}
+	return []string{
+		"INTEGRATIONS_TLS_CERT_FILE=" + devca.CertFile(tlsDir, binary),
+		"INTEGRATIONS_TLS_KEY_FILE=" + devca.KeyFile(tlsDir, binary),
+	}
+}
+
+// internalAs is the internal identity of the service as, for a test calling an internal port as
+// that service would; "" presents no certificate (as a health probe).
+func internalAs(t *testing.T, as string) *grpcx.Internal {
+	t.Helper()
+	files := tlsx.Files{CAFile: devca.CAFile(tlsDir)}
+	if as != "" {
+		files.CertFile, files.KeyFile = devca.CertFile(tlsDir, as), devca.KeyFile(tlsDir, as)
+	}
+	in, err := grpcx.NewInternal(files)
+	require.NoError(t, err)
+	return in
+}
+
+func caPool(t *testing.T) *x509.CertPool {
+	t.Helper()
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(mustRead(t, devca.CAFile(tlsDir))))
+	return pool
+}
+
+// dial connects to an instance as its clients do: a client-facing port plainly or with TLS (the
+// stack's publicTLS), an internal one with mTLS presenting the certificate of the service as
+// ("" for none, as a health probe), the dummy adapter plainly.
+func (s *stack) dialAs(name, as string) *grpc.ClientConn {
+	s.t.Helper()
+	s.mu.Lock()
+	binary, ok := s.binaryOf[name]
+	s.mu.Unlock()
+	if !ok {
+		binary = name
+	}
+	var opts []grpc.DialOption
+	switch {
+	case clientFacing[binary]:
+		if s.publicTLS {
+			opt, err := grpcx.PublicDialOption(devca.CAFile(tlsDir))
+			require.NoError(s.t, err)
+			opts = append(opts, opt)
+		}
+	case slices.Contains(devca.Services, binary):
+		opts = append(opts, internalAs(s.t, as).DialOption(binary))
+	}
+	conn, err := grpcx.Dial(s.addrs[name], opts...)
+	require.NoError(s.t, err)
+	s.t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// scheme is the REST listeners' URL scheme with "://".
+func (s *stack) scheme() string {
+	if s.publicTLS {
+		return "https://"
+	}
+	return "http://"
+}
+
+// dial connects to an instance (see dialAs) without a client certificate.
+func (s *stack) dial(name string) *grpc.ClientConn { return s.dialAs(name, "") }
+
 func (s *stack) awaitServing(name string) {
 	s.t.Helper()
-	conn, err := grpcx.Dial(s.addrs[name])
-	require.NoError(s.t, err)
+	conn := s.dial(name)
 	defer conn.Close()
 	client := grpc_health_v1.NewHealthClient(conn)
 	deadline := time.Now().Add(s.timeout)
@@ -334,7 +453,7 @@ func (s *stack) call(method, path, key string, body []byte, headers ...string) (
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.http.Do(req)
 	require.NoError(s.t, err)
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)

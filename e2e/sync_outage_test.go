@@ -156,7 +156,7 @@ func TestGatewaySIGTERMKeepsASyncOutcome(t *testing.T) {
 		}
 		req.Header.Set("Authorization", "Bearer "+s.apiKey)
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := s.http.Do(req)
 		if err != nil {
 			t.Logf("the sync call was cut off: %v", err)
 			return

@@ -2,7 +2,9 @@
 # scripts/run.sh — `make run`: the whole platform on this machine.
 #
 # Makes Postgres and RabbitMQ reachable (scripts/deps.sh), applies migrations and the dev
-# catalog, builds and starts the six services, the dummy adapter and the demo consumer, sends one
+# catalog, writes a throwaway CA and the services' certificates into .run/tls if missing
+# (integrationsctl dev-certs: every internal hop runs mTLS, as in production; the client-facing
+# ports stay plain on loopback), builds and starts the six services, the dummy adapter and the demo consumer, sends one
 # sample async call and shows it complete (or says what went wrong with it), then serves until
 # Ctrl-C, which stops everything.
 #
@@ -51,6 +53,9 @@ make --no-print-directory build >/dev/null
   bin/integrationsctl platform-key public --private-key .run/platform-signing.key >.run/platform-public.key
 export INTEGRATIONS_PLATFORM_SIGNING_KEY_FILE="$root/.run/platform-signing.key"
 export INTEGRATIONS_PLATFORM_PUBLIC_KEYS_FILE="$root/.run/platform-public.key"
+# This checkout's throwaway CA and one certificate per service (kept; renewed when near expiry).
+bin/integrationsctl dev-certs --dir .run/tls
+export INTEGRATIONS_TLS_CA_FILE="$root/.run/tls/ca.pem"
 
 say "migrating $INTEGRATIONS_DATABASE_URL"
 bin/integrationsctl migrate up >&2
@@ -69,10 +74,14 @@ stop_all() {
 }
 trap stop_all INT TERM EXIT
 
-# start NAME GRPC_ADDR [VAR=VALUE...]: start a program with its own address settings.
+# start NAME GRPC_ADDR [VAR=VALUE...]: start a program with its own address settings, and a
+# service of the platform with its internal identity (.run/tls/NAME.pem).
 start() {
-  local name=$1 addr=$2; shift 2
-  env "$@" INTEGRATIONS_GRPC_ADDR="$addr" "bin/$name" >".run/logs/$name.log" 2>&1 &
+  local name=$1 addr=$2 identity=(); shift 2
+  if [ -s ".run/tls/$name.pem" ]; then
+    identity=(INTEGRATIONS_TLS_CERT_FILE="$root/.run/tls/$name.pem" INTEGRATIONS_TLS_KEY_FILE="$root/.run/tls/$name-key.pem")
+  fi
+  env "${identity[@]}" "$@" INTEGRATIONS_GRPC_ADDR="$addr" "bin/$name" >".run/logs/$name.log" 2>&1 &
   pids+=("$!")
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 
+	"google.golang.org/grpc"
+
 	"github.com/integrations-platform/integrations/cmd/internal/dummy"
 	"github.com/integrations-platform/integrations/pkg/adapter"
 	"github.com/integrations-platform/integrations/pkg/config"
@@ -44,9 +46,17 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	var callbackDial []grpc.DialOption
+	if cfg.CallbackTLS || cfg.CallbackCAFile != "" {
+		opt, err := grpcx.PublicDialOption(cfg.CallbackCAFile)
+		if err != nil {
+			return fmt.Errorf("INTEGRATIONS_CALLBACK_CA_FILE: %w", err)
+		}
+		callbackDial = append(callbackDial, opt)
+	}
 	app := lifecycle.New(logger, cfg.Shutdown())
 	ad, err := adapter.New(dummy.NewHandler(logger, journal), adapter.Options{
-		CallbackAddr: cfg.CallbackAddr, Credential: cfg.Credential, Logger: logger,
+		CallbackAddr: cfg.CallbackAddr, Credential: cfg.Credential, Logger: logger, DialOptions: callbackDial,
 		AdapterID: cfg.AdapterID, PlatformKeys: keys,
 	})
 	if err != nil {

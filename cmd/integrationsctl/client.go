@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -24,18 +25,33 @@ import (
 type clientFlags struct {
 	gateway string
 	apiKey  string
+	// tls dials the gateway with TLS, verified against caFile if given or the system's roots.
+	tls    bool
+	caFile string
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&f.gateway, "gateway", envOr("INTEGRATIONS_GATEWAY_ADDR", "127.0.0.1:9090"), "gateway gRPC address (env INTEGRATIONS_GATEWAY_ADDR)")
 	cmd.PersistentFlags().StringVar(&f.apiKey, "api-key", os.Getenv("INTEGRATIONS_API_KEY"), "application API key (env INTEGRATIONS_API_KEY)")
+	cmd.PersistentFlags().BoolVar(&f.tls, "tls", os.Getenv("INTEGRATIONS_GATEWAY_TLS") == "true",
+		"dial the gateway with TLS (env INTEGRATIONS_GATEWAY_TLS=true; implied by --ca-file)")
+	cmd.PersistentFlags().StringVar(&f.caFile, "ca-file", os.Getenv("INTEGRATIONS_GATEWAY_CA_FILE"),
+		"CA certificate (PEM) to verify the gateway's with, instead of the system's roots (env INTEGRATIONS_GATEWAY_CA_FILE)")
 }
 
 func (f *clientFlags) dial(ctx context.Context) (gatewayv1.GatewayServiceClient, context.Context, func(), error) {
 	if f.apiKey == "" {
 		return nil, nil, nil, errors.New("an API key is required: --api-key or INTEGRATIONS_API_KEY")
 	}
-	conn, err := grpcx.Dial(f.gateway)
+	var opts []grpc.DialOption
+	if f.tls || f.caFile != "" {
+		opt, err := grpcx.PublicDialOption(f.caFile)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--ca-file: %w", err)
+		}
+		opts = append(opts, opt)
+	}
+	conn, err := grpcx.Dial(f.gateway, opts...)
 	if err != nil {
 		return nil, nil, nil, err
 	}

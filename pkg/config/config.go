@@ -6,12 +6,17 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
 
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
+	"github.com/integrations-platform/integrations/pkg/tlsx"
 )
 
 // Common holds the settings every service shares.
@@ -38,6 +43,132 @@ type Common struct {
 	DrainWindow         time.Duration `env:"INTEGRATIONS_DRAIN_WINDOW"`
 	ShutdownSoftTimeout time.Duration `env:"INTEGRATIONS_SHUTDOWN_SOFT_TIMEOUT"`
 	ShutdownTimeout     time.Duration `env:"INTEGRATIONS_SHUTDOWN_TIMEOUT" envDefault:"15s"`
+}
+
+// InternalTLS is a service's identity on the internal hops (mTLS between the platform's
+// services; embedded in each of the six services' settings, not in Common: the dummy adapter and
+// the demo consumer are outside the platform): its certificate — URI SAN spiffe://integrations/<service> — and key, and the internal
+// CA its peers' certificates are verified against. The files are re-read when they change.
+// Required: only loopback development may turn mTLS off, with INTEGRATIONS_INTERNAL_PLAINTEXT.
+type InternalTLS struct {
+	TLSCertFile string `env:"INTEGRATIONS_TLS_CERT_FILE"`
+	TLSKeyFile  string `env:"INTEGRATIONS_TLS_KEY_FILE"`
+	TLSCAFile   string `env:"INTEGRATIONS_TLS_CA_FILE"`
+	// InternalPlaintext turns the internal hops' mTLS off; refused unless every internal address
+	// the service listens on or dials is a loopback one (see CheckInternalPlaintext).
+	InternalPlaintext bool `env:"INTEGRATIONS_INTERNAL_PLAINTEXT" envDefault:"false"`
+}
+
+// InternalFiles is the identity's files for grpcx.NewInternal; zero when mTLS is off.
+func (c InternalTLS) InternalFiles() tlsx.Files {
+	if c.InternalPlaintext {
+		return tlsx.Files{}
+	}
+	return tlsx.Files{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile, CAFile: c.TLSCAFile}
+}
+
+// Validate checks that the identity's files are named, unless mTLS is off.
+func (c InternalTLS) Validate() error {
+	if c.InternalPlaintext {
+		return nil
+	}
+	var missing []string
+	for name, v := range map[string]string{
+		"INTEGRATIONS_TLS_CERT_FILE": c.TLSCertFile, "INTEGRATIONS_TLS_KEY_FILE": c.TLSKeyFile, "INTEGRATIONS_TLS_CA_FILE": c.TLSCAFile,
+	} {
+		if v == "" {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	slices.Sort(missing)
+	return fmt.Errorf("%s: internal mTLS needs INTEGRATIONS_TLS_CERT_FILE, INTEGRATIONS_TLS_KEY_FILE and INTEGRATIONS_TLS_CA_FILE "+
+		"(or INTEGRATIONS_INTERNAL_PLAINTEXT=true, on loopback addresses only)", strings.Join(missing, ", "))
+}
+
+// CheckInternalPlaintext refuses plaintext internal hops on any address that is not loopback:
+// addrs maps a variable's name to its address (host:port). Nil when mTLS is on.
+func (c InternalTLS) CheckInternalPlaintext(addrs map[string]string) error {
+	if !c.InternalPlaintext {
+		return nil
+	}
+	var errs []error
+	for _, name := range sortedKeys(addrs) {
+		if !IsLoopback(addrs[name]) {
+			errs = append(errs, fmt.Errorf("%s: %q is not a loopback address, and INTEGRATIONS_INTERNAL_PLAINTEXT is true: "+
+				"set INTEGRATIONS_TLS_CERT_FILE, INTEGRATIONS_TLS_KEY_FILE and INTEGRATIONS_TLS_CA_FILE", name, addrs[name]))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// PublicTLS is the certificate of a service's client-facing listeners (the gateway's REST and
+// gRPC ports, adapter-callback's port): served whenever it is configured. Without it a listener
+// must be on a loopback address (development) or explicitly declared plaintext — behind a mesh or
+// load balancer that terminates TLS — with INTEGRATIONS_PUBLIC_PLAINTEXT.
+type PublicTLS struct {
+	PublicCertFile  string `env:"INTEGRATIONS_PUBLIC_TLS_CERT_FILE"`
+	PublicKeyFile   string `env:"INTEGRATIONS_PUBLIC_TLS_KEY_FILE"`
+	PublicPlaintext bool   `env:"INTEGRATIONS_PUBLIC_PLAINTEXT" envDefault:"false"`
+}
+
+// PublicTLSEnabled says whether the client-facing listeners serve TLS.
+func (c PublicTLS) PublicTLSEnabled() bool { return c.PublicCertFile != "" }
+
+// PublicFiles is the certificate's files for tlsx.NewSource.
+func (c PublicTLS) PublicFiles() tlsx.Files {
+	return tlsx.Files{CertFile: c.PublicCertFile, KeyFile: c.PublicKeyFile}
+}
+
+// PublicSource loads the certificate, reloaded on change; nil without one (plaintext).
+func (c PublicTLS) PublicSource(opts ...tlsx.Option) (*tlsx.Source, error) {
+	if !c.PublicTLSEnabled() {
+		return nil, nil
+	}
+	return tlsx.NewSource(c.PublicFiles(), opts...)
+}
+
+// Check validates the settings for the listeners in addrs (a variable's name → its address).
+func (c PublicTLS) Check(addrs map[string]string) error {
+	if (c.PublicCertFile == "") != (c.PublicKeyFile == "") {
+		return errors.New("INTEGRATIONS_PUBLIC_TLS_CERT_FILE, INTEGRATIONS_PUBLIC_TLS_KEY_FILE: set both or neither")
+	}
+	if c.PublicTLSEnabled() || c.PublicPlaintext {
+		return nil
+	}
+	var errs []error
+	for _, name := range sortedKeys(addrs) {
+		if !IsLoopback(addrs[name]) {
+			errs = append(errs, fmt.Errorf("%s: %q is not a loopback address and has no certificate: set INTEGRATIONS_PUBLIC_TLS_CERT_FILE "+
+				"and INTEGRATIONS_PUBLIC_TLS_KEY_FILE, or INTEGRATIONS_PUBLIC_PLAINTEXT=true behind a TLS-terminating proxy", name, addrs[name]))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// IsLoopback says whether addr (host:port) is on a loopback address: 127.0.0.0/8, ::1 or
+// localhost. An empty host (":8080", all interfaces) is not.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Zone() == "" && ip.Unmap().IsLoopback()
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // Unset shutdown phases are derived from the shutdown timeout T: the drain window is

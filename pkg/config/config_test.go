@@ -85,3 +85,50 @@ func TestShutdownPhasesDerivedFromTheTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestInternalTLSRequired: a service without its identity's files refuses to start, naming the
+// missing variables; plaintext is accepted on loopback addresses only.
+func TestInternalTLSRequired(t *testing.T) {
+	t.Setenv("INTEGRATIONS_TLS_CERT_FILE", "/etc/tls/tls.crt")
+	_, err := Load[InternalTLS]()
+	require.ErrorContains(t, err, "INTEGRATIONS_TLS_CA_FILE, INTEGRATIONS_TLS_KEY_FILE: internal mTLS needs")
+	t.Setenv("INTEGRATIONS_TLS_KEY_FILE", "/etc/tls/tls.key")
+	t.Setenv("INTEGRATIONS_TLS_CA_FILE", "/etc/tls/ca.crt")
+	c, err := Load[InternalTLS]()
+	require.NoError(t, err)
+	assert.Equal(t, "/etc/tls/ca.crt", c.InternalFiles().CAFile)
+	assert.NoError(t, c.CheckInternalPlaintext(map[string]string{"INTEGRATIONS_GRPC_ADDR": "0.0.0.0:9094"}), "mTLS on: any address")
+
+	t.Setenv("INTEGRATIONS_INTERNAL_PLAINTEXT", "true")
+	c, err = Load[InternalTLS]()
+	require.NoError(t, err)
+	assert.Zero(t, c.InternalFiles(), "plaintext: no identity loaded even if files are set")
+	assert.NoError(t, c.CheckInternalPlaintext(map[string]string{"INTEGRATIONS_GRPC_ADDR": "127.0.0.1:9094", "INTEGRATIONS_DISPATCHER_ADDR": "localhost:9091"}))
+	err = c.CheckInternalPlaintext(map[string]string{"INTEGRATIONS_GRPC_ADDR": ":9094", "INTEGRATIONS_DISPATCHER_ADDR": "dispatcher:9091"})
+	assert.ErrorContains(t, err, `INTEGRATIONS_GRPC_ADDR: ":9094" is not a loopback address`)
+	assert.ErrorContains(t, err, `INTEGRATIONS_DISPATCHER_ADDR: "dispatcher:9091" is not a loopback address`)
+}
+
+// TestPublicTLS: a client-facing listener off loopback needs a certificate or an explicit
+// plaintext declaration; the error names the variables.
+func TestPublicTLS(t *testing.T) {
+	addrs := map[string]string{"INTEGRATIONS_HTTP_ADDR": "0.0.0.0:8080", "INTEGRATIONS_GRPC_ADDR": "127.0.0.1:9090"}
+	err := PublicTLS{}.Check(addrs)
+	require.ErrorContains(t, err, `INTEGRATIONS_HTTP_ADDR: "0.0.0.0:8080" is not a loopback address and has no certificate: set INTEGRATIONS_PUBLIC_TLS_CERT_FILE and INTEGRATIONS_PUBLIC_TLS_KEY_FILE, or INTEGRATIONS_PUBLIC_PLAINTEXT=true`)
+	assert.NotContains(t, err.Error(), "INTEGRATIONS_GRPC_ADDR", "loopback is fine")
+	assert.NoError(t, PublicTLS{PublicPlaintext: true}.Check(addrs))
+	assert.NoError(t, PublicTLS{PublicCertFile: "c", PublicKeyFile: "k"}.Check(addrs))
+	assert.ErrorContains(t, PublicTLS{PublicCertFile: "c"}.Check(addrs), "set both or neither")
+	assert.True(t, PublicTLS{PublicCertFile: "c", PublicKeyFile: "k"}.PublicTLSEnabled())
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:1": true, "127.3.2.1:1": true, "[::1]:1": true, "localhost:1": true, "LOCALHOST:1": true,
+		"[::ffff:127.0.0.1]:1": true,
+		":1":                   false, "0.0.0.0:1": false, "[::]:1": false, "10.0.0.1:1": false, "gateway:1": false,
+		"[::1%lo]:1": false, "127.0.0.1": false, "localhost.:1": false,
+	} {
+		assert.Equal(t, want, IsLoopback(addr), addr)
+	}
+}

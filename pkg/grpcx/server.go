@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -45,6 +46,13 @@ type ServerConfig struct {
 	// Reflection registers the gRPC reflection service (INTEGRATIONS_GRPC_REFLECTION): off by
 	// default, since it hands anyone who can reach the port the whole API's schema.
 	Reflection bool
+	// Internal, if not nil, serves mTLS with the service's identity and enforces Policy on
+	// every call (see Policy). Nil is plaintext, with no Policy: loopback development only.
+	Internal *Internal
+	Policy   Policy
+	// Public, if set and Internal is nil, serves TLS with server authentication only: a
+	// client-facing port (see PublicCredentials).
+	Public credentials.TransportCredentials
 }
 
 // logMessageMax bounds a status message or error text in a log line: refusals quote the caller's
@@ -52,20 +60,29 @@ type ServerConfig struct {
 const logMessageMax = 512
 
 // NewServer returns a server whose unary calls pass through, in order: panic recovery, logging,
-// the refusal of a request that could not be decoded (decode.go), error mapping (ToStatus), then
+// the caller's identity (Policy, on an internal port), the refusal of a request that could not be decoded (decode.go), error mapping (ToStatus), then
 // cfg.Interceptors.
 func NewServer(cfg ServerConfig) *Server {
 	log := cfg.Logger
 	if log == nil {
 		log = zap.NewNop()
 	}
-	chain := append([]grpc.UnaryServerInterceptor{
-		recoveryInterceptor(log), loggingInterceptor(log), decodeInterceptor, errorInterceptor(log),
-	}, cfg.Interceptors...)
-	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(chain...), grpc.ChainStreamInterceptor(decodeStreamInterceptor),
-		grpc.ForceServerCodecV2(newDecodeCodec()),
+	// The caller's identity is checked first (Policy), so that a caller without the right
+	// certificate learns nothing about its request.
+	chain := []grpc.UnaryServerInterceptor{recoveryInterceptor(log), loggingInterceptor(log)}
+	streams := []grpc.StreamServerInterceptor{}
+	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(newDecodeCodec())}
+	switch {
+	case cfg.Internal != nil:
+		chain = append(chain, policyUnary(cfg.Policy))
+		streams = append(streams, policyStream(cfg.Policy))
+		opts = append(opts, grpc.Creds(cfg.Internal.serverCredentials()))
+	case cfg.Public != nil:
+		opts = append(opts, grpc.Creds(cfg.Public))
 	}
+	chain = append(append(chain, decodeInterceptor, errorInterceptor(log)), cfg.Interceptors...)
+	streams = append(streams, decodeStreamInterceptor)
+	opts = append(opts, grpc.ChainUnaryInterceptor(chain...), grpc.ChainStreamInterceptor(streams...))
 	if cfg.MaxRecvMsgSize > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize))
 	}

@@ -2,6 +2,7 @@ package mq
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -33,7 +34,7 @@ const (
 
 // Config configures a Broker.
 type Config struct {
-	URL        string                // amqp://user:pass@host:port/vhost
+	URL        string                // amqp://user:pass@host:port/vhost, or amqps:// for TLS (see amqpTLS)
 	Scope      string                // prefix of every queue name, e.g. "integrations" or a per-test-run prefix
 	TimeScale  float64               // multiplies every delay (holding-queue TTL); 0 means 1
 	Logger     *zap.Logger           // nil → zap.NewNop()
@@ -47,6 +48,7 @@ type Config struct {
 // safe for concurrent use.
 type Broker struct {
 	cfg    Config
+	tls    *amqpTLS // nil for amqp://
 	log    *zap.Logger
 	metric *prometheus.CounterVec
 
@@ -90,12 +92,17 @@ func Dial(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	tlsCfg, err := newAMQPTLS(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
 	metric, err := newMetric(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
 	b := &Broker{
 		cfg:    cfg,
+		tls:    tlsCfg,
 		log:    cfg.Logger.With(zap.String("scope", cfg.Scope)),
 		metric: metric,
 		closed: make(chan struct{}),
@@ -344,10 +351,15 @@ func (b *Broker) acquire(ctx context.Context, sem chan struct{}) error {
 func (b *Broker) dial(ctx context.Context, purpose string, onBlocked func(bool)) (*amqp.Connection, error) {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(b.cfg.Scope + "/" + purpose)
+	var tlsCfg *tls.Config
+	if b.tls != nil {
+		tlsCfg = b.tls.config()
+	}
 	conn, err := amqp.DialConfig(b.cfg.URL, amqp.Config{
-		Heartbeat:  heartbeat,
-		Locale:     "en_US",
-		Properties: props,
+		Heartbeat:       heartbeat,
+		Locale:          "en_US",
+		Properties:      props,
+		TLSClientConfig: tlsCfg, // the TLS handshake runs on the connection Dial returns, under its deadline
 		// Recovery stays nil: amqp091-go's automatic recovery would resume consumers on a new
 		// channel behind our back; we reconnect ourselves and track channel generations.
 		Dial: func(network, addr string) (net.Conn, error) {

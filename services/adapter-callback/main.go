@@ -45,7 +45,18 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	settlementConn, err := grpcx.Dial(cfg.SettlementAddr)
+	internal, err := grpcx.ServiceIdentity("adapter-callback", cfg.InternalFiles(), logger)
+	if err != nil {
+		return err
+	}
+	if !internal.Enabled() {
+		logger.Warn("internal mTLS is off (INTEGRATIONS_INTERNAL_PLAINTEXT): any local process may call this service")
+	}
+	publicTLS, err := cfg.PublicSource(grpcx.LogReloads(logger))
+	if err != nil {
+		return err
+	}
+	settlementConn, err := grpcx.Dial(cfg.SettlementAddr, internal.DialOption("settlement"))
 	if err != nil {
 		return err
 	}
@@ -54,7 +65,8 @@ func run() error {
 	app.Close("postgres", func() error { pool.Close(); return nil })
 
 	st := store.New(pool)
-	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Reflection: cfg.GRPCReflection, Interceptors: []grpc.UnaryServerInterceptor{server.AuthInterceptor(st)}})
+	// Client-facing: adapters call it with their credential, over TLS when a certificate is set.
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Reflection: cfg.GRPCReflection, Public: grpcx.PublicCredentials(publicTLS), Interceptors: []grpc.UnaryServerInterceptor{server.AuthInterceptor(st)}})
 	adapterv1.RegisterAdapterCallbackServiceServer(srv, server.New(st, settlementv1.NewSettlementServiceClient(settlementConn), cfg.Scale, logger))
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err

@@ -72,7 +72,18 @@ func run() error {
 		Interval: cfg.Interval, ClaimTTL: cfg.ClaimTTL, Horizon: horizon, BatchSize: cfg.BatchSize,
 	})
 
-	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Reflection: cfg.GRPCReflection})
+	internal, err := grpcx.ServiceIdentity("dispatcher", cfg.InternalFiles(), logger)
+	if err != nil {
+		return err
+	}
+	if !internal.Enabled() {
+		logger.Warn("internal mTLS is off (INTEGRATIONS_INTERNAL_PLAINTEXT): any local process may call this service")
+	}
+	// Nudged by the gateway (a new dispatch), settlement (a next attempt) and the consumer (a
+	// dispatch rescheduled after its adapter was unreachable).
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Reflection: cfg.GRPCReflection, Internal: internal, Policy: grpcx.Policy{
+		dispatcherv1.DispatcherService_Nudge_FullMethodName: {"gateway", "settlement", "execution-consumer"},
+	}})
 	dispatcherv1.RegisterDispatcherServiceServer(srv, d)
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err

@@ -91,7 +91,15 @@ func run() error {
 	}, logger)
 
 	app := lifecycle.New(logger, cfg.Shutdown())
-	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Reflection: cfg.GRPCReflection})
+	internal, err := grpcx.ServiceIdentity("event-router", cfg.InternalFiles(), logger)
+	if err != nil {
+		return err
+	}
+	if !internal.Enabled() {
+		logger.Warn("internal mTLS is off (INTEGRATIONS_INTERNAL_PLAINTEXT): any local process may call this service")
+	}
+	// Health only: the empty Policy refuses every other method.
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Reflection: cfg.GRPCReflection, Internal: internal, Policy: grpcx.Policy{}})
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err
 	}

@@ -58,11 +58,18 @@ func run() error {
 	if err := broker.Declare(ctx, routes.Executions); err != nil {
 		return err
 	}
-	settlementConn, err := grpcx.Dial(cfg.SettlementAddr)
+	internal, err := grpcx.ServiceIdentity("execution-consumer", cfg.InternalFiles(), logger)
 	if err != nil {
 		return err
 	}
-	dispatcherConn, err := grpcx.Dial(cfg.DispatcherAddr)
+	if !internal.Enabled() {
+		logger.Warn("internal mTLS is off (INTEGRATIONS_INTERNAL_PLAINTEXT): any local process may call this service")
+	}
+	settlementConn, err := grpcx.Dial(cfg.SettlementAddr, internal.DialOption("settlement"))
+	if err != nil {
+		return err
+	}
+	dispatcherConn, err := grpcx.Dial(cfg.DispatcherAddr, internal.DialOption("dispatcher"))
 	if err != nil {
 		return err
 	}
@@ -75,7 +82,8 @@ func run() error {
 		WithNudge(nudge.Dispatcher(dispatcherv1.NewDispatcherServiceClient(dispatcherConn), logger))
 
 	app := lifecycle.New(logger, cfg.Shutdown())
-	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Reflection: cfg.GRPCReflection})
+	// Health only: the empty Policy refuses every other method.
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Reflection: cfg.GRPCReflection, Internal: internal, Policy: grpcx.Policy{}})
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err
 	}

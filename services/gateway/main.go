@@ -66,11 +66,22 @@ func run() error {
 		return err
 	}
 	app := lifecycle.New(logger, cfg.Shutdown())
-	dispatcherConn, err := grpcx.Dial(cfg.DispatcherAddr)
+	internal, err := grpcx.ServiceIdentity("gateway", cfg.InternalFiles(), logger)
 	if err != nil {
 		return err
 	}
-	settlementConn, err := grpcx.Dial(cfg.SettlementAddr)
+	if !internal.Enabled() {
+		logger.Warn("internal mTLS is off (INTEGRATIONS_INTERNAL_PLAINTEXT): calls to settlement and the dispatcher are plaintext")
+	}
+	publicTLS, err := cfg.PublicSource(grpcx.LogReloads(logger))
+	if err != nil {
+		return err
+	}
+	dispatcherConn, err := grpcx.Dial(cfg.DispatcherAddr, internal.DialOption("dispatcher"))
+	if err != nil {
+		return err
+	}
+	settlementConn, err := grpcx.Dial(cfg.SettlementAddr, internal.DialOption("settlement"))
 	if err != nil {
 		return err
 	}
@@ -88,6 +99,7 @@ func run() error {
 	srv := grpcx.NewServer(grpcx.ServerConfig{
 		Logger:         logger,
 		Reflection:     cfg.GRPCReflection,
+		Public:         grpcx.PublicCredentials(publicTLS),
 		MaxRecvMsgSize: 2*cfg.MaxPayloadBytes + 64<<10,
 		Interceptors:   []grpc.UnaryServerInterceptor{server.AuthInterceptor(st)},
 	})
@@ -126,6 +138,7 @@ func run() error {
 		Addr: cfg.HTTPAddr, GRPCAddr: cfg.GRPCAddr, MaxBodyBytes: int64(2*cfg.MaxPayloadBytes + 64<<10),
 		ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout, ReadTimeout: cfg.HTTPReadTimeout,
 		WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
+		TLS: publicTLS,
 		Extra: system.Handlers(system.Config{
 			AdminToken: cfg.AdminToken,
 			Keys:       st,

@@ -45,7 +45,14 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	dispatcherConn, err := grpcx.Dial(cfg.DispatcherAddr)
+	internal, err := grpcx.ServiceIdentity("settlement", cfg.InternalFiles(), logger)
+	if err != nil {
+		return err
+	}
+	if !internal.Enabled() {
+		logger.Warn("internal mTLS is off (INTEGRATIONS_INTERNAL_PLAINTEXT): any local process may call this service")
+	}
+	dispatcherConn, err := grpcx.Dial(cfg.DispatcherAddr, internal.DialOption("dispatcher"))
 	if err != nil {
 		return err
 	}
@@ -55,7 +62,11 @@ func run() error {
 
 	st := store.New(pool)
 	settlement := server.New(st, dispatcherv1.NewDispatcherServiceClient(dispatcherConn), cfg.Scale, logger)
-	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Reflection: cfg.GRPCReflection})
+	// Settling is the callers' of the flow only (the sweeper settles in-process, not over gRPC).
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Reflection: cfg.GRPCReflection, Internal: internal, Policy: grpcx.Policy{
+		settlementv1.SettlementService_Settle_FullMethodName:      {"gateway", "execution-consumer", "adapter-callback"},
+		settlementv1.SettlementService_FailAttempt_FullMethodName: {"gateway", "execution-consumer", "adapter-callback"},
+	}})
 	settlementv1.RegisterSettlementServiceServer(srv, settlement)
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {
 		return err

@@ -39,6 +39,8 @@ import (
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/platformtoken"
 	"github.com/integrations-platform/integrations/pkg/routes"
+	"github.com/integrations-platform/integrations/pkg/tlsx"
+	"github.com/integrations-platform/integrations/pkg/tlsx/devca"
 )
 
 const modulePrefix = "github.com/integrations-platform/integrations/"
@@ -228,6 +230,10 @@ func (s *Stack) start(ctx context.Context) error {
 	if s.LogDir, err = os.MkdirTemp("", "integrations-bench-logs-"); err != nil {
 		return err
 	}
+	// A throwaway CA: the services run mTLS on every internal hop, as in production.
+	if _, err := devca.Ensure(s.tlsDir()); err != nil {
+		return err
+	}
 	// The schema.
 	if s.admin, err = db.Open(ctx, s.cfg.DatabaseURL); err != nil {
 		return fmt.Errorf("benchmark database: %w", err)
@@ -328,6 +334,7 @@ func (s *Stack) start(ctx context.Context) error {
 		"INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL=" + credential,
 		"INTEGRATIONS_PLATFORM_SIGNING_KEY=" + platformtoken.EncodePrivateKey(platformKey),
 		"INTEGRATIONS_PLATFORM_PUBLIC_KEYS=" + platformtoken.EncodePublicKey(platformPub),
+		"INTEGRATIONS_TLS_CA_FILE=" + devca.CAFile(s.tlsDir()),
 	}, s.cfg.Env...)
 
 	// The dev catalog, with this stack's key, adapter address and credential.
@@ -447,6 +454,10 @@ func (s *Stack) Instances(program string) []string {
 func (s *Stack) launch(name string) error {
 	program := ProgramOf(name)
 	env := append(slices.Clone(s.env), "INTEGRATIONS_GRPC_ADDR="+s.Addrs[name])
+	if slices.Contains(devca.Services, program) {
+		env = append(env, "INTEGRATIONS_TLS_CERT_FILE="+devca.CertFile(s.tlsDir(), program),
+			"INTEGRATIONS_TLS_KEY_FILE="+devca.KeyFile(s.tlsDir(), program))
+	}
 	if program == "gateway" {
 		http := s.Addrs["gateway-http"]
 		if a, ok := s.Addrs[name+"-http"]; ok {
@@ -547,8 +558,20 @@ func (s *Stack) Restart(ctx context.Context, instance string) error {
 	return s.awaitServing(ctx, instance)
 }
 
+// tlsDir holds the stack's CA and the services' certificates (devca).
+func (s *Stack) tlsDir() string { return filepath.Join(s.LogDir, "tls") }
+
 func (s *Stack) awaitServing(ctx context.Context, name string) error {
-	conn, err := grpcx.Dial(s.Addrs[name])
+	var opts []grpc.DialOption
+	if program := ProgramOf(name); slices.Contains(devca.Services, program) && !clientFacing[program] {
+		// mTLS port: verified against the stack's CA, no client certificate (health is open).
+		in, err := grpcx.NewInternal(tlsx.Files{CAFile: devca.CAFile(s.tlsDir())})
+		if err != nil {
+			return err
+		}
+		opts = append(opts, in.DialOption(program))
+	}
+	conn, err := grpcx.Dial(s.Addrs[name], opts...)
 	if err != nil {
 		return err
 	}
@@ -586,6 +609,10 @@ func (s *Stack) procDone(name string) <-chan struct{} {
 	close(closed)
 	return closed
 }
+
+// clientFacing are the programs whose port is the clients', plain on the stack's loopback
+// addresses; the other services' ports are mTLS.
+var clientFacing = map[string]bool{"gateway": true, "adapter-callback": true}
 
 // DialGateway returns a gRPC client connection to the gateway.
 func (s *Stack) DialGateway(opts ...grpc.DialOption) (*grpc.ClientConn, error) {

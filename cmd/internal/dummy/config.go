@@ -14,6 +14,10 @@ type Config struct {
 	Addr string `env:"INTEGRATIONS_DUMMY_ADAPTER_ADDR" envDefault:"127.0.0.1:9096"`
 	// CallbackAddr is the adapter-callback service, used for complete_later.
 	CallbackAddr string `env:"INTEGRATIONS_CALLBACK_ADDR" envDefault:"127.0.0.1:9093"`
+	// CallbackCAFile, when set, makes callbacks go over TLS, verified against this CA (PEM);
+	// CallbackTLS does so against the system's roots.
+	CallbackCAFile string `env:"INTEGRATIONS_CALLBACK_CA_FILE"`
+	CallbackTLS    bool   `env:"INTEGRATIONS_CALLBACK_TLS" envDefault:"false"`
 	// Credential is this adapter's credential, sent as Bearer on every callback.
 	Credential string `env:"INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL"`
 	// Journal, when set, is a file the adapter appends a line to for every attempt it receives

@@ -12,6 +12,8 @@ import (
 // Config is read from the environment.
 type Config struct {
 	config.Common
+	// InternalTLS is the service's identity on the internal hops (mTLS).
+	config.InternalTLS
 	GRPCAddr string `env:"INTEGRATIONS_GRPC_ADDR" envDefault:"127.0.0.1:9091"`
 	// Interval is the time between scheduled passes; a nudge starts one at once.
 	Interval time.Duration `env:"INTEGRATIONS_DISPATCH_INTERVAL" envDefault:"1s"`
@@ -33,7 +35,7 @@ func (c Config) RecoverEvery() time.Duration {
 
 // Validate checks the dispatcher's own settings.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate()}
+	errs := []error{c.Common.Validate(), c.InternalTLS.Validate(), c.CheckInternalPlaintext(map[string]string{"INTEGRATIONS_GRPC_ADDR": c.GRPCAddr})}
 	if c.Interval <= 0 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_DISPATCH_INTERVAL: %v must be positive", c.Interval))
 	}

@@ -12,6 +12,8 @@ import (
 // Config is read from the environment.
 type Config struct {
 	config.Common
+	// InternalTLS is the service's identity on the internal hops (mTLS).
+	config.InternalTLS
 	// GRPCAddr serves health checks.
 	GRPCAddr          string        `env:"INTEGRATIONS_GRPC_ADDR" envDefault:"127.0.0.1:9095"`
 	SecretKey         string        `env:"INTEGRATIONS_SECRET_KEY,required"`
@@ -43,7 +45,7 @@ type Config struct {
 
 // Validate checks the router's own settings.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate()}
+	errs := []error{c.Common.Validate(), c.InternalTLS.Validate(), c.CheckInternalPlaintext(map[string]string{"INTEGRATIONS_GRPC_ADDR": c.GRPCAddr})}
 	if c.EventStaleAfter < time.Second {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_EVENT_STALE_AFTER: %v must be at least 1s", c.EventStaleAfter))
 	}

@@ -14,6 +14,7 @@ import (
 
 func TestDefaultsAndScaledSchedule(t *testing.T) {
 	t.Setenv("INTEGRATIONS_SECRET_KEY", "k")
+	t.Setenv("INTEGRATIONS_INTERNAL_PLAINTEXT", "true")
 	t.Setenv("INTEGRATIONS_TIME_SCALE", "0.001")
 	cfg, err := config.Load[Config]()
 	require.NoError(t, err)
@@ -34,6 +35,7 @@ func TestValidationNamesTheVariable(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
 			t.Setenv("INTEGRATIONS_SECRET_KEY", "k")
+			t.Setenv("INTEGRATIONS_INTERNAL_PLAINTEXT", "true")
 			t.Setenv(tc.name, tc.value)
 			_, err := config.Load[Config]()
 			require.Error(t, err)
@@ -44,6 +46,7 @@ func TestValidationNamesTheVariable(t *testing.T) {
 
 func TestRecoveryWindowsScaleButOutlastTheNoticeBudget(t *testing.T) {
 	t.Setenv("INTEGRATIONS_SECRET_KEY", "k")
+	t.Setenv("INTEGRATIONS_INTERNAL_PLAINTEXT", "true")
 	t.Setenv("INTEGRATIONS_TIME_SCALE", "0.001")
 	cfg, err := config.Load[Config]()
 	require.NoError(t, err)

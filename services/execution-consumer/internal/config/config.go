@@ -12,6 +12,8 @@ import (
 // Config is read from the environment.
 type Config struct {
 	config.Common
+	// InternalTLS is the service's identity on the internal hops (mTLS).
+	config.InternalTLS
 	// GRPCAddr serves health checks.
 	GRPCAddr       string `env:"INTEGRATIONS_GRPC_ADDR" envDefault:"127.0.0.1:9092"`
 	SettlementAddr string `env:"INTEGRATIONS_SETTLEMENT_ADDR" envDefault:"127.0.0.1:9094"`
@@ -25,7 +27,9 @@ type Config struct {
 
 // Validate checks the consumer's own settings.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate()}
+	errs := []error{c.Common.Validate(), c.InternalTLS.Validate(), c.CheckInternalPlaintext(map[string]string{
+		"INTEGRATIONS_GRPC_ADDR": c.GRPCAddr, "INTEGRATIONS_SETTLEMENT_ADDR": c.SettlementAddr, "INTEGRATIONS_DISPATCHER_ADDR": c.DispatcherAddr,
+	})}
 	if c.Concurrency < 1 || c.Concurrency > 1024 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_CONSUMER_CONCURRENCY: %d must be between 1 and 1024", c.Concurrency))
 	}

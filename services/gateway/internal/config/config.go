@@ -13,6 +13,10 @@ import (
 // Config is read from the environment.
 type Config struct {
 	config.Common
+	// InternalTLS is the service's identity on the internal hops (mTLS).
+	config.InternalTLS
+	// PublicTLS is served on the REST and gRPC ports.
+	config.PublicTLS
 	GRPCAddr       string `env:"INTEGRATIONS_GRPC_ADDR" envDefault:"127.0.0.1:9090"`
 	HTTPAddr       string `env:"INTEGRATIONS_HTTP_ADDR" envDefault:"127.0.0.1:8080"`
 	DispatcherAddr string `env:"INTEGRATIONS_DISPATCHER_ADDR" envDefault:"127.0.0.1:9091"`
@@ -49,7 +53,13 @@ type Config struct {
 
 // Validate checks the gateway's own settings.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate()}
+	errs := []error{
+		c.Common.Validate(),
+		c.InternalTLS.Validate(),
+		// The gateway's own ports are client-facing; it dials the internal ones.
+		c.CheckInternalPlaintext(map[string]string{"INTEGRATIONS_SETTLEMENT_ADDR": c.SettlementAddr, "INTEGRATIONS_DISPATCHER_ADDR": c.DispatcherAddr}),
+		c.PublicTLS.Check(map[string]string{"INTEGRATIONS_GRPC_ADDR": c.GRPCAddr, "INTEGRATIONS_HTTP_ADDR": c.HTTPAddr}),
+	}
 	if c.MaxPayloadBytes < 1024 || c.MaxPayloadBytes > 64<<20 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_MAX_PAYLOAD_BYTES: %d must be between 1024 and 67108864", c.MaxPayloadBytes))
 	}

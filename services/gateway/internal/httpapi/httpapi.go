@@ -5,6 +5,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -18,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -26,6 +28,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
 	"github.com/integrations-platform/integrations/pkg/safetext"
+	"github.com/integrations-platform/integrations/pkg/tlsx"
 	"github.com/integrations-platform/integrations/services/gateway/internal/server"
 )
 
@@ -45,11 +48,18 @@ type Config struct {
 	ReadTimeout       time.Duration
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
+	// TLS, if set, is the certificate served on Addr and on GRPCAddr: the REST server serves
+	// TLS, and its proxy dials the gRPC port with TLS, accepting exactly that certificate.
+	TLS *tlsx.Source
 }
 
 // Run serves the REST API under app.
 func Run(ctx context.Context, app *lifecycle.App, log *zap.Logger, cfg Config) error {
-	conn, err := grpcx.Dial(cfg.GRPCAddr, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(cfg.MaxBodyBytes)*4)))
+	self := grpc.WithTransportCredentials(insecure.NewCredentials())
+	if cfg.TLS != nil {
+		self = grpcx.SelfDialOption(cfg.TLS)
+	}
+	conn, err := grpcx.Dial(cfg.GRPCAddr, self, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(cfg.MaxBodyBytes)*4)))
 	if err != nil {
 		return err
 	}
@@ -61,6 +71,9 @@ func Run(ctx context.Context, app *lifecycle.App, log *zap.Logger, cfg Config) e
 	lis, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen %s for REST: %w", cfg.Addr, err)
+	}
+	if cfg.TLS != nil {
+		lis = tls.NewListener(lis, tlsx.ServerConfig(cfg.TLS))
 	}
 	srv := &http.Server{Handler: root, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
 		WriteTimeout: cfg.WriteTimeout, IdleTimeout: cfg.IdleTimeout}

@@ -12,6 +12,8 @@ import (
 // Config is read from the environment.
 type Config struct {
 	config.Common
+	// InternalTLS is the service's identity on the internal hops (mTLS).
+	config.InternalTLS
 	GRPCAddr string `env:"INTEGRATIONS_GRPC_ADDR" envDefault:"127.0.0.1:9094"`
 	// DispatcherAddr is nudged when a next attempt is scheduled, so that the dispatcher times its
 	// next pass to the new record's due time.
@@ -26,7 +28,9 @@ type Config struct {
 
 // Validate checks the settings.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate()}
+	errs := []error{c.Common.Validate(), c.InternalTLS.Validate(), c.CheckInternalPlaintext(map[string]string{
+		"INTEGRATIONS_GRPC_ADDR": c.GRPCAddr, "INTEGRATIONS_DISPATCHER_ADDR": c.DispatcherAddr,
+	})}
 	if c.SweepGrace < 0 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_SWEEP_GRACE: %v must not be negative", c.SweepGrace))
 	}

@@ -11,7 +11,8 @@ import (
 
 func TestValidateSweepInterval(t *testing.T) {
 	t.Parallel()
-	valid := Config{Common: config.Common{LogLevel: "info", TimeScale: 1, ShutdownTimeout: time.Second}, SweepInterval: time.Second}
+	valid := Config{Common: config.Common{LogLevel: "info", TimeScale: 1, ShutdownTimeout: time.Second},
+		InternalTLS: config.InternalTLS{TLSCertFile: "c.pem", TLSKeyFile: "k.pem", TLSCAFile: "ca.pem"}, SweepInterval: time.Second}
 	require.NoError(t, valid.Validate())
 
 	for _, d := range []time.Duration{0, -time.Second} {

@@ -1,0 +1,62 @@
+package mq
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/integrations-platform/integrations/pkg/tlsx"
+)
+
+// amqpTLS is the TLS of an amqps:// URL: its query parameters cacertfile (the CA to verify the
+// broker with; the system's roots without it), certfile and keyfile (a client certificate, for
+// brokers that require one) and server_name_indication (the name to verify, the URL's host
+// without it) — RabbitMQ's URI query parameters. The files are re-read when they change (a
+// rotated CA or client certificate is used by the next connection).
+type amqpTLS struct {
+	src        *tlsx.Source // nil: system roots, no client certificate
+	serverName string
+}
+
+// newAMQPTLS parses rawURL; nil for amqp:// (plain text). The error names the parameter at
+// fault, never the URL (it carries the password).
+func newAMQPTLS(rawURL string) (*amqpTLS, error) {
+	uri, err := amqp.ParseURI(rawURL)
+	if err != nil {
+		return nil, errors.New("mq: Config.URL is not an AMQP URI")
+	}
+	if uri.Scheme != "amqps" {
+		if uri.CACertFile != "" || uri.CertFile != "" {
+			return nil, errors.New("mq: cacertfile/certfile in an amqp:// URL: use amqps:// for TLS")
+		}
+		return nil, nil
+	}
+	t := &amqpTLS{serverName: uri.ServerName}
+	if t.serverName == "" {
+		t.serverName = uri.Host
+	}
+	if (uri.CertFile == "") != (uri.KeyFile == "") {
+		return nil, errors.New("mq: amqps URL: certfile and keyfile go together")
+	}
+	files := tlsx.Files{CertFile: uri.CertFile, KeyFile: uri.KeyFile, CAFile: uri.CACertFile}
+	if files != (tlsx.Files{}) {
+		if t.src, err = tlsx.NewSource(files); err != nil {
+			return nil, fmt.Errorf("mq: amqps URL's cacertfile/certfile/keyfile: %w", err)
+		}
+	}
+	return t, nil
+}
+
+// config is a fresh configuration for one connection (amqp091-go writes into the one it is given).
+func (t *amqpTLS) config() *tls.Config {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.serverName}
+	if t.src != nil {
+		cfg.RootCAs = t.src.Pool() // nil without cacertfile: the system's roots
+		if t.src.Certificate() != nil {
+			cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return t.src.Certificate(), nil }
+		}
+	}
+	return cfg
+}

@@ -1,0 +1,361 @@
+// Package tlsx builds the platform's TLS configurations from PEM files that are re-read when they
+// change, so that a certificate rotated on disk (cert-manager, a renewed dev CA) is served and
+// presented without a restart.
+//
+// Files are checked by path, never by open file or inode: cert-manager's secret volumes replace
+// files by swapping a symlink (..data), which a stat of the path follows. A check is a stat of
+// each file, at most once per CheckInterval, on the next handshake: no goroutine, no watcher.
+// A change that cannot be loaded (a half-written file, a key that does not match) keeps the
+// material last loaded and is retried at the next check.
+//
+// Service identity is a SPIFFE ID in the certificate's URI SAN: spiffe://integrations/<service>.
+// Clients verify a peer's chain against the internal CA and its identity against the service
+// they meant to reach, not a host name: the same certificate works behind any address
+// (127.0.0.1 in development, a Kubernetes Service name in production).
+package tlsx
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// TrustDomain is the SPIFFE trust domain of the platform's services.
+const TrustDomain = "integrations"
+
+// DefaultCheckInterval is how often files are stat'ed for a change, at most.
+const DefaultCheckInterval = 2 * time.Second
+
+// ID is the SPIFFE ID of a service: spiffe://integrations/<service>.
+func ID(service string) string { return "spiffe://" + TrustDomain + "/" + service }
+
+// ServiceOf returns the service named by a SPIFFE ID of the platform's trust domain: exactly
+// spiffe://integrations/<name>, name of lower-case letters, digits and dashes — no port, user,
+// query, fragment or escapes, so that one identity has one spelling.
+func ServiceOf(id *url.URL) (string, bool) {
+	if id == nil || id.Scheme != "spiffe" || id.Host != TrustDomain || id.User != nil || id.Opaque != "" ||
+		id.RawPath != "" || id.RawQuery != "" || id.ForceQuery || id.Fragment != "" || id.RawFragment != "" {
+		return "", false
+	}
+	name, ok := strings.CutPrefix(id.Path, "/")
+	if !ok || name == "" || len(name) > 63 {
+		return "", false
+	}
+	for _, r := range name {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+			return "", false
+		}
+	}
+	return name, true
+}
+
+// Files names the PEM files of a Source. CAFile may be empty for a Source that only serves (a
+// client-facing listener), CertFile and KeyFile for one that only verifies.
+type Files struct {
+	CertFile, KeyFile, CAFile string
+}
+
+// Source is TLS material loaded from files and reloaded when they change. Safe for concurrent use.
+type Source struct {
+	files    Files
+	interval time.Duration
+	now      func() time.Time
+	onReload func(Files, error)
+
+	mu        sync.Mutex
+	checked   time.Time
+	stamps    map[string]stamp
+	cert      *tls.Certificate
+	pool      *x509.CertPool
+	lastError error
+	statError bool // lastError is a stat's: cleared when the files are back unchanged
+}
+
+type stamp struct {
+	mod  time.Time
+	size int64
+}
+
+// Option configures a Source.
+type Option func(*Source)
+
+// CheckInterval sets how often the files are stat'ed, at most (default DefaultCheckInterval).
+func CheckInterval(d time.Duration) Option { return func(s *Source) { s.interval = d } }
+
+// OnReload is called after each reload a change of the files caused, with its error (nil: the
+// new material is in use; otherwise the last good material stays), e.g. to log it. It runs on a
+// handshake's goroutine, under the Source's lock: it must not call the Source.
+func OnReload(f func(Files, error)) Option { return func(s *Source) { s.onReload = f } }
+
+// NewSource loads the files at once: a missing or invalid file is an error naming it.
+func NewSource(files Files, opts ...Option) (*Source, error) {
+	s := &Source{files: files, interval: DefaultCheckInterval, now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
+	if (files.CertFile == "") != (files.KeyFile == "") {
+		return nil, errors.New("tlsx: a certificate needs both its cert file and its key file")
+	}
+	if files.CertFile == "" && files.CAFile == "" {
+		return nil, errors.New("tlsx: no file given")
+	}
+	stamps, err := s.stat()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.load(stamps); err != nil {
+		return nil, err
+	}
+	s.checked = s.now()
+	return s, nil
+}
+
+func (s *Source) paths() []string {
+	var out []string
+	for _, p := range []string{s.files.CertFile, s.files.KeyFile, s.files.CAFile} {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (s *Source) stat() (map[string]stamp, error) {
+	out := map[string]stamp{}
+	for _, p := range s.paths() {
+		fi, err := os.Stat(p) // follows symlinks: a swapped ..data link is a change
+		if err != nil {
+			return nil, fmt.Errorf("tlsx: %w", err)
+		}
+		out[p] = stamp{mod: fi.ModTime(), size: fi.Size()}
+	}
+	return out, nil
+}
+
+func (s *Source) load(stamps map[string]stamp) error {
+	var cert *tls.Certificate
+	if s.files.CertFile != "" {
+		c, err := tls.LoadX509KeyPair(s.files.CertFile, s.files.KeyFile)
+		if err != nil {
+			return fmt.Errorf("tlsx: load %s and %s: %w", s.files.CertFile, s.files.KeyFile, err)
+		}
+		cert = &c
+	}
+	var pool *x509.CertPool
+	if s.files.CAFile != "" {
+		pem, err := os.ReadFile(s.files.CAFile)
+		if err != nil {
+			return fmt.Errorf("tlsx: %w", err)
+		}
+		pool = x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("tlsx: %s holds no PEM certificate", s.files.CAFile)
+		}
+	}
+	s.cert, s.pool, s.stamps, s.lastError = cert, pool, stamps, nil
+	return nil
+}
+
+// refresh reloads the files if a check is due and one of them changed.
+func (s *Source) refresh() {
+	now := s.now()
+	if now.Sub(s.checked) < s.interval {
+		return
+	}
+	s.checked = now
+	stamps, err := s.stat()
+	if err != nil {
+		if s.lastError == nil && s.onReload != nil {
+			s.onReload(s.files, err) // reported once, not at every check while it lasts
+		}
+		s.lastError, s.statError = err, true
+		return
+	}
+	if s.statError {
+		s.lastError, s.statError = nil, false
+	}
+	changed := false
+	for p, st := range stamps {
+		if old, ok := s.stamps[p]; !ok || !old.mod.Equal(st.mod) || old.size != st.size {
+			changed = true
+		}
+	}
+	if changed {
+		err := s.load(stamps)
+		if err != nil {
+			s.lastError = err // keep serving what was loaded; retried at the next check
+		}
+		if s.onReload != nil {
+			s.onReload(s.files, err)
+		}
+	}
+}
+
+// Certificate returns the current certificate (nil if the Source has none).
+func (s *Source) Certificate() *tls.Certificate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refresh()
+	return s.cert
+}
+
+// Pool returns the current CA pool (nil if the Source has none).
+func (s *Source) Pool() *x509.CertPool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refresh()
+	return s.pool
+}
+
+// Err is the last reload's failure, nil once a reload succeeds: for a health report or a log.
+func (s *Source) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastError
+}
+
+// base is TLS 1.2 at least (1.3 is negotiated whenever both ends have it, which Go's do).
+func base() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12}
+}
+
+// ServerConfig is a client-facing listener's: the Source's certificate, no client certificate
+// asked for (clients authenticate with API keys or adapter credentials).
+func ServerConfig(src *Source) *tls.Config {
+	cfg := base()
+	cfg.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		if c := src.Certificate(); c != nil {
+			return c, nil
+		}
+		return nil, errors.New("tlsx: no server certificate")
+	}
+	return cfg
+}
+
+// MutualServerConfig is an internal listener's: the Source's certificate, and a client
+// certificate asked for but not verified in the handshake. The handshake lets a caller without a
+// valid one through — health probes present none — so that the authorization interceptor
+// (grpcx.Policy) can answer it UNAUTHENTICATED, a status the caller can act on, rather than a
+// transport failure; the interceptor refuses every method but health to a caller whose
+// certificate ClientService does not accept. Verification happens once per connection.
+func MutualServerConfig(src *Source) *tls.Config {
+	cfg := base()
+	cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		c := base()
+		c.NextProtos = []string{"h2"} // gRPC's; a config returned here does not inherit the parent's
+		cert, pool := src.Certificate(), src.Pool()
+		if cert == nil || pool == nil {
+			return nil, errors.New("tlsx: no certificate or CA to serve mTLS with")
+		}
+		c.Certificates = []tls.Certificate{*cert}
+		c.ClientAuth = tls.RequestClientCert
+		c.ClientCAs = pool // advertised, so that a client picks the right certificate; verified after the handshake
+		return c, nil
+	}
+	return cfg
+}
+
+// ClientConfig is an internal client's: it presents the Source's certificate (if any) and
+// accepts only a server whose chain verifies against the Source's CA and whose SPIFFE ID is
+// ID(peer). Host names are not checked: the identity is.
+func ClientConfig(src *Source, peer string) *tls.Config {
+	cfg := base()
+	want := ID(peer)
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		if c := src.Certificate(); c != nil {
+			return c, nil
+		}
+		return &tls.Certificate{}, nil // none: the server decides
+	}
+	// The standard verification checks a host name; ours checks the identity, in VerifyConnection.
+	cfg.InsecureSkipVerify = true
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("tlsx: the server presented no certificate")
+		}
+		pool := src.Pool()
+		if pool == nil {
+			return errors.New("tlsx: no CA to verify the server with")
+		}
+		inter := x509.NewCertPool()
+		for _, c := range cs.PeerCertificates[1:] {
+			inter.AddCert(c)
+		}
+		leaf := cs.PeerCertificates[0]
+		if _, err := leaf.Verify(x509.VerifyOptions{
+			Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		}); err != nil {
+			return fmt.Errorf("tlsx: server certificate: %w", err)
+		}
+		for _, u := range leaf.URIs {
+			if u.String() == want {
+				return nil
+			}
+		}
+		return fmt.Errorf("tlsx: the server is not %s", want)
+	}
+	return cfg
+}
+
+// SelfClientConfig is a client's of the Source's own server (a service calling its own port):
+// it accepts exactly the certificate the Source holds, whatever address it dials.
+func SelfClientConfig(src *Source) *tls.Config {
+	cfg := base()
+	cfg.InsecureSkipVerify = true // the pin below is the verification
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		own := src.Certificate()
+		if own == nil || len(cs.PeerCertificates) == 0 || !cs.PeerCertificates[0].Equal(mustLeaf(own)) {
+			return errors.New("tlsx: the server is not presenting this process's own certificate")
+		}
+		return nil
+	}
+	return cfg
+}
+
+func mustLeaf(c *tls.Certificate) *x509.Certificate {
+	if c.Leaf != nil {
+		return c.Leaf
+	}
+	leaf, err := x509.ParseCertificate(c.Certificate[0])
+	if err != nil {
+		return &x509.Certificate{}
+	}
+	return leaf
+}
+
+// ErrNoClientCertificate is ClientService's error for a client that presented none.
+var ErrNoClientCertificate = errors.New("no client certificate")
+
+// ClientService verifies the client certificate of a connection against the Source's CA (for
+// client authentication) and returns the platform service its SPIFFE ID names.
+func ClientService(src *Source, cs tls.ConnectionState) (string, error) {
+	if len(cs.PeerCertificates) == 0 {
+		return "", ErrNoClientCertificate
+	}
+	pool := src.Pool()
+	if pool == nil {
+		return "", errors.New("no CA to verify the client certificate with")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	leaf := cs.PeerCertificates[0]
+	if _, err := leaf.Verify(x509.VerifyOptions{
+		Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}); err != nil {
+		return "", fmt.Errorf("client certificate: %w", err)
+	}
+	for _, u := range leaf.URIs {
+		if name, ok := ServiceOf(u); ok {
+			return name, nil
+		}
+	}
+	return "", errors.New("the client certificate names no platform service")
+}
