@@ -60,17 +60,17 @@ type ServerConfig struct {
 const logMessageMax = 512
 
 // NewServer returns a server whose unary calls pass through, in order: panic recovery, logging,
-// the caller's identity (Policy, on an internal port), the refusal of a request that could not be decoded (decode.go), error mapping (ToStatus), then
-// cfg.Interceptors.
+// the refusal of a request that could not be decoded (decode.go), error mapping (ToStatus), the
+// caller's identity (Policy, on an internal port), then cfg.Interceptors.
 func NewServer(cfg ServerConfig) *Server {
 	log := cfg.Logger
 	if log == nil {
 		log = zap.NewNop()
 	}
-	// The caller's identity is checked first (Policy), so that a caller without the right
-	// certificate learns nothing about its request.
-	chain := []grpc.UnaryServerInterceptor{recoveryInterceptor(log), loggingInterceptor(log)}
-	streams := []grpc.StreamServerInterceptor{}
+	// A request that could not be decoded is refused before anything else reads it; the
+	// caller's identity (Policy) is checked next, before the service's own interceptors.
+	chain := []grpc.UnaryServerInterceptor{recoveryInterceptor(log), loggingInterceptor(log), decodeInterceptor, errorInterceptor(log)}
+	streams := []grpc.StreamServerInterceptor{decodeStreamInterceptor}
 	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(newDecodeCodec())}
 	switch {
 	case cfg.Internal != nil:
@@ -80,8 +80,7 @@ func NewServer(cfg ServerConfig) *Server {
 	case cfg.Public != nil:
 		opts = append(opts, grpc.Creds(cfg.Public))
 	}
-	chain = append(append(chain, decodeInterceptor, errorInterceptor(log)), cfg.Interceptors...)
-	streams = append(streams, decodeStreamInterceptor)
+	chain = append(chain, cfg.Interceptors...)
 	opts = append(opts, grpc.ChainUnaryInterceptor(chain...), grpc.ChainStreamInterceptor(streams...))
 	if cfg.MaxRecvMsgSize > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize))

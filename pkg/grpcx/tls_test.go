@@ -41,6 +41,9 @@ func TestPolicy(t *testing.T) {
 		Logger:   zap.NewNop(),
 		Internal: internalOf(t, dir, "settlement"),
 		Policy:   grpcx.Policy{"/test.Sleeper/Sleep": {"gateway", "adapter-callback"}},
+		// Registered, so that the stream below reaches the policy (an unregistered service is
+		// answered UNIMPLEMENTED before any interceptor).
+		Reflection: true,
 	})
 	started := make(chan struct{}, 8)
 	srv.RegisterService(sleepService(started), struct{}{})
