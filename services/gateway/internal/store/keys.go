@@ -298,7 +298,7 @@ func (s *Store) Touch(id string) {
 		return
 	}
 	l.mu.Lock()
-	if l.sent.Contains(id) {
+	if _, ok := l.sent.Peek(id); ok { // Peek, unlike Contains, judges the entry's expiry
 		l.mu.Unlock()
 		return
 	}

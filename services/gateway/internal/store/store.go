@@ -35,7 +35,8 @@ type Store struct {
 	keys         *expirable.LRU[string, *KeyRecord]
 	capabilities *expirable.LRU[string, *Capability] // name → capability
 	// keyMisses holds the hashes of tokens no key matched, for missTTL (nil: no cache), so that
-	// unknown keys with a valid checksum do not each reach Postgres.
+	// a client repeating an unknown key reaches Postgres at most once per missTTL; its own LRU,
+	// so that a flood of misses cannot evict found keys.
 	keyMisses *expirable.LRU[string, struct{}]
 	// keysMu orders cache writes of lookups against revocations: a lookup caches what it read
 	// only if keysGen has not moved since it started reading, so a lookup in flight during a
@@ -47,8 +48,9 @@ type Store struct {
 	afterKeyRead func()
 }
 
-// missTTL is how long an unknown key's hash is remembered: long enough to spare Postgres a flood
-// of made-up keys, short enough that a key made on another replica soon works here.
+// missTTL is how long an unknown key's hash is remembered: long enough to spare Postgres a client
+// repeating an unknown key, short enough that a key made on another replica (or declared by a
+// catalog apply) soon works here.
 const missTTL = time.Second
 
 // cacheSize bounds each cache; past it the least recently used entries go.
