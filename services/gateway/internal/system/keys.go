@@ -1,6 +1,7 @@
 package system
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -189,24 +190,31 @@ const maxCreateBody = 64 << 10
 
 // decodeBody reads an optional JSON object (an empty body is one with no fields) and nothing
 // after it into v. On bad input it returns the status and the message naming `body`; it never
-// echoes the input.
+// echoes the input unbounded.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) (int, string) {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCreateBody))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if errors.Is(err, io.EOF) {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCreateBody))
+	if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("body: at most %d bytes", maxCreateBody)
+	}
+	if err != nil {
+		return http.StatusBadRequest, "body: could not be read"
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
 		return 0, ""
 	}
-	if err == nil {
-		// Anything but white space after the object is refused, not ignored.
-		if err = dec.Decode(&json.RawMessage{}); errors.Is(err, io.EOF) {
-			return 0, ""
-		} else if err == nil {
+	if raw[0] != '{' {
+		err = errors.New("not an object")
+	} else {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err = dec.Decode(v); err == nil && dec.InputOffset() != int64(len(raw)) {
+			// Anything after the object is refused, not ignored.
 			err = errors.New("data after the JSON object")
 		}
 	}
-	if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
-		return http.StatusRequestEntityTooLarge, fmt.Sprintf("body: at most %d bytes", maxCreateBody)
+	if err == nil {
+		return 0, ""
 	}
 	msg := err.Error() // may quote an unknown field's name: bounded
 	if len(msg) > 120 {

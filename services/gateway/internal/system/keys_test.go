@@ -143,6 +143,8 @@ func TestKeyEndpointsRefuseBadInputNamingTheField(t *testing.T) {
 		{http.MethodPost, keysPath, `{"description": "ci"} {"description": "more"}`, http.StatusBadRequest, "body:"},
 		{http.MethodPost, keysPath, `{"description": "ci"}x`, http.StatusBadRequest, "body:"},
 		{http.MethodPost, keysPath, `{"description": "ci"}}`, http.StatusBadRequest, "body:"},
+		{http.MethodPost, keysPath, `null`, http.StatusBadRequest, "body:"},
+		{http.MethodPost, keysPath, `"ci"`, http.StatusBadRequest, "body:"},
 		{http.MethodPost, keysPath, `{"` + strings.Repeat("f", 10000) + `": 1}`, http.StatusBadRequest, "body:"},
 		{http.MethodPost, keysPath, `{"description": "` + strings.Repeat("x", 70<<10) + `"}`, http.StatusRequestEntityTooLarge, "body:"},
 		{http.MethodPost, keysPath, `{"description": "ci` + "\u202e" + `gnp.exe"}`, http.StatusBadRequest, "description:"},
