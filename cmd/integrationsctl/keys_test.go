@@ -94,4 +94,17 @@ func TestKeysCreateWritesANewKeyFileOwnerOnly(t *testing.T) {
 	st, err := os.Stat(fresh)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+
+	// A refused create leaves no empty key file behind.
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"code": 404, "message": "application: no application app"}`))
+	}))
+	defer refusing.Close()
+	none := filepath.Join(dir, "none")
+	_, err = runRoot(t, "keys", "create", "--application", "app", "--admin-url", refusing.URL, "--admin-token", "tok", "--key-file", none)
+	require.ErrorContains(t, err, "no application app")
+	_, err = os.Stat(none)
+	require.ErrorIs(t, err, os.ErrNotExist)
 }
