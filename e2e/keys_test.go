@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -156,6 +157,26 @@ func TestAPIKeyLifecycle(t *testing.T) {
 			assert.Regexp(t, `\d{4}-\d\d-\d\dT\S+\s+never\s+\d{4}-\d\d-\d\dT`, line, "created, never expires, last used")
 		}
 	}
+
+	// The catalog key (a chosen one, cached by its hash) revoked through replica 2 is refused
+	// there at once, and is no longer in the column the previous release's gateways read.
+	var catalogID string
+	for id, k := range seen {
+		if k["source"] == "catalog" {
+			catalogID = id
+		}
+	}
+	require.NotEmpty(t, catalogID)
+	code, body = get(replicas[1], s.apiKey)
+	require.Equal(t, http.StatusOK, code, body)
+	runCtl("keys", "revoke", catalogID)
+	code, body = get(replicas[1], s.apiKey)
+	assert.Equal(t, http.StatusUnauthorized, code, "the revoking replica refuses the catalog key at once: %s", body)
+	assert.Contains(t, body, "API key revoked")
+	var legacy int
+	require.NoError(t, s.schema.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM applications WHERE api_key_hash = $1`, apikey.Hash(s.apiKey)).Scan(&legacy))
+	assert.Zero(t, legacy, "the revoked catalog key's hash is gone from applications.api_key_hash")
 }
 
 // buildCtl builds integrationsctl for the test.

@@ -9,7 +9,10 @@
 -- applications.api_key_hash is no longer read: the gateway authenticates from api_keys only (a
 -- key revoked there must not live on in another column). The catalog still writes it, so that
 -- gateways of the previous release keep authenticating catalog keys during a rolling upgrade; a
--- later migration drops it.
+-- later migration drops it. Revoking a catalog key overwrites it with the SHA-256 of random
+-- bytes (and catalog apply writes such a value while the catalog key is revoked), so a revoked
+-- key stays dead for those gateways, after a rollback and after this migration's Down.
+-- integrationsctl must be upgraded with this migration: an older one writes only that column.
 
 -- +goose Up
 CREATE TABLE api_keys (
@@ -38,5 +41,6 @@ SELECT 'chosen_' || left(md5(gen_random_uuid()::text), 12), id, 'chosen', api_ke
 FROM applications;
 
 -- +goose Down
--- Keys created through the API are lost; catalog keys still have their hash in applications.
+-- Keys created through the API are lost; catalog keys still have their hash in applications
+-- (a revoked one an unusable hash: it stays revoked).
 DROP TABLE api_keys;

@@ -120,9 +120,22 @@ func keysCmd() *cobra.Command {
 			if err := needApp(); err != nil {
 				return err
 			}
+			// The key file is made first, new and 0600, so that a key is never created only to be
+			// lost (or left readable in an existing file's mode).
+			var out *os.File
+			if keyFile != "" {
+				var err error
+				if out, err = createKeyFile(keyFile); err != nil {
+					return err
+				}
+				defer out.Close()
+			}
 			var k keyInfo
 			body := map[string]string{"description": description, "created_by": createdBy(), "expires_in": expiresIn, "expires_at": expiresAt}
 			if err := f.call(cmd.Context(), http.MethodPost, keysPath(app), body, &k); err != nil {
+				if out != nil {
+					_ = os.Remove(keyFile)
+				}
 				return err
 			}
 			exp := "never"
@@ -134,8 +147,11 @@ func keysCmd() *cobra.Command {
 				fmt.Fprintln(cmd.OutOrStdout(), k.Key)
 				return nil
 			}
-			if err := os.WriteFile(keyFile, []byte(k.Key), 0o600); err != nil {
-				return fmt.Errorf("write key: %w", err)
+			if _, err := out.WriteString(k.Key); err != nil {
+				return fmt.Errorf("write key %s to %s: %w", k.ID, keyFile, err)
+			}
+			if err := out.Close(); err != nil {
+				return fmt.Errorf("write key %s to %s: %w", k.ID, keyFile, err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "key written to %s\n", keyFile)
 			return nil
@@ -144,7 +160,7 @@ func keysCmd() *cobra.Command {
 	create.Flags().StringVar(&description, "description", "", "what the key is for")
 	create.Flags().StringVar(&expiresIn, "expires-in", "", "expire the key after this long (e.g. 720h)")
 	create.Flags().StringVar(&expiresAt, "expires-at", "", "expire the key at this time (RFC 3339)")
-	create.Flags().StringVar(&keyFile, "key-file", "", "write the key to this file (mode 0600) instead of printing it")
+	create.Flags().StringVar(&keyFile, "key-file", "", "write the key to this new file (mode 0600; an existing file is refused) instead of printing it")
 
 	list := &cobra.Command{
 		Use: "list", Short: "List an application's keys: ids, prefixes and times, never a secret", Args: cobra.NoArgs,
@@ -220,4 +236,17 @@ func timeOr(t *time.Time, def string) string {
 		return def
 	}
 	return t.Format(time.RFC3339)
+}
+
+// createKeyFile creates path for a key: new (an existing file, whatever its mode, is refused
+// rather than overwritten) and readable by its owner only.
+func createKeyFile(path string) (*os.File, error) {
+	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("--key-file %s already exists: give a new file (no key was created)", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--key-file: %w (no key was created)", err)
+	}
+	return out, nil
 }

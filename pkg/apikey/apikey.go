@@ -107,6 +107,19 @@ func Hash(token string) []byte {
 	return sum[:]
 }
 
+// UnusableHash is a stored hash no token has: the SHA-256 of random bytes nobody keeps. A revoked
+// catalog key's hash in applications.api_key_hash (the column gateways of the release before
+// migration 00009 read) is overwritten with it, so that the key stays dead in a rolling upgrade,
+// a rollback or after a migrate down.
+func UnusableHash() ([]byte, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("random bytes for an unusable hash: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return sum[:], nil
+}
+
 // PrintableASCII reports whether s holds only printable ASCII (0x20–0x7e): the only bytes a key
 // of any kind may hold (an HTTP header carries nothing else faithfully). Anything else is refused
 // before any lookup. A chosen catalog key may hold spaces; a generated one never does.

@@ -148,3 +148,13 @@ func FuzzParseKey(f *testing.F) {
 		}
 	})
 }
+
+func TestUnusableHashIsFreshEachTime(t *testing.T) {
+	a, err := UnusableHash()
+	require.NoError(t, err)
+	b, err := UnusableHash()
+	require.NoError(t, err)
+	require.Len(t, a, 32, "the size of a stored hash (the column's CHECK)")
+	require.NotEqual(t, a, b)
+	require.NotEqual(t, Hash(""), a)
+}

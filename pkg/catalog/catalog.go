@@ -318,6 +318,10 @@ func checkAPIKey(key string) error {
 	if !apikey.PrintableASCII(key) {
 		return errors.New("must be printable ASCII (a header carries nothing else)")
 	}
+	if strings.TrimSpace(key) != key {
+		// The gateway trims the bearer token, so such a key could never authenticate.
+		return errors.New("must not begin or end with a space")
+	}
 	if _, err := apikey.Parse(key); errors.Is(err, apikey.ErrMalformed) {
 		return fmt.Errorf("starts with %s but is not a generated key (wrong length, character or checksum)", apikey.Prefix)
 	}
@@ -360,6 +364,25 @@ func applyAPIKey(ctx context.Context, tx pgx.Tx, a Application) error {
 	}
 	if !ok {
 		return fmt.Errorf("application %s: api_key is already another key: declare a new one", a.ID)
+	}
+	return nil
+}
+
+// keepRevokedKeyDead overwrites applications.api_key_hash, just written with the declared hash,
+// with one no token has when the declared key is a revoked catalog key: gateways of the release
+// before migration 00009 (a rolling upgrade, a rollback, a migrate down) read that column, and
+// must not take a revoked key back. The same transaction, so the declared hash is never seen.
+func keepRevokedKeyDead(ctx context.Context, tx pgx.Tx, appID string) error {
+	unusable, err := apikey.UnusableHash()
+	if err != nil {
+		return fmt.Errorf("apply catalog key of application %s: %w", appID, err)
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE applications a SET api_key_hash = $2
+		FROM api_keys k
+		WHERE a.id = $1 AND k.application_id = $1 AND k.source = 'catalog' AND k.revoked_at IS NOT NULL
+			AND a.api_key_hash = k.hash`, appID, unusable); err != nil {
+		return fmt.Errorf("apply catalog key of application %s: %w", appID, err)
 	}
 	return nil
 }
@@ -449,6 +472,9 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, c *Catalog, opts ...ApplyOpt
 				return fmt.Errorf("apply application %s: %w", a.ID, err)
 			}
 			if err := applyAPIKey(ctx, tx, a); err != nil {
+				return err
+			}
+			if err := keepRevokedKeyDead(ctx, tx, a.ID); err != nil {
 				return err
 			}
 			if a.Consumer != nil {

@@ -98,11 +98,21 @@ func TestApplyKeepsARevokedCatalogKeyRevoked(t *testing.T) {
 	got := keyRows(t, s.Pool)
 	require.Len(t, got, 1)
 	require.True(t, got[0].Revoked, "re-applying a catalog does not bring back a key an operator revoked")
+	legacy := func() []byte {
+		var h []byte
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT api_key_hash FROM applications WHERE id = 'app'`).Scan(&h))
+		return h
+	}
+	dead := legacy()
+	require.Len(t, dead, 32)
+	require.NotEqual(t, apikey.Hash(testAPIKey), dead,
+		"the column gateways before migration 00009 read does not get the revoked key's hash")
 
 	require.NoError(t, applyYAML(t, s.Pool, catalogYAML(t, spec{appKey: testAPIKey + "-rotated"})))
 	got = keyRows(t, s.Pool)
 	require.Len(t, got, 1)
 	require.False(t, got[0].Revoked, "a new key in the catalog replaces the revoked one")
+	require.Equal(t, apikey.Hash(testAPIKey+"-rotated"), legacy(), "and is written to the legacy column")
 }
 
 func TestApplyRefusesAKeyOfAnotherApplication(t *testing.T) {
@@ -126,7 +136,7 @@ func TestValidationRefusesKeysTheGatewayWouldNot(t *testing.T) {
 	k, err := apikey.Generate()
 	require.NoError(t, err)
 	typo := k.Token[:30] + string(k.Token[30]^1) + k.Token[31:]
-	for _, key := range []string{typo, "key-with-a-tab\t0123456789", strings.Repeat("k", apikey.MaxTokenLen+1)} {
+	for _, key := range []string{typo, "key-with-a-tab\t0123456789", " key-with-a-leading-space", "key-with-a-trailing-space ", strings.Repeat("k", apikey.MaxTokenLen+1)} {
 		_, err := catalog.Parse([]byte(catalogYAML(t, spec{appKey: key})), env(nil))
 		require.ErrorContains(t, err, "applications[0].api_key: ")
 		require.NotContains(t, err.Error(), key, "the error does not echo the key")

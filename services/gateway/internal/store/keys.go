@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
@@ -38,20 +39,36 @@ func (k *KeyRecord) Expired() bool {
 // declared a generated key by its SHA-256, whose id the database cannot know — by its hash among
 // the chosen keys. One statement either way.
 func (s *Store) KeyForGenerated(ctx context.Context, id string, hash []byte) (*KeyRecord, error) {
-	return s.lookupKey(ctx, "id:"+id, id, hash)
+	return s.lookupKey(ctx, id, hash)
 }
 
 // KeyForChosen finds a key an operator chose (a catalog key not in the generated format) by the
 // SHA-256 of the whole token.
 func (s *Store) KeyForChosen(ctx context.Context, hash []byte) (*KeyRecord, error) {
-	return s.lookupKey(ctx, "hash:"+string(hash), "", hash)
+	return s.lookupKey(ctx, "", hash)
 }
 
-func (s *Store) lookupKey(ctx context.Context, cacheKey, id string, hash []byte) (*KeyRecord, error) {
+// lookupKey finds the key with id (if not "") or else the chosen key with hash. A record is
+// cached under the name it was found by ("id:" or "hash:"), which RevokeKey removes both of; a
+// miss is remembered by hash for missTTL.
+func (s *Store) lookupKey(ctx context.Context, id string, hash []byte) (*KeyRecord, error) {
+	byID, byHash := "id:"+id, "hash:"+string(hash)
+	var gen uint64
 	if s.keys != nil {
-		if k, ok := s.keys.Get(cacheKey); ok {
+		if id != "" {
+			if k, ok := s.keys.Get(byID); ok {
+				return k, nil
+			}
+		}
+		if k, ok := s.keys.Get(byHash); ok {
 			return k, nil
 		}
+		if _, ok := s.keyMisses.Get(string(hash)); ok {
+			return nil, ErrNotFound
+		}
+		s.keysMu.Lock()
+		gen = s.keysGen
+		s.keysMu.Unlock()
 	}
 	k := KeyRecord{read: time.Now()}
 	var left float64
@@ -61,17 +78,47 @@ func (s *Store) lookupKey(ctx context.Context, cacheKey, id string, hash []byte)
 		FROM api_keys
 		WHERE id = $1 OR (kind = 'chosen' AND hash = $2)
 		ORDER BY id = $1 DESC LIMIT 1`, id, hash).Scan(&k.ID, &k.ApplicationID, &k.Hash, &k.Revoked, &k.expires, &left)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
+	found := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("look up API key: %w", err)
 	}
 	k.validFor = time.Duration(left * float64(time.Second))
+	if s.afterKeyRead != nil {
+		s.afterKeyRead()
+	}
 	if s.keys != nil {
-		s.keys.Add(cacheKey, &k)
+		s.keysMu.Lock()
+		// A revocation or creation since the read began may have made what was read stale.
+		if s.keysGen == gen {
+			switch {
+			case !found:
+				s.keyMisses.Add(string(hash), struct{}{})
+			case id != "" && k.ID == id:
+				s.keys.Add(byID, &k)
+			default:
+				s.keys.Add(byHash, &k)
+			}
+		}
+		s.keysMu.Unlock()
+	}
+	if !found {
+		return nil, ErrNotFound
 	}
 	return &k, nil
+}
+
+// forgetKey drops every cache entry that can hold the key with id and hash, and keeps lookups
+// already in flight from caching what they read.
+func (s *Store) forgetKey(id string, hash []byte) {
+	if s.keys == nil {
+		return
+	}
+	s.keysMu.Lock()
+	defer s.keysMu.Unlock()
+	s.keysGen++
+	s.keys.Remove("id:" + id)
+	s.keys.Remove("hash:" + string(hash))
+	s.keyMisses.Remove(string(hash))
 }
 
 // NewKey is a key to create through the operator API.
@@ -149,6 +196,8 @@ func (s *Store) CreateKey(ctx context.Context, nk NewKey) (KeyInfo, string, erro
 	if err != nil {
 		return KeyInfo{}, "", fmt.Errorf("create API key: %w", err)
 	}
+	// The key works on this replica at once, even if its hash was just looked up and missed.
+	s.forgetKey(info.ID, apikey.Hash(key.Token))
 	return info, key.Token, nil
 }
 
@@ -181,43 +230,64 @@ func (s *Store) ListKeys(ctx context.Context, appID string) ([]KeyInfo, error) {
 }
 
 // RevokeKey revokes an application's key; revoking a revoked key changes nothing. This replica
-// forgets it at once; the others within the cache TTL. ErrNotFound: no such key of that
-// application.
+// forgets it at once; the others within the cache TTL. A catalog key's hash in
+// applications.api_key_hash, which gateways of the release before migration 00009 read, is
+// overwritten in the same statement with one no token has, so that the key stays dead through a
+// rolling upgrade, a rollback or a migrate down. ErrNotFound: no such key of that application.
 func (s *Store) RevokeKey(ctx context.Context, appID, id string) (KeyInfo, error) {
-	info, err := scanKey(s.pool.QueryRow(ctx, `
-		UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
-		WHERE application_id = $1 AND id = $2
-		RETURNING `+keyColumns, appID, id))
+	unusable, err := apikey.UnusableHash()
+	if err != nil {
+		return KeyInfo{}, fmt.Errorf("revoke API key: %w", err)
+	}
+	var info KeyInfo
+	var hash []byte
+	err = s.pool.QueryRow(ctx, `
+		WITH k AS (
+			UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
+			WHERE application_id = $1 AND id = $2
+			RETURNING *
+		), legacy AS (
+			UPDATE applications a SET api_key_hash = $3, updated_at = now()
+			FROM k
+			WHERE a.id = k.application_id AND k.source = 'catalog' AND a.api_key_hash = k.hash
+		)
+		SELECT `+keyColumns+`, hash FROM k`, appID, id, unusable).Scan(&info.ID, &info.ApplicationID, &info.Prefix,
+		&info.Kind, &info.Source, &info.Description, &info.CreatedBy, &info.CreatedAt, &info.ExpiresAt,
+		&info.RevokedAt, &info.LastUsedAt, &info.Status, &hash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return KeyInfo{}, ErrNotFound
 	}
 	if err != nil {
 		return KeyInfo{}, fmt.Errorf("revoke API key: %w", err)
 	}
-	if s.keys != nil {
-		// A chosen key is cached by its hash, which this replica need not know: it is found again
-		// within the TTL like on every other replica.
-		s.keys.Remove("id:" + id)
-	}
+	s.forgetKey(info.ID, hash)
 	return info, nil
 }
 
 // lastUsed records keys' last use off the accept path: Touch only queues a key id, at most once
 // per interval per key on this replica, and RunLastUsed writes the queued ids in batches.
 type lastUsed struct {
-	interval time.Duration
-	queue    chan string
-	mu       sync.Mutex
-	sent     map[string]time.Time // key id → when it was last queued
+	queue chan string
+	mu    sync.Mutex // makes Touch's look-then-add one step
+	// sent holds the ids queued within the interval: bounded (past cacheSize the least recently
+	// queued go, and may be queued again early) and expiring on its own, off the accept path.
+	sent *expirable.LRU[string, struct{}]
 }
 
 // lastUsedQueue bounds the ids waiting to be written; past it a use goes unrecorded until the
 // next interval, rather than slowing an accept.
 const lastUsedQueue = 1024
 
-// WithLastUsed makes Touch record keys' use at most once per interval per key (see RunLastUsed).
+// lastUsedFinalWrite bounds the write of the uses still queued at shutdown.
+const lastUsedFinalWrite = 2 * time.Second
+
+// WithLastUsed makes Touch record keys' use at most once per interval (> 0) per key (see
+// RunLastUsed).
 func (s *Store) WithLastUsed(interval time.Duration) *Store {
-	s.lastUsed = &lastUsed{interval: interval, queue: make(chan string, lastUsedQueue), sent: map[string]time.Time{}}
+	s.lastUsed = &lastUsed{
+		queue: make(chan string, lastUsedQueue),
+		sent:  expirable.NewLRU[string, struct{}](cacheSize, nil, interval),
+	}
 	return s
 }
 
@@ -227,20 +297,12 @@ func (s *Store) Touch(id string) {
 	if l == nil {
 		return
 	}
-	now := time.Now()
 	l.mu.Lock()
-	if t, ok := l.sent[id]; ok && now.Sub(t) < l.interval {
+	if _, ok := l.sent.Peek(id); ok { // Peek, unlike Contains, judges the entry's expiry
 		l.mu.Unlock()
 		return
 	}
-	if len(l.sent) >= cacheSize {
-		for k, t := range l.sent {
-			if now.Sub(t) >= l.interval {
-				delete(l.sent, k)
-			}
-		}
-	}
-	l.sent[id] = now
+	l.sent.Add(id, struct{}{})
 	l.mu.Unlock()
 	select {
 	case l.queue <- id:
@@ -251,15 +313,15 @@ func (s *Store) Touch(id string) {
 
 // forget lets the next use of ids be queued again (their write failed or was dropped).
 func (l *lastUsed) forget(ids []string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	for _, id := range ids {
-		delete(l.sent, id)
+		l.sent.Remove(id)
 	}
 }
 
-// RunLastUsed writes the keys Touch queued, with the database's now(), until ctx ends. A failed
-// write is logged and not retried; the key's next use queues it again.
+// RunLastUsed writes the keys Touch queued, with the database's now(), until ctx ends; then it
+// writes what is still queued once more, within lastUsedFinalWrite, so that a shutdown loses no
+// use already queued. A failed write is logged and not retried; the key's next use queues it
+// again.
 func (s *Store) RunLastUsed(ctx context.Context, logger *zap.Logger) error {
 	l := s.lastUsed
 	if l == nil {
@@ -269,6 +331,7 @@ func (s *Store) RunLastUsed(ctx context.Context, logger *zap.Logger) error {
 		var batch []string
 		select {
 		case <-ctx.Done():
+			s.finalLastUsed(ctx, logger, nil)
 			return nil
 		case id := <-l.queue:
 			batch = append(batch, id)
@@ -283,11 +346,43 @@ func (s *Store) RunLastUsed(ctx context.Context, logger *zap.Logger) error {
 			}
 		}
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := s.pool.Exec(wctx, `UPDATE api_keys SET last_used_at = now() WHERE id = ANY($1)`, batch)
+		err := s.writeLastUsed(wctx, batch)
 		cancel()
-		if err != nil && ctx.Err() == nil {
+		if err != nil && ctx.Err() != nil {
+			// Shutting down: the batch goes with the final write.
+			s.finalLastUsed(ctx, logger, batch)
+			return nil
+		}
+		if err != nil {
 			l.forget(batch)
 			logger.Warn("record API keys' last use", zap.Int("keys", len(batch)), zap.Error(err))
 		}
 	}
+}
+
+// finalLastUsed writes batch and every id still queued, once, on a context that outlives the
+// ended ctx by at most lastUsedFinalWrite.
+func (s *Store) finalLastUsed(ctx context.Context, logger *zap.Logger, batch []string) {
+drain:
+	for {
+		select {
+		case id := <-s.lastUsed.queue:
+			batch = append(batch, id)
+		default:
+			break drain
+		}
+	}
+	if len(batch) == 0 {
+		return
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lastUsedFinalWrite)
+	defer cancel()
+	if err := s.writeLastUsed(wctx, batch); err != nil {
+		logger.Warn("record API keys' last use at shutdown", zap.Int("keys", len(batch)), zap.Error(err))
+	}
+}
+
+func (s *Store) writeLastUsed(ctx context.Context, ids []string) error {
+	_, err := s.pool.Exec(ctx, `UPDATE api_keys SET last_used_at = now() WHERE id = ANY($1)`, ids)
+	return err
 }

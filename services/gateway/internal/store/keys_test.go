@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -242,4 +243,193 @@ func TestLastUsedIsRecordedAtMostOncePerInterval(t *testing.T) {
 	st.lastUsed.forget([]string{info.ID})
 	st.Touch(info.ID)
 	require.Eventually(t, func() bool { return lastUsed().After(first) }, 10*time.Second, 10*time.Millisecond)
+}
+
+// A revocation is at once on the revoking replica for every kind of key, whatever name its record
+// was cached under.
+func TestRevokeForgetsEveryCachedKindAtOnce(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	ctx := context.Background()
+	st := New(s.Pool).WithCache(time.Hour)
+
+	// A chosen catalog key, cached by its hash.
+	rec, err := st.KeyForChosen(ctx, apikey.Hash(dbtest.TestAPIKey))
+	require.NoError(t, err)
+	require.False(t, rec.Revoked)
+	_, err = st.RevokeKey(ctx, dbtest.TestApp, rec.ID)
+	require.NoError(t, err)
+	rec, err = st.KeyForChosen(ctx, apikey.Hash(dbtest.TestAPIKey))
+	require.NoError(t, err)
+	require.True(t, rec.Revoked, "a chosen key cached by its hash is forgotten by the revoking replica")
+
+	// A generated key the catalog declared only by its SHA-256: found through its token's id,
+	// which is not its row's.
+	k, err := apikey.Generate()
+	require.NoError(t, err)
+	_, err = s.Pool.Exec(ctx, `UPDATE api_keys SET hash = $1, revoked_at = NULL WHERE source = 'catalog'`, apikey.Hash(k.Token))
+	require.NoError(t, err)
+	rec, err = st.KeyForGenerated(ctx, k.ID, apikey.Hash(k.Token))
+	require.NoError(t, err)
+	require.False(t, rec.Revoked)
+	require.NotEqual(t, k.ID, rec.ID)
+	_, err = st.RevokeKey(ctx, dbtest.TestApp, rec.ID)
+	require.NoError(t, err)
+	rec, err = st.KeyForGenerated(ctx, k.ID, apikey.Hash(k.Token))
+	require.NoError(t, err)
+	require.True(t, rec.Revoked, "a catalog key found by a generated token's hash is forgotten by the revoking replica")
+}
+
+// A lookup that read the key before a revocation and caches after it must not put the unrevoked
+// record back.
+func TestALookupInFlightDoesNotUndoARevocation(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	ctx := context.Background()
+	st := New(s.Pool).WithCache(time.Hour)
+	info, tok, err := st.CreateKey(ctx, NewKey{ApplicationID: dbtest.TestApp})
+	require.NoError(t, err)
+
+	st.afterKeyRead = func() {
+		st.afterKeyRead = nil // one lookup only: the revocation happens while it is in flight
+		_, err := st.RevokeKey(ctx, dbtest.TestApp, info.ID)
+		require.NoError(t, err)
+	}
+	rec, err := st.KeyForGenerated(ctx, info.ID, apikey.Hash(tok))
+	require.NoError(t, err)
+	require.False(t, rec.Revoked, "the lookup read before the revocation")
+	rec, err = st.KeyForGenerated(ctx, info.ID, apikey.Hash(tok))
+	require.NoError(t, err)
+	require.True(t, rec.Revoked, "the stale read was not cached")
+}
+
+// A revoked catalog key stays dead for gateways that read applications.api_key_hash (the release
+// before migration 00009, a rollback, a migrate down), and a catalog apply does not revive it.
+func TestARevokedCatalogKeyStaysDeadInTheLegacyColumn(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	ctx := context.Background()
+	st := New(s.Pool)
+	legacy := func() []byte {
+		var h []byte
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT api_key_hash FROM applications WHERE id = $1`, dbtest.TestApp).Scan(&h))
+		return h
+	}
+	require.Equal(t, apikey.Hash(dbtest.TestAPIKey), legacy())
+
+	// An API key's revocation leaves the column alone.
+	info, _, err := st.CreateKey(ctx, NewKey{ApplicationID: dbtest.TestApp})
+	require.NoError(t, err)
+	_, err = st.RevokeKey(ctx, dbtest.TestApp, info.ID)
+	require.NoError(t, err)
+	require.Equal(t, apikey.Hash(dbtest.TestAPIKey), legacy())
+
+	rec, err := st.KeyForChosen(ctx, apikey.Hash(dbtest.TestAPIKey))
+	require.NoError(t, err)
+	_, err = st.RevokeKey(ctx, dbtest.TestApp, rec.ID)
+	require.NoError(t, err)
+	dead := legacy()
+	require.Len(t, dead, 32)
+	require.NotEqual(t, apikey.Hash(dbtest.TestAPIKey), dead, "the revoked key's hash is gone from the column")
+
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	require.NotEqual(t, apikey.Hash(dbtest.TestAPIKey), legacy(), "applying the catalog again does not write the revoked hash back")
+	rec, err = st.KeyForChosen(ctx, apikey.Hash(dbtest.TestAPIKey))
+	require.NoError(t, err)
+	require.True(t, rec.Revoked, "and the key stays revoked")
+
+	_, err = db.MigrateDown(ctx, s.URL)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM applications WHERE api_key_hash = $1`, apikey.Hash(dbtest.TestAPIKey)).Scan(&n))
+	require.Zero(t, n, "after a migrate down no application authenticates with the revoked key")
+}
+
+// An unknown key's hash is remembered for about a second, so made-up keys do not each reach
+// Postgres; a key created on this replica works at once all the same.
+func TestUnknownKeysAreRememberedBriefly(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	ctx := context.Background()
+	st := New(s.Pool).WithCache(time.Hour)
+
+	const chosen = "a-key-declared-a-moment-later"
+	_, err := st.KeyForChosen(ctx, apikey.Hash(chosen))
+	require.ErrorIs(t, err, ErrNotFound)
+	_, err = s.Pool.Exec(ctx, `UPDATE api_keys SET hash = $1 WHERE source = 'catalog'`, apikey.Hash(chosen))
+	require.NoError(t, err)
+	_, err = st.KeyForChosen(ctx, apikey.Hash(chosen))
+	require.ErrorIs(t, err, ErrNotFound, "the miss is remembered: Postgres is not asked again at once")
+	require.Eventually(t, func() bool {
+		_, err := st.KeyForChosen(ctx, apikey.Hash(chosen))
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "the miss is forgotten after missTTL")
+
+	// A key created here is usable at once within the miss window: CreateKey forgets any miss
+	// of its hash and keeps a lookup in flight from caching one.
+	gen := st.keysGen
+	info, tok, err := st.CreateKey(ctx, NewKey{ApplicationID: dbtest.TestApp})
+	require.NoError(t, err)
+	require.Greater(t, st.keysGen, gen)
+	rec, err := st.KeyForGenerated(ctx, info.ID, apikey.Hash(tok))
+	require.NoError(t, err)
+	require.Equal(t, info.ID, rec.ID)
+
+	// A miss read before a creation is not cached after it.
+	const late = "a-key-missed-while-a-key-is-created"
+	st.afterKeyRead = func() {
+		st.afterKeyRead = nil
+		_, _, err := st.CreateKey(ctx, NewKey{ApplicationID: dbtest.TestApp})
+		require.NoError(t, err)
+	}
+	_, err = st.KeyForChosen(ctx, apikey.Hash(late))
+	require.ErrorIs(t, err, ErrNotFound)
+	require.False(t, st.keyMisses.Contains(string(apikey.Hash(late))))
+
+	require.LessOrEqual(t, missTTL, time.Second)
+	fresh := New(s.Pool)
+	require.Nil(t, fresh.keyMisses, "without a cache nothing is remembered")
+}
+
+// Uses still queued when RunLastUsed's context ends are written once before it returns.
+func TestLastUsedQueuedAtShutdownIsWritten(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	ctx := context.Background()
+	st := New(s.Pool).WithLastUsed(time.Hour)
+	info, _, err := st.CreateKey(ctx, NewKey{ApplicationID: dbtest.TestApp})
+	require.NoError(t, err)
+	st.Touch(info.ID)
+	require.Len(t, st.lastUsed.queue, 1)
+
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	require.NoError(t, st.RunLastUsed(ended, zaptest.NewLogger(t)))
+	var at *time.Time
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT last_used_at FROM api_keys WHERE id = $1`, info.ID).Scan(&at))
+	require.NotNil(t, at, "the use queued at shutdown was written")
+}
+
+// The record of what was queued forgets on its own after the interval, and stays bounded.
+func TestLastUsedDedupExpiresAndIsBounded(t *testing.T) {
+	t.Parallel()
+	st := &Store{}
+	st.WithLastUsed(100 * time.Millisecond)
+	st.Touch("AAAAAAAAAAAA")
+	st.Touch("AAAAAAAAAAAA")
+	require.Len(t, st.lastUsed.queue, 1, "queued once within the interval")
+	require.Eventually(t, func() bool { return st.lastUsed.sent.Len() == 0 }, 10*time.Second, 10*time.Millisecond,
+		"entries expire without a further Touch")
+	st.Touch("AAAAAAAAAAAA")
+	require.Len(t, st.lastUsed.queue, 2, "queued again past the interval")
+
+	for i := range cacheSize + 10 {
+		st.lastUsed.sent.Add(fmt.Sprint(i), struct{}{})
+	}
+	require.Equal(t, cacheSize, st.lastUsed.sent.Len(), "bounded")
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
@@ -28,11 +29,29 @@ var (
 // Store is the gateway's data access.
 type Store struct {
 	pool *pgxpool.Pool
-	// Found values, kept for a short time (nil: no cache). Misses are never kept.
-	keys         *expirable.LRU[string, *KeyRecord]  // "id:"+key id or "hash:"+hash → key
+	// Found values, kept for a short time (nil: no cache). A record is cached only under the
+	// name it was found by: "id:"+key id (a generated key found by its id) or "hash:"+hash (a key
+	// found by its hash), so that a revocation knows every entry that can hold it.
+	keys         *expirable.LRU[string, *KeyRecord]
 	capabilities *expirable.LRU[string, *Capability] // name → capability
-	lastUsed     *lastUsed                           // nil: keys' use is not recorded
+	// keyMisses holds the hashes of tokens no key matched, for missTTL (nil: no cache), so that
+	// a client repeating an unknown key reaches Postgres at most once per missTTL; its own LRU,
+	// so that a flood of misses cannot evict found keys.
+	keyMisses *expirable.LRU[string, struct{}]
+	// keysMu orders cache writes of lookups against revocations: a lookup caches what it read
+	// only if keysGen has not moved since it started reading, so a lookup in flight during a
+	// revocation cannot put the unrevoked record back.
+	keysMu   sync.Mutex
+	keysGen  uint64
+	lastUsed *lastUsed // nil: keys' use is not recorded
+	// afterKeyRead, if set (by tests), runs between a key lookup's read and its cache write.
+	afterKeyRead func()
 }
+
+// missTTL is how long an unknown key's hash is remembered: long enough to spare Postgres a client
+// repeating an unknown key, short enough that a key made on another replica (or declared by a
+// catalog apply) soon works here.
+const missTTL = time.Second
 
 // cacheSize bounds each cache; past it the least recently used entries go.
 const cacheSize = 10000
@@ -42,10 +61,12 @@ func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
 // WithCache keeps the API keys (with their revoked and expiry state) and capabilities found for
 // ttl (0: not at all), so the accept path does not read them on every call; a catalog change or a
-// key revoked through another replica then takes effect within ttl.
+// key revoked through another replica then takes effect within ttl. Unknown API keys are
+// remembered for at most missTTL; capabilities not found are not remembered.
 func (s *Store) WithCache(ttl time.Duration) *Store {
 	if ttl > 0 { // expirable.NewLRU takes 0 as "never expire"
 		s.keys = expirable.NewLRU[string, *KeyRecord](cacheSize, nil, ttl)
+		s.keyMisses = expirable.NewLRU[string, struct{}](cacheSize, nil, min(ttl, missTTL))
 		s.capabilities = expirable.NewLRU[string, *Capability](cacheSize, nil, ttl)
 	}
 	return s

@@ -1,6 +1,7 @@
 package system
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,10 +112,8 @@ func listKeys(w http.ResponseWriter, r *http.Request, cfg Config, app string) {
 
 func createKey(w http.ResponseWriter, r *http.Request, cfg Config, app string) {
 	var req createKeyRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+	if code, msg := decodeBody(w, r, &req); msg != "" {
+		writeError(w, code, msg)
 		return
 	}
 	nk := store.NewKey{ApplicationID: app, Description: req.Description, CreatedBy: req.CreatedBy}
@@ -186,7 +185,48 @@ func storeFailed(w http.ResponseWriter, cfg Config, what string, err error) {
 	writeError(w, http.StatusServiceUnavailable, what+": the database did not answer; try again")
 }
 
-// checkText says what is wrong with a free-text field, or "" if nothing.
+// maxCreateBody bounds a create's body: its fields are short.
+const maxCreateBody = 64 << 10
+
+// decodeBody reads an optional JSON object (an empty body is one with no fields) and nothing
+// after it into v. On bad input it returns the status and the message naming `body`; it never
+// echoes the input unbounded.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) (int, string) {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCreateBody))
+	if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("body: at most %d bytes", maxCreateBody)
+	}
+	if err != nil {
+		return http.StatusBadRequest, "body: could not be read"
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return 0, ""
+	}
+	if raw[0] != '{' {
+		err = errors.New("not an object")
+	} else {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err = dec.Decode(v); err == nil && dec.InputOffset() != int64(len(raw)) {
+			// Anything after the object is refused, not ignored.
+			err = errors.New("data after the JSON object")
+		}
+	}
+	if err == nil {
+		return 0, ""
+	}
+	msg := err.Error() // may quote an unknown field's name: bounded
+	if len(msg) > 120 {
+		msg = strings.ToValidUTF8(msg[:120], "") + "…"
+	}
+	return http.StatusBadRequest, "body: must be one JSON object with the fields description, created_by, " +
+		"expires_in, expires_at: " + msg
+}
+
+// checkText says what is wrong with a free-text field, or "" if nothing. Control and format
+// characters are refused: a bidi override or zero-width character would make a listing lie about
+// what a key is for.
 func checkText(s string, max int) string {
 	if len(s) > max {
 		return fmt.Sprintf("at most %d bytes", max)
@@ -195,8 +235,8 @@ func checkText(s string, max int) string {
 		return "must be valid UTF-8"
 	}
 	for _, c := range s {
-		if unicode.IsControl(c) {
-			return "must not hold control characters"
+		if unicode.IsControl(c) || unicode.In(c, unicode.Cf, unicode.Zl, unicode.Zp) {
+			return fmt.Sprintf("must not hold control or format characters (found U+%04X)", c)
 		}
 	}
 	return ""

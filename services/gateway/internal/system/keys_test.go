@@ -140,6 +140,17 @@ func TestKeyEndpointsRefuseBadInputNamingTheField(t *testing.T) {
 		{http.MethodPost, keysPath, `{"created_by": "\n"}`, http.StatusBadRequest, "created_by:"},
 		{http.MethodPost, keysPath, `{"secret": "mine"}`, http.StatusBadRequest, "body:"},
 		{http.MethodPost, keysPath, `[`, http.StatusBadRequest, "body:"},
+		{http.MethodPost, keysPath, `{"description": "ci"} {"description": "more"}`, http.StatusBadRequest, "body:"},
+		{http.MethodPost, keysPath, `{"description": "ci"}x`, http.StatusBadRequest, "body:"},
+		{http.MethodPost, keysPath, `{"description": "ci"}}`, http.StatusBadRequest, "body:"},
+		{http.MethodPost, keysPath, `null`, http.StatusBadRequest, "body:"},
+		{http.MethodPost, keysPath, `"ci"`, http.StatusBadRequest, "body:"},
+		{http.MethodPost, keysPath, `{"` + strings.Repeat("f", 10000) + `": 1}`, http.StatusBadRequest, "body:"},
+		{http.MethodPost, keysPath, `{"description": "` + strings.Repeat("x", 70<<10) + `"}`, http.StatusRequestEntityTooLarge, "body:"},
+		{http.MethodPost, keysPath, `{"description": "ci` + "\u202e" + `gnp.exe"}`, http.StatusBadRequest, "description:"},
+		{http.MethodPost, keysPath, `{"description": "zero` + "\u200b" + `width"}`, http.StatusBadRequest, "description:"},
+		{http.MethodPost, keysPath, `{"created_by": "ops` + "\u0085" + `"}`, http.StatusBadRequest, "created_by:"},
+		{http.MethodPost, keysPath, `{"created_by": "ops` + "\u2028" + `"}`, http.StatusBadRequest, "created_by:"},
 		{http.MethodPut, keysPath, ``, http.StatusMethodNotAllowed, "use GET"},
 		{http.MethodPost, keysPath + "/not-an-id:revoke", ``, http.StatusBadRequest, "key id:"},
 		{http.MethodPost, keysPath + "/AAAAAAAAAAAA:revoke", ``, http.StatusNotFound, "key id:"},
@@ -151,6 +162,7 @@ func TestKeyEndpointsRefuseBadInputNamingTheField(t *testing.T) {
 		code, body := a.do(c.method, c.path, c.body)
 		require.Equal(t, c.code, code, "%s %s %s: %v", c.method, c.path, c.body, body)
 		require.Contains(t, body["message"], c.field, "%s %s %s", c.method, c.path, c.body)
+		require.Less(t, len(body["message"].(string)), 400, "the message does not echo the input unbounded")
 	}
 	require.Equal(t, before, a.count(), "nothing written")
 }
