@@ -43,7 +43,7 @@ func TestRateLimitValidationNamesTheField(t *testing.T) {
 		{"      read_burst: -3\n", "applications[0].rate_limits.read_burst: -3"},
 		{"      read_burst: 1000001\n", "applications[0].rate_limits.read_burst"},
 		{"      reads_per_minute: 5\n", "reads_per_minute"}, // unknown fields are refused
-		{"      invoke_burst: many\n", "line 5"}, // a decoding error names the line
+		{"      invoke_burst: many\n", "line 5"},            // a decoding error names the line
 	} {
 		_, err := catalog.Parse([]byte(rateLimitCatalog(tc.limits)), env(nil))
 		require.Error(t, err, tc.limits)
