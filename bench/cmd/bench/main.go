@@ -79,6 +79,7 @@ type options struct {
 	rlRate         float64
 	rlD            time.Duration
 	rlCallers      int
+	rlOff          bool
 }
 
 func main() {
@@ -111,6 +112,7 @@ func parseFlags() (options, error) {
 	flag.Float64Var(&o.rlRate, "ratelimit-rate", 20, "ratelimit: application B's steady invokes per second (open loop)")
 	flag.DurationVar(&o.rlD, "ratelimit-d", 10*time.Second, "ratelimit: how long B is measured, alone and then while A floods")
 	flag.IntVar(&o.rlCallers, "ratelimit-callers", 32, "ratelimit: application A's flooding callers (half REST, half gRPC)")
+	flag.BoolVar(&o.rlOff, "ratelimit-off", false, "run the gateway with its default rate limits off (INTEGRATIONS_RATE_LIMIT_INVOKES/READS=0), to measure what the limiter costs on accept")
 	flag.StringVar(&callers, "callers", "1,16,64", "concurrent callers (closed loop)")
 	flag.IntVar(&o.n, "n", 0, "calls per run (0: run for -d instead)")
 	flag.DurationVar(&o.duration, "d", 5*time.Second, "duration of a run when -n is 0")
@@ -200,12 +202,7 @@ func run() error {
 	st, err := stack.Start(ctx, stack.Config{
 		Root: o.root, BinDir: binDir, DatabaseURL: o.dbURL, AMQPURL: o.amqpURL,
 		DatabaseParams: o.dbParams, GatewayPprof: o.pprof, Pprof: o.profileAll != "", Log: os.Stderr, Without: o.without,
-		// The dev application's limits far above what the stack can do here, so that the limiter
-		// runs on every call (its cost is in every figure) without capping any; the ratelimit
-		// scenario gives its flooding application a limit of its own.
-		Env: append(gomaxprocsEnv(o.gomaxprocs), "INTEGRATIONS_RATE_LIMIT_INVOKES=100000",
-			"INTEGRATIONS_RATE_LIMIT_INVOKE_BURST=100000", "INTEGRATIONS_RATE_LIMIT_READS=100000",
-			"INTEGRATIONS_RATE_LIMIT_READ_BURST=100000"),
+		Env: append(gomaxprocsEnv(o.gomaxprocs), rateLimitEnv(o.rlOff)...),
 	})
 	if err != nil {
 		return err
@@ -571,6 +568,19 @@ func gomaxprocsEnv(n int) []string {
 
 // ms is d in milliseconds, to 0.01 ms.
 func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Millisecond)*100) / 100 }
+
+// rateLimitEnv is the gateway's default rate limits in the stack: far above what the stack can do
+// here, so that the limiter runs on every call (its cost is in every figure) without capping any
+// (the ratelimit scenario gives its flooding application a limit of its own); or, with off, none
+// (the limiter then only reads the cached limits and admits).
+func rateLimitEnv(off bool) []string {
+	rate := "100000"
+	if off {
+		rate = "0"
+	}
+	return []string{"INTEGRATIONS_RATE_LIMIT_INVOKES=" + rate, "INTEGRATIONS_RATE_LIMIT_INVOKE_BURST=100000",
+		"INTEGRATIONS_RATE_LIMIT_READS=" + rate, "INTEGRATIONS_RATE_LIMIT_READ_BURST=100000"}
+}
 
 func round1(v float64) float64 { return math.Round(v*10) / 10 }
 

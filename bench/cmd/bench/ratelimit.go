@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +52,15 @@ type RateLimitResult struct {
 	BIdle    FlowRow `json:"b_idle"`
 	BFlooded FlowRow `json:"b_flooded"`
 	Ratio    float64 `json:"b_p99_flooded_vs_idle"`
+	// Cores each process used (CPU seconds ÷ wall seconds) during B's runs, alone and flooded
+	// ("bench" is the load generator: B and A's callers, on the same cores as the stack).
+	CoresIdle    map[string]float64 `json:"cores_idle"`
+	CoresFlooded map[string]float64 `json:"cores_flooded"`
+	// GatewayUsPerRefusal is the gateway's extra CPU while flooded ÷ A's calls (REST and gRPC).
+	GatewayUsPerRefusal float64 `json:"gateway_cpu_us_per_flood_call"`
+	// LoadAvg is the host's 1-minute load average before and after the scenario: the host may be
+	// shared, and B's latency depends on what else runs.
+	LoadAvg [2]string `json:"loadavg_before_after"`
 	Target   Target  `json:"target"`
 }
 
@@ -103,7 +113,10 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 	what := fmt.Sprintf("B: async invoke over gRPC, open loop at %.0f/s (answered pending)", o.rlRate)
 
 	fmt.Fprintf(os.Stderr, "bench: ratelimit: B alone at %.0f invokes/s for %s\n", o.rlRate, o.rlD)
+	load0 := loadAvg()
+	cpu0 := cpuSnapshot(st)
 	idle := measureB()
+	cpuIdle := cpuDelta(cpu0, cpuSnapshot(st))
 	res := &RateLimitResult{ALimit: aLimit, ABurst: aBurst, ACallers: o.rlCallers, BRate: o.rlRate,
 		BIdle: rowOf("ratelimit", "integrations", what+", alone", 0, o.rlRate, int(o.rlRate*o.rlD.Seconds()), idle)}
 	printFlowRow(os.Stderr, res.BIdle)
@@ -187,9 +200,25 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 	}
 	// Let the flood reach its pace (and spend A's burst) before B is measured.
 	time.Sleep(time.Second)
+	profiled := profileServices(ctx, o, st)
+	mu.Lock()
+	floodCalls0 := res.AAdmitted + res.ARefused + res.AOther
+	mu.Unlock()
+	cpu1 := cpuSnapshot(st)
 	flooded := measureB()
+	cpuFlooded := cpuDelta(cpu1, cpuSnapshot(st))
+	mu.Lock()
+	floodCalls := res.AAdmitted + res.ARefused + res.AOther - floodCalls0
+	mu.Unlock()
 	stopFlood()
 	wg.Wait()
+	profiled()
+	res.LoadAvg = [2]string{load0, loadAvg()}
+	res.CoresIdle = cores(cpuIdle, idle.Elapsed)
+	res.CoresFlooded = cores(cpuFlooded, flooded.Elapsed)
+	if floodCalls > 0 {
+		res.GatewayUsPerRefusal = round1((cpuFlooded["gateway"] - cpuIdle["gateway"]*flooded.Elapsed.Seconds()/idle.Elapsed.Seconds()) / float64(floodCalls) * 1e6)
+	}
 	res.Seconds = time.Since(floodStart).Seconds()
 	if v := firstOther.Load(); v != nil {
 		res.AFirstErr = v.(string)
@@ -219,7 +248,35 @@ func printRateLimit(w io.Writer, rep *Report) {
 		r.ARetryAfter, r.ARefusedREST, r.ARetryInfo, r.ARefusedGRPC)
 	fmt.Fprintf(w, "B alone:       %d done, %d errors, p50 %.2fms, p99 %.2fms\n", r.BIdle.Completed, r.BIdle.Errors, r.BIdle.P50ms, r.BIdle.P99ms)
 	fmt.Fprintf(w, "B while A floods: %d done, %d errors, p50 %.2fms, p99 %.2fms\n", r.BFlooded.Completed, r.BFlooded.Errors, r.BFlooded.P50ms, r.BFlooded.P99ms)
+	fmt.Fprintf(w, "cores used, B alone:        %s\n", kvText(r.CoresIdle, "%.2f"))
+	fmt.Fprintf(w, "cores used, while A floods: %s\n", kvText(r.CoresFlooded, "%.2f"))
+	fmt.Fprintf(w, "host load average (1 min) before / after: %s / %s\n", r.LoadAvg[0], r.LoadAvg[1])
+	fmt.Fprintf(w, "gateway CPU per flooding call: %.1f µs\n", r.GatewayUsPerRefusal)
 	fmt.Fprintf(w, "B p99 flooded ÷ alone: %.2f× (target ≤ %.0f×): %s\n", r.Ratio, r.Target.Want, passFail(r.Target.Pass))
+}
+
+// loadAvg is the host's 1-minute load average ("" where /proc/loadavg is not).
+func loadAvg() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	if f := strings.Fields(string(raw)); len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}
+
+// cores is CPU seconds per process over a wall time, in cores.
+func cores(cpu map[string]float64, wall time.Duration) map[string]float64 {
+	out := map[string]float64{}
+	if wall <= 0 {
+		return out
+	}
+	for k, v := range cpu {
+		out[k] = round2(v / wall.Seconds())
+	}
+	return out
 }
 
 func firstOf(s string) string {
