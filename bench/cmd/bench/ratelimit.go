@@ -37,9 +37,9 @@ type RateLimitResult struct {
 	ACallers int     `json:"a_callers"`
 	Seconds  float64 `json:"seconds"`
 	// What A got: admitted (202 / pending), refused (429 / RESOURCE_EXHAUSTED), other answers.
-	AAdmitted int64 `json:"a_admitted"`
-	ARefused  int64 `json:"a_refused"`
-	AOther    int64 `json:"a_other"`
+	AAdmitted int64  `json:"a_admitted"`
+	ARefused  int64  `json:"a_refused"`
+	AOther    int64  `json:"a_other"`
 	AFirstErr string `json:"a_first_other,omitempty"`
 	// Refusals that said when to retry: REST with a Retry-After of whole seconds ≥ 1, gRPC with
 	// a RetryInfo of a positive delay.
@@ -61,7 +61,7 @@ type RateLimitResult struct {
 	// LoadAvg is the host's 1-minute load average before and after the scenario: the host may be
 	// shared, and B's latency depends on what else runs.
 	LoadAvg [2]string `json:"loadavg_before_after"`
-	Target   Target  `json:"target"`
+	Target  Target    `json:"target"`
 }
 
 // Targets of the ratelimit scenario.
