@@ -7,6 +7,9 @@
 //	accept   async invokes of dummy.echo through the gateway over gRPC and REST, closed loop at
 //	         each -callers; beside them the Postgres ceiling (a raw pgx transaction writing the
 //	         same two rows) and River's Insert, at the same concurrency.
+//	ratelimit  application B's accept latency at a steady -ratelimit-rate, alone and while
+//	         application A (added with an invoke limit of 50/s) floods with -ratelimit-callers;
+//	         A's refusals and whether they said when to retry (issue 11). Runs last.
 //
 // Still to come (issue 6): end to end beside Temporal and River, latency under open-loop offered
 // load, cost per execution, the message port figures of bench-mq.
