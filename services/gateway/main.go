@@ -91,7 +91,7 @@ func run() error {
 	srv := grpcx.NewServer(grpcx.ServerConfig{
 		Logger:         logger,
 		MaxRecvMsgSize: 2*cfg.MaxPayloadBytes + 64<<10,
-		Interceptors:   []grpc.UnaryServerInterceptor{server.AuthInterceptor(st), server.RateLimitInterceptor(limiter)},
+		Interceptors:   []grpc.UnaryServerInterceptor{server.AuthInterceptor(st), server.RateLimitInterceptor(limiter, cfg.RateLimitRefusalDelay)},
 	})
 	gw := server.New(st, adapters,
 		dispatcherv1.NewDispatcherServiceClient(dispatcherConn), settlementv1.NewSettlementServiceClient(settlementConn),

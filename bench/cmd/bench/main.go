@@ -83,6 +83,7 @@ type options struct {
 	rlD            time.Duration
 	rlCallers      int
 	rlOff          bool
+	rlHold         string
 }
 
 func main() {
@@ -116,6 +117,7 @@ func parseFlags() (options, error) {
 	flag.DurationVar(&o.rlD, "ratelimit-d", 10*time.Second, "ratelimit: how long B is measured, alone and then while A floods")
 	flag.IntVar(&o.rlCallers, "ratelimit-callers", 32, "ratelimit: application A's flooding callers (half REST, half gRPC)")
 	flag.BoolVar(&o.rlOff, "ratelimit-off", false, "run the gateway with its default rate limits off (INTEGRATIONS_RATE_LIMIT_INVOKES/READS=0), to measure what the limiter costs on accept")
+	flag.StringVar(&o.rlHold, "ratelimit-refusal-delay", "", "the gateway's INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY (how long a call over its limit is held before it is refused; empty: the gateway's default)")
 	flag.StringVar(&callers, "callers", "1,16,64", "concurrent callers (closed loop)")
 	flag.IntVar(&o.n, "n", 0, "calls per run (0: run for -d instead)")
 	flag.DurationVar(&o.duration, "d", 5*time.Second, "duration of a run when -n is 0")
@@ -205,7 +207,7 @@ func run() error {
 	st, err := stack.Start(ctx, stack.Config{
 		Root: o.root, BinDir: binDir, DatabaseURL: o.dbURL, AMQPURL: o.amqpURL,
 		DatabaseParams: o.dbParams, GatewayPprof: o.pprof, Pprof: o.profileAll != "", Log: os.Stderr, Without: o.without,
-		Env: append(gomaxprocsEnv(o.gomaxprocs), rateLimitEnv(o.rlOff)...),
+		Env: append(gomaxprocsEnv(o.gomaxprocs), rateLimitEnv(o.rlOff, o.rlHold)...),
 	})
 	if err != nil {
 		return err
@@ -576,13 +578,17 @@ func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Mil
 // here, so that the limiter runs on every call (its cost is in every figure) without capping any
 // (the ratelimit scenario gives its flooding application a limit of its own); or, with off, none
 // (the limiter then only reads the cached limits and admits).
-func rateLimitEnv(off bool) []string {
+func rateLimitEnv(off bool, hold string) []string {
 	rate := "100000"
 	if off {
 		rate = "0"
 	}
-	return []string{"INTEGRATIONS_RATE_LIMIT_INVOKES=" + rate, "INTEGRATIONS_RATE_LIMIT_INVOKE_BURST=100000",
+	env := []string{"INTEGRATIONS_RATE_LIMIT_INVOKES=" + rate, "INTEGRATIONS_RATE_LIMIT_INVOKE_BURST=100000",
 		"INTEGRATIONS_RATE_LIMIT_READS=" + rate, "INTEGRATIONS_RATE_LIMIT_READ_BURST=100000"}
+	if hold != "" {
+		env = append(env, "INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY="+hold)
+	}
+	return env
 }
 
 func round1(v float64) float64 { return math.Round(v*10) / 10 }

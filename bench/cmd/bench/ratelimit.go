@@ -35,7 +35,9 @@ type RateLimitResult struct {
 	ALimit   float64 `json:"a_invokes_per_s"`
 	ABurst   int     `json:"a_invoke_burst"`
 	ACallers int     `json:"a_callers"`
-	Seconds  float64 `json:"seconds"`
+	// Hold is the gateway's INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY ("": its default).
+	Hold    string  `json:"refusal_delay,omitempty"`
+	Seconds float64 `json:"seconds"`
 	// What A got: admitted (202 / pending), refused (429 / RESOURCE_EXHAUSTED), other answers.
 	AAdmitted int64  `json:"a_admitted"`
 	ARefused  int64  `json:"a_refused"`
@@ -117,7 +119,7 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 	cpu0 := cpuSnapshot(st)
 	idle := measureB()
 	cpuIdle := cpuDelta(cpu0, cpuSnapshot(st))
-	res := &RateLimitResult{ALimit: aLimit, ABurst: aBurst, ACallers: o.rlCallers, BRate: o.rlRate,
+	res := &RateLimitResult{ALimit: aLimit, ABurst: aBurst, ACallers: o.rlCallers, BRate: o.rlRate, Hold: o.rlHold,
 		BIdle: rowOf("ratelimit", "integrations", what+", alone", 0, o.rlRate, int(o.rlRate*o.rlD.Seconds()), idle)}
 	printFlowRow(os.Stderr, res.BIdle)
 
@@ -240,8 +242,12 @@ func printRateLimit(w io.Writer, rep *Report) {
 	if r == nil {
 		return
 	}
-	fmt.Fprintf(w, "\nRate limits: A floods (%d callers, half REST, half gRPC, ignoring Retry-After) past its limit of %.0f invokes/s (burst %d); B invokes at %.0f/s\n",
-		r.ACallers, r.ALimit, r.ABurst, r.BRate)
+	hold := r.Hold
+	if hold == "" {
+		hold = "the gateway's default"
+	}
+	fmt.Fprintf(w, "\nRate limits: A floods (%d callers, half REST, half gRPC, ignoring Retry-After) past its limit of %.0f invokes/s (burst %d); B invokes at %.0f/s; refusal delay %s\n",
+		r.ACallers, r.ALimit, r.ABurst, r.BRate, hold)
 	fmt.Fprintf(w, "A: %d admitted (%.1f/s over %.1fs), %d refused (%.0f/s), %d other%s\n",
 		r.AAdmitted, float64(r.AAdmitted)/r.Seconds, r.Seconds, r.ARefused, float64(r.ARefused)/r.Seconds, r.AOther, firstOf(r.AFirstErr))
 	fmt.Fprintf(w, "A's refusals saying when to retry: REST %d of %d with Retry-After ≥ 1s, gRPC %d of %d with RetryInfo\n",

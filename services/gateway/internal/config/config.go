@@ -43,6 +43,9 @@ type Config struct {
 	RateLimitInvokeBurst int     `env:"INTEGRATIONS_RATE_LIMIT_INVOKE_BURST" envDefault:"2000"`
 	RateLimitReads       float64 `env:"INTEGRATIONS_RATE_LIMIT_READS" envDefault:"2000"`
 	RateLimitReadBurst   int     `env:"INTEGRATIONS_RATE_LIMIT_READ_BURST" envDefault:"4000"`
+	// RateLimitRefusalDelay is how long a call over its limit is held, and tried once more,
+	// before it is refused: a client retrying in a loop then calls once per delay.
+	RateLimitRefusalDelay time.Duration `env:"INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY" envDefault:"100ms"`
 	// RateLimitHeartbeat is how often a replica records itself alive and recounts the replicas
 	// sharing the limits; one unseen for three heartbeats is no longer counted.
 	RateLimitHeartbeat time.Duration `env:"INTEGRATIONS_RATE_LIMIT_HEARTBEAT" envDefault:"2s"`
@@ -88,6 +91,9 @@ func (c Config) validateRateLimits() []error {
 	burst("INTEGRATIONS_RATE_LIMIT_INVOKE_BURST", c.RateLimitInvokeBurst)
 	rate("INTEGRATIONS_RATE_LIMIT_READS", c.RateLimitReads)
 	burst("INTEGRATIONS_RATE_LIMIT_READ_BURST", c.RateLimitReadBurst)
+	if c.RateLimitRefusalDelay < 0 || c.RateLimitRefusalDelay > 5*time.Second {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY: %v must be between 0s and 5s", c.RateLimitRefusalDelay))
+	}
 	if c.RateLimitHeartbeat < 100*time.Millisecond || c.RateLimitHeartbeat > time.Minute {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_RATE_LIMIT_HEARTBEAT: %v must be between 100ms and 1m", c.RateLimitHeartbeat))
 	}

@@ -30,6 +30,8 @@ func TestValidateRateLimits(t *testing.T) {
 		{func(c *Config) { c.RateLimitInvokeBurst = 0 }, "INTEGRATIONS_RATE_LIMIT_INVOKE_BURST"},
 		{func(c *Config) { c.RateLimitReadBurst = 2e6 }, "INTEGRATIONS_RATE_LIMIT_READ_BURST"},
 		{func(c *Config) { c.RateLimitHeartbeat = 0 }, "INTEGRATIONS_RATE_LIMIT_HEARTBEAT"},
+		{func(c *Config) { c.RateLimitRefusalDelay = -time.Second }, "INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY"},
+		{func(c *Config) { c.RateLimitRefusalDelay = time.Minute }, "INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY"},
 		{func(c *Config) { c.RateLimitHeartbeat = time.Hour }, "INTEGRATIONS_RATE_LIMIT_HEARTBEAT"},
 	} {
 		c := valid

@@ -54,7 +54,7 @@ type gateway struct {
 	replicas *ratelimit.Replicas
 }
 
-func startGateway(t *testing.T, s *dbtest.Schema, heartbeat time.Duration) *gateway {
+func startGateway(t *testing.T, s *dbtest.Schema, heartbeat, hold time.Duration) *gateway {
 	t.Helper()
 	log := zaptest.NewLogger(t)
 	st := store.New(s.Pool).WithCache(time.Minute)
@@ -64,7 +64,7 @@ func startGateway(t *testing.T, s *dbtest.Schema, heartbeat time.Duration) *gate
 		Invoke: ratelimit.Limit{PerSecond: 1000, Burst: 1000}, Read: ratelimit.Limit{PerSecond: 1000, Burst: 1000},
 	}, time.Minute).Limits, replicas.Count)
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: log, Interceptors: []grpc.UnaryServerInterceptor{
-		server.AuthInterceptor(st), server.RateLimitInterceptor(limiter)}})
+		server.AuthInterceptor(st), server.RateLimitInterceptor(limiter, hold)}})
 	adapters := adaptercall.NewPool()
 	t.Cleanup(func() { _ = adapters.Close() })
 	box, err := secret.NewBox("INTEGRATIONS_SECRET_KEY", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
@@ -93,7 +93,7 @@ func TestRateLimitRefusalCarriesRetryInfoAndNamesTheLimit(t *testing.T) {
 	t.Parallel()
 	s := dbtest.NewSchema(t)
 	s.ApplyCatalog(t, limitedCatalog)
-	g := startGateway(t, s, time.Minute)
+	g := startGateway(t, s, time.Minute, 0)
 
 	// The burst (10) is admitted at once, and tokens come back every 25ms: the first refusal
 	// comes after at least 10 calls, however slow the machine.
@@ -151,8 +151,8 @@ func TestRateLimitHeldAcrossTwoReplicas(t *testing.T) {
 	t.Parallel()
 	s := dbtest.NewSchema(t)
 	s.ApplyCatalog(t, limitedCatalog)
-	a := startGateway(t, s, 200*time.Millisecond)
-	b := startGateway(t, s, 200*time.Millisecond)
+	a := startGateway(t, s, 200*time.Millisecond, 0)
+	b := startGateway(t, s, 200*time.Millisecond, 0)
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, g := range []*gateway{a, b} {
@@ -193,4 +193,37 @@ func TestRateLimitHeldAcrossTwoReplicas(t *testing.T) {
 	require.Positive(t, refused.Load(), "the flood went past the limit")
 	require.LessOrEqual(t, float64(admitted.Load()), 1.15*limit, "two replicas together admit about the limit, not twice it")
 	require.GreaterOrEqual(t, float64(admitted.Load()), 0.75*limit, "nor much less, when the load is spread")
+}
+
+// A call over the limit is held before it is refused, and admitted if its token came meanwhile;
+// the hold never takes more than half the call's deadline.
+func TestRateLimitHoldsARefusal(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, limitedCatalog) // invokes: 1/s, burst 1; reads: 40/s, burst 10
+	const hold = 200 * time.Millisecond
+	g := startGateway(t, s, time.Minute, hold)
+	invoke := func(ctx context.Context) error {
+		_, err := g.client.InvokeCapability(ctx, &gatewayv1.InvokeCapabilityRequest{})
+		return err
+	}
+
+	require.Equal(t, codes.InvalidArgument, status.Code(invoke(authed(dbtest.TestAPIKey))), "the burst")
+	start := time.Now()
+	err := invoke(authed(dbtest.TestAPIKey))
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "a token a second away does not come within the hold")
+	require.GreaterOrEqual(t, time.Since(start), hold, "the refusal came after the hold")
+	require.Greater(t, grpcx.RetryDelay(err), 500*time.Millisecond, "and advises the delay left after it")
+
+	ctx, cancel := context.WithTimeout(authed(dbtest.TestAPIKey), 100*time.Millisecond)
+	defer cancel()
+	err = invoke(ctx)
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "a short deadline is answered, not run out: held half of it")
+
+	// Reads at 40/s: once the burst is spent, the next token is 25ms away, within the hold.
+	for range 10 {
+		require.Equal(t, codes.NotFound, status.Code(read(g, dbtest.TestAPIKey)))
+	}
+	require.Equal(t, codes.NotFound, status.Code(read(g, dbtest.TestAPIKey)),
+		"a call whose token comes within the hold is admitted, not refused")
 }
