@@ -257,7 +257,7 @@ func printRateLimit(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "cores used, B alone:        %s\n", kvText(r.CoresIdle, "%.2f"))
 	fmt.Fprintf(w, "cores used, while A floods: %s\n", kvText(r.CoresFlooded, "%.2f"))
 	fmt.Fprintf(w, "host load average (1 min) before / after: %s / %s\n", r.LoadAvg[0], r.LoadAvg[1])
-	fmt.Fprintf(w, "gateway CPU per flooding call: %.1f µs\n", r.GatewayUsPerRefusal)
+	fmt.Fprintf(w, "gateway CPU added by the flood ÷ its calls (the admitted ones' work included): %.1f µs\n", r.GatewayUsPerRefusal)
 	fmt.Fprintf(w, "B p99 flooded ÷ alone: %.2f× (target ≤ %.0f×): %s\n", r.Ratio, r.Target.Want, passFail(r.Target.Pass))
 }
 
