@@ -92,11 +92,11 @@ bench-accept: ## Accept throughput (gRPC, REST) on the real stack beside the raw
 	go run $(MODULE)/bench/cmd/bench -scenarios accept $(BENCH_FLAGS)
 
 .PHONY: bench
-bench: ## All benchmarks in one report: message port, accept, serial, end to end beside River and Temporal, open-loop latency, cost (BENCH_FLAGS=... passes flags to bench/cmd/bench)
+bench: ## All benchmarks in one report: message port, accept, serial, end to end beside River and Temporal, open-loop latency, cost, rate limits under a flood (BENCH_FLAGS=... passes flags to bench/cmd/bench)
 	@scripts/deps.sh up bench
 	@mkdir -p bench/results
 	@set -a; . .run/deps.env; set +a; \
 	export INTEGRATIONS_BENCH_DATABASE_URL="$${INTEGRATIONS_BENCH_DATABASE_URL:-$$INTEGRATIONS_PG_URL/bench?sslmode=disable}"; \
 	mq=$$(mktemp) && go run $(MODULE)/bench/cmd/bench-mq -json $$mq && \
-	go run $(MODULE)/bench/cmd/bench -scenarios accept,serial,e2e,latency -mq-json $$mq $(BENCH_FLAGS); \
+	go run $(MODULE)/bench/cmd/bench -scenarios accept,serial,e2e,latency,ratelimit -mq-json $$mq $(BENCH_FLAGS); \
 	rc=$$?; rm -f $$mq; exit $$rc

@@ -53,6 +53,8 @@ type Application struct {
 	// Consumer, if given, is where the application's events are delivered; applying it replaces
 	// one registered through the API. Without it, the registered consumer is left alone.
 	Consumer *Consumer `yaml:"consumer"`
+	// RateLimits, if given, are the application's own limits (see RateLimits).
+	RateLimits *RateLimits `yaml:"rate_limits"`
 }
 
 // Consumer is an application's event consumer: exactly one of Webhook or GRPC.
@@ -208,6 +210,9 @@ func (c *Catalog) Validate() error {
 			if err := checkConsumer(a.Consumer); err != nil {
 				bad("%s.consumer%v", where, err)
 			}
+		}
+		for _, problem := range checkRateLimits(a.RateLimits) {
+			bad("%s.rate_limits.%s", where, problem)
 		}
 	}
 	for i, a := range c.Adapters {
@@ -481,6 +486,9 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, c *Catalog, opts ...ApplyOpt
 				if err := applyConsumer(ctx, tx, a.ID, a.Consumer, o.box); err != nil {
 					return err
 				}
+			}
+			if err := applyRateLimits(ctx, tx, a.ID, a.RateLimits); err != nil {
+				return err
 			}
 		}
 		for _, a := range c.Adapters {

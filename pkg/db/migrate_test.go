@@ -43,7 +43,7 @@ func TestMigrateDownAndUpAgain(t *testing.T) {
 	s := dbtest.NewSchema(t) // applies every migration
 
 	want := []string{"adapters", "api_keys", "applications", "capabilities", "dispatches", "event_deliveries",
-		"execution_attempts", "executions", "integration_events"}
+		"execution_attempts", "executions", "gateway_replicas", "integration_events"}
 	require.Equal(t, want, tables(t, s))
 
 	st, err := db.MigrationStatus(ctx, s.URL)

@@ -56,3 +56,27 @@ func TestErrorInterceptorLogsTheCause(t *testing.T) {
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
 	require.Empty(t, logs.All(), "a refusal is the caller's, not an error of ours")
 }
+
+// A refusal is logged at info with its message; a RESOURCE_EXHAUSTED one (a rate limit, refused
+// thousands of times a second under a flood) only at debug.
+func TestLoggingInterceptorKeepsRateLimitRefusalsAtDebug(t *testing.T) {
+	t.Parallel()
+	call := func(level zapcore.Level, err error) []observer.LoggedEntry {
+		core, logs := observer.New(level)
+		_, _ = loggingInterceptor(zap.New(core))(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/x.v1.S/M"},
+			func(context.Context, any) (any, error) { return nil, ToStatus(err).Err() })
+		return logs.All()
+	}
+	limited := apperr.New(apperr.KindResourceExhausted, "RATE_LIMITED", "invoke rate limit of 5/s for this application exceeded")
+
+	require.Empty(t, call(zapcore.InfoLevel, limited), "at info a rate-limit refusal writes nothing")
+	entries := call(zapcore.DebugLevel, limited)
+	require.Len(t, entries, 1)
+	require.Equal(t, zapcore.DebugLevel, entries[0].Level)
+	require.Equal(t, "grpc call refused", entries[0].Message)
+	require.Contains(t, entries[0].ContextMap()["message"], "invoke rate limit of 5/s")
+
+	entries = call(zapcore.InfoLevel, apperr.Invalid("id", "not an id"))
+	require.Len(t, entries, 1, "other refusals are still logged at info")
+	require.Equal(t, zapcore.InfoLevel, entries[0].Level)
+}

@@ -33,8 +33,8 @@ var kindCodes = map[apperr.Kind]codes.Code{
 	apperr.KindDeadlineExceeded:   codes.DeadlineExceeded,
 }
 
-// DefaultRetryDelay is the delay a retryable status (UNAVAILABLE) advises when the error gave
-// none: errdetails.RetryInfo for gRPC callers, Retry-After for REST ones. A connection lost to a
+// DefaultRetryDelay is the delay a retryable status (UNAVAILABLE, RESOURCE_EXHAUSTED) advises
+// when the error gave none (a rate limit gives its bucket's delay): errdetails.RetryInfo for gRPC callers, Retry-After for REST ones. A connection lost to a
 // restart or a failover is usually back within it.
 const DefaultRetryDelay = time.Second
 

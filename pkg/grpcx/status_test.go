@@ -114,6 +114,14 @@ func TestToStatusRetryHint(t *testing.T) {
 	e.RetryAfter = 3 * time.Second
 	require.Equal(t, 3*time.Second, grpcx.RetryDelay(grpcx.ToStatus(e).Err()))
 
+	// A rate limit's refusal carries the bucket's delay, under a second as it is (REST rounds
+	// it up to whole seconds).
+	limited := apperr.New(apperr.KindResourceExhausted, "RATE_LIMITED", "rate limit exceeded")
+	limited.RetryAfter = 40 * time.Millisecond
+	st = grpcx.ToStatus(limited)
+	require.Equal(t, codes.ResourceExhausted, st.Code())
+	require.Equal(t, 40*time.Millisecond, grpcx.RetryDelay(st.Err()))
+
 	require.Zero(t, grpcx.RetryDelay(grpcx.ToStatus(apperr.Invalid("id", "bad")).Err()), "a bad request is not retried")
 }
 

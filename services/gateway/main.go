@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
@@ -26,6 +27,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/secret"
 	svcconfig "github.com/integrations-platform/integrations/services/gateway/internal/config"
 	"github.com/integrations-platform/integrations/services/gateway/internal/httpapi"
+	"github.com/integrations-platform/integrations/services/gateway/internal/ratelimit"
 	"github.com/integrations-platform/integrations/services/gateway/internal/server"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 	"github.com/integrations-platform/integrations/services/gateway/internal/system"
@@ -94,6 +96,14 @@ func run() error {
 	// A key's last use is written at most once a minute per key and replica, off the accept path.
 	st := store.New(pool).WithCache(cfg.CacheTTL).WithLastUsed(time.Minute)
 	app.Go("api-key-last-used", func(ctx context.Context) error { return st.RunLastUsed(ctx, logger) })
+	// Rate limits: each replica holds limit ÷ live replicas, counted by a heartbeat (beaten once
+	// here so that a replica joining a running fleet starts with its share, not the whole limit).
+	replicas := ratelimit.NewReplicas(pool, cfg.RateLimitHeartbeat, logger)
+	if err := replicas.Beat(ctx); err != nil {
+		logger.Warn("rate limits: replicas not counted yet", zap.Error(err))
+	}
+	app.Go("replica-heartbeat", func(ctx context.Context) error { replicas.Run(ctx); return nil })
+	limiter := ratelimit.New(ratelimit.NewSource(pool, cfg.RateLimits(), cfg.CacheTTL).Limits, replicas.Count)
 	// The gRPC limit leaves room for the envelope around a payload of the largest size allowed,
 	// so that an oversized payload is refused by validation with a message naming the field.
 	srv := grpcx.NewServer(grpcx.ServerConfig{
@@ -101,7 +111,7 @@ func run() error {
 		Reflection:     cfg.GRPCReflection,
 		Public:         grpcx.PublicCredentials(publicTLS),
 		MaxRecvMsgSize: 2*cfg.MaxPayloadBytes + 64<<10,
-		Interceptors:   []grpc.UnaryServerInterceptor{server.AuthInterceptor(st)},
+		Interceptors:   []grpc.UnaryServerInterceptor{server.AuthInterceptor(st), server.RateLimitInterceptor(limiter, cfg.RateLimitRefusalDelay)},
 	})
 	gw := server.New(st, adapters,
 		dispatcherv1.NewDispatcherServiceClient(dispatcherConn), settlementv1.NewSettlementServiceClient(settlementConn),

@@ -7,6 +7,9 @@
 //	accept   async invokes of dummy.echo through the gateway over gRPC and REST, closed loop at
 //	         each -callers; beside them the Postgres ceiling (a raw pgx transaction writing the
 //	         same two rows) and River's Insert, at the same concurrency.
+//	ratelimit  application B's accept latency at a steady -ratelimit-rate, alone and while
+//	         application A (added with an invoke limit of 50/s) floods with -ratelimit-callers;
+//	         A's refusals and whether they said when to retry (issue 11). Runs last.
 //
 // Still to come (issue 6): end to end beside Temporal and River, latency under open-loop offered
 // load, cost per execution, the message port figures of bench-mq.
@@ -76,6 +79,11 @@ type options struct {
 	gomaxprocs     int
 	profileAll     string
 	profileSecs    time.Duration
+	rlRate         float64
+	rlD            time.Duration
+	rlCallers      int
+	rlOff          bool
+	rlHold         string
 }
 
 func main() {
@@ -91,7 +99,7 @@ func parseFlags() (options, error) {
 	flag.StringVar(&o.root, "root", "", "workspace root (default: the directory of go.work at or above the working directory)")
 	flag.StringVar(&o.dbURL, "db", defaultDBURL(), "database the stack's schema (and River's) is created in (default $INTEGRATIONS_BENCH_DATABASE_URL, else $INTEGRATIONS_PG_URL/bench)")
 	flag.StringVar(&o.amqpURL, "amqp", flagx.EnvOr("INTEGRATIONS_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL (default $INTEGRATIONS_AMQP_URL)")
-	flag.StringVar(&scen, "scenarios", "accept,serial,e2e,latency", "scenarios to run: accept, serial, e2e, latency")
+	flag.StringVar(&scen, "scenarios", "accept,serial,e2e,latency,ratelimit", "scenarios to run: accept, serial, e2e, latency, ratelimit")
 	flag.IntVar(&o.serialN, "serial-n", 300, "serial: executions, one at a time")
 	flag.IntVar(&o.e2eN, "e2e-n", 20000, "e2e: executions (the peers run as many)")
 	flag.IntVar(&o.e2eC, "e2e-c", 64, "e2e: concurrent callers, each with one execution in flight (the peers the same)")
@@ -105,6 +113,11 @@ func parseFlags() (options, error) {
 	flag.DurationVar(&o.profileSecs, "profile-d", 15*time.Second, "e2e: length of the -profile CPU profiles")
 	flag.IntVar(&o.gomaxprocs, "service-gomaxprocs", 0, "GOMAXPROCS of every program of the stack (0: Go's default, the CPUs available to it)")
 	flag.StringVar(&o.mqJSON, "mq-json", "", "a bench-mq JSON result to include in the report (make bench passes the one it just measured)")
+	flag.Float64Var(&o.rlRate, "ratelimit-rate", 20, "ratelimit: application B's steady invokes per second (open loop)")
+	flag.DurationVar(&o.rlD, "ratelimit-d", 10*time.Second, "ratelimit: how long B is measured, alone and then while A floods")
+	flag.IntVar(&o.rlCallers, "ratelimit-callers", 32, "ratelimit: application A's flooding callers (half REST, half gRPC)")
+	flag.BoolVar(&o.rlOff, "ratelimit-off", false, "run the gateway with its default rate limits off (INTEGRATIONS_RATE_LIMIT_INVOKES/READS=0), to measure what the limiter costs on accept")
+	flag.StringVar(&o.rlHold, "ratelimit-refusal-delay", "", "the gateway's INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY (how long a call over its limit is held before it is refused; empty: the gateway's default)")
 	flag.StringVar(&callers, "callers", "1,16,64", "concurrent callers (closed loop)")
 	flag.IntVar(&o.n, "n", 0, "calls per run (0: run for -d instead)")
 	flag.DurationVar(&o.duration, "d", 5*time.Second, "duration of a run when -n is 0")
@@ -130,7 +143,7 @@ func parseFlags() (options, error) {
 	if o.reps < 1 || o.n < 0 || (o.n == 0 && o.duration <= 0) {
 		return o, errors.New("-r must be positive, and -n positive or -d positive")
 	}
-	if o.scenarios, err = flagx.Set(scen, "accept", "serial", "e2e", "latency"); err != nil {
+	if o.scenarios, err = flagx.Set(scen, "accept", "serial", "e2e", "latency", "ratelimit"); err != nil {
 		return o, fmt.Errorf("-scenarios: %w", err)
 	}
 	if o.peers, err = flagx.Set(peers, "river", "temporal"); err != nil {
@@ -141,6 +154,9 @@ func parseFlags() (options, error) {
 	}
 	if o.rates, err = flagx.Floats(rates); err != nil {
 		return o, fmt.Errorf("-rates: %w", err)
+	}
+	if o.rlRate <= 0 || o.rlD <= 0 || o.rlCallers < 1 {
+		return o, errors.New("-ratelimit-rate, -ratelimit-d and -ratelimit-callers must be positive")
 	}
 	if o.e2eN < 1 || o.e2eC < 1 || o.serialN < 1 || o.openD <= 0 {
 		return o, errors.New("-e2e-n, -e2e-c, -serial-n and -open-d must be positive")
@@ -191,7 +207,7 @@ func run() error {
 	st, err := stack.Start(ctx, stack.Config{
 		Root: o.root, BinDir: binDir, DatabaseURL: o.dbURL, AMQPURL: o.amqpURL,
 		DatabaseParams: o.dbParams, GatewayPprof: o.pprof, Pprof: o.profileAll != "", Log: os.Stderr, Without: o.without,
-		Env: gomaxprocsEnv(o.gomaxprocs),
+		Env: append(gomaxprocsEnv(o.gomaxprocs), rateLimitEnv(o.rlOff, o.rlHold)...),
 	})
 	if err != nil {
 		return err
@@ -237,6 +253,13 @@ func run() error {
 	if err := runFlow(ctx, o, st, rep); err != nil && ctx.Err() == nil {
 		return err
 	}
+	// Last: A's admitted executions have no consumer, so their events stay undelivered and the
+	// stack would not drain after it.
+	if o.scenarios["ratelimit"] && ctx.Err() == nil {
+		if err := runRateLimit(ctx, o, st, rep); err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
 	if o.mqJSON != "" {
 		raw, err := os.ReadFile(o.mqJSON)
 		if err != nil {
@@ -250,11 +273,12 @@ func run() error {
 		printTable(os.Stdout, rep)
 	}
 	printFlowTable(os.Stdout, rep)
+	printRateLimit(os.Stdout, rep)
 	printMQ(os.Stdout, rep)
 	if ctx.Err() != nil {
 		fmt.Println("\ninterrupted: the table holds what was measured before the signal")
 	}
-	if o.out != "-" && (len(rep.Rows) > 0 || len(rep.Flow) > 0) {
+	if o.out != "-" && (len(rep.Rows) > 0 || len(rep.Flow) > 0 || rep.RateLimit != nil) {
 		path, err := rep.Write(o.out)
 		if err != nil {
 			return err
@@ -549,6 +573,23 @@ func gomaxprocsEnv(n int) []string {
 
 // ms is d in milliseconds, to 0.01 ms.
 func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Millisecond)*100) / 100 }
+
+// rateLimitEnv is the gateway's default rate limits in the stack: far above what the stack can do
+// here, so that the limiter runs on every call (its cost is in every figure) without capping any
+// (the ratelimit scenario gives its flooding application a limit of its own); or, with off, none
+// (the limiter then only reads the cached limits and admits).
+func rateLimitEnv(off bool, hold string) []string {
+	rate := "100000"
+	if off {
+		rate = "0"
+	}
+	env := []string{"INTEGRATIONS_RATE_LIMIT_INVOKES=" + rate, "INTEGRATIONS_RATE_LIMIT_INVOKE_BURST=100000",
+		"INTEGRATIONS_RATE_LIMIT_READS=" + rate, "INTEGRATIONS_RATE_LIMIT_READ_BURST=100000"}
+	if hold != "" {
+		env = append(env, "INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY="+hold)
+	}
+	return env
+}
 
 func round1(v float64) float64 { return math.Round(v*10) / 10 }
 

@@ -30,6 +30,8 @@ type Report struct {
 	Flow []FlowRow `json:"flow,omitempty"`
 	// Cost is what the platform's e2e run cost.
 	Cost *Cost `json:"cost,omitempty"`
+	// RateLimit is the ratelimit scenario's.
+	RateLimit *RateLimitResult `json:"rate_limit,omitempty"`
 	// MQ is the message port's table from bench-mq (its -json), when make bench passed it.
 	MQ json.RawMessage `json:"message_port,omitempty"`
 }

@@ -4,10 +4,13 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
+	"github.com/integrations-platform/integrations/pkg/catalog"
 	"github.com/integrations-platform/integrations/pkg/config"
 	"github.com/integrations-platform/integrations/pkg/platformtoken"
+	"github.com/integrations-platform/integrations/services/gateway/internal/ratelimit"
 )
 
 // Config is read from the environment.
@@ -49,6 +52,26 @@ type Config struct {
 	HTTPReadTimeout       time.Duration `env:"INTEGRATIONS_HTTP_READ_TIMEOUT" envDefault:"30s"`
 	HTTPWriteTimeout      time.Duration `env:"INTEGRATIONS_HTTP_WRITE_TIMEOUT" envDefault:"2m"`
 	HTTPIdleTimeout       time.Duration `env:"INTEGRATIONS_HTTP_IDLE_TIMEOUT" envDefault:"2m"`
+	// The rate limits of an application that sets none in the catalog (issue 11): invokes and
+	// reads (every other call) per second across all replicas, and their bursts. 0 is unlimited.
+	RateLimitInvokes     float64 `env:"INTEGRATIONS_RATE_LIMIT_INVOKES" envDefault:"1000"`
+	RateLimitInvokeBurst int     `env:"INTEGRATIONS_RATE_LIMIT_INVOKE_BURST" envDefault:"2000"`
+	RateLimitReads       float64 `env:"INTEGRATIONS_RATE_LIMIT_READS" envDefault:"2000"`
+	RateLimitReadBurst   int     `env:"INTEGRATIONS_RATE_LIMIT_READ_BURST" envDefault:"4000"`
+	// RateLimitRefusalDelay is how long a call over its limit is held, and tried once more,
+	// before it is refused: a client retrying in a loop then calls once per delay.
+	RateLimitRefusalDelay time.Duration `env:"INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY" envDefault:"100ms"`
+	// RateLimitHeartbeat is how often a replica records itself alive and recounts the replicas
+	// sharing the limits; one unseen for three heartbeats is no longer counted.
+	RateLimitHeartbeat time.Duration `env:"INTEGRATIONS_RATE_LIMIT_HEARTBEAT" envDefault:"2s"`
+}
+
+// RateLimits are the default limits of every application.
+func (c Config) RateLimits() ratelimit.Limits {
+	return ratelimit.Limits{
+		Invoke: ratelimit.Limit{PerSecond: c.RateLimitInvokes, Burst: c.RateLimitInvokeBurst},
+		Read:   ratelimit.Limit{PerSecond: c.RateLimitReads, Burst: c.RateLimitReadBurst},
+	}
 }
 
 // Validate checks the gateway's own settings.
@@ -84,5 +107,31 @@ func (c Config) Validate() error {
 	if c.HTTPReadHeaderTimeout > c.HTTPReadTimeout {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_HTTP_READ_HEADER_TIMEOUT: %v must not exceed INTEGRATIONS_HTTP_READ_TIMEOUT (%v)", c.HTTPReadHeaderTimeout, c.HTTPReadTimeout))
 	}
+	errs = append(errs, c.validateRateLimits()...)
 	return errors.Join(errs...)
+}
+
+func (c Config) validateRateLimits() []error {
+	var errs []error
+	rate := func(name string, v float64) {
+		if math.IsNaN(v) || v < 0 || v > catalog.MaxRatePerSecond {
+			errs = append(errs, fmt.Errorf("%s: %v must be between 0 (unlimited) and %d per second", name, v, catalog.MaxRatePerSecond))
+		}
+	}
+	burst := func(name string, v int) {
+		if v < 1 || v > catalog.MaxBurst {
+			errs = append(errs, fmt.Errorf("%s: %d must be between 1 and %d", name, v, catalog.MaxBurst))
+		}
+	}
+	rate("INTEGRATIONS_RATE_LIMIT_INVOKES", c.RateLimitInvokes)
+	burst("INTEGRATIONS_RATE_LIMIT_INVOKE_BURST", c.RateLimitInvokeBurst)
+	rate("INTEGRATIONS_RATE_LIMIT_READS", c.RateLimitReads)
+	burst("INTEGRATIONS_RATE_LIMIT_READ_BURST", c.RateLimitReadBurst)
+	if c.RateLimitRefusalDelay < 0 || c.RateLimitRefusalDelay > 5*time.Second {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY: %v must be between 0s and 5s", c.RateLimitRefusalDelay))
+	}
+	if c.RateLimitHeartbeat < 100*time.Millisecond || c.RateLimitHeartbeat > time.Minute {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_RATE_LIMIT_HEARTBEAT: %v must be between 100ms and 1m", c.RateLimitHeartbeat))
+	}
+	return errs
 }
