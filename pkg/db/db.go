@@ -168,6 +168,21 @@ func MigrateDown(ctx context.Context, url string) (*goose.MigrationResult, error
 	return res, nil
 }
 
+// MigrateDownTo rolls back every migration after version: a test of what a migration does to
+// the rows of the schema before it.
+func MigrateDownTo(ctx context.Context, url string, version int64) ([]*goose.MigrationResult, error) {
+	provider, closeDB, err := newProvider(url)
+	if err != nil {
+		return nil, err
+	}
+	defer closeDB()
+	res, err := provider.DownTo(ctx, version)
+	if err != nil {
+		return res, fmt.Errorf("roll back migrations after %d: %w", version, err)
+	}
+	return res, nil
+}
+
 // MigrationStatus lists every migration and whether it is applied.
 func MigrationStatus(ctx context.Context, url string) ([]*goose.MigrationStatus, error) {
 	provider, closeDB, err := newProvider(url)

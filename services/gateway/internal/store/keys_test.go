@@ -185,7 +185,7 @@ func TestChosenCatalogKeys(t *testing.T) {
 	ctx := context.Background()
 
 	// A key from before migration 00009 becomes the application's catalog key.
-	_, err := db.MigrateDown(ctx, s.URL)
+	_, err := db.MigrateDownTo(ctx, s.URL, 8) // the schema before 00009_api_keys
 	require.NoError(t, err)
 	_, err = s.Pool.Exec(ctx, `INSERT INTO applications (id, name, api_key_hash) VALUES ('old', 'old', sha256('an-old-operator-key'))`)
 	require.NoError(t, err)
@@ -341,7 +341,7 @@ func TestARevokedCatalogKeyStaysDeadInTheLegacyColumn(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, rec.Revoked, "and the key stays revoked")
 
-	_, err = db.MigrateDown(ctx, s.URL)
+	_, err = db.MigrateDownTo(ctx, s.URL, 8) // the schema before 00009_api_keys
 	require.NoError(t, err)
 	var n int
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM applications WHERE api_key_hash = $1`, apikey.Hash(dbtest.TestAPIKey)).Scan(&n))
