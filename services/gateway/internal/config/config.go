@@ -4,10 +4,12 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/integrations-platform/integrations/pkg/config"
 	"github.com/integrations-platform/integrations/pkg/platformtoken"
+	"github.com/integrations-platform/integrations/pkg/webhook"
 )
 
 // Config is read from the environment.
@@ -29,6 +31,10 @@ type Config struct {
 	// AdminToken authenticates the operator endpoints under /api/v1/system/; empty disables them.
 	AdminToken          string `env:"INTEGRATIONS_ADMIN_TOKEN"`
 	WebhookAllowPrivate bool   `env:"INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE" envDefault:"false"`
+	// WebhookDenyCIDRs lists ranges (comma-separated CIDRs) consumers may never be reached at,
+	// whatever INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE says: a deployment's pod, service or VPC ranges
+	// that are public address space. The gateway and the event router must be given the same.
+	WebhookDenyCIDRs string `env:"INTEGRATIONS_WEBHOOK_DENY_CIDRS"`
 	// SecretRotationOverlap is how long a rotated-out signing secret keeps signing deliveries
 	// beside the new one. Not time-scaled: receivers switch secrets on the wall clock.
 	SecretRotationOverlap time.Duration `env:"INTEGRATIONS_SECRET_ROTATION_OVERLAP" envDefault:"24h"`
@@ -39,9 +45,18 @@ type Config struct {
 	Platform platformtoken.SignerConfig
 }
 
+// WebhookDeny is INTEGRATIONS_WEBHOOK_DENY_CIDRS parsed (Validate has refused an invalid one).
+func (c Config) WebhookDeny() []netip.Prefix {
+	deny, _ := webhook.ParseDenyCIDRs(c.WebhookDenyCIDRs)
+	return deny
+}
+
 // Validate checks the gateway's own settings.
 func (c Config) Validate() error {
 	errs := []error{c.Common.Validate()}
+	if _, err := webhook.ParseDenyCIDRs(c.WebhookDenyCIDRs); err != nil {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_WEBHOOK_DENY_CIDRS: %w", err))
+	}
 	if c.MaxPayloadBytes < 1024 || c.MaxPayloadBytes > 64<<20 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_MAX_PAYLOAD_BYTES: %d must be between 1024 and 67108864", c.MaxPayloadBytes))
 	}
