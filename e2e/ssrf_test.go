@@ -52,12 +52,15 @@ func (a *acceptCounter) port() string {
 // private, link-local or metadata target is refused at registration (400 naming the field,
 // nothing written), and that a consumer row pointing at a loopback listener written straight
 // into the database — bypassing registration — is never connected to: every delivery attempt is
-// recorded as refused_address, which is all the tenant is shown.
+// recorded as refused_address, which is all the tenant is shown. Addresses in
+// INTEGRATIONS_WEBHOOK_DENY_CIDRS are refused at registration too.
 func TestSSRFGuard(t *testing.T) {
 	s := newStackScaled(t, eventsScale)
 	s.schema.ApplyCatalog(t, lifecycleCapabilities(s))
 	s.env = append(s.env, "INTEGRATIONS_DELIVERY_TIMEOUT=2s")
-	strict := []string{"INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE=false"}
+	// The operator's deny list (here a public range) is read by both services and refused at
+	// registration like the built-in special-purpose ranges.
+	strict := []string{"INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE=false", "INTEGRATIONS_WEBHOOK_DENY_CIDRS=93.184.216.0/24, 2606:4700::/32"}
 	s.extraEnv["gateway"] = strict
 	s.extraEnv["event-router"] = strict
 	s.start("settlement", "adapter-callback", "dummy-adapter", "execution-consumer", "event-router", "dispatcher", "gateway")
@@ -80,6 +83,7 @@ func TestSSRFGuard(t *testing.T) {
 			"http://localhost:" + port + "/", "http://169.254.169.254/latest/meta-data/", "http://metadata.google.internal/",
 			"http://[fd00:ec2::254]/", "http://100.100.100.200/", "http://user:pw@hooks.example.com/",
 			"https://hooks.example.com/" + strings.Repeat("a", 2100),
+			"https://93.184.216.34/hook", "https://[2606:4700::1111]/hook", // INTEGRATIONS_WEBHOOK_DENY_CIDRS
 		}
 		for _, url := range urls {
 			code, body := s.call(http.MethodPut, "/v1/consumer", s.apiKey, []byte(`{"webhook": {"url": "`+url+`"}}`))

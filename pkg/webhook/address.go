@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -26,13 +27,57 @@ const MaxEndpointLength = 2048
 // other than a dotted quad, no trailing dot, ASCII DNS names only. Nothing legitimate needs any of
 // those, and each is a way to make two parsers disagree on the host. The address checks — special
 // addresses, localhost, internal and metadata names, single-label names — are lifted by
-// AllowPrivate, for development and tests, where consumers live on loopback.
+// AllowPrivate, for development and tests, where consumers live on loopback. The operator's Deny
+// ranges apply always, also with AllowPrivate: a deny list is a deployment's statement of what it
+// must never reach, and the dev flag is not meant to override it.
 type Policy struct {
 	// AllowPrivate lets endpoints reach loopback, private, link-local and other special-purpose
 	// addresses and internal names (INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE).
 	AllowPrivate bool
 	// AllowHTTP lets webhook URLs use http besides https (INTEGRATIONS_WEBHOOK_ALLOW_HTTP).
 	AllowHTTP bool
+	// Deny lists ranges never reached whatever AllowPrivate says
+	// (INTEGRATIONS_WEBHOOK_DENY_CIDRS): a deployment whose pod, service or VPC ranges are public
+	// address space names them here.
+	Deny []netip.Prefix
+}
+
+// ParseDenyCIDRs reads a comma-separated list of CIDRs ("203.0.113.0/24, 2001:db8::/32"; empty:
+// none), as INTEGRATIONS_WEBHOOK_DENY_CIDRS carries it. Each must be a prefix in canonical form
+// (no host bits set: "10.1.2.3/8" is more likely a typo than a wish, so it is refused rather than
+// widened), without a zone; an IPv4-mapped prefix is refused, since addresses are judged unmapped.
+func ParseDenyCIDRs(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	for i, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		pfx, err := netip.ParsePrefix(f)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("entry %d: not a CIDR (a.b.c.d/n or v6::/n)", i+1)
+		case pfx != pfx.Masked():
+			return nil, fmt.Errorf("entry %d: %s has host bits set (did you mean %s?)", i+1, pfx, pfx.Masked())
+		case pfx.Addr().Is4In6():
+			return nil, fmt.Errorf("entry %d: %s is IPv4-mapped; give the IPv4 prefix", i+1, pfx)
+		}
+		out = append(out, pfx)
+	}
+	return out, nil
+}
+
+// denied reports whether addr is in one of the operator's Deny ranges. The address is judged
+// unmapped, so that ::ffff:a.b.c.d cannot slip past an IPv4 entry when AllowPrivate lets mapped
+// addresses through.
+func (p Policy) denied(addr netip.Addr) bool {
+	a := addr.Unmap()
+	for _, pfx := range p.Deny {
+		if pfx.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrRefused matches, with errors.Is, every refusal of the policy, however wrapped (a dial error
@@ -213,8 +258,10 @@ func (p Policy) CheckHost(host string) error {
 		return nil
 	}
 	if len(labels) == 1 {
-		// A single label is resolved through the search domains of the platform's own network
-		// (a Kubernetes service, "metadata", "instance-data"): never a public consumer.
+		// A single label is a top-level domain when resolved rooted, as every name is
+		// (Rooted), and no consumer lives at a TLD; unrooted it is what /etc/hosts, a cgo
+		// resolver or a mistake would resolve through the platform's own search domains (a
+		// Kubernetes service, "metadata", "instance-data"). Nothing public is lost.
 		return refused("host must be a fully qualified public name")
 	}
 	if internalName(name) {
@@ -288,6 +335,9 @@ func (p Policy) CheckAddr(addr netip.Addr) error {
 	if addr.Zone() != "" {
 		return refused("IPv6 zones are not allowed")
 	}
+	if p.denied(addr) {
+		return refused("address is in a range this deployment does not allow")
+	}
 	if !p.AllowPrivate && !PublicAddress(addr) {
 		return refused("private, loopback, link-local and other special-purpose addresses are not allowed")
 	}
@@ -305,7 +355,43 @@ func (p Policy) Control(network, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return refused("dialled address is not an IP address and port")
 	}
-	return p.CheckAddr(ap.Addr())
+	// The address comes from the resolver, not the tenant, so its IPv4-mapped form (Go prints
+	// IPv4 addresses as dotted quads, but a tcp6 socket to ::ffff:a.b.c.d connects to
+	// a.b.c.d) is judged as the IPv4 address it connects to.
+	return p.CheckAddr(ap.Addr().Unmap())
+}
+
+// Rooted is the name a host is resolved as: a DNS name with a dot gets a trailing dot, so that the
+// resolver asks for exactly that name and never tries it under the search domains of
+// /etc/resolv.conf first (in Kubernetes, ndots:5 makes "kubernetes.default" resolve as
+// "kubernetes.default.svc.cluster.local" before anything else): otherwise registration and
+// delivery would answer, for a name that exists only inside the cluster, differently from a name
+// that exists nowhere — an oracle for internal names. IP literals and single labels are returned
+// as they are: single labels are refused unless AllowPrivate (see CheckHost), and Go's /etc/hosts
+// lookup does not match "localhost." to "localhost", which development relies on.
+//
+// Only resolution is rooted: the TLS server name, the Host header and the gRPC :authority still
+// come from the endpoint as registered.
+func Rooted(host string) string {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return host
+	}
+	if !strings.Contains(host, ".") || strings.HasSuffix(host, ".") {
+		return host
+	}
+	return host + "."
+}
+
+// RootedDial wraps a dial function ("host:port" addresses, as net.Dialer.DialContext takes) so
+// that a host name is resolved rooted (Rooted). An address it cannot split is passed on as is,
+// for the dialer to refuse.
+func RootedDial(dial func(ctx context.Context, network, address string) (net.Conn, error)) func(ctx context.Context, network, address string) (net.Conn, error) {
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		if host, port, err := net.SplitHostPort(address); err == nil {
+			address = net.JoinHostPort(Rooted(host), port)
+		}
+		return dial(ctx, network, address)
+	}
 }
 
 // Resolver looks names up; *net.Resolver is one.
@@ -318,23 +404,28 @@ type Resolver interface {
 // internal host learns it at once rather than from failed deliveries. It is not the guard —
 // Control is — so it decides nothing it cannot: a name that does not resolve (yet, or from
 // here) is accepted (err is nil), and so is a name with at least one public address.
+//
+// The name is looked up rooted (Rooted), as the event router dials it: an unrooted lookup would
+// try the platform's search domains first, and tell a tenant which internal names exist.
 func (p Policy) CheckResolved(ctx context.Context, r Resolver, host string) error {
-	if p.AllowPrivate || r == nil {
+	if (p.AllowPrivate && len(p.Deny) == 0) || r == nil {
 		return nil
 	}
 	if _, err := netip.ParseAddr(host); err == nil {
 		return nil // an address: CheckAddr has judged it
 	}
-	addrs, err := r.LookupNetIP(ctx, "ip", host)
+	addrs, err := r.LookupNetIP(ctx, "ip", Rooted(host))
 	if err != nil || len(addrs) == 0 {
 		return nil
 	}
 	for _, a := range addrs {
-		if p.CheckAddr(a) == nil {
+		// Unmapped: Go's resolver answers /etc/hosts entries as ::ffff:a.b.c.d, and the
+		// address comes from the resolver, not the tenant, so it is the IPv4 address it carries.
+		if p.CheckAddr(a.Unmap()) == nil {
 			return nil
 		}
 	}
-	return refused("host resolves only to private, loopback, link-local or other special-purpose addresses")
+	return refused("host resolves only to addresses the platform does not reach (private, loopback, link-local, other special-purpose or denied by this deployment)")
 }
 
 // globalUnicast6 is the only IPv6 block allocated for global unicast: anything outside it

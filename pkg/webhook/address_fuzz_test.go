@@ -19,12 +19,33 @@ func FuzzAddressPolicy(f *testing.F) {
 	for _, s := range []string{
 		"https://example.com/hook", "https://[::1%25lo]/", "https://2130706433/", "https://127.1/",
 		"https://localhost./", "127.0.0.1:80", "[fe80::1%eth0]:443", "[2606:4700::1111]:443",
+		"[::ffff:93.184.216.34]:443", "https://93.184.216.34/",
 	} {
 		f.Add(s)
 	}
 	strict := Policy{AllowHTTP: true}
 	dev := Policy{AllowPrivate: true, AllowHTTP: true}
+	denyList := []netip.Prefix{netip.MustParsePrefix("93.184.216.0/24"), netip.MustParsePrefix("2606:4700::/32")}
+	deny := Policy{AllowPrivate: true, AllowHTTP: true, Deny: denyList}
+	inDeny := func(a netip.Addr) bool {
+		for _, p := range denyList {
+			if p.Contains(a.Unmap()) {
+				return true
+			}
+		}
+		return false
+	}
 	f.Fuzz(func(t *testing.T, raw string) {
+		if u, err := deny.CheckURL(raw); err == nil {
+			if a, perr := netip.ParseAddr(u.Hostname()); perr == nil && inDeny(a) {
+				t.Fatalf("%q: a denied address accepted", raw)
+			}
+		}
+		if host, err := deny.CheckTarget(raw); err == nil {
+			if a, perr := netip.ParseAddr(host); perr == nil && inDeny(a) {
+				t.Fatalf("%q: a denied target accepted", raw)
+			}
+		}
 		if u, err := strict.CheckURL(raw); err == nil {
 			if _, err := dev.CheckURL(raw); err != nil {
 				t.Fatalf("%q: accepted without AllowPrivate but refused with it: %v", raw, err)
@@ -60,8 +81,15 @@ func FuzzAddressPolicy(f *testing.F) {
 		for _, network := range []string{"tcp4", "tcp6"} {
 			if err := strict.Control(network, raw, nil); err == nil {
 				ap, perr := netip.ParseAddrPort(raw)
-				if perr != nil || !PublicAddress(ap.Addr()) || ap.Addr().Zone() != "" {
+				// Judged unmapped: the address comes from the resolver, and a mapped one connects
+				// to the IPv4 address it carries.
+				if perr != nil || !PublicAddress(ap.Addr().Unmap()) || ap.Addr().Zone() != "" {
 					t.Fatalf("%q: dial to a non-public address allowed", raw)
+				}
+			}
+			if err := deny.Control(network, raw, nil); err == nil {
+				if ap, perr := netip.ParseAddrPort(raw); perr != nil || inDeny(ap.Addr()) {
+					t.Fatalf("%q: dial to a denied address allowed", raw)
 				}
 			}
 			if err := dev.Control(network, raw, nil); err == nil {

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -384,6 +385,8 @@ func TestPolicyControl(t *testing.T) {
 		{"tcp4", "169.254.169.254:80", false, true},
 		{"tcp6", "[::1]:80", false, true},
 		{"tcp6", "[::ffff:127.0.0.1]:80", false, true},
+		// A mapped address from the resolver connects to the IPv4 address it carries.
+		{"tcp6", "[::ffff:93.184.216.34]:443", true, true},
 		{"tcp6", "[fe80::1%eth0]:80", false, false},
 		{"tcp6", "[::1%lo]:80", false, false},
 		{"tcp6", "[2606:4700::1111%eth0]:443", false, false},
@@ -406,7 +409,10 @@ func TestPolicyControl(t *testing.T) {
 	}
 }
 
-// fakeResolver answers from a map; a name it does not know fails to resolve.
+// fakeResolver answers from a map keyed by rooted names, as a resolver asked for "name." answers
+// only for that name: an unrooted name is the one a search domain would expand, and fails here.
+// An address written "::ffff:a.b.c.d" is answered in its 16-byte form, as Go's resolver answers
+// /etc/hosts entries.
 type fakeResolver map[string][]string
 
 func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
@@ -416,7 +422,11 @@ func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 	}
 	out := make([]netip.Addr, len(ss))
 	for i, s := range ss {
-		out[i] = netip.MustParseAddr(s)
+		a := netip.MustParseAddr(s)
+		if strings.HasPrefix(s, "::ffff:") {
+			a = netip.AddrFrom16(a.As16())
+		}
+		out[i] = a
 	}
 	return out, nil
 }
@@ -424,12 +434,18 @@ func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 func TestPolicyCheckResolved(t *testing.T) {
 	t.Parallel()
 	r := fakeResolver{
-		"public.example.com":   {"93.184.216.34"},
-		"internal.example.com": {"10.0.0.7", "fd00::7"},
-		"loopback.example.com": {"127.0.0.1"},
-		"zoned.example.com":    {"fe80::1%eth0"},
-		"mixed.example.com":    {"10.0.0.7", "93.184.216.34"},
-		"empty.example.com":    {},
+		"public.example.com.":   {"93.184.216.34"},
+		"internal.example.com.": {"10.0.0.7", "fd00::7"},
+		"loopback.example.com.": {"127.0.0.1"},
+		"zoned.example.com.":    {"fe80::1%eth0"},
+		"mixed.example.com.":    {"10.0.0.7", "93.184.216.34"},
+		"empty.example.com.":    {},
+		// Pinned in /etc/hosts: Go's resolver answers the IPv4-mapped form.
+		"pinned.example.com.":   {"::ffff:93.184.216.34"},
+		"pinnedlo.example.com.": {"::ffff:127.0.0.1"},
+		// What a search domain would expand "kubernetes.default" to, unrooted.
+		"kubernetes.default.svc.cluster.local.": {"10.96.0.1"},
+		"kubernetes.default":                    {"10.96.0.1"},
 	}
 	ctx := context.Background()
 	for host, ok := range map[string]bool{
@@ -441,6 +457,11 @@ func TestPolicyCheckResolved(t *testing.T) {
 		"empty.example.com":    true, // nothing to judge
 		"unknown.example.com":  true, // not resolving is not a refusal
 		"127.0.0.1":            true, // an address is CheckAddr's to judge, not this
+		"pinned.example.com":   true, // ::ffff:93.184.216.34 is 93.184.216.34
+		"pinnedlo.example.com": false,
+		// Asked rooted: the answer for "kubernetes.default" under a search domain is never
+		// asked for, so an internal name is accepted exactly as a nonexistent one is.
+		"kubernetes.default": true,
 	} {
 		err := Policy{}.CheckResolved(ctx, r, host)
 		if ok {
@@ -451,6 +472,86 @@ func TestPolicyCheckResolved(t *testing.T) {
 		assert.NoError(t, Policy{AllowPrivate: true}.CheckResolved(ctx, r, host), "%s with AllowPrivate", host)
 	}
 	assert.NoError(t, Policy{}.CheckResolved(ctx, nil, "internal.example.com"), "no resolver: no courtesy check")
+
+	// The deny list applies with AllowPrivate too.
+	deny := Policy{AllowPrivate: true, Deny: []netip.Prefix{netip.MustParsePrefix("93.184.216.0/24")}}
+	assert.ErrorIs(t, deny.CheckResolved(ctx, r, "public.example.com"), ErrRefused)
+	assert.ErrorIs(t, deny.CheckResolved(ctx, r, "pinned.example.com"), ErrRefused, "mapped, judged unmapped")
+	assert.NoError(t, deny.CheckResolved(ctx, r, "mixed.example.com"), "10.0.0.7 is allowed by AllowPrivate")
+	assert.NoError(t, deny.CheckResolved(ctx, r, "loopback.example.com"))
+}
+
+// recordingResolver records the names it is asked for.
+type recordingResolver struct{ asked []string }
+
+func (r *recordingResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	r.asked = append(r.asked, host)
+	return nil, errors.New("no such host")
+}
+
+func TestCheckResolvedAsksRooted(t *testing.T) {
+	t.Parallel()
+	r := &recordingResolver{}
+	require.NoError(t, Policy{}.CheckResolved(context.Background(), r, "hooks.example.com"))
+	assert.Equal(t, []string{"hooks.example.com."}, r.asked)
+}
+
+func TestRooted(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"hooks.example.com":  "hooks.example.com.",
+		"kubernetes.default": "kubernetes.default.",
+		"hooks.example.com.": "hooks.example.com.",
+		"localhost":          "localhost", // single labels: refused unless AllowPrivate, and /etc/hosts needs them bare
+		"93.184.216.34":      "93.184.216.34",
+		"2606:4700::1111":    "2606:4700::1111",
+	} {
+		assert.Equal(t, want, Rooted(in), in)
+	}
+}
+
+func TestRootedDial(t *testing.T) {
+	t.Parallel()
+	var got []string
+	dial := RootedDial(func(_ context.Context, _, address string) (net.Conn, error) {
+		got = append(got, address)
+		return nil, errors.New("not dialled")
+	})
+	for _, a := range []string{"hooks.example.com:443", "[2606:4700::1111]:443", "93.184.216.34:80", "localhost:8080", "garbage"} {
+		_, _ = dial(context.Background(), "tcp", a)
+	}
+	assert.Equal(t, []string{"hooks.example.com.:443", "[2606:4700::1111]:443", "93.184.216.34:80", "localhost:8080", "garbage"}, got)
+}
+
+func TestDenyList(t *testing.T) {
+	t.Parallel()
+	deny, err := ParseDenyCIDRs(" 93.184.216.0/24 ,2606:4700::/32")
+	require.NoError(t, err)
+	for _, p := range []Policy{{Deny: deny}, {Deny: deny, AllowPrivate: true}} {
+		for _, a := range []string{"93.184.216.34", "::ffff:93.184.216.34", "2606:4700::1111"} {
+			assert.ErrorIs(t, p.CheckAddr(netip.MustParseAddr(a)), ErrRefused, "%s (AllowPrivate %v)", a, p.AllowPrivate)
+		}
+		assert.NoError(t, p.CheckAddr(netip.MustParseAddr("93.184.217.1")))
+		_, err := p.CheckURL("https://93.184.216.34/hook")
+		assert.ErrorIs(t, err, ErrRefused)
+		_, err = p.CheckTarget("[2606:4700::1]:443")
+		assert.ErrorIs(t, err, ErrRefused)
+		assert.ErrorIs(t, p.Control("tcp4", "93.184.216.34:443", nil), ErrRefused)
+		assert.ErrorIs(t, p.Control("tcp6", "[::ffff:93.184.216.34]:443", nil), ErrRefused)
+		assert.NoError(t, p.Control("tcp4", "93.184.217.1:443", nil))
+	}
+	assert.NoError(t, Policy{Deny: deny, AllowPrivate: true}.Control("tcp4", "127.0.0.1:80", nil), "deny list only adds")
+
+	none, err := ParseDenyCIDRs("  ")
+	require.NoError(t, err)
+	assert.Empty(t, none)
+	for _, bad := range []string{"10.0.0.0", "10.1.2.3/8", "10.0.0.0/33", "10.0.0.0/8,", "::ffff:10.0.0.0/104", "fe80::%eth0/64", "example.com/24"} {
+		_, err := ParseDenyCIDRs(bad)
+		assert.Error(t, err, bad)
+		if err != nil {
+			assert.NotContains(t, err.Error(), "example.com", "the error does not echo arbitrary input")
+		}
+	}
 }
 
 func TestPublicCategory(t *testing.T) {

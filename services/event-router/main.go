@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -84,6 +85,11 @@ func run() error {
 		Delays:       cfg.ScaledRetryDelays(),
 		Timeout:      cfg.DeliveryTimeout,
 		AllowPrivate: cfg.WebhookAllowPrivate,
+		Deny:         cfg.WebhookDeny(),
+		// Go's own resolver: consumer names are dialled rooted ("name.", never under the search
+		// domains), and Go matches a rooted name to its /etc/hosts entry where the C library's
+		// resolver does not.
+		Resolver:     &net.Resolver{PreferGo: true},
 		PerApp:       cfg.PerAppConcurrency,
 		Busy:         levels[0],
 		BusyPatience: cfg.PerAppPatience,

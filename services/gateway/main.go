@@ -120,7 +120,11 @@ func run() error {
 			Scale:               cfg.Scale,
 			WebhookAllowHTTP:    cfg.WebhookAllowHTTP,
 			WebhookAllowPrivate: cfg.WebhookAllowPrivate,
-			Resolver:            net.DefaultResolver, // the courtesy check of consumer names
+			WebhookDeny:         cfg.WebhookDeny(),
+			// The courtesy check of consumer names. Go's own resolver, as the event router's:
+			// names are looked up rooted ("name."), and Go matches a rooted name to its
+			// /etc/hosts entry where the C library's resolver does not.
+			Resolver: &net.Resolver{PreferGo: true},
 			// Not scaled: receivers switch secrets on the wall clock.
 			SecretRotationOverlap: cfg.SecretRotationOverlap,
 		}, logger)

@@ -4,9 +4,11 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/integrations-platform/integrations/pkg/config"
+	"github.com/integrations-platform/integrations/pkg/webhook"
 )
 
 // Config is read from the environment.
@@ -41,11 +43,24 @@ type Config struct {
 	PerAppPatience time.Duration `env:"INTEGRATIONS_DELIVERY_PER_APP_PATIENCE" envDefault:"100ms"`
 	// Deliveries go to public addresses only unless allowed (local development, tests).
 	WebhookAllowPrivate bool `env:"INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE" envDefault:"false"`
+	// WebhookDenyCIDRs lists ranges (comma-separated CIDRs) consumers may never be reached at,
+	// whatever INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE says: a deployment's pod, service or VPC ranges
+	// that are public address space. The gateway and the event router must be given the same.
+	WebhookDenyCIDRs string `env:"INTEGRATIONS_WEBHOOK_DENY_CIDRS"`
+}
+
+// WebhookDeny is INTEGRATIONS_WEBHOOK_DENY_CIDRS parsed (Validate has refused an invalid one).
+func (c Config) WebhookDeny() []netip.Prefix {
+	deny, _ := webhook.ParseDenyCIDRs(c.WebhookDenyCIDRs)
+	return deny
 }
 
 // Validate checks the router's own settings.
 func (c Config) Validate() error {
 	errs := []error{c.Common.Validate(), c.InternalTLS.Validate(), c.CheckInternalPlaintext(map[string]string{"INTEGRATIONS_GRPC_ADDR": c.GRPCAddr})}
+	if _, err := webhook.ParseDenyCIDRs(c.WebhookDenyCIDRs); err != nil {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_WEBHOOK_DENY_CIDRS: %w", err))
+	}
 	if c.EventStaleAfter < time.Second {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_EVENT_STALE_AFTER: %v must be at least 1s", c.EventStaleAfter))
 	}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,8 @@ func TestValidationNamesTheVariable(t *testing.T) {
 		{"INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY", "33", "INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY"},
 		{"INTEGRATIONS_DELIVERY_PER_APP_PATIENCE", "2s", "INTEGRATIONS_DELIVERY_PER_APP_PATIENCE"},
 		{"INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY", "0", "INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY"},
+		{"INTEGRATIONS_WEBHOOK_DENY_CIDRS", "10.0.0.0/8,not-a-cidr", "INTEGRATIONS_WEBHOOK_DENY_CIDRS"},
+		{"INTEGRATIONS_WEBHOOK_DENY_CIDRS", "10.1.2.3/8", "INTEGRATIONS_WEBHOOK_DENY_CIDRS"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
@@ -61,4 +64,17 @@ func TestRecoveryWindowsScaleButOutlastTheNoticeBudget(t *testing.T) {
 	require.Equal(t, 10*time.Minute, cfg.StaleAfter(36*time.Second), "unscaled, the variable stands")
 	require.Equal(t, 10*time.Second, cfg.RecoverEvery())
 	require.Equal(t, 30*time.Second, cfg.RelayClaimTTL(30*time.Second))
+}
+
+func TestWebhookDenyCIDRs(t *testing.T) {
+	t.Setenv("INTEGRATIONS_SECRET_KEY", "k")
+	t.Setenv("INTEGRATIONS_INTERNAL_PLAINTEXT", "true")
+	cfg, err := config.Load[Config]()
+	require.NoError(t, err)
+	require.Empty(t, cfg.WebhookDeny(), "none by default")
+
+	t.Setenv("INTEGRATIONS_WEBHOOK_DENY_CIDRS", "203.0.113.0/24, 2001:db8::/32")
+	cfg, err = config.Load[Config]()
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8::/32")}, cfg.WebhookDeny())
 }

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"time"
 
 	"go.uber.org/zap"
@@ -53,6 +54,8 @@ type Config struct {
 	// AllowPrivate lets consumers be reached at private, loopback and link-local addresses
 	// (webhook.Policy; the policy's syntactic checks apply whatever it says).
 	AllowPrivate bool
+	// Deny lists ranges never reached, whatever AllowPrivate says (INTEGRATIONS_WEBHOOK_DENY_CIDRS).
+	Deny []netip.Prefix
 	// Resolver resolves consumer host names (nil: the system's); tests inject one.
 	Resolver *net.Resolver
 	// PerApp is the most deliveries of one application in flight at once in this deliverer.
@@ -87,7 +90,7 @@ func New(st *store.Store, box *secret.Box, cfg Config, log *zap.Logger) *Deliver
 	}
 	// http or https: which scheme a tenant may register is the gateway's decision
 	// (INTEGRATIONS_WEBHOOK_ALLOW_HTTP); what may be reached is this policy's.
-	policy := webhook.Policy{AllowPrivate: cfg.AllowPrivate, AllowHTTP: true}
+	policy := webhook.Policy{AllowPrivate: cfg.AllowPrivate, AllowHTTP: true, Deny: cfg.Deny}
 	return &Deliverer{
 		store: st, box: box, cfg: cfg, log: log,
 		limiter: newLimiter(max(cfg.PerApp, 1), cfg.BusyPatience),

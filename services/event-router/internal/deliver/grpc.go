@@ -35,6 +35,13 @@ type grpcClients struct {
 	// dialErrs holds each target's last connection error (nil after a connection is made): a
 	// call that never reached the consumer fails with the channel's own status, and the
 	// category of the attempt comes from why the connection could not be made.
+	//
+	// It is per target, not per call, and that is a limit: gRPC dials from the channel's own
+	// context, not the call's (no context value of the call reaches the dialer), and one dial
+	// serves every call waiting on the channel. So the cause given is the channel's latest
+	// failure, which may come from a dial made before this call began (the channel backing off
+	// from it), and concurrent attempts to one target all see the same one. That is what the
+	// attempt failed on, so the category is right; only which dial is not tracked.
 	dialErrs map[string]error
 }
 
@@ -46,7 +53,9 @@ func newGRPCClients(policy webhook.Policy, resolver *net.Resolver) *grpcClients 
 // dial: connecting happens on the first call, through the dialer below, whose Control checks
 // the policy on the address actually connected, after resolution, as for webhooks. The
 // passthrough resolver hands the target to that dialer as is: no gRPC name resolution (DNS SRV,
-// service config, balancer lists) picks addresses the check would not see.
+// service config, balancer lists) picks addresses the check would not see. The dialer resolves
+// the host rooted (webhook.RootedDial), never under the router's search domains; the
+// :authority still comes from the target as registered.
 func (c *grpcClients) conn(target string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -54,10 +63,11 @@ func (c *grpcClients) conn(target string) (*grpc.ClientConn, error) {
 		return cc, nil
 	}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, Resolver: c.resolver, Control: c.policy.Control}
+	dial := webhook.RootedDial(dialer.DialContext)
 	cc, err := grpc.NewClient("passthrough:///"+target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			conn, err := dialer.DialContext(ctx, "tcp", addr)
+			conn, err := dial(ctx, "tcp", addr)
 			c.mu.Lock()
 			c.dialErrs[target] = err
 			c.mu.Unlock()

@@ -3,11 +3,14 @@ package deliver
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +20,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
@@ -30,6 +34,32 @@ import (
 // a public-looking name resolve to a private address, as a rebinding attacker's DNS would.
 func fakeDNS(t *testing.T, answer string) *net.Resolver {
 	t.Helper()
+	r, _ := fakeDNSAsked(t, answer)
+	return r
+}
+
+// askedNames records the names a fakeDNS was asked for, as they came on the wire.
+type askedNames struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (a *askedNames) add(n string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.names = append(a.names, n)
+}
+
+func (a *askedNames) all() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.names...)
+}
+
+// fakeDNSAsked is fakeDNS that also records the names asked for.
+func fakeDNSAsked(t *testing.T, answer string) (*net.Resolver, *askedNames) {
+	t.Helper()
+	asked := &askedNames{}
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pc.Close() })
@@ -50,6 +80,7 @@ func fakeDNS(t *testing.T, answer string) *net.Resolver {
 			if err != nil {
 				continue
 			}
+			asked.add(q.Name.String())
 			rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionAvailable: true}
 			if strings.HasPrefix(q.Name.String(), "nx.") {
 				rh.RCode = dnsmessage.RCodeNameError
@@ -72,7 +103,7 @@ func fakeDNS(t *testing.T, answer string) *net.Resolver {
 	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "udp", pc.LocalAddr().String())
-	}}
+	}}, asked
 }
 
 // countingListener is a loopback HTTP server that answers 200 and counts the connections it
@@ -283,4 +314,145 @@ type unavailableConsumer struct {
 
 func (unavailableConsumer) Deliver(context.Context, *eventsv1.DeliverRequest) (*eventsv1.DeliverResponse, error) {
 	return nil, status.Error(codes.Unavailable, "warming up")
+}
+
+// authorityConsumer records the :authority of the calls it gets, and answers OK.
+type authorityConsumer struct {
+	eventsv1.UnimplementedEventConsumerServiceServer
+	authority chan string
+}
+
+func (c authorityConsumer) Deliver(ctx context.Context, _ *eventsv1.DeliverRequest) (*eventsv1.DeliverResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	select {
+	case c.authority <- strings.Join(md.Get(":authority"), ","):
+	default:
+	}
+	return &eventsv1.DeliverResponse{}, nil
+}
+
+// TestConsumerNamesResolvedRooted: both dialers resolve a consumer's host name rooted ("name."),
+// so the router's search domains are never tried — a name that does not exist fails as dns
+// naming the rooted name, rather than after a search-domain expansion that might exist inside
+// the cluster — while the TLS server name, the Host header and the gRPC :authority keep the
+// name as registered.
+func TestConsumerNamesResolvedRooted(t *testing.T) {
+	t.Parallel()
+	ev := &store.Delivery{EventID: "evt-1", Type: "execution.completed", CreatedAt: time.Now(),
+		Payload: []byte(`{"type":"execution.completed","data":{"status":"succeeded"}}`)}
+	secret, err := webhook.NewSecret()
+	require.NoError(t, err)
+	dev := webhook.Policy{AllowPrivate: true, AllowHTTP: true}
+	resolver, asked := fakeDNSAsked(t, "127.0.0.1")
+
+	// TLS: SNI and Host are the unrooted name (the test certificate is for *.example.com).
+	sni := make(chan string, 1)
+	hosts := make(chan string, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hosts <- r.Host
+		w.WriteHeader(http.StatusOK)
+	}))
+	srv.TLS = &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		sni <- h.ServerName
+		return nil, nil
+	}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	c := newWebhookClient(2*time.Second, dev, resolver)
+	c.client.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: roots}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	res := c.post(ctx, "https://hooks.example.com:"+port+"/hook", []string{secret}, ev, 1)
+	require.NoError(t, res.err)
+	assert.Equal(t, http.StatusOK, res.statusCode)
+	assert.Equal(t, "hooks.example.com", <-sni, "SNI is the registered name, not the rooted one")
+	assert.Equal(t, "hooks.example.com:"+port, <-hosts)
+	assert.Contains(t, asked.all(), "hooks.example.com.")
+
+	// A name that does not resolve is looked up, and fails, rooted.
+	res = c.post(ctx, "http://nx.example.com:"+port+"/hook", []string{secret}, ev, 1)
+	assert.Equal(t, webhook.CategoryDNS, res.category, "%v", res.err)
+	var dnsErr *net.DNSError
+	require.ErrorAs(t, res.err, &dnsErr)
+	assert.Equal(t, "nx.example.com.", dnsErr.Name, "the webhook dialer asked for the rooted name")
+
+	// gRPC: the :authority is the target as registered; the dialer resolves rooted.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gs := grpc.NewServer()
+	consumer := authorityConsumer{authority: make(chan string, 1)}
+	eventsv1.RegisterEventConsumerServiceServer(gs, consumer)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	_, grpcPort, _ := net.SplitHostPort(lis.Addr().String())
+	gc := newGRPCClients(dev, resolver)
+	t.Cleanup(func() { _ = gc.close() })
+	res = gc.deliver(ctx, "hooks.example.com:"+grpcPort, ev)
+	require.NoError(t, res.err)
+	assert.Equal(t, "hooks.example.com:"+grpcPort, <-consumer.authority)
+
+	nxCtx, nxCancel := context.WithTimeout(context.Background(), time.Second)
+	defer nxCancel()
+	res = gc.deliver(nxCtx, "nx.example.com:"+grpcPort, ev)
+	assert.Equal(t, webhook.CategoryDNS, res.category, "%v", res.err)
+	require.ErrorAs(t, res.err, &dnsErr)
+	assert.Equal(t, "nx.example.com.", dnsErr.Name, "the gRPC dialer asked for the rooted name")
+
+	for _, n := range asked.all() {
+		assert.Contains(t, []string{"hooks.example.com.", "nx.example.com."}, n, "no other name, under no search domain, was asked")
+	}
+}
+
+// TestDenyListAtDial: the operator's deny list is applied on every connection, with
+// AllowPrivate too: a name resolving into a denied range is never connected to
+// (refused_address), nor is a denied literal, over webhook or gRPC; an address outside the
+// ranges is reached.
+func TestDenyListAtDial(t *testing.T) {
+	t.Parallel()
+	ev := &store.Delivery{EventID: "evt-1", Type: "execution.completed", CreatedAt: time.Now(),
+		Payload: []byte(`{"type":"execution.completed","data":{}}`)}
+	secret, err := webhook.NewSecret()
+	require.NoError(t, err)
+	deny, err := webhook.ParseDenyCIDRs("127.0.0.0/8")
+	require.NoError(t, err)
+	policy := webhook.Policy{AllowPrivate: true, AllowHTTP: true, Deny: deny}
+	resolver := fakeDNS(t, "127.0.0.1")
+	port, accepts := countingListener(t)
+
+	c := newWebhookClient(time.Second, policy, resolver)
+	g := newGRPCClients(policy, resolver)
+	t.Cleanup(func() { _ = g.close() })
+	for _, url := range []string{"http://hooks.example.com:" + port + "/", "http://127.0.0.1:" + port + "/"} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		res := c.post(ctx, url, []string{secret}, ev, 1)
+		cancel()
+		assert.Equal(t, webhook.CategoryRefusedAddress, res.category, "%s: %v", url, res.err)
+	}
+	for _, target := range []string{"hooks.example.com:" + port, "127.0.0.1:" + port} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		res := g.deliver(ctx, target, ev)
+		cancel()
+		assert.Equal(t, webhook.CategoryRefusedAddress, res.category, "%s: %v", target, res.err)
+	}
+	assert.Zero(t, accepts.Load(), "nothing in the denied range was connected to")
+
+	// Outside the ranges (::1 is not in 127.0.0.0/8), the consumer is reached.
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skip("no IPv6 loopback")
+	}
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	_ = hs.Listener.Close()
+	hs.Listener = ln
+	hs.Start()
+	t.Cleanup(hs.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	res := c.post(ctx, hs.URL, []string{secret}, ev, 1)
+	assert.NoError(t, res.err)
+	assert.Equal(t, http.StatusOK, res.statusCode)
 }

@@ -30,9 +30,14 @@ type webhookClient struct {
 // (DNS rebinding) is never connected to. Redirects are never followed — a 3xx is a failed attempt
 // — so an answer cannot send the router on to an address the URL did not name; no proxy from the
 // environment is used (Proxy is nil), so the address checked is the address connected.
+//
+// Host names are resolved rooted (webhook.RootedDial): never under the search domains of the
+// router's own network, so that a name existing only inside the cluster fails as dns, like a name
+// that exists nowhere, rather than as refused_address. The TLS server name and the Host header
+// come from the URL, not from the dialled address, so they keep the name as registered.
 func newWebhookClient(timeout time.Duration, policy webhook.Policy, resolver *net.Resolver) *webhookClient {
 	dialer := &net.Dialer{Timeout: timeout, Resolver: resolver, Control: policy.Control}
-	transport := &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 8, IdleConnTimeout: 90 * time.Second}
+	transport := &http.Transport{DialContext: webhook.RootedDial(dialer.DialContext), MaxIdleConnsPerHost: 8, IdleConnTimeout: 90 * time.Second}
 	return &webhookClient{policy: policy, client: &http.Client{Timeout: timeout, Transport: transport,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }

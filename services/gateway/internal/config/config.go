@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"time"
 
 	"github.com/integrations-platform/integrations/pkg/catalog"
 	"github.com/integrations-platform/integrations/pkg/config"
 	"github.com/integrations-platform/integrations/pkg/platformtoken"
+	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/services/gateway/internal/ratelimit"
 )
 
@@ -36,6 +38,10 @@ type Config struct {
 	// AdminToken authenticates the operator endpoints under /api/v1/system/; empty disables them.
 	AdminToken          string `env:"INTEGRATIONS_ADMIN_TOKEN"`
 	WebhookAllowPrivate bool   `env:"INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE" envDefault:"false"`
+	// WebhookDenyCIDRs lists ranges (comma-separated CIDRs) consumers may never be reached at,
+	// whatever INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE says: a deployment's pod, service or VPC ranges
+	// that are public address space. The gateway and the event router must be given the same.
+	WebhookDenyCIDRs string `env:"INTEGRATIONS_WEBHOOK_DENY_CIDRS"`
 	// SecretRotationOverlap is how long a rotated-out signing secret keeps signing deliveries
 	// beside the new one. Not time-scaled: receivers switch secrets on the wall clock.
 	SecretRotationOverlap time.Duration `env:"INTEGRATIONS_SECRET_ROTATION_OVERLAP" envDefault:"24h"`
@@ -74,6 +80,12 @@ func (c Config) RateLimits() ratelimit.Limits {
 	}
 }
 
+// WebhookDeny is INTEGRATIONS_WEBHOOK_DENY_CIDRS parsed (Validate has refused an invalid one).
+func (c Config) WebhookDeny() []netip.Prefix {
+	deny, _ := webhook.ParseDenyCIDRs(c.WebhookDenyCIDRs)
+	return deny
+}
+
 // Validate checks the gateway's own settings.
 func (c Config) Validate() error {
 	errs := []error{
@@ -82,6 +94,9 @@ func (c Config) Validate() error {
 		// The gateway's own ports are client-facing; it dials the internal ones.
 		c.CheckInternalPlaintext(map[string]string{"INTEGRATIONS_SETTLEMENT_ADDR": c.SettlementAddr, "INTEGRATIONS_DISPATCHER_ADDR": c.DispatcherAddr}),
 		c.PublicTLS.Check(map[string]string{"INTEGRATIONS_GRPC_ADDR": c.GRPCAddr, "INTEGRATIONS_HTTP_ADDR": c.HTTPAddr}),
+	}
+	if _, err := webhook.ParseDenyCIDRs(c.WebhookDenyCIDRs); err != nil {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_WEBHOOK_DENY_CIDRS: %w", err))
 	}
 	if c.MaxPayloadBytes < 1024 || c.MaxPayloadBytes > 64<<20 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_MAX_PAYLOAD_BYTES: %d must be between 1024 and 67108864", c.MaxPayloadBytes))

@@ -17,7 +17,7 @@ const resolveTimeout = 2 * time.Second
 // addressPolicy is the one rule for consumer endpoints (pkg/webhook), as configured. The event
 // router applies the same policy before every attempt and on every connection.
 func (s *Server) addressPolicy() webhook.Policy {
-	return webhook.Policy{AllowPrivate: s.opts.WebhookAllowPrivate, AllowHTTP: s.opts.WebhookAllowHTTP}
+	return webhook.Policy{AllowPrivate: s.opts.WebhookAllowPrivate, AllowHTTP: s.opts.WebhookAllowHTTP, Deny: s.opts.WebhookDeny}
 }
 
 // checkConsumer validates a SetConsumer request: one consumer, with an endpoint the address

@@ -82,10 +82,10 @@ func FuzzConsumerRegistration(f *testing.F) {
 			if addr, perr := netip.ParseAddr(host); perr == nil && !webhook.PublicAddress(addr) {
 				t.Fatalf("%q: accepted the special address %s", body, addr)
 			}
-			if addrs, ok := testResolver[strings.ToLower(host)]; ok {
+			if addrs, ok := testResolver[webhook.Rooted(strings.ToLower(host))]; ok {
 				public := false
 				for _, a := range addrs {
-					public = public || webhook.PublicAddress(netip.MustParseAddr(a))
+					public = public || webhook.PublicAddress(netip.MustParseAddr(a).Unmap())
 				}
 				if !public {
 					t.Fatalf("%q: accepted %q, which resolves only to private addresses", body, host)

@@ -16,8 +16,11 @@ import (
 	"github.com/integrations-platform/integrations/pkg/webhook"
 )
 
-// fakeResolver answers from a map, case-insensitively as DNS does; a name it does not know fails
-// to resolve.
+// fakeResolver answers from a map keyed by rooted names, case-insensitively as DNS does: a
+// resolver asked for "name." answers for that name only, never under a search domain, so an
+// unrooted key stands for what a search domain would expand, and a name it does not know fails
+// to resolve. "::ffff:a.b.c.d" is answered in its 16-byte form, as Go's resolver answers
+// /etc/hosts entries.
 type fakeResolver map[string][]string
 
 func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
@@ -27,17 +30,27 @@ func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 	}
 	out := make([]netip.Addr, len(ss))
 	for i, s := range ss {
-		out[i] = netip.MustParseAddr(s)
+		a := netip.MustParseAddr(s)
+		if strings.HasPrefix(s, "::ffff:") {
+			a = netip.AddrFrom16(a.As16())
+		}
+		out[i] = a
 	}
 	return out, nil
 }
 
 var testResolver = fakeResolver{
-	"hooks.example.com":    {"93.184.216.34"},
-	"internal.example.com": {"10.0.0.7", "fd00::7"},
-	"rebind.example.com":   {"127.0.0.1"},
-	"meta.example.com":     {"169.254.169.254"},
-	"mixed.example.com":    {"10.0.0.7", "93.184.216.34"},
+	"hooks.example.com.":    {"93.184.216.34"},
+	"internal.example.com.": {"10.0.0.7", "fd00::7"},
+	"rebind.example.com.":   {"127.0.0.1"},
+	"meta.example.com.":     {"169.254.169.254"},
+	"mixed.example.com.":    {"10.0.0.7", "93.184.216.34"},
+	// Pinned in /etc/hosts.
+	"pinned.example.com.":   {"::ffff:93.184.216.34"},
+	"pinnedlo.example.com.": {"::ffff:127.0.0.1"},
+	// What "kubernetes.default" resolves to through a Kubernetes search domain, unrooted.
+	"kubernetes.default":                    {"10.96.0.1"},
+	"kubernetes.default.svc.cluster.local.": {"10.96.0.1"},
 }
 
 func webhookReq(url string) *gatewayv1.SetConsumerRequest {
@@ -80,6 +93,7 @@ func TestSetConsumerRefusesEveryFormOfAPrivateTarget(t *testing.T) {
 		"https://hooks.example.com:0/", "https:///x", "", "https://hooks.example.com/" + strings.Repeat("a", webhook.MaxEndpointLength),
 		// Names that resolve only to private addresses: the courtesy check.
 		"https://internal.example.com/", "https://rebind.example.com/", "https://meta.example.com/",
+		"https://pinnedlo.example.com/",
 	}
 	for _, url := range refusedURLs {
 		_, err := b.server.SetConsumer(b.ctx, webhookReq(url))
@@ -113,6 +127,10 @@ func TestSetConsumerRefusesEveryFormOfAPrivateTarget(t *testing.T) {
 		"https://mixed.example.com/in",         // a public address among them: the router skips the private one
 		"https://not-resolving.example.com/in", // a resolution failure is not a refusal
 		"https://93.184.216.34/in",
+		"https://pinned.example.com/in", // pinned in /etc/hosts: ::ffff:93.184.216.34 is 93.184.216.34
+		// Looked up rooted, never under the search domains: an internal name is accepted just as
+		// a nonexistent one is, so registration tells nothing of which internal names exist.
+		"https://kubernetes.default/in",
 	} {
 		resp, err := b.server.SetConsumer(b.ctx, webhookReq(url))
 		require.NoError(t, err, url)
@@ -153,6 +171,38 @@ func TestSetConsumerAllowPrivateKeepsTheSyntacticChecks(t *testing.T) {
 		_, endpoint := consumerRow(t, b)
 		assert.Equal(t, "https://hooks.example.com/", *endpoint, "%q: nothing written", url)
 	}
+}
+
+// TestSetConsumerDenyList: the operator's INTEGRATIONS_WEBHOOK_DENY_CIDRS refuses, at
+// registration, literals in the ranges and names resolving only into them, also with
+// AllowPrivate; addresses outside them are judged as before.
+func TestSetConsumerDenyList(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.server.opts.Resolver = testResolver
+	b.server.opts.WebhookDeny = []netip.Prefix{netip.MustParsePrefix("93.184.216.0/24")}
+	for _, allowPrivate := range []bool{false, true} {
+		b.server.opts.WebhookAllowPrivate = allowPrivate
+		for _, url := range []string{"https://93.184.216.34/", "https://hooks.example.com/", "https://pinned.example.com/"} {
+			_, err := b.server.SetConsumer(b.ctx, webhookReq(url))
+			c, _ := code(err)
+			require.Equal(t, codes.InvalidArgument, c, "%q (AllowPrivate %v): %v", url, allowPrivate, err)
+			require.Equal(t, "webhook.url", field(err), url)
+			kind, _ := consumerRow(t, b)
+			require.Nil(t, kind, "%q: nothing written", url)
+		}
+		_, err := b.server.SetConsumer(b.ctx, grpcReq("93.184.216.34:443"))
+		c, _ := code(err)
+		require.Equal(t, codes.InvalidArgument, c, "%v", err)
+		require.Equal(t, "grpc.target", field(err))
+	}
+	_, err := b.server.SetConsumer(b.ctx, webhookReq("https://127.0.0.1/"))
+	require.NoError(t, err, "AllowPrivate: loopback is not in the deny list")
+	b.server.opts.WebhookAllowPrivate = false
+	_, err = b.server.SetConsumer(b.ctx, webhookReq("https://mixed.example.com/"))
+	require.ErrorContains(t, err, "resolves only", "10.0.0.7 is private, 93.184.216.34 denied")
+	_, err = b.server.SetConsumer(b.ctx, webhookReq("https://93.184.217.1/"))
+	require.NoError(t, err)
 }
 
 // TestEventsShowRawDeliveryErrorsAsOther: a delivery error stored as raw network text (rows

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
@@ -77,6 +78,9 @@ type Options struct {
 	Scale               func(time.Duration) time.Duration
 	WebhookAllowHTTP    bool
 	WebhookAllowPrivate bool
+	// WebhookDeny lists ranges never reached, whatever WebhookAllowPrivate says
+	// (INTEGRATIONS_WEBHOOK_DENY_CIDRS).
+	WebhookDeny []netip.Prefix
 	// Resolver resolves consumer host names at registration, a courtesy check (nil: none).
 	Resolver webhook.Resolver
 	// SecretRotationOverlap is how long a replaced signing secret keeps signing deliveries beside
