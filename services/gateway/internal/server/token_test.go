@@ -83,9 +83,12 @@ func TestCancelRefusedTokenLoggedAsError(t *testing.T) {
 	pool := adaptercall.NewPool(adaptercall.WithSigner(signing.Signer))
 	t.Cleanup(func() { _ = pool.Close() })
 	core, logs := observer.New(zap.InfoLevel)
-	srv := New(store.New(b.schema.Pool), pool, nil, b.settlement, b.box,
-		Options{MaxPayloadBytes: 1 << 20, Scale: func(d time.Duration) time.Duration { return d },
-			SecretRotationOverlap: testRotationOverlap}, zap.New(core))
+	// A new server (and store) per adapter: the store caches the capability's endpoint.
+	newServer := func() *Server {
+		return New(store.New(b.schema.Pool), pool, nil, b.settlement, b.box,
+			Options{MaxPayloadBytes: 1 << 20, Scale: func(d time.Duration) time.Duration { return d },
+				SecretRotationOverlap: testRotationOverlap}, zap.New(core))
+	}
 
 	serve := func(register func(*grpc.Server)) {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -104,14 +107,15 @@ func TestCancelRefusedTokenLoggedAsError(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ad.Close() })
 	serve(func(g *grpc.Server) { ad.Register(g) })
-	srv.stopAttempt(context.Background(), row)
-	errs := logs.FilterLevelExact(zap.ErrorLevel).TakeAll()
+	newServer().stopAttempt(context.Background(), row)
+	errs := logs.FilterLevelExact(zap.ErrorLevel).All()
 	require.Len(t, errs, 1)
 	require.Equal(t, "adapter refused the platform's token on the cancellation", errs[0].Message)
+	logs.TakeAll()
 
 	// A plain UNAUTHENTICATED of an adapter not on the SDK is no token refusal of ours.
 	serve(func(g *grpc.Server) { adapterv1.RegisterAdapterServiceServer(g, unauthenticatedAdapter{}) })
-	srv.stopAttempt(context.Background(), row)
+	newServer().stopAttempt(context.Background(), row)
 	require.Empty(t, logs.FilterLevelExact(zap.ErrorLevel).All())
 	require.Equal(t, 1, logs.FilterMessage("adapter did not take the cancellation").Len())
 }
