@@ -71,10 +71,12 @@ func TestDigestCoversEveryField(t *testing.T) {
 	t.Parallel()
 	base := digest(t, fullRequest(t))
 	edits := map[protoreflect.Name]func(*adapterv1.ExecuteRequest){
-		"execution_id":   func(r *adapterv1.ExecuteRequest) { r.ExecutionId = "other" },
-		"attempt":        func(r *adapterv1.ExecuteRequest) { r.Attempt = 3 },
-		"capability":     func(r *adapterv1.ExecuteRequest) { r.Capability = "forged.capability" },
-		"payload":        func(r *adapterv1.ExecuteRequest) { r.Payload.Fields["to"] = structpb.NewStringValue("attacker@example.com") },
+		"execution_id": func(r *adapterv1.ExecuteRequest) { r.ExecutionId = "other" },
+		"attempt":      func(r *adapterv1.ExecuteRequest) { r.Attempt = 3 },
+		"capability":   func(r *adapterv1.ExecuteRequest) { r.Capability = "forged.capability" },
+		"payload": func(r *adapterv1.ExecuteRequest) {
+			r.Payload.Fields["to"] = structpb.NewStringValue("attacker@example.com")
+		},
 		"deadline_time":  func(r *adapterv1.ExecuteRequest) { r.DeadlineTime = timestamppb.New(time.Unix(1_900_000_000, 0)) },
 		"callback_token": func(r *adapterv1.ExecuteRequest) { r.CallbackToken = "cbt_other" },
 		"mode":           func(r *adapterv1.ExecuteRequest) { r.Mode = executionv1.Mode_MODE_ASYNC },
