@@ -38,7 +38,7 @@ const digestDomain = "integrations.platformtoken.request.v1\x00"
 //	attempt, mode               'i' int64 (two's complement)
 //	callback_token              's' over its SHA-256 (the token itself is a secret)
 //	payload                     a Struct (absent: the empty Struct, as the SDK hands the handler)
-//	deadline_time, deadline_in  '-' absent, or 't' seconds nanos
+//	deadline_time, deadline_in  '-' absent, or 't' seconds nanos (each int64, two's complement)
 //	Struct                      'm' count, then per key in byte order: 's' key, Value
 //	Value                       '0' no kind, 'n' null, 'b' 0|1, 'f' IEEE-754 bits, 's' string,
 //	                            Struct, 'l' count Values
