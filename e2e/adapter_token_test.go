@@ -66,24 +66,28 @@ func TestAdapterRefusesCallsNotFromThePlatform(t *testing.T) {
 	client := adapterv1.NewAdapterServiceClient(conn)
 	_, strangerKey, err := platformtoken.Generate()
 	require.NoError(t, err)
-	sign := func(key []byte, adapterID, executionID, method string) string {
+	forged := &adapterv1.ExecuteRequest{ExecutionId: "forged-1", Attempt: 1, Capability: "dummy.echo"}
+	sign := func(key []byte, adapterID, executionID, method string, req *adapterv1.ExecuteRequest) string {
 		tok, err := platformtoken.NewSigner(key).Sign(platformtoken.Call{AdapterID: adapterID, ExecutionID: executionID, Attempt: 1,
-			Method: method, Deadline: time.Now().Add(10 * time.Second)})
+			Method: method, Deadline: time.Now().Add(10 * time.Second), Request: req})
 		require.NoError(t, err)
 		return tok
 	}
 	execute := adapterv1.AdapterService_Execute_FullMethodName
 	for name, tok := range map[string]string{
 		"no token":                              "",
-		"another key":                           sign(strangerKey, "dummy", "forged-1", execute),
-		"the platform's key, another adapter":   sign(s.platformKey, "another-adapter", "forged-1", execute),
-		"the platform's key, another execution": sign(s.platformKey, "dummy", "someone-elses", execute),
+		"another key":                           sign(strangerKey, "dummy", "forged-1", execute, forged),
+		"the platform's key, another adapter":   sign(s.platformKey, "another-adapter", "forged-1", execute, forged),
+		"the platform's key, another execution": sign(s.platformKey, "dummy", "someone-elses", execute, forged),
+		// A token captured on its way to the adapter does not run other work.
+		"the platform's key, another request": sign(s.platformKey, "dummy", "forged-1", execute,
+			&adapterv1.ExecuteRequest{ExecutionId: "forged-1", Attempt: 1, Capability: "dummy.other"}),
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if tok != "" {
 			ctx = metadata.AppendToOutgoingContext(ctx, platformtoken.Header, tok)
 		}
-		_, err := client.Execute(ctx, &adapterv1.ExecuteRequest{ExecutionId: "forged-1", Attempt: 1, Capability: "dummy.echo"})
+		_, err := client.Execute(ctx, forged)
 		cancel()
 		require.Equal(t, codes.Unauthenticated, status.Code(err), "%s: %v", name, err)
 	}

@@ -45,12 +45,8 @@ export INTEGRATIONS_ADMIN_TOKEN="${INTEGRATIONS_ADMIN_TOKEN:-dev-admin-token}"
 say "building"
 make --no-print-directory build >/dev/null
 
-# The key that signs the platform's calls to adapters (gateway, execution-consumer) and its
-# public half, which the dummy adapter checks them with: made once per checkout, like the others.
-[ -s .run/platform-signing.key ] ||
-  bin/integrationsctl platform-key generate --private-key .run/platform-signing.key >.run/platform-public.key
-[ -s .run/platform-public.key ] ||
-  bin/integrationsctl platform-key public --private-key .run/platform-signing.key >.run/platform-public.key
+# The key that signs the platform's calls to adapters and its public half: made once per checkout.
+scripts/platform-keys.sh bin/integrationsctl .run
 export INTEGRATIONS_PLATFORM_SIGNING_KEY_FILE="$root/.run/platform-signing.key"
 export INTEGRATIONS_PLATFORM_PUBLIC_KEYS_FILE="$root/.run/platform-public.key"
 # This checkout's throwaway CA and one certificate per service (kept; renewed when near expiry).

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -69,6 +70,8 @@ type Server struct {
 	log  *zap.Logger
 	// verifier checks the platform's token on every call; nil only with InsecureSkipPlatformAuth.
 	verifier *platformtoken.Verifier
+	// refusals samples the log lines of refused calls: anyone who reaches the port can cause one.
+	refusals refusalSampler
 
 	// base is the parent of every background work context; cancelling it is how Close stops
 	// the work.
@@ -122,10 +125,11 @@ func New(h Handler, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// authenticate checks the platform's token on a call for an attempt, before anything of the call
-// is acted on. A refusal is UNAUTHENTICATED, sent before the received header: the platform knows
+// authenticate checks the platform's token on a call for an attempt, req being the request
+// received, before anything of the call is acted on. A refusal is UNAUTHENTICATED marked with the
+// adaptercall.TokenRefusedReason ErrorInfo, sent before the received header: the platform knows
 // that nothing ran (adaptercall treats it as an adapter it could not use, no attempt spent).
-func (s *Server) authenticate(ctx context.Context, method, executionID string, attempt int32) error {
+func (s *Server) authenticate(ctx context.Context, method, executionID string, attempt int32, req proto.Message) error {
 	if s.verifier == nil {
 		return nil
 	}
@@ -135,15 +139,52 @@ func (s *Server) authenticate(ctx context.Context, method, executionID string, a
 			token = v[0]
 		}
 	}
-	_, err := s.verifier.Verify(token, platformtoken.Call{ExecutionID: executionID, Attempt: attempt, Method: method})
+	_, err := s.verifier.Verify(token, platformtoken.Call{ExecutionID: executionID, Attempt: attempt, Method: method, Request: req})
 	if err != nil {
 		// The reason only, never the token; the ids are bounded by what the platform stores, but
-		// an unauthenticated caller chose them: cut to a safe length.
-		s.log.Warn("call refused: platform token", zap.String("method", method),
-			zap.String("execution_id", safetext.Truncate(executionID, 64)), plog.Attempt(attempt), zap.Error(err))
-		return refusal{apperr.Unauthenticated("%s", err.Error())}
+		// an unauthenticated caller chose them: cut to a safe length. At most one line a second
+		// (with the count of those not logged): a caller without a token must not be able to
+		// flood the adapter's logs.
+		if ok, unlogged := s.refusals.sample(); ok {
+			s.log.Warn("call refused: platform token", zap.String("method", method),
+				zap.String("execution_id", safetext.Truncate(executionID, 64)), plog.Attempt(attempt), zap.Error(err),
+				zap.Int("refused_unlogged", unlogged))
+		}
+		e := apperr.New(apperr.KindUnauthenticated, adaptercall.TokenRefusedReason, "%s", err.Error())
+		e.Domain = adaptercall.TokenRefusedDomain
+		e.Metadata = map[string]string{adaptercall.TokenRefusedCheckKey: platformtoken.Check(err)}
+		return refusal{e}
 	}
 	return nil
+}
+
+// refusalEvery is the least time between two log lines of refused calls.
+const refusalEvery = time.Second
+
+// refusalSampler lets through one refusal's log line per refusalEvery and counts the others.
+type refusalSampler struct {
+	mu       sync.Mutex
+	last     time.Time
+	unlogged int
+	now      func() time.Time // nil: time.Now
+}
+
+// sample reports whether this refusal is logged and, if so, how many were not since the last
+// line.
+func (r *refusalSampler) sample() (bool, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if r.now != nil {
+		now = r.now()
+	}
+	if !r.last.IsZero() && now.Sub(r.last) < refusalEvery {
+		r.unlogged++
+		return false, 0
+	}
+	n := r.unlogged
+	r.last, r.unlogged = now, 0
+	return true, n
 }
 
 // refusal is a refused token, answered UNAUTHENTICATED whichever server the adapter runs on: a
@@ -331,7 +372,7 @@ type service struct {
 // which the platform records and retries by its rules.
 func (v service) Execute(ctx context.Context, in *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
 	s := v.s
-	if err := s.authenticate(ctx, adapterv1.AdapterService_Execute_FullMethodName, in.GetExecutionId(), in.GetAttempt()); err != nil {
+	if err := s.authenticate(ctx, adapterv1.AdapterService_Execute_FullMethodName, in.GetExecutionId(), in.GetAttempt(), in); err != nil {
 		return nil, err
 	}
 	// Acknowledge receipt before any work starts: a platform whose call then fails on a broken
@@ -434,7 +475,7 @@ func (s *Server) accept(log *zap.Logger, req *Request, token string, res Result)
 // context's cause is ErrCancelled), its lease is no longer renewed, and no outcome is sent for
 // it. Work that has already ended, or that this replica does not run, is not affected.
 func (v service) Cancel(ctx context.Context, in *adapterv1.CancelRequest) (*adapterv1.CancelResponse, error) {
-	if err := v.s.authenticate(ctx, adapterv1.AdapterService_Cancel_FullMethodName, in.GetExecutionId(), in.GetAttempt()); err != nil {
+	if err := v.s.authenticate(ctx, adapterv1.AdapterService_Cancel_FullMethodName, in.GetExecutionId(), in.GetAttempt(), in); err != nil {
 		return nil, err
 	}
 	stopped := v.s.cancelWork(workKey{in.GetExecutionId(), in.GetAttempt()})

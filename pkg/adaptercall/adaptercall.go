@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/integrations-platform/integrations/pkg/execution"
@@ -61,10 +63,16 @@ type Outcome struct {
 	// NotSent, for Failed: the adapter could not be reached and provably nothing of the request
 	// went out (see Pool.Execute), so no provider work can have started.
 	NotSent bool
-	// Refused, for Failed (always with NotSent): the adapter refused the platform's token before
-	// doing anything — the signing key and the adapter's public keys disagree, or the adapter id.
-	// A configuration fault that an operator must see; the attempt is not spent (see Pool.Execute).
+	// Refused, for Failed (always with NotSent): the adapter's SDK refused the platform's token
+	// before doing anything (its answer carries the TokenRefusedReason marker) — the signing key
+	// and the adapter's public keys disagree, or the adapter id. A configuration fault that an
+	// operator must see; the attempt is not spent (see Pool.Execute).
 	Refused bool
+	// Replayed, for Failed (never with NotSent): the adapter's SDK refused the token as used
+	// before. The platform signs a new token for every call, so another party used it first — a
+	// captured token, a possible attack, not a configuration fault — with this very request: the
+	// work may have run, and the attempt is spent.
+	Replayed bool
 }
 
 // Adapter names the adapter a call goes to: its catalog id (the token's audience) and endpoint.
@@ -142,14 +150,15 @@ func NewPool(opts ...Option) *Pool {
 	return p
 }
 
-// withToken returns ctx carrying a platform token for the call (unchanged without a signer).
-func (p *Pool) withToken(ctx context.Context, a Adapter, method, executionID string, attempt int32) (context.Context, error) {
+// withToken returns ctx carrying a platform token for the call of req (unchanged without a
+// signer). req must not change afterwards: the token is bound to its digest.
+func (p *Pool) withToken(ctx context.Context, a Adapter, method, executionID string, attempt int32, req proto.Message) (context.Context, error) {
 	if p.signer == nil {
 		return ctx, nil
 	}
 	deadline, _ := ctx.Deadline()
 	tok, err := p.signer.Sign(platformtoken.Call{
-		AdapterID: a.ID, ExecutionID: executionID, Attempt: attempt, Method: method, Deadline: deadline,
+		AdapterID: a.ID, ExecutionID: executionID, Attempt: attempt, Method: method, Deadline: deadline, Request: req,
 	})
 	if err != nil {
 		return nil, err
@@ -200,6 +209,39 @@ func (p *Pool) endpointLocked(target string) (*endpoint, error) {
 // before its handler starts any work (the adapter SDK, pkg/adapter, does). A call that then fails
 // on a broken connection without that header never reached the adapter's handler.
 const ReceivedHeader = "integrations-received"
+
+// The ErrorInfo detail with which the adapter SDK marks its refusal of a platform token, on the
+// UNAUTHENTICATED it answers before doing anything. The domain is the adapter protocol's, not
+// the platform's services' (grpcx.ErrorDomain): an adapter in another language that checks the
+// token answers it too.
+// Its metadata's TokenRefusedCheckKey names the check that failed (platformtoken.Check).
+const (
+	TokenRefusedDomain   = "integrations.platform"
+	TokenRefusedReason   = "PLATFORM_TOKEN_REFUSED"
+	TokenRefusedCheckKey = "check"
+)
+
+// IsTokenRefusal reports whether err (an adapter's answer, possibly wrapped) is the SDK's refusal
+// of the platform's token: UNAUTHENTICATED with the TokenRefusedReason marker. A bare
+// UNAUTHENTICATED is not: an adapter may answer it for its own provider's refusal.
+func IsTokenRefusal(err error) bool {
+	ok, _ := tokenRefusal(err)
+	return ok
+}
+
+// tokenRefusal is IsTokenRefusal, and the check the token failed.
+func tokenRefusal(err error) (bool, string) {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unauthenticated {
+		return false, ""
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == TokenRefusedDomain && info.GetReason() == TokenRefusedReason {
+			return true, info.GetMetadata()[TokenRefusedCheckKey]
+		}
+	}
+	return false, ""
+}
 
 // sentKey carries an Execute call's *callState.
 type sentKey struct{}
@@ -283,16 +325,18 @@ var errNotSentInTime = errors.New("adapter call not sent within the connect wait
 // the adapter is known to be down (the connection in TRANSIENT_FAILURE and a connection attempt
 // failed within the last second or so) Execute answers NotSent at once, without waiting.
 //
-// The call carries a platform token (WithSigner). An adapter that refuses it (UNAUTHENTICATED,
-// before its received header) did nothing: the failure is NotSent and Refused, so the attempt is
-// not spent and is tried again as for an unreachable adapter, until the execution's deadline —
-// what an operator wants while a key rotation reaches the adapters in the wrong order.
+// The call carries a platform token (WithSigner). An adapter whose SDK refuses it did nothing: the
+// failure is NotSent and Refused, so the attempt is not spent and is tried again as for an
+// unreachable adapter, until the execution's deadline — what an operator wants while a key
+// rotation reaches the adapters in the wrong order. Only the SDK's own refusal counts, which it
+// marks (IsTokenRefusal): any other UNAUTHENTICATED answer — an adapter not on the SDK whose
+// provider refused its key, perhaps after doing the work — spends the attempt like any failure.
 func (p *Pool) Execute(ctx context.Context, a Adapter, req *adapterv1.ExecuteRequest) Outcome {
 	ep, err := p.endpoint(a.Endpoint)
 	if err != nil {
 		return transportFailure(err)
 	}
-	ctx, err = p.withToken(ctx, a, adapterv1.AdapterService_Execute_FullMethodName, req.GetExecutionId(), req.GetAttempt())
+	ctx, err = p.withToken(ctx, a, adapterv1.AdapterService_Execute_FullMethodName, req.GetExecutionId(), req.GetAttempt(), req)
 	if err != nil {
 		out := transportFailure(err)
 		out.NotSent = true
@@ -332,8 +376,15 @@ func (p *Pool) Execute(ctx context.Context, a Adapter, req *adapterv1.ExecuteReq
 			out.NotSent = true
 			return out
 		}
-		if status.Code(err) == codes.Unauthenticated && !call.received.Load() {
+		if refused, check := tokenRefusal(err); refused && !call.received.Load() {
 			out := transportFailure(err)
+			out.Failure.Message = "adapter refused the platform's credential"
+			if check == platformtoken.CheckReplayed {
+				// We sign afresh for every call: someone else used this call's token first, with
+				// this very request (the token is bound to it), so the work may have run. Spent.
+				out.Replayed = true
+				return out
+			}
 			out.NotSent, out.Refused = true, true
 			return out
 		}
@@ -407,10 +458,6 @@ func transportMessage(err error) string {
 		return "adapter call cancelled"
 	case codes.Unknown, codes.Internal:
 		return "adapter call failed: " + status.Code(err).String()
-	case codes.Unauthenticated:
-		// The adapter's reason is for the operator (our logs, the adapter's): the client reads
-		// that the platform and the adapter disagree on credentials.
-		return "adapter refused the platform's credential"
 	}
 	return fmt.Sprintf("adapter answered %s: %s", status.Code(err), status.Convert(err).Message())
 }
@@ -423,11 +470,12 @@ func (p *Pool) Cancel(ctx context.Context, a Adapter, executionID string, attemp
 	if err != nil {
 		return false, err
 	}
-	ctx, err = p.withToken(ctx, a, adapterv1.AdapterService_Cancel_FullMethodName, executionID, attempt)
+	req := &adapterv1.CancelRequest{ExecutionId: executionID, Attempt: attempt}
+	ctx, err = p.withToken(ctx, a, adapterv1.AdapterService_Cancel_FullMethodName, executionID, attempt, req)
 	if err != nil {
 		return false, fmt.Errorf("cancel attempt %d of %s: %w", attempt, executionID, err)
 	}
-	resp, err := cli.Cancel(ctx, &adapterv1.CancelRequest{ExecutionId: executionID, Attempt: attempt})
+	resp, err := cli.Cancel(ctx, req)
 	if err != nil {
 		return false, fmt.Errorf("cancel attempt %d of %s at the adapter: %w", attempt, executionID, err)
 	}

@@ -40,6 +40,10 @@ type Error struct {
 	Field string
 	// Reason is a machine-readable UPPER_SNAKE reason, e.g. ALREADY_SETTLED.
 	Reason string
+	// Domain is the domain of the reason's ErrorInfo; empty is the project's (grpcx.ErrorDomain).
+	// Set only where a reason belongs to a protocol of its own that other implementations answer
+	// too, as the adapter SDK's refusal of a platform token.
+	Domain string
 	// Message is safe to show to the caller.
 	Message string
 	// Metadata is machine-readable detail, e.g. the execution's current status.

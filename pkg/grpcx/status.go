@@ -111,7 +111,11 @@ func typedStatus(e *apperr.Error) *status.Status {
 		}})
 	}
 	if e.Reason != "" {
-		details = append(details, &errdetails.ErrorInfo{Reason: e.Reason, Domain: ErrorDomain, Metadata: e.Metadata})
+		domain := e.Domain
+		if domain == "" {
+			domain = ErrorDomain
+		}
+		details = append(details, &errdetails.ErrorInfo{Reason: e.Reason, Domain: domain, Metadata: e.Metadata})
 	}
 	if retryable[e.Kind] || e.RetryAfter > 0 {
 		delay := e.RetryAfter

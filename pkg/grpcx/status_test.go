@@ -272,3 +272,20 @@ func TestToStatusNil(t *testing.T) {
 	require.Empty(t, grpcx.Reason(nil))
 	require.Empty(t, grpcx.Reason(errors.New("plain")))
 }
+
+// An error of a protocol's own domain keeps it on its ErrorInfo; others have the project's.
+func TestToStatusKeepsAnErrorsDomain(t *testing.T) {
+	t.Parallel()
+	e := apperr.New(apperr.KindUnauthenticated, "PLATFORM_TOKEN_REFUSED", "refused")
+	e.Domain = "integrations.platform"
+	for err, want := range map[error]string{e: "integrations.platform", apperr.Unauthenticated("no key"): grpcx.ErrorDomain} {
+		var info *errdetails.ErrorInfo
+		for _, d := range grpcx.ToStatus(err).Details() {
+			if i, ok := d.(*errdetails.ErrorInfo); ok {
+				info = i
+			}
+		}
+		require.NotNil(t, info, "%v", err)
+		require.Equal(t, want, info.GetDomain(), "%v", err)
+	}
+}

@@ -1,6 +1,7 @@
 // Package platformtoken is the platform's credential on its calls to adapters: a short-lived JWT
 // signed with Ed25519 (EdDSA) that binds one call to one adapter (aud), one execution (sub), one
-// attempt (att) and one RPC (rpc). The services that call adapters (gateway, execution-consumer)
+// attempt (att), one RPC (rpc) and one request (req, a digest of the request's fields, see
+// Digest). The services that call adapters (gateway, execution-consumer)
 // sign with a private key; an adapter, through the SDK (pkg/adapter), verifies with one or more
 // public keys — several during a rotation. Tokens are used instead of mTLS because adapters
 // often sit behind TLS-terminating proxies that drop client certificates, and an adapter then
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/protobuf/proto"
 )
 
 // Header is the gRPC metadata key the token travels in. Not `authorization`: proxies and
@@ -51,6 +53,8 @@ type Claims struct {
 	Attempt int32 `json:"att"`
 	// Method is the full gRPC method name the token was signed for.
 	Method string `json:"rpc"`
+	// Request is the Digest of the request the token was signed for.
+	Request string `json:"req"`
 }
 
 // Call is what one token is signed for.
@@ -62,6 +66,10 @@ type Call struct {
 	Method string
 	// Deadline is the call's deadline (zero: none).
 	Deadline time.Time
+	// Request is the call's request (an *adapterv1.ExecuteRequest or *adapterv1.CancelRequest),
+	// required: the token is bound to its Digest, and Verify recomputes it from the request
+	// received. It must not change after Sign.
+	Request proto.Message
 }
 
 // KeyID is the RFC 7638 JWK thumbprint of an Ed25519 public key (base64url, unpadded).
@@ -99,6 +107,10 @@ func (s *Signer) Sign(c Call) (string, error) {
 	if !c.Deadline.IsZero() && c.Deadline.Before(exp) {
 		exp = c.Deadline
 	}
+	digest, err := Digest(c.Request)
+	if err != nil {
+		return "", fmt.Errorf("sign platform token: %w", err)
+	}
 	jti := make([]byte, 16)
 	if _, err := rand.Read(jti); err != nil {
 		return "", fmt.Errorf("token id: %w", err)
@@ -114,6 +126,7 @@ func (s *Signer) Sign(c Call) (string, error) {
 		},
 		Attempt: c.Attempt,
 		Method:  c.Method,
+		Request: digest,
 	})
 	t.Header["kid"] = s.kid
 	signed, err := t.SignedString(s.key)
@@ -131,9 +144,26 @@ var (
 	ErrKey      = errors.New("token signed by an unknown key")
 	ErrInvalid  = errors.New("token invalid (malformed, bad signature or expired)")
 	ErrAudience = errors.New("token is for another adapter")
-	ErrBinding  = errors.New("token is for another call (execution, attempt or method)")
+	ErrBinding  = errors.New("token is for another call (execution, attempt, method or request)")
 	ErrReplayed = errors.New("token already used")
 )
+
+// Check names the check a refusal (an error of Verify) failed, for machine-readable reports (the
+// SDK's refusal carries it): missing, key, invalid, audience, binding or replayed; "" for an error
+// that is no refusal.
+func Check(err error) string {
+	for why, name := range map[error]string{
+		ErrMissing: "missing", ErrKey: "key", ErrInvalid: "invalid", ErrAudience: "audience", ErrBinding: "binding", ErrReplayed: "replayed",
+	} {
+		if errors.Is(err, why) {
+			return name
+		}
+	}
+	return ""
+}
+
+// CheckReplayed is Check's name for ErrReplayed.
+const CheckReplayed = "replayed"
 
 // Verifier checks platform tokens for one adapter.
 type Verifier struct {
@@ -174,7 +204,7 @@ func NewVerifier(adapterID string, keys []ed25519.PublicKey) (*Verifier, error) 
 }
 
 // Verify checks token for call (its AdapterID is ignored: the Verifier's own is the audience;
-// its Deadline is ignored) and returns its claims. A refusal wraps ErrRefused and one of the
+// its Deadline is ignored; its Request is the request received) and returns its claims. A refusal wraps ErrRefused and one of the
 // reasons above.
 func (v *Verifier) Verify(token string, call Call) (*Claims, error) {
 	if token == "" {
@@ -206,6 +236,8 @@ func (v *Verifier) Verify(token string, call Call) (*Claims, error) {
 		return nil, refused(ErrInvalid)
 	case claims.Subject != call.ExecutionID || claims.Attempt != call.Attempt || claims.Method != call.Method:
 		return nil, refused(ErrBinding)
+	case !v.boundTo(&claims, call.Request):
+		return nil, refused(ErrBinding)
 	case claims.ID == "" || claims.IssuedAt == nil:
 		return nil, refused(ErrInvalid)
 	case claims.IssuedAt.After(v.now().Add(Skew)) || claims.ExpiresAt.Sub(claims.IssuedAt.Time) > Lifetime+Skew:
@@ -217,6 +249,13 @@ func (v *Verifier) Verify(token string, call Call) (*Claims, error) {
 		return nil, refused(ErrReplayed)
 	}
 	return &claims, nil
+}
+
+// boundTo reports whether claims were signed for req: its digest, recomputed here, is the req
+// claim. (No constant-time compare: the digest is no secret, and the signature covers it.)
+func (v *Verifier) boundTo(claims *Claims, req proto.Message) bool {
+	digest, err := Digest(req)
+	return err == nil && claims.Request != "" && claims.Request == digest
 }
 
 // firstUse records a token id until exp (plus the leeway it is accepted for), and reports

@@ -13,7 +13,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 )
+
+// testReq is the request the tests' tokens are signed for.
+var testReq = &adapterv1.ExecuteRequest{ExecutionId: "e1", Attempt: 3, Capability: "c"}
 
 func newKey(t testing.TB) (ed25519.PublicKey, ed25519.PrivateKey) {
 	t.Helper()
@@ -29,7 +34,7 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 	v, err := NewVerifier("adp", []ed25519.PublicKey{pub})
 	require.NoError(t, err)
 	deadline := time.Now().Add(5 * time.Second)
-	call := Call{AdapterID: "adp", ExecutionID: "e1", Attempt: 3, Method: "/m", Deadline: deadline}
+	call := Call{AdapterID: "adp", ExecutionID: "e1", Attempt: 3, Method: "/m", Request: testReq, Deadline: deadline}
 	tok, err := s.Sign(call)
 	require.NoError(t, err)
 
@@ -45,7 +50,7 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 	require.WithinDuration(t, deadline.Add(Skew), c.ExpiresAt.Time, time.Second)
 
 	// A call without a near deadline gets a token of Lifetime.
-	tok, err = s.Sign(Call{AdapterID: "adp", ExecutionID: "e1", Attempt: 3, Method: "/m", Deadline: time.Now().Add(time.Hour)})
+	tok, err = s.Sign(Call{AdapterID: "adp", ExecutionID: "e1", Attempt: 3, Method: "/m", Request: testReq, Deadline: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
 	c, err = v.Verify(tok, call)
 	require.NoError(t, err)
@@ -58,7 +63,7 @@ func TestVerifyExpiresOnTheVerifiersClock(t *testing.T) {
 	s := NewSigner(priv)
 	v, err := NewVerifier("adp", []ed25519.PublicKey{pub})
 	require.NoError(t, err)
-	call := Call{AdapterID: "adp", ExecutionID: "e1", Attempt: 1, Method: "/m", Deadline: time.Now().Add(time.Second)}
+	call := Call{AdapterID: "adp", ExecutionID: "e1", Attempt: 1, Method: "/m", Request: testReq, Deadline: time.Now().Add(time.Second)}
 	tok, err := s.Sign(call)
 	require.NoError(t, err)
 	// Within the skew allowance after the deadline: still taken (the adapter's clock ahead).
@@ -81,7 +86,7 @@ func TestReplayCacheForgetsExpiredTokens(t *testing.T) {
 	s := NewSigner(priv)
 	v, err := NewVerifier("adp", []ed25519.PublicKey{pub})
 	require.NoError(t, err)
-	call := Call{AdapterID: "adp", ExecutionID: "e1", Attempt: 1, Method: "/m", Deadline: time.Now().Add(time.Second)}
+	call := Call{AdapterID: "adp", ExecutionID: "e1", Attempt: 1, Method: "/m", Request: testReq, Deadline: time.Now().Add(time.Second)}
 	for range 3 {
 		tok, err := s.Sign(call)
 		require.NoError(t, err)
@@ -181,7 +186,7 @@ func TestConfigsNameTheVariable(t *testing.T) {
 // FuzzVerify: no input makes the verifier panic or accept a token it did not see signed.
 func FuzzVerify(f *testing.F) {
 	pub, priv := newKey(f)
-	call := Call{AdapterID: "adp", ExecutionID: "e1", Attempt: 1, Method: "/m", Deadline: time.Now().Add(time.Hour)}
+	call := Call{AdapterID: "adp", ExecutionID: "e1", Attempt: 1, Method: "/m", Request: testReq, Deadline: time.Now().Add(time.Hour)}
 	tok, err := NewSigner(priv).Sign(call)
 	require.NoError(f, err)
 	f.Add(tok)
@@ -210,7 +215,7 @@ func BenchmarkSignVerify(b *testing.B) {
 	s := NewSigner(priv)
 	v, err := NewVerifier("adp", []ed25519.PublicKey{pub})
 	require.NoError(b, err)
-	call := Call{AdapterID: "adp", ExecutionID: "01a233f8-ef43-77bc-8182-ce8f53992118", Attempt: 1, Method: "/integrations.adapter.v1.AdapterService/Execute",
+	call := Call{AdapterID: "adp", ExecutionID: "01a233f8-ef43-77bc-8182-ce8f53992118", Attempt: 1, Method: "/integrations.adapter.v1.AdapterService/Execute", Request: testReq,
 		Deadline: time.Now().Add(time.Minute)}
 	for b.Loop() {
 		tok, err := s.Sign(call)

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/integrations-platform/integrations/pkg/platformtoken"
 )
@@ -33,6 +34,7 @@ func New(t testing.TB, adapterID string) *Keys {
 
 // attemptRequest is what ExecuteRequest and CancelRequest have in common.
 type attemptRequest interface {
+	proto.Message
 	GetExecutionId() string
 	GetAttempt() int32
 }
@@ -45,6 +47,7 @@ func (k *Keys) DialOption() grpc.DialOption {
 			deadline, _ := ctx.Deadline()
 			tok, err := k.Signer.Sign(platformtoken.Call{
 				AdapterID: k.AdapterID, ExecutionID: r.GetExecutionId(), Attempt: r.GetAttempt(), Method: method, Deadline: deadline,
+				Request: r,
 			})
 			if err != nil {
 				return err

@@ -98,10 +98,9 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 		Mode: execution.ModeToProto(started.Mode),
 	})
 	cancel()
-	if out.Refused {
-		// A configuration fault (signing key, public keys or adapter id disagree), not an outage:
-		// said at error level, though the attempt is rescheduled as for one (see adaptercall).
-		logger.Error("adapter refused the platform's token; attempt not spent",
+	if out.Replayed {
+		// Not a configuration fault: this call's token was used by someone before it arrived.
+		logger.Error("possible attack: the adapter saw this call's platform token used before; attempt spent",
 			zap.String("adapter_id", started.AdapterID), zap.Error(out.Cause))
 	}
 	if out.NotSent {
@@ -142,8 +141,17 @@ const (
 // deadline there is no time for another try: the failure is reported as any other, and settles
 // the execution failed with retry_exhausted.budget.
 func (h *Handler) unreachable(ctx context.Context, logger *zap.Logger, started *store.Started, out adaptercall.Outcome) mq.Result {
+	// A refused token is a configuration fault (signing key, public keys or adapter id disagree),
+	// not an outage: said at error level on each branch, with what became of the attempt.
+	refused := func(msg string, fields ...zap.Field) {
+		if out.Refused {
+			logger.Error("adapter refused the platform's token; "+msg,
+				append(fields, zap.String("adapter_id", started.AdapterID), zap.Error(out.Cause))...)
+		}
+	}
 	left := time.Until(started.LocalDeadline())
 	if left <= unreachableMinDelay {
+		refused("at the deadline: attempt spent, failure reported")
 		logger.Info("adapter unreachable at the deadline; reporting the failure")
 		if err := h.record(context.WithoutCancel(ctx), logger, started, out); err != nil {
 			logger.Error("attempt outcome not recorded", zap.Error(err))
@@ -169,14 +177,17 @@ func (h *Handler) unreachable(ctx context.Context, logger *zap.Logger, started *
 	switch {
 	case err != nil:
 		// The attempt stays running: its lease decides, as for any attempt whose outcome is lost.
+		refused("start not undone: the attempt's lease decides")
 		logger.Error("start of an attempt that sent nothing not undone", zap.Error(err))
 		return mq.Ack()
 	case undone == outcome.MovedOn:
 		// The execution moved on — or an earlier try of the undo committed but its answer was
 		// lost, in which case its dispatch record is written.
+		refused("the execution moved on: dispatch dropped")
 		logger.Info("dispatch dropped: the execution moved on while the adapter was unreachable")
 		return mq.Ack()
 	}
+	refused("attempt not spent, dispatch rescheduled", zap.Duration("delay", delay))
 	h.nudge()
 	logger.Info("adapter unreachable, nothing sent; attempt not spent, dispatch rescheduled",
 		zap.Duration("delay", delay), zap.String("code", out.Failure.Code))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -90,4 +91,55 @@ func TestRefusedPlatformTokenSpendsNoAttempt(t *testing.T) {
 	defer settlement.mu.Unlock()
 	require.Len(t, settlement.settled, 1)
 	require.EqualValues(t, 1, settlement.settled[0].GetAttempt())
+}
+
+// TestRefusedPlatformTokenLogsWhatBecameOfTheAttempt: the error line of a refused token says what
+// unreachable() did with the attempt — rescheduled, not spent, while there is time; spent and
+// reported at the deadline — never "not spent" before that is decided.
+func TestRefusedPlatformTokenLogsWhatBecameOfTheAttempt(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	signing, stale := tokentest.New(t, dbtest.TestAdapter), tokentest.New(t, dbtest.TestAdapter)
+	ad, err := adapter.New(func(context.Context, *adapter.Request) adapter.Result { return adapter.Complete(nil) },
+		adapter.Options{AdapterID: dbtest.TestAdapter, PlatformKeys: []ed25519.PublicKey{stale.Public}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ad.Close() })
+	srv := grpc.NewServer()
+	ad.Register(srv)
+	lis := listen(t, "127.0.0.1:0")
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	_, err = s.Pool.Exec(context.Background(), `UPDATE adapters SET endpoint = $1`, lis.Addr().String())
+	require.NoError(t, err)
+
+	settlement := &recordingSettlement{}
+	slis := listen(t, "127.0.0.1:0")
+	ssrv := grpc.NewServer()
+	settlementv1.RegisterSettlementServiceServer(ssrv, settlement)
+	go func() { _ = ssrv.Serve(slis) }()
+	t.Cleanup(ssrv.Stop)
+	sconn, err := grpc.NewClient(slis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sconn.Close() })
+	pool := adaptercall.NewPool(adaptercall.WithSigner(signing.Signer))
+	t.Cleanup(func() { _ = pool.Close() })
+
+	for name, tc := range map[string]struct {
+		deadline time.Duration
+		want     string
+	}{
+		"time left":       {time.Hour, "adapter refused the platform's token; attempt not spent, dispatch rescheduled"},
+		"at the deadline": {900 * time.Millisecond, "adapter refused the platform's token; at the deadline: attempt spent, failure reported"},
+	} {
+		core, logs := observer.New(zap.InfoLevel)
+		h := New(store.New(s.Pool), pool, settlementv1.NewSettlementServiceClient(sconn),
+			func(d time.Duration) time.Duration { return d }, zap.New(core))
+		id := s.InsertExecution(t, dbtest.Execution{Deadline: time.Now().Add(tc.deadline)})
+		require.Equal(t, mq.Ack().String(), h.Handle(context.Background(), message(t, id, 1, time.Now())).String(), name)
+		errs := logs.FilterLevelExact(zap.ErrorLevel).All()
+		require.Len(t, errs, 1, name)
+		require.Equal(t, tc.want, errs[0].Message, name)
+		require.Equal(t, dbtest.TestAdapter, errs[0].ContextMap()["adapter_id"], name)
+	}
 }

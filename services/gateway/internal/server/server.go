@@ -239,10 +239,15 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 		DeadlineTime: timestamppb.New(row.DeadlineAt), DeadlineIn: durationpb.New(time.Until(callDeadline)),
 		CallbackToken: token, Mode: executionv1.Mode_MODE_SYNC,
 	})
-	if out.Refused {
+	switch {
+	case out.Refused:
 		// A configuration fault (signing key, public keys or adapter id disagree), not an outage.
 		s.log.Error("adapter refused the platform's token", log.ExecutionID(row.ID),
 			zap.String("adapter_id", c.AdapterID), zap.Error(out.Cause))
+	case out.Replayed:
+		// Not a configuration fault: this call's token was used by someone before it arrived.
+		s.log.Error("possible attack: the adapter saw this call's platform token used before; attempt spent",
+			log.ExecutionID(row.ID), zap.String("adapter_id", c.AdapterID), zap.Error(out.Cause))
 	}
 	if out.Kind == adaptercall.Failed && out.NotSent {
 		if resp, done, err := s.withdrawSync(ctx, row); done {
@@ -573,7 +578,14 @@ func (s *Server) stopAttempt(ctx context.Context, row *execution.Row) {
 		return
 	}
 	stopped, err := s.adapters.Cancel(ctx, adaptercall.Adapter{ID: c.AdapterID, Endpoint: c.AdapterEndpoint}, row.ID, row.Attempt)
-	if err != nil {
+	switch {
+	case adaptercall.IsTokenRefusal(err):
+		// A configuration fault (signing key, public keys or adapter id disagree), as on Execute:
+		// the work the cancellation was for goes on.
+		s.log.Error("adapter refused the platform's token on the cancellation", append(fields,
+			zap.String("adapter_id", c.AdapterID), zap.Error(err))...)
+		return
+	case err != nil:
 		s.log.Info("adapter did not take the cancellation", append(fields, zap.Error(err))...)
 		return
 	}
