@@ -181,4 +181,3 @@ func checkAMQPTLS(raw string) error {
 	return fmt.Errorf("the host %q is not a loopback address and amqp:// is plain text: use amqps:// (see README, TLS), %s",
 		safetext.Truncate(host, 100), plaintextHint)
 }
-
