@@ -94,3 +94,39 @@ func TestDependencyPlaintextOptOut(t *testing.T) {
 	_, err = Load[Common]()
 	assert.NoError(t, err)
 }
+
+// FuzzDependencyTLS: whatever the host and sslmode of a Postgres URL, the check does not panic,
+// never quotes the URL's password, and lets a non-verifying mode through only to a local host.
+func FuzzDependencyTLS(f *testing.F) {
+	for _, s := range [][2]string{{"db.internal:5432", "disable"}, {"127.0.0.1", "prefer"}, {"[::1]:5432", ""},
+		{"10.0.0.1,127.0.0.1", "verify-full"}, {"%zz", "require"}, {"db", "verify-ca&host=/tmp"}} {
+		f.Add(s[0], s[1])
+	}
+	const password = "pw-7f3a9c"
+	f.Fuzz(func(t *testing.T, host, mode string) {
+		if strings.Contains(host+mode, password) {
+			return
+		}
+		dsn := "postgres://u:" + password + "@" + host + "/x?sslmode=" + mode
+		errs := checkDependencyTLS(dsn, "amqp://127.0.0.1/", func(string) string { return "" })
+		for _, err := range errs {
+			if strings.Contains(err.Error(), password) {
+				t.Fatalf("%q: the password is in %q", dsn, err)
+			}
+		}
+		settings, hosts, err := parsePostgres(dsn)
+		if err != nil || len(errs) > 0 {
+			return
+		}
+		if h, ok := settings["host"]; ok {
+			hosts = splitHosts(h)
+		}
+		if m := settings["sslmode"]; m != "verify-full" && m != "verify-ca" {
+			for _, h := range hosts {
+				if !localPostgresHost(h) {
+					t.Fatalf("%q: %s is remote and sslmode %q, yet accepted", dsn, h, m)
+				}
+			}
+		}
+	})
+}
