@@ -43,6 +43,10 @@ type Common struct {
 	DrainWindow         time.Duration `env:"INTEGRATIONS_DRAIN_WINDOW"`
 	ShutdownSoftTimeout time.Duration `env:"INTEGRATIONS_SHUTDOWN_SOFT_TIMEOUT"`
 	ShutdownTimeout     time.Duration `env:"INTEGRATIONS_SHUTDOWN_TIMEOUT" envDefault:"15s"`
+	// DependencyPlaintext allows Postgres without sslmode=verify-full/verify-ca and RabbitMQ over
+	// amqp:// to non-loopback hosts: for a network that encrypts on its own (a service mesh's
+	// mTLS). Off, such URLs are refused (see checkDependencyTLS).
+	DependencyPlaintext bool `env:"INTEGRATIONS_DEPENDENCY_PLAINTEXT" envDefault:"false"`
 }
 
 // InternalTLS is a service's identity on the internal hops (mTLS between the platform's
@@ -230,6 +234,9 @@ func (c Common) Validate() error {
 	case c.ShutdownSoftTimeout >= c.ShutdownTimeout:
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_SHUTDOWN_SOFT_TIMEOUT: %v must be less than INTEGRATIONS_SHUTDOWN_TIMEOUT (%v)",
 			c.ShutdownSoftTimeout, c.ShutdownTimeout))
+	}
+	if !c.DependencyPlaintext {
+		errs = append(errs, checkDependencyTLS(c.DatabaseURL, c.AMQPURL, os.Getenv)...)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

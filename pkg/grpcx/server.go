@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -53,7 +54,20 @@ type ServerConfig struct {
 	// Public, if set and Internal is nil, serves TLS with server authentication only: a
 	// client-facing port (see PublicCredentials).
 	Public credentials.TransportCredentials
+	// MaxConnectionAge bounds an internal server's connections (0: DefaultMaxConnectionAge): a
+	// caller's certificate is verified once per connection, so a connection is closed — gently,
+	// after its calls finish or MaxConnectionAgeGrace — and re-handshaken against the CA and
+	// certificate on disk now. Not applied to a public server.
+	MaxConnectionAge time.Duration
 }
+
+// DefaultMaxConnectionAge bounds how long an internal connection outlives a change of the CA
+// (gRPC jitters it by ±10%, so that a server's connections do not all reconnect at once), and
+// maxConnectionAgeGrace how long its last calls may take after the server asked it to go.
+const (
+	DefaultMaxConnectionAge = 10 * time.Minute
+	maxConnectionAgeGrace   = 30 * time.Second
+)
 
 // logMessageMax bounds a status message or error text in a log line: refusals quote the caller's
 // input, and an error from a dependency may too.
@@ -76,7 +90,12 @@ func NewServer(cfg ServerConfig) *Server {
 	case cfg.Internal != nil:
 		chain = append(chain, policyUnary(cfg.Policy))
 		streams = append(streams, policyStream(cfg.Policy))
-		opts = append(opts, grpc.Creds(cfg.Internal.serverCredentials()))
+		age := cfg.MaxConnectionAge
+		if age <= 0 {
+			age = DefaultMaxConnectionAge
+		}
+		opts = append(opts, grpc.Creds(cfg.Internal.serverCredentials()),
+			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: age, MaxConnectionAgeGrace: maxConnectionAgeGrace}))
 	case cfg.Public != nil:
 		opts = append(opts, grpc.Creds(cfg.Public))
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
+	"github.com/integrations-platform/integrations/pkg/safetext"
 	"github.com/integrations-platform/integrations/pkg/tlsx"
 )
 
@@ -56,10 +58,8 @@ func ServiceIdentity(service string, files tlsx.Files, log *zap.Logger) (*Intern
 	if err != nil {
 		return nil, fmt.Errorf("grpcx: the internal identity's certificate: %w", err)
 	}
-	for _, u := range leaf.URIs {
-		if got, ok := tlsx.ServiceOf(u); ok && got == service {
-			return in, nil
-		}
+	if got, err := tlsx.IdentityOf(leaf); err == nil && got == service {
+		return in, nil
 	}
 	return nil, fmt.Errorf("INTEGRATIONS_TLS_CERT_FILE: %s is not a certificate of %s (its URI SANs: %v)", files.CertFile, tlsx.ID(service), leaf.URIs)
 }
@@ -81,7 +81,10 @@ func (in *Internal) serverCredentials() credentials.TransportCredentials {
 }
 
 // mutualCreds verifies a client's certificate once, after the handshake, and keeps the outcome
-// with the connection (peerInfo) for the Policy to read on each call.
+// with the connection (peerInfo) for the Policy to read on each call. The outcome is bounded in
+// time: a call after the certificate's expiry is refused (peerService), and an internal server
+// closes each connection after maxConnectionAge (server.go), so that a CA replaced on disk —
+// or a certificate revoked by rotating the CA — is checked again at the next handshake.
 type mutualCreds struct {
 	credentials.TransportCredentials
 	src *tlsx.Source
@@ -90,8 +93,9 @@ type mutualCreds struct {
 // peerInfo is a connection's TLS state and its caller's identity, or why it has none.
 type peerInfo struct {
 	credentials.TLSInfo
-	service string
-	err     error
+	service  string
+	notAfter time.Time // the client certificate's expiry: the identity is not honoured after it
+	err      error
 }
 
 func (c *mutualCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
@@ -103,8 +107,8 @@ func (c *mutualCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthI
 	if !ok {
 		return conn, auth, nil
 	}
-	service, verr := tlsx.ClientService(c.src, info.State)
-	return conn, peerInfo{TLSInfo: info, service: service, err: verr}, nil
+	id, verr := tlsx.VerifyClient(c.src, info.State)
+	return conn, peerInfo{TLSInfo: info, service: id.Service, notAfter: id.NotAfter, err: verr}, nil
 }
 
 func (c *mutualCreds) Clone() credentials.TransportCredentials {
@@ -155,7 +159,7 @@ func (p Policy) authorize(ctx context.Context, method string) error {
 		return apperr.Unauthenticated("a client certificate of the platform's internal CA is required")
 	}
 	if err != nil {
-		return apperr.Unauthenticated("the client certificate is not accepted: %s", truncate(err.Error(), 200))
+		return apperr.Unauthenticated("the client certificate is not accepted: %s", safetext.Truncate(err.Error(), 200))
 	}
 	allowed, listed := p[method]
 	if !listed {
@@ -190,15 +194,19 @@ func peerService(ctx context.Context) (string, error) {
 	if !ok {
 		return "", tlsx.ErrNoClientCertificate // not an internal server's connection
 	}
-	return info.service, info.err
+	if info.err != nil {
+		return "", info.err
+	}
+	if t := now(); t.After(info.notAfter) {
+		// Verified at the handshake, expired since: the connection outlived the certificate.
+		return "", fmt.Errorf("the client certificate expired at %s, after this connection was opened: reconnect with a current one",
+			info.notAfter.UTC().Format(time.RFC3339))
+	}
+	return info.service, nil
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+// now is the clock expiry is checked against (a variable for the tests).
+var now = time.Now
 
 func policyUnary(p Policy) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

@@ -2,7 +2,12 @@ package grpcx_test
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"net"
+	"net/url"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -150,4 +155,113 @@ func TestServiceIdentity(t *testing.T) {
 	in, err = grpcx.ServiceIdentity("dispatcher", tlsx.Files{}, zap.NewNop())
 	require.NoError(t, err)
 	assert.False(t, in.Enabled(), "no files: plaintext")
+}
+
+// echoServer serves echoService("test.Echo") with mTLS as settlement, callable by gateway, with
+// the internal identity in files and connections bounded by age (0: the default).
+func echoServer(t *testing.T, files tlsx.Files, age time.Duration) string {
+	t.Helper()
+	in, err := grpcx.NewInternal(files, tlsx.CheckInterval(0))
+	require.NoError(t, err)
+	srv := grpcx.NewServer(grpcx.ServerConfig{
+		Logger: zap.NewNop(), Internal: in, MaxConnectionAge: age,
+		Policy: grpcx.Policy{"/test.Echo/Echo": {"gateway"}},
+	})
+	srv.RegisterService(echoService("test.Echo"), struct{}{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+func echo(conn *grpc.ClientConn) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return conn.Invoke(ctx, "/test.Echo/Echo", durationpb.New(0), &durationpb.Duration{})
+}
+
+// TestExpiredCertificateOnAnOpenConnection: a client certificate that expires while its
+// connection is open is refused from then on, UNAUTHENTICATED, on that connection. Not parallel:
+// it sets the package's clock.
+func TestExpiredCertificateOnAnOpenConnection(t *testing.T) {
+	dir := t.TempDir()
+	_, err := devca.Ensure(dir, "settlement", "gateway")
+	require.NoError(t, err)
+	addr := echoServer(t, tlsx.Files{CertFile: devca.CertFile(dir, "settlement"), KeyFile: devca.KeyFile(dir, "settlement"), CAFile: devca.CAFile(dir)}, 0)
+	conn, err := grpcx.Dial(addr, internalOf(t, dir, "gateway").DialOption("settlement"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	require.NoError(t, echo(conn))
+
+	leaf := internalLeaf(t, devca.CertFile(dir, "gateway"))
+	restore := grpcx.SetNow(func() time.Time { return leaf.NotAfter.Add(time.Second) })
+	defer restore()
+	err = echo(conn)
+	assert.Equal(t, codes.Unauthenticated, status.Code(err))
+	assert.Contains(t, status.Convert(err).Message(), "the client certificate expired at")
+	restore()
+	require.NoError(t, echo(conn), "the same connection, before the expiry")
+}
+
+// TestConnectionsReHandshakeAgainstANewCA: once an internal server's CA file is replaced, a
+// connection opened under the old CA is closed at its maximum age, and its caller — whose
+// certificate the new CA did not issue — is refused at the next handshake.
+func TestConnectionsReHandshakeAgainstANewCA(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	_, err := devca.Ensure(dir, "settlement", "gateway")
+	require.NoError(t, err)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	copyFile(t, devca.CAFile(dir), caFile)
+	addr := echoServer(t, tlsx.Files{CertFile: devca.CertFile(dir, "settlement"), KeyFile: devca.KeyFile(dir, "settlement"), CAFile: caFile}, 300*time.Millisecond)
+	conn, err := grpcx.Dial(addr, internalOf(t, dir, "gateway").DialOption("settlement"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	require.NoError(t, echo(conn))
+
+	other := t.TempDir()
+	_, err = devca.Ensure(other, "gateway")
+	require.NoError(t, err)
+	copyFile(t, devca.CAFile(other), caFile) // the old CA is no longer trusted
+	require.Eventually(t, func() bool { return status.Code(echo(conn)) == codes.Unauthenticated }, 10*time.Second, 50*time.Millisecond,
+		"the connection verified against the old CA is not used for ever")
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	require.NoError(t, err)
+	tmp := to + ".tmp"
+	require.NoError(t, os.WriteFile(tmp, b, 0o600))
+	require.NoError(t, os.Rename(tmp, to))
+}
+
+func internalLeaf(t *testing.T, certFile string) *x509.Certificate {
+	t.Helper()
+	b, err := os.ReadFile(certFile)
+	require.NoError(t, err)
+	blk, _ := pem.Decode(b)
+	require.NotNil(t, blk)
+	leaf, err := x509.ParseCertificate(blk.Bytes)
+	require.NoError(t, err)
+	return leaf
+}
+
+// TestServiceIdentityOfOneService: a certificate naming the service and another is refused at start.
+func TestServiceIdentityOfOneService(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca, err := devca.Ensure(dir, "settlement")
+	require.NoError(t, err)
+	var uris []*url.URL
+	for _, id := range []string{tlsx.ID("settlement"), tlsx.ID("gateway")} {
+		u, err := url.Parse(id)
+		require.NoError(t, err)
+		uris = append(uris, u)
+	}
+	two := filepath.Join(t.TempDir(), "two")
+	require.NoError(t, ca.IssueTemplate(two+".pem", two+"-key.pem", &x509.Certificate{URIs: uris}))
+	_, err = grpcx.ServiceIdentity("settlement", tlsx.Files{CertFile: two + ".pem", KeyFile: two + "-key.pem", CAFile: devca.CAFile(dir)}, zap.NewNop())
+	assert.ErrorContains(t, err, "is not a certificate of spiffe://integrations/settlement")
 }

@@ -6,7 +6,8 @@
 // files by swapping a symlink (..data), which a stat of the path follows. A check is a stat of
 // each file, at most once per CheckInterval, on the next handshake: no goroutine, no watcher.
 // A change that cannot be loaded (a half-written file, a key that does not match) keeps the
-// material last loaded and is retried at the next check.
+// material last loaded and is reported once: it is retried when the files change again, not at
+// every check while they stay as they are.
 //
 // Service identity is a SPIFFE ID in the certificate's URI SAN: spiffe://integrations/<service>.
 // Clients verify a peer's chain against the internal CA and its identity against the service
@@ -75,6 +76,10 @@ type Source struct {
 	pool      *x509.CertPool
 	lastError error
 	statError bool // lastError is a stat's: cleared when the files are back unchanged
+	// failed is the stamps of the last change that did not load: the same files are not loaded
+	// (and reported) again at every check, only once they change again.
+	failed    map[string]stamp
+	failedErr error
 }
 
 type stamp struct {
@@ -158,8 +163,21 @@ func (s *Source) load(stamps map[string]stamp) error {
 			return fmt.Errorf("tlsx: %s holds no PEM certificate", s.files.CAFile)
 		}
 	}
-	s.cert, s.pool, s.stamps, s.lastError = cert, pool, stamps, nil
+	s.cert, s.pool, s.stamps, s.lastError, s.failed, s.failedErr = cert, pool, stamps, nil, nil, nil
 	return nil
+}
+
+// differ says whether two sets of stamps name different file versions (nil differs from any).
+func differ(a, b map[string]stamp) bool {
+	if a == nil || b == nil || len(a) != len(b) {
+		return true
+	}
+	for p, st := range b {
+		if old, ok := a[p]; !ok || !old.mod.Equal(st.mod) || old.size != st.size {
+			return true
+		}
+	}
+	return false
 }
 
 // refresh reloads the files if a check is due and one of them changed.
@@ -179,21 +197,23 @@ func (s *Source) refresh() {
 	}
 	if s.statError {
 		s.lastError, s.statError = nil, false
-	}
-	changed := false
-	for p, st := range stamps {
-		if old, ok := s.stamps[p]; !ok || !old.mod.Equal(st.mod) || old.size != st.size {
-			changed = true
+		if s.failed != nil && !differ(s.failed, stamps) {
+			s.lastError = s.failedErr // back as they were when they failed to load: still failed
 		}
 	}
-	if changed {
-		err := s.load(stamps)
-		if err != nil {
-			s.lastError = err // keep serving what was loaded; retried at the next check
-		}
+	if !differ(s.stamps, stamps) || !differ(s.failed, stamps) {
+		return // unchanged, or the very files that already failed to load (reported then)
+	}
+	if err := s.load(stamps); err != nil {
+		// Keep serving what was loaded; retried when the files change again.
+		s.lastError, s.failed, s.failedErr = err, stamps, err
 		if s.onReload != nil {
 			s.onReload(s.files, err)
 		}
+		return
+	}
+	if s.onReload != nil {
+		s.onReload(s.files, nil)
 	}
 }
 
@@ -293,12 +313,10 @@ func ClientConfig(src *Source, peer string) *tls.Config {
 		}); err != nil {
 			return fmt.Errorf("tlsx: server certificate: %w", err)
 		}
-		for _, u := range leaf.URIs {
-			if u.String() == want {
-				return nil
-			}
+		if len(leaf.URIs) != 1 || leaf.URIs[0].String() != want {
+			return fmt.Errorf("tlsx: the server is not %s (a platform certificate has exactly one URI SAN, its identity; this one has %d)", want, len(leaf.URIs))
 		}
-		return fmt.Errorf("tlsx: the server is not %s", want)
+		return nil
 	}
 	return cfg
 }
@@ -335,27 +353,62 @@ var ErrNoClientCertificate = errors.New("no client certificate")
 // ClientService verifies the client certificate of a connection against the Source's CA (for
 // client authentication) and returns the platform service its SPIFFE ID names.
 func ClientService(src *Source, cs tls.ConnectionState) (string, error) {
+	id, err := VerifyClient(src, cs)
+	return id.Service, err
+}
+
+// ClientIdentity is a verified client certificate's identity and the end of its validity.
+type ClientIdentity struct {
+	Service string
+	// NotAfter is the earliest expiry in the verified chain (the leaf's, or an intermediate's
+	// if sooner): the identity is not to be honoured after it.
+	NotAfter time.Time
+}
+
+// VerifyClient verifies the client certificate of a connection against the Source's CA (for
+// client authentication) and returns its identity: the platform service its one URI SAN names.
+// A certificate with several URI SANs is refused, so that one certificate is one identity.
+func VerifyClient(src *Source, cs tls.ConnectionState) (ClientIdentity, error) {
 	if len(cs.PeerCertificates) == 0 {
-		return "", ErrNoClientCertificate
+		return ClientIdentity{}, ErrNoClientCertificate
 	}
 	pool := src.Pool()
 	if pool == nil {
-		return "", errors.New("no CA to verify the client certificate with")
+		return ClientIdentity{}, errors.New("no CA to verify the client certificate with")
 	}
 	inter := x509.NewCertPool()
 	for _, c := range cs.PeerCertificates[1:] {
 		inter.AddCert(c)
 	}
 	leaf := cs.PeerCertificates[0]
-	if _, err := leaf.Verify(x509.VerifyOptions{
+	chains, err := leaf.Verify(x509.VerifyOptions{
 		Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}); err != nil {
-		return "", fmt.Errorf("client certificate: %w", err)
+	})
+	if err != nil {
+		return ClientIdentity{}, fmt.Errorf("client certificate: %w", err)
 	}
-	for _, u := range leaf.URIs {
-		if name, ok := ServiceOf(u); ok {
-			return name, nil
+	name, err := IdentityOf(leaf)
+	if err != nil {
+		return ClientIdentity{}, fmt.Errorf("client certificate: %w", err)
+	}
+	id := ClientIdentity{Service: name, NotAfter: leaf.NotAfter}
+	for _, c := range chains[0] {
+		if c.NotAfter.Before(id.NotAfter) {
+			id.NotAfter = c.NotAfter
 		}
 	}
-	return "", errors.New("the client certificate names no platform service")
+	return id, nil
+}
+
+// IdentityOf returns the platform service a certificate names: it must have exactly one URI
+// SAN, a SPIFFE ID of the platform's trust domain (ServiceOf).
+func IdentityOf(cert *x509.Certificate) (string, error) {
+	if len(cert.URIs) != 1 {
+		return "", fmt.Errorf("%d URI SANs: a platform certificate has exactly one, spiffe://%s/<service>", len(cert.URIs), TrustDomain)
+	}
+	name, ok := ServiceOf(cert.URIs[0])
+	if !ok {
+		return "", errors.New("it names no platform service")
+	}
+	return name, nil
 }

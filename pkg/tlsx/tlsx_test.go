@@ -150,8 +150,12 @@ func TestBadRotationKeepsTheLoadedCertificate(t *testing.T) {
 	require.NoError(t, err)
 	before := src.Certificate()
 	require.NoError(t, os.WriteFile(files.CertFile, []byte("-----BEGIN CERTIFICATE-----\ntrunc"), 0o600))
-	assert.Same(t, before, src.Certificate(), "the last good certificate is kept")
-	assert.Error(t, src.Err())
+	for range 5 { // several checks of the same bad files: one load, one report
+		assert.Same(t, before, src.Certificate(), "the last good certificate is kept")
+		src.Pool()
+		assert.Error(t, src.Err())
+	}
+	require.Len(t, reloads, 1, "one bad change is reported once, not at every check")
 	require.NoError(t, ca.Issue("dispatcher"))
 	assert.NotSame(t, before, src.Certificate())
 	assert.NoError(t, src.Err())
@@ -169,6 +173,18 @@ func TestBadRotationKeepsTheLoadedCertificate(t *testing.T) {
 	src.Pool()
 	assert.NoError(t, src.Err())
 	assert.Len(t, reloads, 3)
+
+	// Gone and back while a bad change is in place: still the bad change, not reported again.
+	require.NoError(t, os.WriteFile(files.KeyFile, []byte("not a key"), 0o600))
+	src.Pool()
+	require.Len(t, reloads, 4)
+	require.NoError(t, os.Rename(files.CAFile, moved))
+	src.Pool()
+	require.NoError(t, os.Rename(moved, files.CAFile))
+	src.Pool()
+	src.Pool()
+	assert.ErrorContains(t, src.Err(), "dispatcher-key.pem", "the bad key is still the error")
+	assert.Len(t, reloads, 4)
 }
 
 // TestIdentityIsChecked: a client refuses a server of another identity or another CA; a server
@@ -210,6 +226,48 @@ func TestIdentityIsChecked(t *testing.T) {
 	_, err = served(t, addr, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS11}) //nolint:gosec // the point
 	assert.Error(t, err, "TLS 1.1 is refused")
 	<-peers
+}
+
+// TestOneIdentityPerCertificate: a certificate with two URI SANs, even both of the platform,
+// is refused as a client's and as a server's: one certificate is one identity.
+func TestOneIdentityPerCertificate(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := devca.Ensure(dir, "settlement", "gateway")
+	require.NoError(t, err)
+	two := filepath.Join(t.TempDir(), "two")
+	var uris []*url.URL
+	for _, id := range []string{tlsx.ID("settlement"), tlsx.ID("gateway")} {
+		u, err := url.Parse(id)
+		require.NoError(t, err)
+		uris = append(uris, u)
+	}
+	require.NoError(t, ca.IssueTemplate(two+".pem", two+"-key.pem", &x509.Certificate{URIs: uris}))
+	twoSrc, err := tlsx.NewSource(tlsx.Files{CertFile: two + ".pem", KeyFile: two + "-key.pem", CAFile: devca.CAFile(dir)})
+	require.NoError(t, err)
+	src := func(name string) *tlsx.Source {
+		s, err := tlsx.NewSource(tlsx.Files{CertFile: devca.CertFile(dir, name), KeyFile: devca.KeyFile(dir, name), CAFile: devca.CAFile(dir)})
+		require.NoError(t, err)
+		return s
+	}
+
+	settlement := src("settlement")
+	addr, peers := serve(t, tlsx.MutualServerConfig(settlement), settlement)
+	_, err = served(t, addr, tlsx.ClientConfig(twoSrc, "settlement"))
+	require.NoError(t, err)
+	assert.Equal(t, "refused", <-peers, "a client certificate with two identities")
+	_, err = served(t, addr, tlsx.ClientConfig(src("gateway"), "settlement"))
+	require.NoError(t, err)
+	assert.Equal(t, "gateway", <-peers)
+
+	twoAddr, twoPeers := serve(t, tlsx.MutualServerConfig(twoSrc), twoSrc)
+	_, err = served(t, twoAddr, tlsx.ClientConfig(src("gateway"), "settlement"))
+	assert.ErrorContains(t, err, "exactly one URI SAN", "a server certificate with two identities")
+	<-twoPeers
+
+	leaf, err := x509.ParseCertificate(twoSrc.Certificate().Certificate[0])
+	require.NoError(t, err)
+	_, err = tlsx.IdentityOf(leaf)
+	assert.ErrorContains(t, err, "2 URI SANs")
 }
 
 func TestServiceOf(t *testing.T) {

@@ -59,6 +59,10 @@ func Ensure(dir string, services ...string) (*CA, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("devca: %w", err)
 	}
+	// MkdirAll leaves an existing directory's mode as it is: the keys' directory is the owner's only.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("devca: %w", err)
+	}
 	ca, err := Load(dir)
 	if err != nil {
 		if ca, err = NewCA(dir); err != nil {
@@ -171,6 +175,13 @@ func (ca *CA) IssueTo(certFile, keyFile, name string) error {
 	return ca.issueTo(certFile, keyFile, &x509.Certificate{Subject: pkix.Name{CommonName: name}, URIs: []*url.URL{u}})
 }
 
+// IssueTemplate writes a certificate from tmpl (its subject, SANs and, if set, validity; serial,
+// key usages and key are filled in) into files of its own: for tests that need a certificate the
+// platform would not issue, e.g. one with two identities or one about to expire.
+func (ca *CA) IssueTemplate(certFile, keyFile string, tmpl *x509.Certificate) error {
+	return ca.issueTo(certFile, keyFile, tmpl)
+}
+
 func (ca *CA) issue(name string, tmpl *x509.Certificate) error {
 	return ca.issueTo(CertFile(ca.dir, name), KeyFile(ca.dir, name), tmpl)
 }
@@ -181,8 +192,12 @@ func (ca *CA) issueTo(certFile, keyFile string, tmpl *x509.Certificate) error {
 		return fmt.Errorf("devca: %w", err)
 	}
 	tmpl.SerialNumber = serial()
-	tmpl.NotBefore = time.Now().Add(-time.Hour)
-	tmpl.NotAfter = time.Now().Add(validity)
+	if tmpl.NotBefore.IsZero() {
+		tmpl.NotBefore = time.Now().Add(-time.Hour)
+	}
+	if tmpl.NotAfter.IsZero() {
+		tmpl.NotAfter = time.Now().Add(validity)
+	}
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
@@ -205,12 +220,27 @@ func write(certFile, keyFile string, der []byte, key *ecdsa.PrivateKey) error {
 	return writeFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }
 
+// writeFile writes path through a fresh temporary file readable by the owner only: a leftover
+// temporary file is removed first, since os.WriteFile would keep its mode (and a file another
+// user created, or a symlink planted there, would be written through).
 func writeFile(path string, b []byte) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("devca: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("devca: %w", err)
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
 		return fmt.Errorf("devca: %w", err)
 	}
 	return nil

@@ -73,7 +73,7 @@ func Run(ctx context.Context, app *lifecycle.App, log *zap.Logger, cfg Config) e
 		return fmt.Errorf("listen %s for REST: %w", cfg.Addr, err)
 	}
 	if cfg.TLS != nil {
-		lis = tls.NewListener(lis, tlsx.ServerConfig(cfg.TLS))
+		lis = tls.NewListener(lis, restTLSConfig(cfg.TLS))
 	}
 	srv := &http.Server{Handler: root, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
 		WriteTimeout: cfg.WriteTimeout, IdleTimeout: cfg.IdleTimeout}
@@ -94,6 +94,16 @@ func Run(ctx context.Context, app *lifecycle.App, log *zap.Logger, cfg Config) e
 			return nil
 		})
 	return nil
+}
+
+// restTLSConfig is the REST listener's: the public certificate, offering HTTP/2 and HTTP/1.1 by
+// ALPN. http.Server speaks HTTP/2 on a *tls.Conn that negotiated "h2" (Serve sets that up when
+// the Server has no TLSConfig of its own), but a listener built with tls.NewListener offers only
+// what its config's NextProtos name: without them every client falls back to HTTP/1.1.
+func restTLSConfig(src *tlsx.Source) *tls.Config {
+	cfg := tlsx.ServerConfig(src)
+	cfg.NextProtos = []string{"h2", "http/1.1"}
+	return cfg
 }
 
 // Handler returns the REST API (and cfg.Extra) proxying to the gateway's gRPC server over conn.
