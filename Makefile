@@ -17,13 +17,15 @@ run: ## Run the whole platform locally (deps, migrations, six services, dummy ad
 	@scripts/run.sh
 
 .PHONY: test
-test: ## Unit, integration and end-to-end tests against real Postgres and RabbitMQ
+test: ## Unit, integration and end-to-end tests against real Postgres and RabbitMQ (mTLS inside; e2e twice: plain and TLS client-facing listeners)
 	@scripts/deps.sh up
 	@set -a; . .run/deps.env; set +a; \
 	export INTEGRATIONS_TEST_DATABASE_URL="$${INTEGRATIONS_TEST_DATABASE_URL:-$$INTEGRATIONS_PG_URL/test?sslmode=disable}"; \
 	go vet $(PKGS) && \
 	go test -race -count=1 -timeout 15m $(MODULE)/pkg/... $(MODULE)/services/... $(MODULE)/cmd/... && \
-	go test -count=1 -timeout 15m $(MODULE)/e2e/... $(MODULE)/bench/internal/chaos/...
+	go test -count=1 -timeout 15m $(MODULE)/e2e/... $(MODULE)/bench/internal/chaos/... && \
+	echo "e2e again, with TLS on the client-facing listeners (INTEGRATIONS_E2E_PUBLIC_TLS=true)" && \
+	INTEGRATIONS_E2E_PUBLIC_TLS=true go test -count=1 -timeout 15m $(MODULE)/e2e/...
 
 .PHONY: build
 build: ## Build every binary into bin/
