@@ -72,7 +72,7 @@ fuzz: ## Every go test -fuzz target for FUZZTIME each (default 60s), with a tabl
 	@scripts/deps.sh up
 	@set -a; . .run/deps.env; set +a; \
 	export INTEGRATIONS_TEST_DATABASE_URL="$${INTEGRATIONS_TEST_DATABASE_URL:-$$INTEGRATIONS_PG_URL/test?sslmode=disable}"; \
-	FUZZTIME=$(or $(FUZZTIME),60s) scripts/fuzz.sh
+	FUZZTIME=$(or $(FUZZTIME),60s) FUZZ_TARGETS="$(FUZZ_TARGETS)" scripts/fuzz.sh
 
 .PHONY: chaos
 chaos: ## The fault suite: 2 replicas of every service, kill -9s, broker and Postgres connections cut, a failing receiver; then the invariants (CHAOS_FLAGS=... passes flags, e.g. -executions 10000 -strict, -mode adapter, -mode rolling -callers 64)

@@ -2,10 +2,11 @@
 # Runs every fuzz target of the workspace for FUZZTIME each (default 60s), one at a time, and
 # prints a table of targets, executions and new corpus entries. A crasher fails the run and is
 # left under the package's testdata/fuzz/<Target>/ for `go test -run <Target>/<file>` to replay.
-# The seed corpora also run as ordinary tests in `make test`.
+# FUZZ_TARGETS=<regexp> runs only the targets it matches. The seed corpora also run as ordinary tests in `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzztime="${FUZZTIME:-60s}"
+only="${FUZZ_TARGETS:-.}" # a regular expression: run only the targets it matches
 module=github.com/integrations-platform/integrations
 say() { printf 'fuzz: %s\n' "$*" >&2; }
 
@@ -20,6 +21,7 @@ for dir in "${pkgs[@]}"; do
   mapfile -t targets < <(grep -h -E -o '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go \
     | sed 's/^func //' | sort -u)
   for t in "${targets[@]}"; do
+    [[ "$t" =~ $only ]] || continue
     say "$dir $t for $fuzztime"
     log=$(mktemp)
     if (cd "$dir" && go test -run '^$' -fuzz "^${t}\$" -fuzztime "$fuzztime" .) >"$log" 2>&1; then
