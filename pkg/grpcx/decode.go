@@ -67,12 +67,15 @@ func decodeStreamInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServer
 
 type decodeStream struct{ grpc.ServerStream }
 
+// RecvMsg consumes the note whatever the wrapped call answered: on a server-streaming method
+// grpc-go decodes a second message into the same m to refuse it ("cardinality violation",
+// INTERNAL), after the codec noted the first; returning that error early left the note in
+// undecodable for good, one entry per hostile stream. A noted failure is the answer: the
+// request was not well-formed, INVALID_ARGUMENT, whatever else went wrong after.
 func (s decodeStream) RecvMsg(m any) error {
-	if err := s.ServerStream.RecvMsg(m); err != nil {
-		return err
+	err := s.ServerStream.RecvMsg(m)
+	if derr := decodeFailure(m); derr != nil {
+		return ToStatus(derr).Err()
 	}
-	if err := decodeFailure(m); err != nil {
-		return ToStatus(err).Err()
-	}
-	return nil
+	return err
 }
