@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -68,4 +69,14 @@ func TestHostileStreamsLeaveNoDecodeNote(t *testing.T) {
 	// One hostile message: the caller's INVALID_ARGUMENT.
 	require.Equal(t, codes.InvalidArgument, status.Code(watch(1)))
 	require.Equal(t, before, notes())
+}
+
+// Two authorization values are refused: which credential counted would be chance.
+func TestBearerTokenGivenTwiceIsRefused(t *testing.T) {
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer a", "authorization", "Bearer b"))
+	_, err := BearerToken(ctx)
+	require.Equal(t, codes.Unauthenticated, status.Code(ToStatus(err).Err()), "%v", err)
+	tok, err := BearerToken(metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer a")))
+	require.NoError(t, err)
+	require.Equal(t, "a", tok)
 }
