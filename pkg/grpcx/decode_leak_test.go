@@ -12,6 +12,11 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/integrations-platform/integrations/pkg/apperr"
+	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 )
 
 // leakRawCodec sends the bytes it is given as the message, as a hostile client would.
@@ -79,4 +84,33 @@ func TestBearerTokenGivenTwiceIsRefused(t *testing.T) {
 	tok, err := BearerToken(metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer a")))
 	require.NoError(t, err)
 	require.Equal(t, "a", tok)
+}
+
+// salvage names the field at fault down through message fields, stopping at protobuf's own
+// types, and keeps the fields that decoded: the ids of an attempt whose result is too deep.
+func TestSalvageNamesTheFieldAndKeepsTheRest(t *testing.T) {
+	v := structpb.NewNullValue()
+	for range 20000 {
+		v = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"a": v}})
+	}
+	raw, err := proto.Marshal(&adapterv1.CompleteRequest{ExecutionId: "e-1", Attempt: 2, CallbackToken: "tok",
+		Outcome: &adapterv1.CompleteRequest_Succeeded{Succeeded: &adapterv1.Completed{Result: v.GetStructValue()}}})
+	require.NoError(t, err)
+	require.Error(t, proto.Unmarshal(raw, &adapterv1.CompleteRequest{}), "past protobuf's decoding limit")
+
+	req := &adapterv1.CompleteRequest{}
+	require.NoError(t, newDecodeCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(raw)}, req))
+	err = decodeFailure(req)
+	require.Equal(t, codes.InvalidArgument, status.Code(ToStatus(err).Err()))
+	require.Equal(t, "succeeded.result", err.(*apperr.Error).Field)
+	require.Equal(t, "e-1", req.GetExecutionId())
+	require.Equal(t, int32(2), req.GetAttempt())
+	require.Equal(t, "tok", req.GetCallbackToken())
+	require.Nil(t, req.GetOutcome(), "what of the bad field decoded is not kept")
+	require.Nil(t, decodeFailure(req), "the note is consumed")
+
+	// Malformed wire data names no field.
+	req = &adapterv1.CompleteRequest{}
+	require.NoError(t, newDecodeCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{0x0a, 0x05, 'a'})}, req))
+	require.Equal(t, "request", decodeFailure(req).(*apperr.Error).Field)
 }
