@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -148,6 +149,18 @@ func TestHostileInput(t *testing.T) {
 			{"page size -1", "GET", "/v1/events?page_size=-1", "", nil, 400, "page_size"},
 			{"page size not a number", "GET", "/v1/executions?page_size=many", "", nil, 400, ""},
 			{"NUL in a webhook URL", "PUT", "/v1/consumer", `{"webhook":{"url":"https://example.com/\u0000"}}`, nil, 400, "webhook.url"},
+			// A long parameter name cut inside a rune was not UTF-8: grpc-gateway answered 500.
+			{"a long parameter name ending in é", "GET", "/v1/executions?" + strings.Repeat("a", 63) + "%C3%A9=%00", "", nil, 400, strings.Repeat("a", 63) + "..."},
+			// grpc-gateway's metadata prefix got the guarded headers around the guard.
+			{"Grpc-Metadata-Idempotency-Key", "POST", invoke, async(`{}`), map[string]string{"Grpc-Metadata-Idempotency-Key": "cl\xe9"}, 400, "Grpc-Metadata-Idempotency-Key"},
+			{"Grpc-Metadata-Authorization", "POST", invoke, async(`{}`), map[string]string{"Grpc-Metadata-Authorization": "Bearer x"}, 400, "Grpc-Metadata-Authorization"},
+			// A client's Grpc-Timeout is no deadline of the REST API's (it was a 503, retry).
+			{"a client's Grpc-Timeout", "GET", "/v1/executions", "", map[string]string{"Grpc-Timeout": "1n"}, 200, ""},
+			// grpc-gateway's own refusals of a body name it.
+			{"a number out of range", "POST", invoke, async(`{"n":1e400}`), nil, 400, "body"},
+			{"a duplicate key", "POST", invoke, async(`{"n":1,"n":2}`), nil, 400, "body"},
+			{"a lone surrogate", "POST", invoke, async(`{"s":"\ud800"}`), nil, 400, "body"},
+			{"invalid UTF-8 in the body", "POST", invoke, async("{\"s\":\"\xff\"}"), nil, 400, "body"},
 		} {
 			a := s.hostileCall(t, tc.method, tc.path, tc.body, tc.headers)
 			require.Equal(t, tc.code, a.code, "%s: %+v", tc.name, a)
@@ -174,6 +187,26 @@ func TestHostileInput(t *testing.T) {
 		require.NoError(t, err)
 		_ = resp.Body.Close()
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+		require.Equal(t, before, s.rows(t))
+	})
+
+	t.Run("REST: an oversized chunked body is 413", func(t *testing.T) {
+		conn, err := net.Dial("tcp", s.addrs["gateway-http"])
+		require.NoError(t, err)
+		defer conn.Close()
+		require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+		body := `{"mode":"MODE_ASYNC","payload":{"s":"` + strings.Repeat("x", 3<<20) + `"}}`
+		_, err = fmt.Fprintf(conn, "POST /v1/capabilities/dummy.echo:invoke HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
+			"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", s.apiKey, len(body), body)
+		if err != nil {
+			t.Logf("the server stopped reading the body: %v", err) // it answers first
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err)
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1000))
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "%s", raw)
+		require.Contains(t, string(raw), `"field":"body"`)
 		require.Equal(t, before, s.rows(t))
 	})
 
@@ -216,7 +249,12 @@ func TestHostileInput(t *testing.T) {
 			{"NUL in a payload key", func() error { return invoke(&gatewayv1.InvokeCapabilityRequest{Payload: nulKey}) }, "payload"},
 			{"65 levels", func() error { return invoke(&gatewayv1.InvokeCapabilityRequest{Payload: deepStruct(65)}) }, "payload"},
 			{"1000 levels", func() error { return invoke(&gatewayv1.InvokeCapabilityRequest{Payload: deepStruct(1000)}) }, "payload"},
-			{"10000 levels", func() error { return invoke(&gatewayv1.InvokeCapabilityRequest{Payload: deepStruct(10000)}) }, "request"},
+			{"10000 levels", func() error { return invoke(&gatewayv1.InvokeCapabilityRequest{Payload: deepStruct(10000)}) }, "payload"},
+			{"two idempotency keys in metadata", func() error {
+				_, err := client.InvokeCapability(metadata.AppendToOutgoingContext(ctx, "idempotency-key", "k-1", "idempotency-key", "k-2"),
+					&gatewayv1.InvokeCapabilityRequest{Capability: "dummy.echo", Mode: executionv1.Mode_MODE_ASYNC})
+				return err
+			}, "idempotency_key"},
 			{"NUL in the capability", func() error { return invoke(&gatewayv1.InvokeCapabilityRequest{Capability: "dummy\x00echo"}) }, "capability"},
 			{"NUL in the idempotency key", func() error { return invoke(&gatewayv1.InvokeCapabilityRequest{IdempotencyKey: "k\x00"}) }, "idempotency_key"},
 			{"NUL in the capability filter", func() error {
@@ -247,6 +285,9 @@ func TestHostileInput(t *testing.T) {
 			require.Contains(t, st.Message(), tc.field+":", tc.name)
 			require.Less(t, len(st.Message()), 600, tc.name)
 		}
+		// Two credentials: which one counted was chance.
+		_, err = client.ListExecutions(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+s.apiKey), &gatewayv1.ListExecutionsRequest{})
+		require.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
 		require.Equal(t, before, s.rows(t), "nothing written")
 	})
 
@@ -267,7 +308,9 @@ func TestHostileInput(t *testing.T) {
 			require.Equal(t, 1, journalRecv(t, journal, id), "the provider work ran once")
 			return e
 		}
-		for _, script := range []string{`{"result_nul": true}`, `{"result_depth": 70}`} {
+		// 20000 levels: protobuf marshals it and refuses to decode it (past 10 000) — the
+		// platform's client (direct path) or the callback service cannot decode the result.
+		for _, script := range []string{`{"result_nul": true}`, `{"result_depth": 70}`, `{"result_depth": 20000}`} {
 			id := s.invoke(t, "dummy.echo", `{"mode":"MODE_ASYNC","payload":{"dummy":`+script+`}}`)
 			failedAtOnce(t, id)
 			// Through the callback API (long-running work completing later).
@@ -282,6 +325,15 @@ func TestHostileInput(t *testing.T) {
 		e := execution(body)
 		require.Equal(t, "EXECUTION_STATUS_FAILED", e["status"], "%v", e)
 		require.Equal(t, 1, journalRecv(t, journal, e["id"].(string)))
+		code, body = s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+			[]byte(`{"mode":"MODE_SYNC","payload":{"dummy":{"result_depth":20000}}}`))
+		require.Equal(t, http.StatusOK, code, "%v", body)
+		e = execution(body)
+		require.Equal(t, "EXECUTION_STATUS_FAILED", e["status"], "%v", e)
+		failure, _ := e["failure"].(map[string]any)
+		require.Equal(t, "adapter.invalid_result", failure["code"], "%v", e)
+		require.EqualValues(t, 1, e["attempt"], "%v", e)
+		require.Equal(t, 1, journalRecv(t, journal, e["id"].(string)), "the provider work ran once")
 
 		// Progress with a NUL is refused; the work goes on and completes, without the progress.
 		id := s.invoke(t, "dummy.echo", `{"mode":"MODE_ASYNC","payload":{"dummy":{"complete_later_ms":100,"lease_ms":60000,"progress_nul":true}}}`)

@@ -17,6 +17,9 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/encoding"
+	_ "google.golang.org/grpc/encoding/proto" // registers the proto codec responseCodec wraps
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
@@ -252,7 +255,39 @@ type callState struct {
 	sent atomic.Bool
 	// received: the adapter answered ReceivedHeader.
 	received atomic.Bool
+	// undecodable: the adapter's response reached us and could not be decoded (responseCodec).
+	undecodable atomic.Bool
 }
+
+// responseCodec is the proto codec of one Execute call, marking in undecodable a response it
+// could not decode. grpc-go answers such a response INTERNAL on the client side, as it does a
+// broken transport; but an adapter that answered a result protobuf refuses (nested past its
+// 10 000 levels, a string that is not UTF-8) answered, and will answer the same again: it is
+// the adapter's protocol failure, permanent, not a transport failure to retry.
+type responseCodec struct {
+	encoding.CodecV2
+	undecodable *atomic.Bool
+}
+
+func (c responseCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.CodecV2.Unmarshal(data, v)
+	if err != nil {
+		c.undecodable.Store(true)
+	}
+	return err
+}
+
+// InvalidResult is the permanent protocol failure of an adapter whose answer the platform cannot
+// take (it cannot decode it, or cannot store its result). why says what is wrong with it.
+func InvalidResult(why string) Outcome {
+	return Outcome{Kind: Failed, Failure: execution.Failure{
+		Class: execution.ClassProtocol, Code: InvalidResultCode,
+		Message: safetext.Truncate("adapter result refused: "+why, maxMessage),
+	}}
+}
+
+// InvalidResultCode is the failure code of InvalidResult.
+const InvalidResultCode = "adapter.invalid_result"
 
 // sentRecorder is the stats.Handler of adapter connections that tells a call whose request left
 // this process (its headers or its payload were handed to a transport) from one that failed
@@ -362,10 +397,16 @@ func (p *Pool) Execute(ctx context.Context, a Adapter, req *adapterv1.ExecuteReq
 			cancelCall(errNotSentInTime)
 		}
 	})
-	resp, err := adapterv1.NewAdapterServiceClient(ep.conn).Execute(callCtx, req, grpc.WaitForReady(true))
+	resp, err := adapterv1.NewAdapterServiceClient(ep.conn).Execute(callCtx, req, grpc.WaitForReady(true),
+		grpc.ForceCodecV2(responseCodec{CodecV2: encoding.GetCodecV2("proto"), undecodable: &call.undecodable}))
 	notSentTimer.Stop()
 	if call.received.Load() {
 		ep.acknowledges.Store(true)
+	}
+	if err != nil && call.undecodable.Load() {
+		out := InvalidResult("its response could not be decoded (a result nested too deep, or text that is not UTF-8)")
+		out.Cause = err
+		return out
 	}
 	if err != nil {
 		if !sent.Load() {

@@ -10,8 +10,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
+	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 )
 
@@ -286,4 +288,47 @@ func TestExecuteWithoutTheAdaptersReceiptIsNotSent(t *testing.T) {
 		require.True(t, out.Retryable)
 		require.Equal(t, !acknowledge, out.NotSent, "acknowledged %v", acknowledge)
 	}
+}
+
+// deepAdapter answers a result nested past protobuf's decoding limit: protobuf marshals it, the
+// platform cannot decode it.
+type deepAdapter struct {
+	adapterv1.UnimplementedAdapterServiceServer
+	calls atomic.Int32
+}
+
+func (d *deepAdapter) Execute(context.Context, *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
+	d.calls.Add(1)
+	v := structpb.NewNullValue()
+	for range 20000 {
+		v = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"a": v}})
+	}
+	return &adapterv1.ExecuteResponse{Outcome: &adapterv1.ExecuteResponse_Completed{
+		Completed: &adapterv1.Completed{Result: v.GetStructValue()}}}, nil
+}
+
+// An adapter's response the platform cannot decode is the adapter's permanent protocol failure
+// (adapter.invalid_result), not the retryable transport failure grpc-go's INTERNAL looks like:
+// retried, the provider work would run again, and fail the same way.
+func TestExecuteUndecodableResponseIsInvalidResult(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	a := &deepAdapter{}
+	srv := grpc.NewServer()
+	adapterv1.RegisterAdapterServiceServer(srv, a)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	p := adaptercall.NewPool()
+	t.Cleanup(func() { _ = p.Close() })
+
+	out := p.Execute(context.Background(), adaptercall.Adapter{Endpoint: lis.Addr().String()}, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+
+	require.Equal(t, int32(1), a.calls.Load())
+	require.Equal(t, adaptercall.Failed, out.Kind)
+	require.False(t, out.Retryable)
+	require.False(t, out.NotSent)
+	require.Equal(t, execution.ClassProtocol, out.Failure.Class)
+	require.Equal(t, adaptercall.InvalidResultCode, out.Failure.Code)
+	require.Error(t, out.Cause, "grpc-go's own error kept for the logs")
 }

@@ -43,13 +43,16 @@ func TestUndecodableRequestIsInvalidArgument(t *testing.T) {
 		var resp []byte
 		return conn.Invoke(context.Background(), "/grpc.health.v1.Health/Check", &req, &resp, grpc.ForceCodecV2(rawCodec{}))
 	}
-	for name, req := range map[string][]byte{
-		"invalid UTF-8 in a string": {0x0a, 0x02, 0xff, 0xfe}, // HealthCheckRequest.service
-		"truncated wire data":       {0x0a, 0x05, 'a'},
+	for name, tc := range map[string]struct {
+		req   []byte
+		field string
+	}{
+		"invalid UTF-8 in a string": {[]byte{0x0a, 0x02, 0xff, 0xfe}, "service"}, // HealthCheckRequest.service
+		"truncated wire data":       {[]byte{0x0a, 0x05, 'a'}, "request"},
 	} {
-		err := check(req)
+		err := check(tc.req)
 		require.Equal(t, codes.InvalidArgument, status.Code(err), "%s: %v", name, err)
-		require.Contains(t, status.Convert(err).Message(), "request: not a well-formed message", name)
+		require.Contains(t, status.Convert(err).Message(), tc.field+": not a well-formed message", name)
 	}
 	require.NoError(t, check([]byte{}), "a well-formed request is answered")
 

@@ -212,6 +212,11 @@ func BearerToken(ctx context.Context) (string, error) {
 	if len(vals) == 0 {
 		return "", apperr.Unauthenticated("missing authorization: expected 'Bearer <key>'")
 	}
+	if len(vals) > 1 {
+		// Which credential counts would be chance: refused, as a REST request giving the
+		// header twice is.
+		return "", apperr.Unauthenticated("authorization given %d times: give one 'Bearer <key>'", len(vals))
+	}
 	scheme, token, ok := strings.Cut(vals[0], " ")
 	if !ok || !strings.EqualFold(scheme, "bearer") || strings.TrimSpace(token) == "" {
 		return "", apperr.Unauthenticated("malformed authorization: expected 'Bearer <key>'")

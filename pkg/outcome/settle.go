@@ -14,7 +14,6 @@ import (
 	"github.com/integrations-platform/integrations/pkg/execution"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
-	"github.com/integrations-platform/integrations/pkg/safetext"
 )
 
 // Attempt names the attempt an outcome belongs to and until when it may be reported.
@@ -102,10 +101,7 @@ func refusalDescription(err error) string {
 // ResultRefusedFailure is the permanent protocol failure that replaces a result the platform
 // refused. why is the refusal's message (the platform's own wording about the result).
 func ResultRefusedFailure(why string) adaptercall.Outcome {
-	return adaptercall.Outcome{Kind: adaptercall.Failed, Failure: execution.Failure{
-		Class: execution.ClassProtocol, Code: "adapter.invalid_result",
-		Message: safetext.Truncate("adapter result refused: "+why, 1024),
-	}}
+	return adaptercall.InvalidResult(why)
 }
 
 func wrap(err error, format string, args ...any) error {

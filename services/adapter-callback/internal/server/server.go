@@ -11,6 +11,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -166,10 +167,59 @@ func progressJSON(req *adapterv1.ReportProgressRequest) ([]byte, error) {
 }
 
 // checkResult refuses a success whose result Postgres could not store, here, in this service's
-// words, rather than by settlement: the adapter SDK (through pkg/outcome) then completes the
-// attempt with a protocol failure instead.
+// words, rather than by settlement. The refusal is recorded as the attempt's protocol failure
+// (invalidResult): this service does not rely on the adapter's SDK to report one.
 func checkResult(req *adapterv1.CompleteRequest) error {
 	return jsonbound.Struct("succeeded.result", req.GetSucceeded().GetResult())
+}
+
+// AcceptsUndecodable implements grpcx.UndecodableAcceptor: a Complete that could not be decoded
+// reaches Complete, which records it on the attempt. Refused before the handler, the adapter
+// got an INVALID_ARGUMENT naming no result, its SDK gave up, and the attempt ran until its lease
+// ended — the provider work then ran again. A progress report that cannot be decoded is refused
+// naming progress, as one that cannot be stored: the work goes on.
+func (s *Server) AcceptsUndecodable(method string) bool {
+	return method == adapterv1.AdapterCallbackService_Complete_FullMethodName
+}
+
+// undecodableOutcome is the outcome ("succeeded", "failed") whose field of a Complete could not
+// be decoded, or "" when it is another field (the attempt's ids, its token).
+func undecodableOutcome(err error) string {
+	e, ok := apperr.As(err)
+	if !ok {
+		return ""
+	}
+	field, _, _ := strings.Cut(e.Field, ".")
+	switch field {
+	case "succeeded":
+		return execution.StatusSucceeded
+	case "failed":
+		return execution.StatusFailed
+	}
+	return ""
+}
+
+// invalidResult records an adapter's outcome the platform cannot take — a result it cannot
+// decode or store, a failure it cannot decode — as the attempt's permanent protocol failure
+// (adapter.invalid_result) through settlement's FailAttempt, as the direct path does
+// (pkg/outcome), and answers refusal, which names the adapter's field. Left to the adapter's
+// SDK, an adapter without it (or an SDK that gave up) left the attempt running until its lease
+// ended, and the work ran again.
+func (s *Server) invalidResult(ctx context.Context, req *adapterv1.CompleteRequest, outcome string, refusal error) error {
+	why, field := "the platform cannot store it", ""
+	if e, ok := apperr.As(refusal); ok {
+		why, field = e.Field+": "+e.Message, e.Field
+	}
+	out := adaptercall.InvalidResult(why)
+	_, err := s.settlement.FailAttempt(ctx, &settlementv1.FailAttemptRequest{
+		ExecutionId: req.GetExecutionId(), Attempt: req.GetAttempt(), Failure: out.Failure.Proto(),
+	})
+	if err != nil {
+		return s.settlementRefused(ctx, req, outcome, err)
+	}
+	s.log.Warn("adapter outcome refused; recorded as the attempt's protocol failure", log.ExecutionID(req.GetExecutionId()),
+		log.Attempt(req.GetAttempt()), zap.String("outcome", outcome), zap.String("field", field))
+	return refusal
 }
 
 // running reports whether attempt n is the execution's running attempt.
@@ -256,9 +306,20 @@ var settlementLost = map[string]bool{"ALREADY_SETTLED": true, "STALE_ATTEMPT": t
 // settled, a later attempt started, or the lease expired and the sweeper ended the attempt — is
 // refused (NO_LONGER_APPLICABLE) and recorded on the attempt for audit, never applied.
 func (s *Server) Complete(ctx context.Context, req *adapterv1.CompleteRequest) (*adapterv1.CompleteResponse, error) {
+	undecodable := grpcx.Undecodable(ctx)
+	if undecodable != nil && undecodableOutcome(undecodable) == "" {
+		return nil, undecodable // the attempt's ids or token: nothing to record it on
+	}
 	a, err := s.authorize(ctx, req.GetExecutionId(), req.GetAttempt(), req.GetCallbackToken())
 	if err != nil {
 		return nil, err
+	}
+	if undecodable != nil {
+		outcome := undecodableOutcome(undecodable)
+		if !running(a, req.GetAttempt()) {
+			return nil, s.late(ctx, req, outcome, a.Status, a.Current)
+		}
+		return nil, s.invalidResult(ctx, req, outcome, undecodable)
 	}
 	var outcome string
 	switch req.GetOutcome().(type) {
@@ -273,7 +334,7 @@ func (s *Server) Complete(ctx context.Context, req *adapterv1.CompleteRequest) (
 		return nil, s.late(ctx, req, outcome, a.Status, a.Current)
 	}
 	if err := checkResult(req); err != nil {
-		return nil, err
+		return nil, s.invalidResult(ctx, req, outcome, err)
 	}
 	var e *executionv1.Execution
 	switch o := req.GetOutcome().(type) {
@@ -283,6 +344,10 @@ func (s *Server) Complete(ctx context.Context, req *adapterv1.CompleteRequest) (
 			FromStatus: executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING,
 			Status:     executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, Result: o.Succeeded.GetResult(),
 		})
+		if err != nil && status.Code(err) == codes.InvalidArgument && !settlementLost[grpcx.Reason(err)] {
+			// Settlement refused the result itself: the adapter's protocol failure too.
+			return nil, s.invalidResult(ctx, req, outcome, apperr.Invalid("succeeded.result", "refused: must be a JSON object").Wrap(err))
+		}
 		if err != nil {
 			return nil, s.settlementRefused(ctx, req, outcome, err)
 		}

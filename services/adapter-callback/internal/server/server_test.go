@@ -72,6 +72,7 @@ func (f *fakeSettlement) calls() (int, int) {
 type bundle struct {
 	schema     *dbtest.Schema
 	client     adapterv1.AdapterCallbackServiceClient
+	conn       *grpc.ClientConn
 	settlement *fakeSettlement
 }
 
@@ -97,7 +98,7 @@ func setup(t *testing.T) *bundle {
 	conn, err := grpcx.Dial(lis.Addr().String())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return &bundle{schema: s, client: adapterv1.NewAdapterCallbackServiceClient(conn), settlement: fake}
+	return &bundle{schema: s, client: adapterv1.NewAdapterCallbackServiceClient(conn), conn: conn, settlement: fake}
 }
 
 // token is the callback token of attempt n whose hash dbtest.InsertAttempts stores by default.

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 
@@ -21,6 +22,18 @@ import (
 // other byte is refused here, naming the header.
 var guardedHeaders = []string{"Idempotency-Key", "Authorization"}
 
+// metadataPrefix is grpc-gateway's prefix for a header forwarded as gRPC metadata of the rest of
+// its name. The gateway forwards none of them (headerMatcher): the API reads no metadata but its
+// two guarded headers. Those two under the prefix are refused by name rather than dropped, so that
+// a client that meant `Grpc-Metadata-Idempotency-Key` as its key learns it was not taken.
+const metadataPrefix = "Grpc-Metadata-"
+
+// timeoutHeader is gRPC's deadline header. grpc-gateway turns it into the call's deadline; the
+// REST API has no timeout parameter, and a client's deadline that passed was answered 503 with
+// Retry-After as if the gateway were down. So it is removed before grpc-gateway sees it: the
+// request runs under the gateway's own deadlines.
+const timeoutHeader = "Grpc-Timeout"
+
 // guard refuses, before grpc-gateway sees the request, what it would drop or turn into a 500:
 // guarded headers that are not printable ASCII (or given twice), and a path or query that is not
 // valid UTF-8 or holds a NUL (protobuf refuses to encode such a string: the proxy's call then
@@ -28,6 +41,7 @@ var guardedHeaders = []string{"Idempotency-Key", "Authorization"}
 // query parameter, in grpc-gateway's error body.
 func guard(mux *runtime.ServeMux, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Del(timeoutHeader)
 		if err := checkRequest(r); err != nil {
 			_, m := runtime.MarshalerForRequest(mux, r)
 			errorHandler(r.Context(), mux, m, w, r, grpcx.ToStatus(err).Err())
@@ -39,6 +53,9 @@ func guard(mux *runtime.ServeMux, next http.Handler) http.Handler {
 
 func checkRequest(r *http.Request) error {
 	for _, name := range guardedHeaders {
+		if len(r.Header.Values(metadataPrefix+name)) > 0 {
+			return apperr.Invalid(metadataPrefix+name, "not forwarded: give it as %s", name)
+		}
 		vals := r.Header.Values(name)
 		if len(vals) > 1 {
 			return apperr.Invalid(name, "header given %d times; give it once", len(vals))
@@ -73,12 +90,18 @@ func checkRequest(r *http.Request) error {
 	return nil
 }
 
-// boundedName is a query parameter's name as a field name: input, so bounded.
+// boundedName is a query parameter's name as a field name: input, so bounded, and cut on a rune
+// boundary — a name cut inside a rune is not valid UTF-8, which grpc-gateway cannot marshal into
+// the refusal (it answered 500). k has passed jsonbound.Problem: valid UTF-8, no NUL.
 func boundedName(k string) string {
-	if len(k) > jsonbound.QuoteMax {
-		return k[:jsonbound.QuoteMax] + "..."
+	if len(k) <= jsonbound.QuoteMax {
+		return k
 	}
-	return k
+	cut := jsonbound.QuoteMax
+	for cut > 0 && !utf8.RuneStart(k[cut]) {
+		cut--
+	}
+	return k[:cut] + "..."
 }
 
 // probeKey marks a request routingErrorHandler sends through the mux to learn which methods a

@@ -93,6 +93,14 @@ func TestHostileRequestsAreRefusedByName(t *testing.T) {
 		{"a bad query string", http.MethodGet, b.url + "/v1/executions?capability=%zz", nil, "query"},
 		{"NUL in the capability filter", http.MethodGet, b.url + "/v1/executions?capability=a%00", nil, "capability"},
 		{"page size over 100", http.MethodGet, b.url + "/v1/executions?page_size=101", nil, "page_size"},
+		// A long parameter name is cut on a rune boundary: cut inside é it was not UTF-8, and
+		// grpc-gateway answered 500 for the refusal it could not marshal.
+		{"a long parameter name cut before a rune", http.MethodGet, b.url + "/v1/executions?" + strings.Repeat("a", 63) + "%C3%A9=%00", nil, strings.Repeat("a", 63) + "..."},
+		{"a long parameter name cut before a rune, bad value", http.MethodGet, b.url + "/v1/executions?" + strings.Repeat("a", 63) + "%C3%A9=%ff", nil, strings.Repeat("a", 63) + "..."},
+		// Under grpc-gateway's metadata prefix the guarded headers got around the guard.
+		{"Grpc-Metadata-Idempotency-Key", http.MethodPost, invoke, map[string]string{"Grpc-Metadata-Idempotency-Key": "cl\xe9"}, "Grpc-Metadata-Idempotency-Key"},
+		{"Grpc-Metadata-Idempotency-Key, plain", http.MethodPost, invoke, map[string]string{"Grpc-Metadata-Idempotency-Key": "k-1"}, "Grpc-Metadata-Idempotency-Key"},
+		{"Grpc-Metadata-Authorization", http.MethodPost, invoke, map[string]string{"Grpc-Metadata-Authorization": "Bearer x"}, "Grpc-Metadata-Authorization"},
 	} {
 		for range 2 { // twice: a dropped key would have made two executions
 			code, _, r := send(t, tc.method, tc.url, body, tc.headers)
@@ -123,6 +131,46 @@ func TestHostileRequestsAreRefusedByName(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Equal(t, "payload", r.field())
 	require.Zero(t, executions(t, b), "nothing written")
+
+	// grpc-gateway's own refusals of a body name it.
+	for name, payload := range map[string]string{
+		"a number out of range": `{"n":1e400}`,
+		"a duplicate key":       `{"n":1,"n":2}`,
+		"a lone surrogate":      `{"s":"\ud800"}`,
+		"invalid UTF-8":         "{\"s\":\"\xff\"}",
+	} {
+		code, _, r := send(t, http.MethodPost, invoke, `{"mode":"MODE_ASYNC","payload":`+payload+`}`, nil)
+		require.Equal(t, http.StatusBadRequest, code, "%s: %+v", name, r)
+		require.Equal(t, "body", r.field(), "%s: %+v", name, r)
+	}
+	// A body past the limit without a declared length (chunked) is 413, as one with it is.
+	big := `{"mode":"MODE_ASYNC","payload":{"s":"` + strings.Repeat("x", 2<<20) + `"}}`
+	req, err := http.NewRequest(http.MethodPost, invoke, io.NopCloser(strings.NewReader(big)))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+dbtest.TestAPIKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.ContentLength = -1
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "%s", raw)
+	require.Contains(t, string(raw), `"field":"body"`)
+	require.Zero(t, executions(t, b), "nothing written")
+
+	// A client's Grpc-Timeout is no deadline of the REST API's: it is not answered 503 with
+	// Retry-After (the gateway down, retry) when it passes.
+	for _, timeout := range []string{"1n", "zzz"} {
+		req, err := http.NewRequest(http.MethodGet, b.url+"/v1/executions", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+dbtest.TestAPIKey)
+		req.Header.Set("Grpc-Timeout", timeout)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, "Grpc-Timeout %s", timeout)
+		require.Empty(t, resp.Header.Get("Retry-After"))
+	}
 
 	// Wrong methods: 405 with what the path allows.
 	for _, tc := range []struct{ method, url, allow string }{

@@ -8,22 +8,28 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
 	"net/textproto"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.uber.org/zap"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
 
+	"github.com/integrations-platform/integrations/pkg/apperr"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
@@ -151,20 +157,81 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 		// could not parse): bounded, as the gateway's own refusals are.
 		st = status.New(st.Code(), safetext.Truncate(st.Message(), maxForeignMessage)+"...")
 	}
+	if over, ok := r.Context().Value(bodyOverKey{}).(*bodyOver); ok && over.Load() {
+		// A body without Content-Length (chunked) that ran past the limit: grpc-gateway answers
+		// the read's error 400; it is the same 413 as a declared length over the limit.
+		runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, &runtime.HTTPStatusError{
+			HTTPStatus: http.StatusRequestEntityTooLarge,
+			Err:        grpcx.ToStatus(apperr.Invalid("body", "exceeds the limit of %d bytes", over.limit)).Err(),
+		})
+		return
+	}
+	st = namedBody(r, st)
+	st = validUTF8(st)
 	if d := grpcx.RetryDelay(st.Err()); d > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(d.Seconds()))))
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, st.Err())
 }
 
+// namedBody names "body" in grpc-gateway's own refusal of a request body it could not decode
+// (a number out of range, a duplicate key, invalid UTF-8, a lone surrogate): its status names no
+// field. A request with a body has no query parameters the API reads, so a detail-less
+// INVALID_ARGUMENT of grpc-gateway's on one is about the body — except a path parameter's.
+func namedBody(r *http.Request, st *status.Status) *status.Status {
+	if r.Method == http.MethodGet || st.Code() != codes.InvalidArgument || len(st.Details()) > 0 ||
+		grpcx.ErrorInfo(st.Err()).GetDomain() == grpcx.ErrorDomain ||
+		strings.HasPrefix(st.Message(), "type mismatch") || strings.HasPrefix(st.Message(), "missing parameter") {
+		return st
+	}
+	return grpcx.ToStatus(apperr.Invalid("body", "not a well-formed request: %s", st.Message()))
+}
+
+// validUTF8 is st with every text a client reads made valid UTF-8: grpc-gateway cannot marshal a
+// status holding invalid UTF-8 and answers 500 instead. The gateway's own refusals are valid
+// (caller input is quoted through jsonbound); this is the last resort for one that is not.
+func validUTF8(st *status.Status) *status.Status {
+	if _, err := protojson.Marshal(st.Proto()); err == nil {
+		return st
+	}
+	p := st.Proto()
+	p.Message = strings.ToValidUTF8(p.GetMessage(), "\ufffd")
+	var details []protoadapt.MessageV1
+	for _, d := range st.Details() {
+		m, ok := d.(proto.Message)
+		if !ok {
+			continue
+		}
+		if br, ok := m.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				v.Field = strings.ToValidUTF8(v.GetField(), "\ufffd")
+				v.Description = strings.ToValidUTF8(v.GetDescription(), "\ufffd")
+			}
+		}
+		if _, err := protojson.Marshal(m); err == nil {
+			details = append(details, protoadapt.MessageV1Of(m))
+		}
+	}
+	clean, err := status.New(st.Code(), p.GetMessage()).WithDetails(details...)
+	if err != nil {
+		return status.New(st.Code(), p.GetMessage())
+	}
+	return clean
+}
+
 // maxForeignMessage bounds the message of a refusal the gateway did not write.
 const maxForeignMessage = 256
 
 // headerMatcher forwards Idempotency-Key besides grpc-gateway's defaults (Authorization among
-// them).
+// them), except its Grpc-Metadata- prefix: a client's arbitrary gRPC metadata is nothing the API
+// reads, and under it the guarded headers got around the guard (see metadataPrefix).
 func headerMatcher(key string) (string, bool) {
-	if textproto.CanonicalMIMEHeaderKey(key) == "Idempotency-Key" {
+	key = textproto.CanonicalMIMEHeaderKey(key)
+	if key == "Idempotency-Key" {
 		return server.IdempotencyKeyHeader, true
+	}
+	if strings.HasPrefix(key, metadataPrefix) {
+		return "", false
 	}
 	return runtime.DefaultHeaderMatcher(key)
 }
@@ -191,14 +258,42 @@ func setStatus(ctx context.Context, w http.ResponseWriter, resp proto.Message) e
 	return nil
 }
 
-// limitBody refuses bodies over n bytes with 413 before grpc-gateway reads them.
+// limitBody refuses bodies over n bytes with 413 before grpc-gateway reads them. A body of no
+// declared length is cut at n bytes; grpc-gateway answers the read's error, which errorHandler
+// makes the same 413 (bodyOverKey).
 func limitBody(next http.Handler, n int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > n {
 			http.Error(w, fmt.Sprintf(`{"code":3,"message":"request body: %d bytes exceeds the limit of %d bytes"}`, r.ContentLength, n), http.StatusRequestEntityTooLarge)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, n)
+		over := &bodyOver{limit: n}
+		r = r.WithContext(context.WithValue(r.Context(), bodyOverKey{}, over))
+		r.Body = overBody{ReadCloser: http.MaxBytesReader(w, r.Body, n), over: over}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bodyOverKey carries a request's *bodyOver.
+type bodyOverKey struct{}
+
+// bodyOver records that a request's body ran past the limit.
+type bodyOver struct {
+	atomic.Bool
+	limit int64
+}
+
+// overBody is a request body that records in over when it runs past the limit.
+type overBody struct {
+	io.ReadCloser
+	over *bodyOver
+}
+
+func (b overBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		b.over.Store(true)
+	}
+	return n, err
 }

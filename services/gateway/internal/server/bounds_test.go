@@ -74,8 +74,18 @@ func TestInvokeRefusesUnstorableInput(t *testing.T) {
 		require.Equal(t, before, boundsRows(t, b), "%s: nothing written", tc.name)
 	}
 
+	// Two idempotency keys in metadata (gRPC keeps both; REST gave both under two header
+	// names): which one counted was chance. Refused, nothing written.
+	before := boundsRows(t, b)
+	_, err := b.server.InvokeCapability(metadata.NewIncomingContext(b.ctx, metadata.Pairs(IdempotencyKeyHeader, "k-1", IdempotencyKeyHeader, "k-2")),
+		&gatewayv1.InvokeCapabilityRequest{Capability: dbtest.TestCapability, Mode: executionv1.Mode_MODE_ASYNC})
+	c, _ := code(err)
+	require.Equal(t, codes.InvalidArgument, c, "%v", err)
+	require.Equal(t, "idempotency_key", field(err))
+	require.Equal(t, before, boundsRows(t, b), "two keys: nothing written")
+
 	// 64 levels is within the bound.
-	_, err := b.server.InvokeCapability(b.ctx, &gatewayv1.InvokeCapabilityRequest{
+	_, err = b.server.InvokeCapability(b.ctx, &gatewayv1.InvokeCapabilityRequest{
 		Capability: dbtest.TestCapability, Mode: executionv1.Mode_MODE_ASYNC, Payload: boundsStruct(t, boundsDeep(64))})
 	require.NoError(t, err)
 }

@@ -449,7 +449,12 @@ func (s *Server) validateInvoke(ctx context.Context, req *gatewayv1.InvokeCapabi
 	in.payload = raw
 	in.idempotencyKey = req.GetIdempotencyKey()
 	if md, ok := metadata.FromIncomingContext(ctx); ok && in.idempotencyKey == "" {
-		if v := md.Get(IdempotencyKeyHeader); len(v) > 0 {
+		v := md.Get(IdempotencyKeyHeader)
+		if len(v) > 1 {
+			// Two keys would be one chosen by chance (gRPC keeps both; REST headers map order).
+			return nil, apperr.Invalid("idempotency_key", "given %d times in metadata; give it once", len(v))
+		}
+		if len(v) == 1 {
 			in.idempotencyKey = v[0]
 		}
 	}
