@@ -321,10 +321,13 @@ func TestSelfClientConfig(t *testing.T) {
 }
 
 // FuzzServiceOf: whatever a certificate's URI SAN says, an identity is accepted only in its one
-// spelling, ID(name).
+// spelling, ID(name), as parsed: x509 hands the SAN over as a *url.URL, whose scheme url.Parse
+// has already lowercased (RFC 3986: schemes are case-insensitive), so "Spiffe://integrations/x"
+// names x as "spiffe://…" does — found by this target.
 func FuzzServiceOf(f *testing.F) {
 	for _, s := range []string{"spiffe://integrations/settlement", "spiffe://integrations/a/b", "spiffe://integrations/x?y",
-		"spiffe://u@integrations/gateway", "spiffe://integrations/gate%77ay", "spiffe:integrations/gateway"} {
+		"spiffe://u@integrations/gateway", "spiffe://integrations/gate%77ay", "spiffe:integrations/gateway",
+		"Spiffe://integrations/0", "spiffe://INTEGRATIONS/gateway"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -333,7 +336,7 @@ func FuzzServiceOf(f *testing.F) {
 			return
 		}
 		name, ok := tlsx.ServiceOf(u)
-		if ok && (tlsx.ID(name) != u.String() || tlsx.ID(name) != s) {
+		if ok && tlsx.ID(name) != u.String() {
 			t.Fatalf("%q accepted as %q", s, name)
 		}
 	})
