@@ -111,7 +111,7 @@ func run() error {
 		Reflection:     cfg.GRPCReflection,
 		Public:         grpcx.PublicCredentials(publicTLS),
 		MaxRecvMsgSize: 2*cfg.MaxPayloadBytes + 64<<10,
-		Interceptors:   []grpc.UnaryServerInterceptor{server.AuthInterceptor(st), server.RateLimitInterceptor(limiter, cfg.RateLimitRefusalDelay)},
+		Interceptors:   []grpc.UnaryServerInterceptor{server.AuthInterceptor(st), server.RateLimitInterceptor(limiter, cfg.RateLimitRefusalDelay, server.MaxHeldPerApplication)},
 	})
 	gw := server.New(st, adapters,
 		dispatcherv1.NewDispatcherServiceClient(dispatcherConn), settlementv1.NewSettlementServiceClient(settlementConn),
