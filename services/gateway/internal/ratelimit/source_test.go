@@ -2,10 +2,15 @@ package ratelimit
 
 import (
 	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -183,4 +188,57 @@ func TestReplicasFirstBeatFailedCountsTwo(t *testing.T) {
 	require.Equal(t, 1, r.Count())
 	require.Error(t, r.Beat(context.Background()))
 	require.Equal(t, 2, r.Count(), "knowing nothing of the fleet, not the whole limit")
+}
+
+// slowReads is a pgx tracer counting the queries on the applications table and holding each for
+// a while, as a busy Postgres does.
+type slowReads struct{ n atomic.Int64 }
+
+func (r *slowReads) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(data.SQL, "FROM applications") {
+		r.n.Add(1)
+		time.Sleep(300 * time.Millisecond) // the slow Postgres itself, not synchronisation
+	}
+	return ctx
+}
+
+func (r *slowReads) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// Calls that miss the cache at once share one read: a busy application's entry expiring does not
+// send every call in flight to Postgres.
+func TestSourceMissesShareOneRead(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, "applications:\n  - id: app\n    api_key: app-key-0123456789\n    rate_limits: {invokes_per_second: 5}\n")
+	cfg := s.Pool.Config()
+	tracer := &slowReads{}
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	src := NewSource(pool, defaults, time.Minute)
+
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			l, err := src.Limits(context.Background(), "app")
+			assert.NoError(t, err)
+			assert.Equal(t, 5.0, l.Invoke.PerSecond)
+		})
+	}
+	wg.Wait()
+	require.Less(t, tracer.n.Load(), int64(4), "32 calls at once, about one read (not 32)")
+
+	// A caller giving up does not fail the read the others wait on.
+	ctx, cancel := context.WithCancel(context.Background())
+	src = NewSource(pool, defaults, time.Minute)
+	reads := tracer.n.Load()
+	first := make(chan error, 1)
+	go func() { _, err := src.Limits(ctx, "app"); first <- err }()
+	require.Eventually(t, func() bool { return tracer.n.Load() > reads }, 5*time.Second, time.Millisecond, "the read started")
+	second := make(chan error, 1)
+	go func() { _, err := src.Limits(context.Background(), "app"); second <- err }()
+	cancel()
+	require.ErrorIs(t, <-first, context.Canceled)
+	require.NoError(t, <-second)
 }
