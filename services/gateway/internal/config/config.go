@@ -63,8 +63,9 @@ type Config struct {
 	RateLimitInvokeBurst int     `env:"INTEGRATIONS_RATE_LIMIT_INVOKE_BURST" envDefault:"2000"`
 	RateLimitReads       float64 `env:"INTEGRATIONS_RATE_LIMIT_READS" envDefault:"2000"`
 	RateLimitReadBurst   int     `env:"INTEGRATIONS_RATE_LIMIT_READ_BURST" envDefault:"4000"`
-	// RateLimitRefusalDelay is how long a call over its limit is held, and tried once more,
-	// before it is refused: a client retrying in a loop then calls once per delay.
+	// RateLimitRefusalDelay is how long a call may wait on its limit: a call whose token comes
+	// within it waits for it; one beyond it is held this long, then refused, so that a client
+	// retrying in a loop calls once per delay.
 	RateLimitRefusalDelay time.Duration `env:"INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY" envDefault:"100ms"`
 	// RateLimitHeartbeat is how often a replica records itself alive and recounts the replicas
 	// sharing the limits; one unseen for three heartbeats is no longer counted.
