@@ -24,7 +24,7 @@ type Source struct {
 	pool     *pgxpool.Pool
 	defaults Limits
 	cache    *expirable.LRU[string, Limits] // nil: read on every call
-	reads    singleflight.Group               // one read at a time per application
+	reads    singleflight.Group             // one read at a time per application
 }
 
 // NewSource reads limits through pool, keeping each for ttl (0: read on every call).
