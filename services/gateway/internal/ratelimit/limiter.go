@@ -69,14 +69,15 @@ type Decision struct {
 // and a client told to come back in a day is better told an hour and refused again.
 const MaxRetryAfter = time.Hour
 
-// sweepEvery is how often idle buckets are dropped. A bucket is dropped once full — idle for at
+// sweepEvery is how often, at most, idle buckets are dropped. A bucket is dropped once full — idle for at
 // least the time it takes to refill — since a new bucket starts full: dropping it changes nothing
 // but the memory held by applications that stopped calling.
 const sweepEvery = time.Minute
 
 // Limiter holds the buckets of every application that called this replica recently. Their
 // number is bounded by the catalog's applications (calls are counted after authentication), and
-// full buckets are dropped every sweepEvery.
+// full buckets are dropped by a sweep that runs when a bucket is made, at most every sweepEvery
+// (the memory held grows only as buckets are made).
 type Limiter struct {
 	limits   func(ctx context.Context, app string) (Limits, error)
 	replicas func() int
