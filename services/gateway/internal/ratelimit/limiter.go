@@ -155,10 +155,15 @@ func (l *Limiter) bucket(key bucketKey) *bucket {
 	return b
 }
 
-// sweep drops the buckets full at now; l.mu is held.
+// sweep drops the buckets full at now; l.mu is held. A bucket just made, whose first call has
+// not yet taken its lock, is left alone.
 func (l *Limiter) sweep(now time.Time) {
 	for key, b := range l.buckets {
 		b.mu.Lock()
+		if b.last.IsZero() {
+			b.mu.Unlock()
+			continue
+		}
 		if b.advance(now); b.tokens >= b.burst {
 			b.dropped = true
 			delete(l.buckets, key)
