@@ -4,7 +4,7 @@
 --
 -- gateway_replicas is each gateway's heartbeat: a replica takes limit / (live replicas) as its
 -- share, counting the rows seen within a few heartbeats, so that N replicas do not admit N times
--- the limit (docs/decisions.md, "Rate limits (issue 11)").
+-- the limit (docs/decisions.md, "Rate limits per application (issue 11)").
 
 -- +goose Up
 ALTER TABLE applications

@@ -21,11 +21,23 @@ type RateLimits struct {
 }
 
 // Bounds of the rate limits. A rate above MaxRatePerSecond is no limit on one gateway; a burst
-// above MaxBurst would let one application hold the gateway for seconds.
+// above MaxBurst would let one application hold the gateway for seconds; a rate below
+// MinRatePerSecond (one call in about 17 minutes), other than 0, is a typing error rather than
+// a limit, and would advise absurd delays.
 const (
+	MinRatePerSecond = 0.001
 	MaxRatePerSecond = 1_000_000
 	MaxBurst         = 1_000_000
 )
+
+// CheckRate returns the problem of a rate per second, if any: it must be 0 (unlimited) or
+// between MinRatePerSecond and MaxRatePerSecond. The message starts with the value.
+func CheckRate(v float64) string {
+	if math.IsNaN(v) || v < 0 || v > MaxRatePerSecond || (v > 0 && v < MinRatePerSecond) {
+		return fmt.Sprintf("%v must be 0 (unlimited) or between %v and %d per second", v, MinRatePerSecond, MaxRatePerSecond)
+	}
+	return ""
+}
 
 // checkRateLimits returns the problems of r, each starting with the field at fault
 // ("invoke_burst: ...").
@@ -35,8 +47,11 @@ func checkRateLimits(r *RateLimits) []string {
 	}
 	var bad []string
 	rate := func(field string, v *float64) {
-		if v != nil && (math.IsNaN(*v) || *v < 0 || *v > MaxRatePerSecond) {
-			bad = append(bad, fmt.Sprintf("%s: %v must be between 0 (unlimited) and %d per second", field, *v, MaxRatePerSecond))
+		if v == nil {
+			return
+		}
+		if problem := CheckRate(*v); problem != "" {
+			bad = append(bad, field+": "+problem)
 		}
 	}
 	burst := func(field string, v *int) {

@@ -39,6 +39,8 @@ func TestRateLimitValidationNamesTheField(t *testing.T) {
 		{"      invokes_per_second: .nan\n", "applications[0].rate_limits.invokes_per_second: NaN"},
 		{"      reads_per_second: .inf\n", "applications[0].rate_limits.reads_per_second: +Inf"},
 		{"      reads_per_second: 1000001\n", "applications[0].rate_limits.reads_per_second"},
+		{"      reads_per_second: 1e-300\n", "applications[0].rate_limits.reads_per_second: 1e-300 must be 0 (unlimited) or between 0.001"},
+		{"      invokes_per_second: 0.0009\n", "applications[0].rate_limits.invokes_per_second: 0.0009"},
 		{"      invoke_burst: 0\n", "applications[0].rate_limits.invoke_burst: 0"},
 		{"      read_burst: -3\n", "applications[0].rate_limits.read_burst: -3"},
 		{"      read_burst: 1000001\n", "applications[0].rate_limits.read_burst"},

@@ -59,6 +59,11 @@ type ServerConfig struct {
 	// after its calls finish or MaxConnectionAgeGrace — and re-handshaken against the CA and
 	// certificate on disk now. Not applied to a public server.
 	MaxConnectionAge time.Duration
+	// MaxConcurrentStreams bounds the calls one connection has in flight (0: gRPC's default, no
+	// bound): past it a client's new calls wait on the client until one ends. A public server sets
+	// it, so that one connection firing calls without waiting cannot pile up calls held or
+	// running on the server.
+	MaxConcurrentStreams uint32
 }
 
 // DefaultMaxConnectionAge bounds how long an internal connection outlives a change of the CA
@@ -101,6 +106,9 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	chain = append(chain, cfg.Interceptors...)
 	opts = append(opts, grpc.ChainUnaryInterceptor(chain...), grpc.ChainStreamInterceptor(streams...))
+	if cfg.MaxConcurrentStreams > 0 {
+		opts = append(opts, grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams))
+	}
 	if cfg.MaxRecvMsgSize > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize))
 	}

@@ -113,3 +113,48 @@ func TestServerDrains(t *testing.T) {
 	assert.NoError(t, <-ran)
 	assert.Less(t, time.Since(start), soft+time.Second, "Run returned soon after the hard stop")
 }
+
+// TestServerBoundsConcurrentStreams: past MaxConcurrentStreams a connection's new call does not
+// reach the server until one in flight ends.
+func TestServerBoundsConcurrentStreams(t *testing.T) {
+	t.Parallel()
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: zap.NewNop(), MaxConcurrentStreams: 2})
+	started := make(chan struct{}, 8)
+	srv.RegisterService(sleepService(started), struct{}{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpcx.Dial(lis.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first, cancelFirst := context.WithCancel(ctx)
+	for i := range 3 {
+		c := ctx
+		if i == 0 {
+			c = first
+		}
+		go func() { _ = conn.Invoke(c, "/test.Sleeper/Sleep", durationpb.New(time.Minute), &durationpb.Duration{}) }()
+	}
+	for range 2 {
+		select {
+		case <-started:
+		case <-time.After(5 * time.Second):
+			t.Fatal("calls did not reach the server")
+		}
+	}
+	select {
+	case <-started:
+		t.Fatal("a third call ran on the connection while two were in flight")
+	case <-time.After(300 * time.Millisecond):
+	}
+	cancelFirst()
+	select {
+	case <-started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the third call did not run once one ended")
+	}
+}

@@ -111,7 +111,10 @@ func run() error {
 		Reflection:     cfg.GRPCReflection,
 		Public:         grpcx.PublicCredentials(publicTLS),
 		MaxRecvMsgSize: 2*cfg.MaxPayloadBytes + 64<<10,
-		Interceptors:   []grpc.UnaryServerInterceptor{server.AuthInterceptor(st), server.RateLimitInterceptor(limiter, cfg.RateLimitRefusalDelay)},
+		// A call over its limit is held (and one waiting for its token waits): the bound per
+		// connection keeps one connection firing calls without waiting from piling them up.
+		MaxConcurrentStreams: 1000,
+		Interceptors:         []grpc.UnaryServerInterceptor{server.AuthInterceptor(st), server.RateLimitInterceptor(limiter, cfg.RateLimitRefusalDelay, server.MaxHeldPerApplication)},
 	})
 	gw := server.New(st, adapters,
 		dispatcherv1.NewDispatcherServiceClient(dispatcherConn), settlementv1.NewSettlementServiceClient(settlementConn),

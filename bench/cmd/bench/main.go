@@ -82,6 +82,7 @@ type options struct {
 	rlRate         float64
 	rlD            time.Duration
 	rlCallers      int
+	rlFloodRate    float64
 	rlOff          bool
 	rlHold         string
 }
@@ -115,7 +116,8 @@ func parseFlags() (options, error) {
 	flag.StringVar(&o.mqJSON, "mq-json", "", "a bench-mq JSON result to include in the report (make bench passes the one it just measured)")
 	flag.Float64Var(&o.rlRate, "ratelimit-rate", 20, "ratelimit: application B's steady invokes per second (open loop)")
 	flag.DurationVar(&o.rlD, "ratelimit-d", 10*time.Second, "ratelimit: how long B is measured, alone and then while A floods")
-	flag.IntVar(&o.rlCallers, "ratelimit-callers", 32, "ratelimit: application A's flooding callers (half REST, half gRPC)")
+	flag.IntVar(&o.rlCallers, "ratelimit-callers", 32, "ratelimit: application A's flooding callers (half REST, half gRPC) when -ratelimit-flood-rate is 0")
+	flag.Float64Var(&o.rlFloodRate, "ratelimit-flood-rate", 2000, "ratelimit: application A's offered invokes per second, open loop (calls not awaited; half REST, half gRPC), so that runs on different machines offer the same flood; 0: closed loop with -ratelimit-callers")
 	flag.BoolVar(&o.rlOff, "ratelimit-off", false, "run the gateway with its default rate limits off (INTEGRATIONS_RATE_LIMIT_INVOKES/READS=0), to measure what the limiter costs on accept")
 	flag.StringVar(&o.rlHold, "ratelimit-refusal-delay", "", "the gateway's INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY (how long a call over its limit is held before it is refused; empty: the gateway's default)")
 	flag.StringVar(&callers, "callers", "1,16,64", "concurrent callers (closed loop)")
@@ -155,8 +157,8 @@ func parseFlags() (options, error) {
 	if o.rates, err = flagx.Floats(rates); err != nil {
 		return o, fmt.Errorf("-rates: %w", err)
 	}
-	if o.rlRate <= 0 || o.rlD <= 0 || o.rlCallers < 1 {
-		return o, errors.New("-ratelimit-rate, -ratelimit-d and -ratelimit-callers must be positive")
+	if o.rlRate <= 0 || o.rlD <= 0 || o.rlCallers < 1 || o.rlFloodRate < 0 {
+		return o, errors.New("-ratelimit-rate, -ratelimit-d and -ratelimit-callers must be positive, -ratelimit-flood-rate at least 0")
 	}
 	if o.e2eN < 1 || o.e2eC < 1 || o.serialN < 1 || o.openD <= 0 {
 		return o, errors.New("-e2e-n, -e2e-c, -serial-n and -open-d must be positive")

@@ -29,12 +29,18 @@ import (
 
 // RateLimitResult is the ratelimit scenario (issue 11): application B's accept latency under a
 // light steady load, alone and while application A floods the gateway far past its invoke limit.
+// A's flood runs on connections of its own (B's gRPC connection is not shared with it).
 type RateLimitResult struct {
-	// A's limit (invokes per second, burst) and its flood: callers, half over REST and half over
-	// gRPC, each invoking again as soon as answered, ignoring Retry-After as a hostile client would.
+	// A's limit (invokes per second, burst) and its flood, half over REST and half over gRPC,
+	// ignoring Retry-After as a hostile client would: open loop at AOffered calls a second, not
+	// awaited (the same flood whatever the machine), or, if AOffered is 0, ACallers each invoking
+	// again as soon as answered.
 	ALimit   float64 `json:"a_invokes_per_s"`
 	ABurst   int     `json:"a_invoke_burst"`
-	ACallers int     `json:"a_callers"`
+	AOffered float64 `json:"a_offered_per_s,omitempty"`
+	ACallers int     `json:"a_callers,omitempty"`
+	// ACalls is A's calls answered during the flood (admitted + refused + other).
+	ACalls int64 `json:"a_calls"`
 	// Hold is the gateway's INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY ("": its default).
 	Hold    string  `json:"refusal_delay,omitempty"`
 	Seconds float64 `json:"seconds"`
@@ -93,11 +99,19 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 	}
 	defer conn.Close()
 	client := gatewayv1.NewGatewayServiceClient(conn)
+	// A floods on a connection of its own, as a separate client would: sharing B's, its calls
+	// would queue with B's in one HTTP/2 connection and measure the client, not the gateway.
+	aConn, err := st.DialGateway()
+	if err != nil {
+		return err
+	}
+	defer aConn.Close()
+	aClient := gatewayv1.NewGatewayServiceClient(aConn)
 	p, err := structpb.NewStruct(map[string]any{"bench": "ratelimit"})
 	if err != nil {
 		return err
 	}
-	invoke := func(ctx context.Context, key string) error {
+	invokeOn := func(ctx context.Context, client gatewayv1.GatewayServiceClient, key string) error {
 		resp, err := client.InvokeCapability(grpcx.WithBearer(ctx, key),
 			&gatewayv1.InvokeCapabilityRequest{Capability: stack.Capability, Mode: executionv1.Mode_MODE_ASYNC, Payload: p})
 		if err != nil {
@@ -110,7 +124,7 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 	}
 	measureB := func() load.Result {
 		return load.RunOpen(ctx, load.OpenParams{Rate: o.rlRate, Duration: o.rlD},
-			func(ctx context.Context, _ int, _ int64) error { return invoke(ctx, st.APIKey) })
+			func(ctx context.Context, _ int, _ int64) error { return invokeOn(ctx, client, st.APIKey) })
 	}
 	what := fmt.Sprintf("B: async invoke over gRPC, open loop at %.0f/s (answered pending)", o.rlRate)
 
@@ -119,11 +133,16 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 	cpu0 := cpuSnapshot(st)
 	idle := measureB()
 	cpuIdle := cpuDelta(cpu0, cpuSnapshot(st))
-	res := &RateLimitResult{ALimit: aLimit, ABurst: aBurst, ACallers: o.rlCallers, BRate: o.rlRate, Hold: o.rlHold,
+	res := &RateLimitResult{ALimit: aLimit, ABurst: aBurst, AOffered: o.rlFloodRate, BRate: o.rlRate, Hold: o.rlHold,
 		BIdle: rowOf("ratelimit", "integrations", what+", alone", 0, o.rlRate, int(o.rlRate*o.rlD.Seconds()), idle)}
 	printFlowRow(os.Stderr, res.BIdle)
 
-	fmt.Fprintf(os.Stderr, "bench: ratelimit: B again while A floods with %d callers (limit %.0f/s)\n", o.rlCallers, aLimit)
+	if o.rlFloodRate == 0 {
+		res.ACallers = o.rlCallers
+		fmt.Fprintf(os.Stderr, "bench: ratelimit: B again while A floods with %d callers (limit %.0f/s)\n", o.rlCallers, aLimit)
+	} else {
+		fmt.Fprintf(os.Stderr, "bench: ratelimit: B again while A floods at %.0f calls/s, open loop (limit %.0f/s)\n", o.rlFloodRate, aLimit)
+	}
 	floodCtx, stopFlood := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var firstOther atomic.Value
@@ -132,7 +151,8 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 		firstOther.CompareAndSwap(nil, err.Error())
 	}
 	var mu sync.Mutex
-	tr := &http.Transport{MaxIdleConns: o.rlCallers, MaxIdleConnsPerHost: o.rlCallers, IdleConnTimeout: time.Minute}
+	idleConns := max(o.rlCallers, 256) // the open loop keeps a few hundred calls in flight
+	tr := &http.Transport{MaxIdleConns: idleConns, MaxIdleConnsPerHost: idleConns, IdleConnTimeout: time.Minute}
 	defer tr.CloseIdleConnections()
 	httpClient := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	restURL := st.RESTURL + "/v1/capabilities/" + stack.Capability + ":invoke"
@@ -152,53 +172,74 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 		_ = resp.Body.Close()
 		return resp.StatusCode, resp.Header.Get("Retry-After"), nil
 	}
+	// floodCall makes A's i-th call, REST for even i, gRPC for odd, and counts its answer.
+	floodCall := func(i int) {
+		if i%2 == 0 {
+			code, retryAfter, err := restInvoke(floodCtx)
+			if floodCtx.Err() != nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				other(err)
+			case code == http.StatusAccepted:
+				res.AAdmitted++
+			case code == http.StatusTooManyRequests:
+				res.ARefused++
+				res.ARefusedREST++
+				if s, err := strconv.Atoi(retryAfter); err == nil && s >= 1 {
+					res.ARetryAfter++
+				}
+			default:
+				other(fmt.Errorf("REST answered %d", code))
+			}
+			return
+		}
+		err := invokeOn(floodCtx, aClient, aKey)
+		if floodCtx.Err() != nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch status.Code(err) {
+		case codes.OK:
+			res.AAdmitted++
+		case codes.ResourceExhausted:
+			res.ARefused++
+			res.ARefusedGRPC++
+			if grpcx.RetryDelay(err) > 0 {
+				res.ARetryInfo++
+			}
+		default:
+			other(err)
+		}
+	}
 	floodStart := time.Now()
-	for i := range o.rlCallers {
+	if o.rlFloodRate > 0 {
+		// Open loop: calls at the offered rate, each on its own goroutine, for as long as B is
+		// measured and then some (the flood is stopped when B is done).
+		n := int(o.rlFloodRate * (o.rlD + 30*time.Second).Seconds())
 		wg.Go(func() {
-			for floodCtx.Err() == nil {
-				if i%2 == 0 {
-					code, retryAfter, err := restInvoke(floodCtx)
-					if floodCtx.Err() != nil {
-						return
-					}
-					mu.Lock()
-					switch {
-					case err != nil:
-						other(err)
-					case code == http.StatusAccepted:
-						res.AAdmitted++
-					case code == http.StatusTooManyRequests:
-						res.ARefused++
-						res.ARefusedREST++
-						if s, err := strconv.Atoi(retryAfter); err == nil && s >= 1 {
-							res.ARetryAfter++
-						}
-					default:
-						other(fmt.Errorf("REST answered %d", code))
-					}
-					mu.Unlock()
-					continue
-				}
-				err := invoke(floodCtx, aKey)
-				if floodCtx.Err() != nil {
-					return
-				}
+			r := load.RunOpen(floodCtx, load.OpenParams{Rate: o.rlFloodRate, N: n}, func(_ context.Context, _ int, i int64) error {
+				floodCall(int(i))
+				return nil
+			})
+			if r.FirstErr != nil && floodCtx.Err() == nil { // the generator's own refusals: too many in flight
 				mu.Lock()
-				switch status.Code(err) {
-				case codes.OK:
-					res.AAdmitted++
-				case codes.ResourceExhausted:
-					res.ARefused++
-					res.ARefusedGRPC++
-					if grpcx.RetryDelay(err) > 0 {
-						res.ARetryInfo++
-					}
-				default:
-					other(err)
-				}
+				other(r.FirstErr)
 				mu.Unlock()
 			}
 		})
+	} else {
+		for i := range o.rlCallers {
+			wg.Go(func() {
+				for floodCtx.Err() == nil {
+					floodCall(i)
+				}
+			})
+		}
 	}
 	// Let the flood reach its pace (and spend A's burst) before B is measured.
 	time.Sleep(time.Second)
@@ -222,6 +263,7 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 		res.GatewayUsPerRefusal = round1((cpuFlooded["gateway"] - cpuIdle["gateway"]*flooded.Elapsed.Seconds()/idle.Elapsed.Seconds()) / float64(floodCalls) * 1e6)
 	}
 	res.Seconds = time.Since(floodStart).Seconds()
+	res.ACalls = res.AAdmitted + res.ARefused + res.AOther
 	if v := firstOther.Load(); v != nil {
 		res.AFirstErr = v.(string)
 	}
@@ -246,10 +288,15 @@ func printRateLimit(w io.Writer, rep *Report) {
 	if hold == "" {
 		hold = "the gateway's default"
 	}
-	fmt.Fprintf(w, "\nRate limits: A floods (%d callers, half REST, half gRPC, ignoring Retry-After) past its limit of %.0f invokes/s (burst %d); B invokes at %.0f/s; refusal delay %s\n",
-		r.ACallers, r.ALimit, r.ABurst, r.BRate, hold)
-	fmt.Fprintf(w, "A: %d admitted (%.1f/s over %.1fs), %d refused (%.0f/s), %d other%s\n",
-		r.AAdmitted, float64(r.AAdmitted)/r.Seconds, r.Seconds, r.ARefused, float64(r.ARefused)/r.Seconds, r.AOther, firstOf(r.AFirstErr))
+	flood := fmt.Sprintf("%.0f calls/s offered, open loop", r.AOffered)
+	if r.AOffered == 0 {
+		flood = fmt.Sprintf("%d callers, closed loop", r.ACallers)
+	}
+	fmt.Fprintf(w, "\nRate limits: A floods (%s, half REST, half gRPC, own connections, ignoring Retry-After) past its limit of %.0f invokes/s (burst %d); B invokes at %.0f/s; refusal delay %s\n",
+		flood, r.ALimit, r.ABurst, r.BRate, hold)
+	fmt.Fprintf(w, "A over %.1fs: %d calls answered (%.0f/s; offered %.0f/s), %d admitted (%.1f/s), %d refused (%.0f/s), %d other%s\n",
+		r.Seconds, r.ACalls, float64(r.ACalls)/r.Seconds, r.AOffered, r.AAdmitted, float64(r.AAdmitted)/r.Seconds,
+		r.ARefused, float64(r.ARefused)/r.Seconds, r.AOther, firstOf(r.AFirstErr))
 	fmt.Fprintf(w, "A's refusals saying when to retry: REST %d of %d with Retry-After ≥ 1s, gRPC %d of %d with RetryInfo\n",
 		r.ARetryAfter, r.ARefusedREST, r.ARetryInfo, r.ARefusedGRPC)
 	fmt.Fprintf(w, "B alone:       %d done, %d errors, p50 %.2fms, p99 %.2fms\n", r.BIdle.Completed, r.BIdle.Errors, r.BIdle.P50ms, r.BIdle.P99ms)

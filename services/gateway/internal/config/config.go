@@ -4,7 +4,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"time"
 
@@ -64,8 +63,9 @@ type Config struct {
 	RateLimitInvokeBurst int     `env:"INTEGRATIONS_RATE_LIMIT_INVOKE_BURST" envDefault:"2000"`
 	RateLimitReads       float64 `env:"INTEGRATIONS_RATE_LIMIT_READS" envDefault:"2000"`
 	RateLimitReadBurst   int     `env:"INTEGRATIONS_RATE_LIMIT_READ_BURST" envDefault:"4000"`
-	// RateLimitRefusalDelay is how long a call over its limit is held, and tried once more,
-	// before it is refused: a client retrying in a loop then calls once per delay.
+	// RateLimitRefusalDelay is how long a call may wait on its limit: a call whose token comes
+	// within it waits for it; one beyond it is held this long, then refused, so that a client
+	// retrying in a loop calls once per delay.
 	RateLimitRefusalDelay time.Duration `env:"INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY" envDefault:"100ms"`
 	// RateLimitHeartbeat is how often a replica records itself alive and recounts the replicas
 	// sharing the limits; one unseen for three heartbeats is no longer counted.
@@ -129,8 +129,8 @@ func (c Config) Validate() error {
 func (c Config) validateRateLimits() []error {
 	var errs []error
 	rate := func(name string, v float64) {
-		if math.IsNaN(v) || v < 0 || v > catalog.MaxRatePerSecond {
-			errs = append(errs, fmt.Errorf("%s: %v must be between 0 (unlimited) and %d per second", name, v, catalog.MaxRatePerSecond))
+		if problem := catalog.CheckRate(v); problem != "" {
+			errs = append(errs, fmt.Errorf("%s: %s", name, problem))
 		}
 	}
 	burst := func(name string, v int) {
@@ -145,8 +145,10 @@ func (c Config) validateRateLimits() []error {
 	if c.RateLimitRefusalDelay < 0 || c.RateLimitRefusalDelay > 5*time.Second {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY: %v must be between 0s and 5s", c.RateLimitRefusalDelay))
 	}
-	if c.RateLimitHeartbeat < 100*time.Millisecond || c.RateLimitHeartbeat > time.Minute {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_RATE_LIMIT_HEARTBEAT: %v must be between 100ms and 1m", c.RateLimitHeartbeat))
+	// A beat is bounded by the interval: under a second, a busy Postgres fails beats that
+	// would have succeeded, and the count errs high for nothing.
+	if c.RateLimitHeartbeat < time.Second || c.RateLimitHeartbeat > time.Minute {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_RATE_LIMIT_HEARTBEAT: %v must be between 1s and 1m", c.RateLimitHeartbeat))
 	}
 	return errs
 }

@@ -74,6 +74,8 @@ func TestValidateRateLimits(t *testing.T) {
 		{func(c *Config) { c.RateLimitRefusalDelay = -time.Second }, "INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY"},
 		{func(c *Config) { c.RateLimitRefusalDelay = time.Minute }, "INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY"},
 		{func(c *Config) { c.RateLimitHeartbeat = time.Hour }, "INTEGRATIONS_RATE_LIMIT_HEARTBEAT"},
+		{func(c *Config) { c.RateLimitHeartbeat = 500 * time.Millisecond }, "INTEGRATIONS_RATE_LIMIT_HEARTBEAT: 500ms must be between 1s"},
+		{func(c *Config) { c.RateLimitInvokes = 1e-300 }, "INTEGRATIONS_RATE_LIMIT_INVOKES: 1e-300 must be 0 (unlimited) or between 0.001"},
 	} {
 		c := valid
 		tc.change(&c)

@@ -39,7 +39,7 @@ func TestRateLimitAnswers429WithRetryAfter(t *testing.T) {
 	st := store.New(s.Pool).WithCache(time.Minute)
 	limiter := ratelimit.New(ratelimit.NewSource(s.Pool, ratelimit.Limits{}, time.Minute).Limits, func() int { return 1 })
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: log, Interceptors: []grpc.UnaryServerInterceptor{
-		server.AuthInterceptor(st), server.RateLimitInterceptor(limiter, 0)}})
+		server.AuthInterceptor(st), server.RateLimitInterceptor(limiter, 0, server.MaxHeldPerApplication)}})
 	adapters := adaptercall.NewPool()
 	t.Cleanup(func() { _ = adapters.Close() })
 	box, err := secret.NewBox("INTEGRATIONS_SECRET_KEY", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")

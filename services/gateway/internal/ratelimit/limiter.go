@@ -1,7 +1,7 @@
 // Package ratelimit holds the gateway's rate limits per application (issue 11): a token bucket per
 // application for invokes and another for reads, each replica holding its share of the limit —
 // limit ÷ live replicas, counted from a heartbeat table — so that N replicas admit about the
-// limit, not N times it, at no cost on accept (docs/decisions.md, "Rate limits (issue 11)").
+// limit, not N times it, at no cost on accept (docs/decisions.md, "Rate limits per application (issue 11)").
 package ratelimit
 
 import (
@@ -9,8 +9,6 @@ import (
 	"math"
 	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // Kind is what a call counts against: an application's invokes and its reads are limited apart,
@@ -57,35 +55,42 @@ func (l Limits) Of(k Kind) Limit {
 // Decision is the answer to one call.
 type Decision struct {
 	Allowed bool
-	// RetryAfter is, when refused, when this replica's bucket has a token again.
+	// Wait is, when allowed, how long the call must wait for the token reserved for it (0: the
+	// token is there now). Only Take with a positive within reserves.
+	Wait time.Duration
+	// RetryAfter is, when refused, when this replica's bucket has a token again (at most
+	// MaxRetryAfter).
 	RetryAfter time.Duration
 	// Limit is the application's whole limit (not this replica's share), for the message.
 	Limit Limit
 }
 
-// Limiter holds the buckets of every application that called this replica. Their number is
-// bounded by the catalog's applications (calls are counted after authentication), so buckets are
-// never evicted.
+// MaxRetryAfter caps the delay a refusal advises: a tiny rate's next token can be days away,
+// and a client told to come back in a day is better told an hour and refused again.
+const MaxRetryAfter = time.Hour
+
+// sweepEvery is how often, at most, idle buckets are dropped. A bucket is dropped once full — idle for at
+// least the time it takes to refill — since a new bucket starts full: dropping it changes nothing
+// but the memory held by applications that stopped calling.
+const sweepEvery = time.Minute
+
+// Limiter holds the buckets of every application that called this replica recently. Their
+// number is bounded by the catalog's applications (calls are counted after authentication), and
+// full buckets are dropped by a sweep that runs when a bucket is made, at most every sweepEvery
+// (the memory held grows only as buckets are made).
 type Limiter struct {
 	limits   func(ctx context.Context, app string) (Limits, error)
 	replicas func() int
 	now      func() time.Time
 
-	mu      sync.Mutex
-	buckets map[bucketKey]*bucket
+	mu        sync.RWMutex
+	buckets   map[bucketKey]*bucket
+	lastSweep time.Time
 }
 
 type bucketKey struct {
 	app  string
 	kind Kind
-}
-
-// bucket is one application's bucket of one kind, with the limit and replica count its rate was
-// last set from, so that a change of either resizes it in place (keeping its tokens).
-type bucket struct {
-	lim      *rate.Limiter
-	limit    Limit
-	replicas int
 }
 
 // New returns a Limiter reading each application's limits with limits (cached by the caller: it
@@ -97,6 +102,13 @@ func New(limits func(ctx context.Context, app string) (Limits, error), replicas 
 // Allow takes a token from the application's bucket of kind k, or says when to come back. An
 // error is the limits' read failing.
 func (l *Limiter) Allow(ctx context.Context, app string, k Kind) (Decision, error) {
+	return l.Take(ctx, app, k, 0)
+}
+
+// Take is Allow that, when the bucket's next token comes within within, reserves it for the
+// call: the call is admitted with Wait, the time until then, and must wait it before it runs.
+// The tokens reserved at once are bounded by rate × within, so the callers waiting are too.
+func (l *Limiter) Take(ctx context.Context, app string, k Kind, within time.Duration) (Decision, error) {
 	limits, err := l.limits(ctx, app)
 	if err != nil {
 		return Decision{}, err
@@ -106,37 +118,126 @@ func (l *Limiter) Allow(ctx context.Context, app string, k Kind) (Decision, erro
 		return Decision{Allowed: true, Limit: limit}, nil
 	}
 	n := max(l.replicas(), 1)
-	now := l.now()
+	for {
+		b := l.bucket(bucketKey{app, k})
+		// The clock is read under the bucket's lock, so that the calls on a bucket see time
+		// in the order they take its tokens.
+		b.mu.Lock()
+		if b.dropped { // swept between the lookup and the lock: take from its successor
+			b.mu.Unlock()
+			continue
+		}
+		d := b.take(l.now(), limit, n, within)
+		b.mu.Unlock()
+		d.Limit = limit
+		return d, nil
+	}
+}
 
-	l.mu.Lock()
-	key := bucketKey{app, k}
+// bucket returns the bucket of key, made if new, sweeping idle buckets every sweepEvery.
+func (l *Limiter) bucket(key bucketKey) *bucket {
+	l.mu.RLock()
 	b := l.buckets[key]
-	if b == nil {
-		b = &bucket{lim: rate.NewLimiter(share(limit, n)), limit: limit, replicas: n}
+	l.mu.RUnlock()
+	if b != nil {
+		return b
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now := l.now(); now.Sub(l.lastSweep) >= sweepEvery {
+		l.sweep(now)
+		l.lastSweep = now
+	}
+	if b = l.buckets[key]; b == nil {
+		b = &bucket{}
 		l.buckets[key] = b
-	} else if b.limit != limit || b.replicas != n {
-		r, burst := share(limit, n)
-		b.lim.SetLimitAt(now, r)
-		b.lim.SetBurstAt(now, burst)
-		b.limit, b.replicas = limit, n
 	}
-	lim := b.lim
-	l.mu.Unlock()
+	return b
+}
 
-	res := lim.ReserveN(now, 1)
-	if !res.OK() { // cannot happen: every share's burst is at least 1
-		return Decision{Limit: limit, RetryAfter: time.Second}, nil
+// sweep drops the buckets full at now; l.mu is held. A bucket just made, whose first call has
+// not yet taken its lock, is left alone.
+func (l *Limiter) sweep(now time.Time) {
+	for key, b := range l.buckets {
+		b.mu.Lock()
+		if b.last.IsZero() {
+			b.mu.Unlock()
+			continue
+		}
+		if b.advance(now); b.tokens >= b.burst {
+			b.dropped = true
+			delete(l.buckets, key)
+		}
+		b.mu.Unlock()
 	}
-	if delay := res.DelayFrom(now); delay > 0 {
-		res.CancelAt(now)
-		return Decision{Limit: limit, RetryAfter: delay}, nil
+}
+
+// bucket is one application's token bucket of one kind: tokens at last, refilled at rate a
+// second up to burst — this replica's share of limit over replicas, resized in place (keeping its
+// tokens) when either changes. tokens below 0 are tokens reserved for calls waiting for them.
+// A hand-written bucket rather than x/time/rate's: its clock is read outside its lock, and a
+// refusal's ReserveN then CancelAt are two acquisitions that interleaved calls turned into
+// tokens minted or leaked.
+type bucket struct {
+	mu       sync.Mutex
+	dropped  bool
+	limit    Limit
+	replicas int
+	rate     float64
+	burst    float64
+	tokens   float64
+	last     time.Time
+}
+
+// advance refills the bucket to now. A now before last (a clock read late) adds nothing: time
+// never runs backwards for a bucket, so it can never earn the same interval twice.
+func (b *bucket) advance(now time.Time) {
+	if now.After(b.last) {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+		b.last = now
 	}
-	return Decision{Allowed: true, Limit: limit}, nil
+}
+
+// take decides one call at now; b.mu is held.
+func (b *bucket) take(now time.Time, limit Limit, n int, within time.Duration) Decision {
+	switch {
+	case b.last.IsZero(): // new: full
+		b.limit, b.replicas = limit, n
+		b.rate, b.burst = share(limit, n)
+		b.tokens, b.last = b.burst, now
+	case b.limit != limit || b.replicas != n:
+		b.advance(now) // the time until now at the old rate
+		b.limit, b.replicas = limit, n
+		b.rate, b.burst = share(limit, n)
+		b.tokens = min(b.tokens, b.burst)
+	default:
+		b.advance(now)
+	}
+	// The slack absorbs the floating point error of refills that add up to a whole token.
+	if b.tokens >= 1-1e-9 {
+		b.tokens--
+		return Decision{Allowed: true}
+	}
+	wait := b.until(1)
+	if within > 0 && wait <= within {
+		b.tokens--
+		return Decision{Allowed: true, Wait: wait}
+	}
+	return Decision{RetryAfter: min(wait, MaxRetryAfter)}
+}
+
+// until is how long after b.last the bucket holds tokens tokens.
+func (b *bucket) until(tokens float64) time.Duration {
+	secs := (tokens - b.tokens) / b.rate
+	if secs >= MaxRetryAfter.Seconds() {
+		return MaxRetryAfter
+	}
+	return time.Duration(math.Round(secs * float64(time.Second)))
 }
 
 // share is one replica's part of limit when n replicas serve: the rate and the burst divided
 // (the burst rounded up, at least one token, so that a small limit still admits calls).
-func share(limit Limit, n int) (rate.Limit, int) {
+func share(limit Limit, n int) (float64, float64) {
 	burst := max(limit.Burst, 1)
-	return rate.Limit(limit.PerSecond / float64(n)), max(int(math.Ceil(float64(burst)/float64(n))), 1)
+	return limit.PerSecond / float64(n), float64(max(int(math.Ceil(float64(burst)/float64(n))), 1))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,6 +176,114 @@ func TestConcurrentCallsNeverExceedTheBurst(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, 100, total, "400 calls at one instant: exactly the burst admitted")
+}
+
+// A call whose clock reading is older than the last one's (read before it got the lock, on a
+// busy machine) must not earn the interval between the two again: with the clock never past
+// T+100ms, a 10/s bucket of burst 1 admits its burst and one token, however the readings
+// interleave.
+func TestClockReadingsOutOfOrderEarnNothing(t *testing.T) {
+	limits := Limits{Invoke: Limit{PerSecond: 10, Burst: 1}}
+	l := New(func(context.Context, string) (Limits, error) { return limits, nil }, func() int { return 1 })
+	T := time.Unix(1_700_000_000, 0)
+	i := 0
+	l.now = func() time.Time {
+		i++
+		if i%2 == 0 {
+			return T.Add(50 * time.Millisecond)
+		}
+		return T.Add(100 * time.Millisecond)
+	}
+	ok, _ := allowed(t, l, "a", Invoke, 1000)
+	require.Equal(t, 1, ok, "the burst at T+100ms, then nothing: time never ran past it")
+}
+
+// Many goroutines on one bucket, on the real clock: no more than the rate over the time plus the
+// burst is admitted, and no refusal advises more than the time to one token.
+func TestConcurrentFloodAdmitsTheLimit(t *testing.T) {
+	const perSecond, burst = 50.0, 50
+	limits := Limits{Invoke: Limit{PerSecond: perSecond, Burst: burst}}
+	l := New(func(context.Context, string) (Limits, error) { return limits, nil }, func() int { return 1 })
+	var admitted, refused, maxRetry atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for time.Since(start) < 2*time.Second {
+				d, err := l.Allow(context.Background(), "a", Invoke)
+				if err != nil {
+					panic(err)
+				}
+				if d.Allowed {
+					admitted.Add(1)
+					continue
+				}
+				refused.Add(1)
+				for r := int64(d.RetryAfter); r > maxRetry.Load(); {
+					if maxRetry.CompareAndSwap(maxRetry.Load(), r) {
+						break
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	t.Logf("admitted %d, refused %d in %.2fs; max RetryAfter %v", admitted.Load(), refused.Load(), elapsed, time.Duration(maxRetry.Load()))
+	require.Positive(t, refused.Load(), "the flood went past the limit")
+	require.LessOrEqual(t, float64(admitted.Load()), perSecond*elapsed+burst+2, "at most rate × time + burst")
+	require.GreaterOrEqual(t, float64(admitted.Load()), perSecond*(elapsed-0.2)+burst, "and about that many")
+	require.LessOrEqual(t, time.Duration(maxRetry.Load()), time.Second/perSecond+time.Millisecond,
+		"a refusal takes nothing: the delay never grows past one token's")
+}
+
+// Take reserves a token that comes within its bound: the calls admitted to wait are spaced one
+// token apart and bounded by rate × within; the next one is refused with the delay past them.
+func TestTakeReservesTheTokensWithin(t *testing.T) {
+	_, l := newFixed(map[string]Limits{"a": {Invoke: Limit{PerSecond: 100, Burst: 1}}})
+	d, err := l.Take(context.Background(), "a", Invoke, 50*time.Millisecond)
+	require.NoError(t, err)
+	require.Equal(t, Decision{Allowed: true, Limit: d.Limit}, d, "the burst: at once")
+	for i := 1; i <= 5; i++ {
+		d, err = l.Take(context.Background(), "a", Invoke, 50*time.Millisecond)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		require.Equal(t, time.Duration(i)*10*time.Millisecond, d.Wait, "the i-th token in the queue, 10ms apart")
+	}
+	d, err = l.Take(context.Background(), "a", Invoke, 50*time.Millisecond)
+	require.NoError(t, err)
+	require.False(t, d.Allowed, "rate × within = 5 reserved at most")
+	require.Equal(t, 60*time.Millisecond, d.RetryAfter, "the refusal's delay counts the tokens reserved")
+	d, err = l.Allow(context.Background(), "a", Invoke)
+	require.NoError(t, err)
+	require.False(t, d.Allowed, "Allow reserves nothing")
+}
+
+func TestRetryAfterIsCapped(t *testing.T) {
+	_, l := newFixed(map[string]Limits{"a": {Invoke: Limit{PerSecond: 1e-6, Burst: 1}}})
+	ok, d := allowed(t, l, "a", Invoke, 2)
+	require.Equal(t, 1, ok)
+	require.Equal(t, MaxRetryAfter, d.RetryAfter, "a token 11 days away is advised as an hour")
+}
+
+// Buckets full (idle for the time to refill) are dropped at the next sweep; one still filling
+// is kept, with its tokens.
+func TestIdleBucketsAreSwept(t *testing.T) {
+	f, l := newFixed(map[string]Limits{"idle": tenPerSecond, "busy": {Invoke: Limit{PerSecond: 0.01, Burst: 1}}})
+	allowed(t, l, "idle", Invoke, 1)
+	allowed(t, l, "busy", Invoke, 1)
+	f.advance(sweepEvery)
+	allowed(t, l, "idle", Read, 1) // a new bucket's lookup sweeps
+	l.mu.RLock()
+	_, idle := l.buckets[bucketKey{"idle", Invoke}]
+	_, busy := l.buckets[bucketKey{"busy", Invoke}]
+	l.mu.RUnlock()
+	require.False(t, idle, "refilled a minute after its last call: dropped")
+	require.True(t, busy, "at 0.01/s still filling: kept")
+	ok, _ := allowed(t, l, "busy", Invoke, 1)
+	require.Zero(t, ok, "and its spent token was not given back")
+	ok, _ = allowed(t, l, "idle", Invoke, 10)
+	require.Equal(t, 3, ok, "a dropped bucket comes back full, as it was")
 }
 
 // BenchmarkAllow is the limiter's cost on every accepted call: the limits' cached read is the

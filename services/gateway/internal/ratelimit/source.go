@@ -9,7 +9,12 @@ import (
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/singleflight"
 )
+
+// readTimeout bounds a shared read of limits: it runs apart from the context of the call that
+// started it, so that one caller giving up does not fail the others waiting on it.
+const readTimeout = 5 * time.Second
 
 // Source reads applications' limits from Postgres (applications.invokes_per_second...), filling
 // those an application leaves unset with the deployment's defaults. Kept apart from the
@@ -19,6 +24,7 @@ type Source struct {
 	pool     *pgxpool.Pool
 	defaults Limits
 	cache    *expirable.LRU[string, Limits] // nil: read on every call
+	reads    singleflight.Group             // one read at a time per application
 }
 
 // NewSource reads limits through pool, keeping each for ttl (0: read on every call).
@@ -31,13 +37,32 @@ func NewSource(pool *pgxpool.Pool, defaults Limits, ttl time.Duration) *Source {
 }
 
 // Limits returns the application's limits. An application unknown here (removed since it was
-// authenticated) gets the defaults.
+// authenticated) gets the defaults. Calls that miss the cache at once — every call of a busy
+// application, the moment its entry expires — share one read.
 func (s *Source) Limits(ctx context.Context, app string) (Limits, error) {
 	if s.cache != nil {
 		if l, ok := s.cache.Get(app); ok {
 			return l, nil
 		}
 	}
+	ch := s.reads.DoChan(app, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
+		defer cancel()
+		return s.read(ctx, app)
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return Limits{}, res.Err
+		}
+		return res.Val.(Limits), nil
+	case <-ctx.Done():
+		return Limits{}, fmt.Errorf("read rate limits of application %s: %w", app, ctx.Err())
+	}
+}
+
+// read reads the application's limits and caches them.
+func (s *Source) read(ctx context.Context, app string) (Limits, error) {
 	var invokes, reads *float64
 	var invokeBurst, readBurst *int32
 	err := s.pool.QueryRow(ctx, `

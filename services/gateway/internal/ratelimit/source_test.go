@@ -2,9 +2,15 @@ package ratelimit
 
 import (
 	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -120,4 +126,119 @@ func TestReplicasRunBeatsAndLeavesWhenStopped(t *testing.T) {
 	var rows int
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM gateway_replicas WHERE id = $1`, r.ID()).Scan(&rows))
 	require.Zero(t, rows, "a stopped replica removes its row")
+}
+
+// A beat is bounded by an interval; beats failing keep the count until the others stop counting
+// this replica (staleAfter), then count one more, so that the share held errs small.
+func TestReplicasFailedBeatsCountConservatively(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	ctx := context.Background()
+	log := zaptest.NewLogger(t)
+	const interval = time.Second // a beat is bounded by it: short enough for the test, long enough for a busy machine
+	a := NewReplicas(s.Pool, interval, log)
+	b := NewReplicas(s.Pool, interval, log)
+	clock := time.Unix(1_700_000_000, 0)
+	a.now = func() time.Time { return clock }
+	require.NoError(t, b.Beat(ctx))
+	require.NoError(t, a.Beat(ctx))
+	require.Equal(t, 2, a.Count())
+
+	// Postgres stalls: the table is locked by another transaction.
+	tx, err := s.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `LOCK TABLE gateway_replicas IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	beat := func() error {
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- a.Beat(ctx) }()
+		select {
+		case err := <-done:
+			require.Less(t, time.Since(start), 3*interval, "a stalled beat ends after about an interval")
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatal("a stalled beat did not end")
+			return nil
+		}
+	}
+	clock = clock.Add(interval)
+	require.Error(t, beat())
+	require.Equal(t, 2, a.Count(), "a failure within the staleness window keeps the count")
+	clock = clock.Add(3 * interval)
+	require.Error(t, beat())
+	require.Equal(t, 3, a.Count(), "past it the others took up this replica's share: count one more")
+	clock = clock.Add(10 * interval)
+	require.Error(t, beat())
+	require.Equal(t, 3, a.Count(), "once, not one more a failure")
+	require.NoError(t, tx.Rollback(ctx))
+	require.NoError(t, b.Beat(ctx))
+	require.NoError(t, a.Beat(ctx))
+	require.Equal(t, 2, a.Count(), "a beat that succeeds counts again")
+}
+
+func TestReplicasFirstBeatFailedCountsTwo(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	pool, err := pgxpool.New(context.Background(), s.Pool.Config().ConnString())
+	require.NoError(t, err)
+	pool.Close() // unreachable
+	r := NewReplicas(pool, time.Second, zaptest.NewLogger(t))
+	require.Equal(t, 1, r.Count())
+	require.Error(t, r.Beat(context.Background()))
+	require.Equal(t, 2, r.Count(), "knowing nothing of the fleet, not the whole limit")
+}
+
+// slowReads is a pgx tracer counting the queries on the applications table and holding each for
+// a while, as a busy Postgres does.
+type slowReads struct{ n atomic.Int64 }
+
+func (r *slowReads) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(data.SQL, "FROM applications") {
+		r.n.Add(1)
+		time.Sleep(300 * time.Millisecond) // the slow Postgres itself, not synchronisation
+	}
+	return ctx
+}
+
+func (r *slowReads) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// Calls that miss the cache at once share one read: a busy application's entry expiring does not
+// send every call in flight to Postgres.
+func TestSourceMissesShareOneRead(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, "applications:\n  - id: app\n    api_key: app-key-0123456789\n    rate_limits: {invokes_per_second: 5}\n")
+	cfg := s.Pool.Config()
+	tracer := &slowReads{}
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	src := NewSource(pool, defaults, time.Minute)
+
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			l, err := src.Limits(context.Background(), "app")
+			assert.NoError(t, err)
+			assert.Equal(t, 5.0, l.Invoke.PerSecond)
+		})
+	}
+	wg.Wait()
+	require.Less(t, tracer.n.Load(), int64(4), "32 calls at once, about one read (not 32)")
+
+	// A caller giving up does not fail the read the others wait on.
+	ctx, cancel := context.WithCancel(context.Background())
+	src = NewSource(pool, defaults, time.Minute)
+	reads := tracer.n.Load()
+	first := make(chan error, 1)
+	go func() { _, err := src.Limits(ctx, "app"); first <- err }()
+	require.Eventually(t, func() bool { return tracer.n.Load() > reads }, 5*time.Second, time.Millisecond, "the read started")
+	second := make(chan error, 1)
+	go func() { _, err := src.Limits(context.Background(), "app"); second <- err }()
+	cancel()
+	require.ErrorIs(t, <-first, context.Canceled)
+	require.NoError(t, <-second)
 }

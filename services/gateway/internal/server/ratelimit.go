@@ -3,9 +3,12 @@ package server
 import (
 	"context"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
@@ -16,6 +19,10 @@ import (
 // its metadata "limit" says which ("invoke" or "read").
 const ReasonRateLimited = "RATE_LIMITED"
 
+// MaxHeldPerApplication bounds the calls of one application held at once before their refusal
+// (see RateLimitInterceptor): past it, a call over the limit is refused at once.
+const MaxHeldPerApplication = 64
+
 // RateLimitInterceptor counts every GatewayService call against its application's limits (issue
 // 11): InvokeCapability, sync or async, against the invoke limit; every other call against the
 // read limit — the reads proper (GetExecution, ListExecutions, GetEvent, ListEvents) and the
@@ -25,12 +32,16 @@ const ReasonRateLimited = "RATE_LIMITED"
 // delay in its RetryInfo (REST: 429 with Retry-After, whole seconds, at least 1). It runs after
 // AuthInterceptor, whose application id it reads; health and reflection calls pass through.
 //
-// A call over the limit is held for hold (at most half its deadline) and tried once more before
-// it is refused: a client that retries at once in a loop, ignoring Retry-After — the usual flood
-// — then makes a call per hold per caller instead of as many as the gateway can refuse, whose
-// cost (the transports', ~80 µs of CPU a refusal) fell on every application. A call whose token
-// comes within the hold is admitted rather than refused. 0 refuses at once.
-func RateLimitInterceptor(l *ratelimit.Limiter, hold time.Duration) grpc.UnaryServerInterceptor {
+// hold (at most half the call's deadline) is how long a call may wait on its limit. A call whose
+// token comes within it reserves that token and waits exactly until it — so traffic at the limit
+// is paced, not refused, and the calls waiting are at most rate × hold. A call beyond it is held
+// for hold and then refused: a client that retries at once in a loop, ignoring Retry-After — the
+// usual flood — then makes a call per hold per caller instead of as many as the gateway can
+// refuse, whose cost (the transports', ~80 µs of CPU a refusal) fell on every application. Each
+// held call keeps its goroutine and request, so at most maxHeld of an application's are held at
+// once; the others are refused at once. 0 refuses at once.
+func RateLimitInterceptor(l *ratelimit.Limiter, hold time.Duration, maxHeld int) grpc.UnaryServerInterceptor {
+	var held sync.Map // application id → *atomic.Int64, the calls held now
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		app := applicationID(ctx)
 		if _, ok := info.Server.(*Server); !ok || app == "" {
@@ -40,28 +51,41 @@ func RateLimitInterceptor(l *ratelimit.Limiter, hold time.Duration) grpc.UnarySe
 		if info.FullMethod == gatewayv1.GatewayService_InvokeCapability_FullMethodName {
 			kind = ratelimit.Invoke
 		}
-		d, err := l.Allow(ctx, app, kind)
+		hold := holdFor(ctx, hold)
+		d, err := l.Take(ctx, app, kind, hold)
 		if err != nil {
 			return nil, err
 		}
-		if !d.Allowed && hold > 0 && wait(ctx, hold) {
-			if d, err = l.Allow(ctx, app, kind); err != nil {
-				return nil, err
+		if d.Allowed {
+			if !wait(ctx, d.Wait) {
+				return nil, status.FromContextError(ctx.Err()).Err()
 			}
+			return handler(ctx, req)
 		}
-		if !d.Allowed {
-			return nil, RateLimited(kind, d)
+		if hold > 0 {
+			v, _ := held.LoadOrStore(app, new(atomic.Int64))
+			n := v.(*atomic.Int64)
+			if n.Add(1) <= int64(maxHeld) {
+				start := time.Now()
+				wait(ctx, hold)
+				d.RetryAfter = max(d.RetryAfter-time.Since(start), time.Millisecond)
+			}
+			n.Add(-1)
 		}
-		return handler(ctx, req)
+		return nil, RateLimited(kind, d)
 	}
 }
 
-// wait waits for d, or half of what is left of ctx's deadline if that is less, and reports
-// whether the call is still wanted.
-func wait(ctx context.Context, d time.Duration) bool {
+// holdFor is d, or half of what is left of ctx's deadline if that is less.
+func holdFor(ctx context.Context, d time.Duration) time.Duration {
 	if deadline, ok := ctx.Deadline(); ok {
 		d = min(d, time.Until(deadline)/2)
 	}
+	return max(d, 0)
+}
+
+// wait waits for d and reports whether the call is still wanted.
+func wait(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}

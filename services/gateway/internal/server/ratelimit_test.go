@@ -3,12 +3,14 @@ package server_test
 import (
 	"context"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -56,6 +58,12 @@ type gateway struct {
 
 func startGateway(t *testing.T, s *dbtest.Schema, heartbeat, hold time.Duration) *gateway {
 	t.Helper()
+	return startGatewayHolding(t, s, heartbeat, hold, server.MaxHeldPerApplication)
+}
+
+// startGatewayHolding is startGateway holding at most maxHeld calls per application.
+func startGatewayHolding(t *testing.T, s *dbtest.Schema, heartbeat, hold time.Duration, maxHeld int) *gateway {
+	t.Helper()
 	log := zaptest.NewLogger(t)
 	st := store.New(s.Pool).WithCache(time.Minute)
 	replicas := ratelimit.NewReplicas(s.Pool, heartbeat, log)
@@ -64,7 +72,7 @@ func startGateway(t *testing.T, s *dbtest.Schema, heartbeat, hold time.Duration)
 		Invoke: ratelimit.Limit{PerSecond: 1000, Burst: 1000}, Read: ratelimit.Limit{PerSecond: 1000, Burst: 1000},
 	}, time.Minute).Limits, replicas.Count)
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: log, Interceptors: []grpc.UnaryServerInterceptor{
-		server.AuthInterceptor(st), server.RateLimitInterceptor(limiter, hold)}})
+		server.AuthInterceptor(st), server.RateLimitInterceptor(limiter, hold, maxHeld)}})
 	adapters := adaptercall.NewPool()
 	t.Cleanup(func() { _ = adapters.Close() })
 	box, err := secret.NewBox("INTEGRATIONS_SECRET_KEY", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
@@ -195,35 +203,82 @@ func TestRateLimitHeldAcrossTwoReplicas(t *testing.T) {
 	require.GreaterOrEqual(t, float64(admitted.Load()), 0.75*limit, "nor much less, when the load is spread")
 }
 
-// A call over the limit is held before it is refused, and admitted if its token came meanwhile;
-// the hold never takes more than half the call's deadline.
+// A call over the limit is held before it is refused, and the hold never takes more than half
+// the call's deadline.
 func TestRateLimitHoldsARefusal(t *testing.T) {
 	t.Parallel()
 	s := dbtest.NewSchema(t)
 	s.ApplyCatalog(t, limitedCatalog) // invokes: 1/s, burst 1; reads: 40/s, burst 10
 	const hold = 200 * time.Millisecond
 	g := startGateway(t, s, time.Minute, hold)
-	invoke := func(ctx context.Context) error {
-		_, err := g.client.InvokeCapability(ctx, &gatewayv1.InvokeCapabilityRequest{})
-		return err
-	}
 
-	require.Equal(t, codes.InvalidArgument, status.Code(invoke(authed(dbtest.TestAPIKey))), "the burst")
+	require.Equal(t, codes.InvalidArgument, status.Code(invoke(g, authed(dbtest.TestAPIKey))), "the burst")
 	start := time.Now()
-	err := invoke(authed(dbtest.TestAPIKey))
+	err := invoke(g, authed(dbtest.TestAPIKey))
 	require.Equal(t, codes.ResourceExhausted, status.Code(err), "a token a second away does not come within the hold")
 	require.GreaterOrEqual(t, time.Since(start), hold, "the refusal came after the hold")
 	require.Greater(t, grpcx.RetryDelay(err), 500*time.Millisecond, "and advises the delay left after it")
+	require.LessOrEqual(t, grpcx.RetryDelay(err), time.Second-hold+50*time.Millisecond, "not counting the hold")
 
 	ctx, cancel := context.WithTimeout(authed(dbtest.TestAPIKey), 100*time.Millisecond)
 	defer cancel()
-	err = invoke(ctx)
+	err = invoke(g, ctx)
 	require.Equal(t, codes.ResourceExhausted, status.Code(err), "a short deadline is answered, not run out: held half of it")
+}
 
-	// Reads at 40/s: once the burst is spent, the next token is 25ms away, within the hold.
-	for range 10 {
-		require.Equal(t, codes.NotFound, status.Code(read(g, dbtest.TestAPIKey)))
+// A call whose token comes within the hold waits exactly until it and is admitted: the token a
+// second away would be refused without the hold, and the call does not wait the whole hold.
+func TestRateLimitWaitsForATokenWithinTheHold(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, limitedCatalog) // invokes: 1/s, burst 1
+	const hold = 1500 * time.Millisecond
+	g := startGateway(t, s, time.Minute, hold)
+
+	require.Equal(t, codes.InvalidArgument, status.Code(invoke(g, authed(dbtest.TestAPIKey))), "the burst")
+	start := time.Now()
+	require.Equal(t, codes.InvalidArgument, status.Code(invoke(g, authed(dbtest.TestAPIKey))),
+		"the next token is about a second away, within the hold: admitted")
+	elapsed := time.Since(start)
+	require.GreaterOrEqual(t, elapsed, 800*time.Millisecond, "after waiting for its token")
+	require.Less(t, elapsed, hold, "and only for it, not the whole hold")
+
+	// The token reserved was spent: the next call's is a second further on, within the hold
+	// again, so it waits its turn too.
+	start = time.Now()
+	ctx, cancel := context.WithTimeout(authed(dbtest.TestAPIKey), 10*time.Second)
+	defer cancel()
+	require.Equal(t, codes.InvalidArgument, status.Code(invoke(g, ctx)))
+	require.GreaterOrEqual(t, time.Since(start), 800*time.Millisecond, "one token after the one reserved")
+}
+
+// At most maxHeld calls of an application are held at once: past them a call over the limit is
+// refused at once, so that a flood on one connection cannot pile up held calls.
+func TestRateLimitHoldsAtMostMaxHeld(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, limitedCatalog) // invokes: 1/s, burst 1
+	const hold = 800 * time.Millisecond
+	g := startGatewayHolding(t, s, time.Minute, hold, 2)
+
+	require.Equal(t, codes.InvalidArgument, status.Code(invoke(g, authed(dbtest.TestAPIKey))), "the burst")
+	took := make([]time.Duration, 3)
+	var wg sync.WaitGroup
+	for i := range took {
+		wg.Go(func() {
+			start := time.Now()
+			err := invoke(g, authed(dbtest.TestAPIKey))
+			took[i] = time.Since(start)
+			assert.Equal(t, codes.ResourceExhausted, status.Code(err), "a token a second away is beyond the hold")
+		})
 	}
-	require.Equal(t, codes.NotFound, status.Code(read(g, dbtest.TestAPIKey)),
-		"a call whose token comes within the hold is admitted, not refused")
+	wg.Wait()
+	slices.Sort(took)
+	require.Less(t, took[0], hold/2, "the third call at once is refused at once")
+	require.GreaterOrEqual(t, took[1], hold, "the two others were held")
+}
+
+func invoke(g *gateway, ctx context.Context) error {
+	_, err := g.client.InvokeCapability(ctx, &gatewayv1.InvokeCapabilityRequest{})
+	return err
 }
