@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -35,6 +36,15 @@ type hostileAnswer struct {
 	field   string
 }
 
+// dialREST opens a raw connection to the gateway's REST port, with TLS when the stack's
+// client-facing listeners serve it: for requests net/http would not send.
+func (s *stack) dialREST() (net.Conn, error) {
+	if s.publicTLS {
+		return tls.Dial("tcp", s.addrs["gateway-http"], &tls.Config{RootCAs: caPool(s.t), MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
+	}
+	return net.Dial("tcp", s.addrs["gateway-http"])
+}
+
 func (s *stack) hostileCall(t *testing.T, method, path, body string, headers map[string]string) hostileAnswer {
 	t.Helper()
 	req, err := http.NewRequest(method, s.restURL+path, strings.NewReader(body))
@@ -44,7 +54,7 @@ func (s *stack) hostileCall(t *testing.T, method, path, body string, headers map
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.http.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
@@ -177,7 +187,7 @@ func TestHostileInput(t *testing.T) {
 	})
 
 	t.Run("REST: a NUL in a header is refused by the HTTP server", func(t *testing.T) {
-		conn, err := net.Dial("tcp", s.addrs["gateway-http"])
+		conn, err := s.dialREST()
 		require.NoError(t, err)
 		defer conn.Close()
 		_, err = fmt.Fprintf(conn, "POST /v1/capabilities/dummy.echo:invoke HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
@@ -191,7 +201,7 @@ func TestHostileInput(t *testing.T) {
 	})
 
 	t.Run("REST: an oversized chunked body is 413", func(t *testing.T) {
-		conn, err := net.Dial("tcp", s.addrs["gateway-http"])
+		conn, err := s.dialREST()
 		require.NoError(t, err)
 		defer conn.Close()
 		require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
@@ -211,7 +221,7 @@ func TestHostileInput(t *testing.T) {
 	})
 
 	t.Run("REST: a slow body does not hold the connection", func(t *testing.T) {
-		conn, err := net.Dial("tcp", s.addrs["gateway-http"])
+		conn, err := s.dialREST()
 		require.NoError(t, err)
 		defer conn.Close()
 		// No key: a client needs none to hold a connection open.
@@ -225,8 +235,7 @@ func TestHostileInput(t *testing.T) {
 	})
 
 	t.Run("gRPC: each class is INVALID_ARGUMENT naming the field, nothing written", func(t *testing.T) {
-		conn, err := grpcx.Dial(s.addrs["gateway"])
-		require.NoError(t, err)
+		conn := s.dial("gateway")
 		defer conn.Close()
 		client := gatewayv1.NewGatewayServiceClient(conn)
 		ctx := grpcx.WithBearer(context.Background(), s.apiKey)
@@ -286,7 +295,7 @@ func TestHostileInput(t *testing.T) {
 			require.Less(t, len(st.Message()), 600, tc.name)
 		}
 		// Two credentials: which one counted was chance.
-		_, err = client.ListExecutions(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+s.apiKey), &gatewayv1.ListExecutionsRequest{})
+		_, err := client.ListExecutions(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+s.apiKey), &gatewayv1.ListExecutionsRequest{})
 		require.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
 		require.Equal(t, before, s.rows(t), "nothing written")
 	})

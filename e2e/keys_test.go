@@ -27,8 +27,11 @@ const keysCacheTTL = 2 * time.Second
 // operator API and integrationsctl both work on both (a rotation's overlap); a revoked key is
 // refused by every replica within the cache TTL while the other keeps working; the listing shows
 // when each key was last used.
+//
+// The client-facing listeners stay plain here whatever INTEGRATIONS_E2E_PUBLIC_TLS says: the test
+// is about keys, and integrationsctl's operator client reaches the second replica by URL.
 func TestAPIKeyLifecycle(t *testing.T) {
-	s := newStack(t)
+	s := newStackWith(t, timeScale, false)
 	http2 := freeAddr(t)
 	ttl := "INTEGRATIONS_GATEWAY_CACHE_TTL=" + keysCacheTTL.String()
 	s.extraEnv["gateway"] = []string{ttl}
