@@ -143,6 +143,10 @@ func TestHostileInput(t *testing.T) {
 			{"NUL in the capability", "POST", "/v1/capabilities/dummy%00echo:invoke", async(`{}`), nil, 400, "path"},
 			{"NUL in the idempotency key field", "POST", invoke, `{"mode":"MODE_ASYNC","idempotency_key":"k\u0000"}`, nil, 400, "idempotency_key"},
 			{"non-ASCII Idempotency-Key", "POST", invoke, async(`{}`), map[string]string{"Idempotency-Key": "clé"}, 400, "Idempotency-Key"},
+			// An empty key was dropped (202 without one: a retry ran the work again).
+			{"empty Idempotency-Key", "POST", invoke, async(`{}`), map[string]string{"Idempotency-Key": ""}, 400, "Idempotency-Key"},
+			{"all-space Idempotency-Key", "POST", invoke, async(`{}`), map[string]string{"Idempotency-Key": "  "}, 400, "Idempotency-Key"},
+			{"too long Idempotency-Key", "POST", invoke, async(`{}`), map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}, 400, "Idempotency-Key"},
 			{"non-ASCII Authorization", "POST", invoke, async(`{}`), map[string]string{"Authorization": "Bearer clé"}, 400, "Authorization"},
 			{"invalid UTF-8 in the path", "GET", "/v1/executions/%ff%fe", "", nil, 400, "path"},
 			{"invalid UTF-8 in a query parameter", "GET", "/v1/executions?capability=%ff", "", nil, 400, "capability"},
