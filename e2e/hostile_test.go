@@ -232,10 +232,16 @@ func TestHostileInput(t *testing.T) {
 		_, err = fmt.Fprintf(conn, "POST /v1/capabilities/dummy.echo:invoke HTTP/1.1\r\nHost: x\r\n"+
 			"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"mode\":")
 		require.NoError(t, err)
-		// INTEGRATIONS_HTTP_READ_TIMEOUT is 1s: the server gives up on the body and closes.
+		// INTEGRATIONS_HTTP_READ_TIMEOUT is 1s: the server gives up on the body, answers 408
+		// naming body without the network error's text, and closes.
 		require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
-		_, err = io.ReadAll(conn)
+		raw, err := io.ReadAll(conn)
 		require.NoError(t, err, "the server closed the connection before the 10 s deadline")
+		resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(string(raw))), nil)
+		require.NoError(t, err, "%q", raw)
+		require.Equal(t, http.StatusRequestTimeout, resp.StatusCode, "%q", raw)
+		require.Contains(t, string(raw), "not received within the read timeout")
+		require.NotContains(t, string(raw), "tcp")
 	})
 
 	t.Run("gRPC: each class is INVALID_ARGUMENT naming the field, nothing written", func(t *testing.T) {
