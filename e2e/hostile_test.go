@@ -175,6 +175,9 @@ func TestHostileInput(t *testing.T) {
 			{"a duplicate key", "POST", invoke, async(`{"n":1,"n":2}`), nil, 400, "body"},
 			{"a lone surrogate", "POST", invoke, async(`{"s":"\ud800"}`), nil, 400, "body"},
 			{"invalid UTF-8 in the body", "POST", invoke, async("{\"s\":\"\xff\"}"), nil, 400, "body"},
+			// grpc-gateway decoded the first value and ignored the rest (202).
+			{"trailing data after the body", "POST", invoke, async(`{}`) + ` xyz`, nil, 400, "body"},
+			{"a second document after the body", "POST", invoke, async(`{}`) + async(`{"n":2}`), nil, 400, "body"},
 		} {
 			a := s.hostileCall(t, tc.method, tc.path, tc.body, tc.headers)
 			require.Equal(t, tc.code, a.code, "%s: %+v", tc.name, a)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/services/gateway/internal/httpapi"
 )
@@ -86,4 +87,36 @@ func TestBodyReadFailuresAreNamedWithoutNetworkText(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", raw)
 	require.Contains(t, string(raw), "could not be read")
 	require.False(t, strings.Contains(string(raw), "EOF"), "%s", raw)
+}
+
+// Anything after the request's JSON object is refused 400 naming body: grpc-gateway decoded the
+// first value and ignored the rest (`{…} xyz` was accepted, a second document dropped).
+// Whitespace after the object is not data.
+func TestTrailingDataAfterTheBodyIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	invoke := b.url + "/v1/capabilities/" + dbtest.TestCapability + ":invoke"
+	req := `{"mode":"MODE_ASYNC","payload":{}}`
+	for name, body := range map[string]string{
+		"a word":                   req + ` xyz`,
+		"a second document":        req + `{"mode":"MODE_ASYNC","payload":{"n":2}}`,
+		"a closing brace":          req + `}`,
+		"a number":                 req + "\n1",
+		"two documents, two lines": req + "\n" + req,
+	} {
+		code, _, r := send(t, http.MethodPost, invoke, body, nil)
+		require.Equal(t, http.StatusBadRequest, code, "%s: %+v", name, r)
+		require.Equal(t, "body", r.field(), "%s: %+v", name, r)
+		require.Contains(t, r.Message, "trailing data after the JSON object", name)
+	}
+	code, _, r := send(t, http.MethodPut, b.url+"/v1/consumer", `{"webhook":{"url":"https://example.com/"}} x`, nil)
+	require.Equal(t, http.StatusBadRequest, code, "every body is decoded whole: %+v", r)
+	require.Equal(t, "body", r.field())
+	require.Zero(t, executions(t, b), "nothing written")
+
+	code, _, r = send(t, http.MethodPost, invoke, req+" \n\t\r\n", nil)
+	require.Equal(t, http.StatusAccepted, code, "whitespace after the object is no data: %+v", r)
+	code, _, r = send(t, http.MethodPost, invoke, "", nil)
+	require.NotEqual(t, http.StatusInternalServerError, code, "an empty body is still an empty request: %+v", r)
+	require.Equal(t, 1, executions(t, b))
 }

@@ -6,6 +6,7 @@ package httpapi
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -122,10 +123,10 @@ func Handler(ctx context.Context, conn *grpc.ClientConn, cfg Config) (http.Handl
 		runtime.WithErrorHandler(errorHandler),
 		runtime.WithRoutingErrorHandler(routingErrorHandler),
 		runtime.WithMiddlewares(probeMiddleware),
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, wholeBody{&runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		}),
+		}}),
 	)
 	if err := gatewayv1.RegisterGatewayServiceHandler(ctx, mux, conn); err != nil {
 		return nil, fmt.Errorf("register REST handlers: %w", err)
@@ -136,6 +137,45 @@ func Handler(ctx context.Context, conn *grpc.ClientConn, cfg Config) (http.Handl
 		root.Handle(pattern, h)
 	}
 	return root, nil
+}
+
+// wholeBody is grpc-gateway's JSON marshaler with a decoder that refuses anything after the
+// request's JSON object. grpc-gateway decodes one value and ignores the rest: `{…} xyz` was
+// accepted, and of two documents the second was silently dropped — a client that concatenated two
+// requests, or whose body was corrupted after its object, got a 202 for something it did not send.
+type wholeBody struct{ *runtime.JSONPb }
+
+// NewDecoder implements runtime.Marshaler.
+func (m wholeBody) NewDecoder(r io.Reader) runtime.Decoder {
+	d := json.NewDecoder(r)
+	return wholeDecoder{DecoderWrapper: runtime.DecoderWrapper{Decoder: d, UnmarshalOptions: m.UnmarshalOptions}, d: d}
+}
+
+// wholeDecoder decodes one value, then requires the body to end (whitespace aside).
+type wholeDecoder struct {
+	runtime.DecoderWrapper
+	d *json.Decoder
+}
+
+// errTrailingData is the refusal of a body with more after its JSON object; the gateway's REST
+// handlers answer it INVALID_ARGUMENT, and namedBody names "body".
+var errTrailingData = errors.New("trailing data after the JSON object")
+
+func (w wholeDecoder) Decode(v any) error {
+	if err := w.DecoderWrapper.Decode(v); err != nil {
+		return err // io.EOF included: an empty body is an empty request, as grpc-gateway has it
+	}
+	// Token reads only as far as the next token, not a whole second document.
+	_, err := w.d.Token()
+	var syntax *json.SyntaxError
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err == nil, errors.As(err, &syntax):
+		return errTrailingData
+	default:
+		return err // a read error: limitBody has recorded it, errorHandler answers it
+	}
 }
 
 // errorHandler writes a gRPC error as grpc-gateway does (UNAVAILABLE is 503, INTERNAL 500...),
