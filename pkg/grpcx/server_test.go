@@ -146,7 +146,9 @@ func TestServerBoundsConcurrentStreams(t *testing.T) {
 			t.Fatal("calls did not reach the server")
 		}
 	}
-	go func() { _ = conn.Invoke(ctx, "/test.Sleeper/Sleep", durationpb.New(time.Minute), &durationpb.Duration{}) }()
+	go func() {
+		_ = conn.Invoke(ctx, "/test.Sleeper/Sleep", durationpb.New(time.Minute), &durationpb.Duration{})
+	}()
 	select {
 	case <-started:
 		t.Fatal("a third call ran on the connection while two were in flight")
