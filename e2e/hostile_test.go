@@ -143,6 +143,10 @@ func TestHostileInput(t *testing.T) {
 			{"NUL in the capability", "POST", "/v1/capabilities/dummy%00echo:invoke", async(`{}`), nil, 400, "path"},
 			{"NUL in the idempotency key field", "POST", invoke, `{"mode":"MODE_ASYNC","idempotency_key":"k\u0000"}`, nil, 400, "idempotency_key"},
 			{"non-ASCII Idempotency-Key", "POST", invoke, async(`{}`), map[string]string{"Idempotency-Key": "clé"}, 400, "Idempotency-Key"},
+			// An empty key was dropped (202 without one: a retry ran the work again).
+			{"empty Idempotency-Key", "POST", invoke, async(`{}`), map[string]string{"Idempotency-Key": ""}, 400, "Idempotency-Key"},
+			{"all-space Idempotency-Key", "POST", invoke, async(`{}`), map[string]string{"Idempotency-Key": "  "}, 400, "Idempotency-Key"},
+			{"too long Idempotency-Key", "POST", invoke, async(`{}`), map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}, 400, "Idempotency-Key"},
 			{"non-ASCII Authorization", "POST", invoke, async(`{}`), map[string]string{"Authorization": "Bearer clé"}, 400, "Authorization"},
 			{"invalid UTF-8 in the path", "GET", "/v1/executions/%ff%fe", "", nil, 400, "path"},
 			{"invalid UTF-8 in a query parameter", "GET", "/v1/executions?capability=%ff", "", nil, 400, "capability"},
@@ -171,6 +175,9 @@ func TestHostileInput(t *testing.T) {
 			{"a duplicate key", "POST", invoke, async(`{"n":1,"n":2}`), nil, 400, "body"},
 			{"a lone surrogate", "POST", invoke, async(`{"s":"\ud800"}`), nil, 400, "body"},
 			{"invalid UTF-8 in the body", "POST", invoke, async("{\"s\":\"\xff\"}"), nil, 400, "body"},
+			// grpc-gateway decoded the first value and ignored the rest (202).
+			{"trailing data after the body", "POST", invoke, async(`{}`) + ` xyz`, nil, 400, "body"},
+			{"a second document after the body", "POST", invoke, async(`{}`) + async(`{"n":2}`), nil, 400, "body"},
 		} {
 			a := s.hostileCall(t, tc.method, tc.path, tc.body, tc.headers)
 			require.Equal(t, tc.code, a.code, "%s: %+v", tc.name, a)
@@ -228,10 +235,16 @@ func TestHostileInput(t *testing.T) {
 		_, err = fmt.Fprintf(conn, "POST /v1/capabilities/dummy.echo:invoke HTTP/1.1\r\nHost: x\r\n"+
 			"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"mode\":")
 		require.NoError(t, err)
-		// INTEGRATIONS_HTTP_READ_TIMEOUT is 1s: the server gives up on the body and closes.
+		// INTEGRATIONS_HTTP_READ_TIMEOUT is 1s: the server gives up on the body, answers 408
+		// naming body without the network error's text, and closes.
 		require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
-		_, err = io.ReadAll(conn)
+		raw, err := io.ReadAll(conn)
 		require.NoError(t, err, "the server closed the connection before the 10 s deadline")
+		resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(string(raw))), nil)
+		require.NoError(t, err, "%q", raw)
+		require.Equal(t, http.StatusRequestTimeout, resp.StatusCode, "%q", raw)
+		require.Contains(t, string(raw), "not received within the read timeout")
+		require.NotContains(t, string(raw), "tcp")
 	})
 
 	t.Run("gRPC: each class is INVALID_ARGUMENT naming the field, nothing written", func(t *testing.T) {

@@ -80,3 +80,43 @@ func TestLoggingInterceptorKeepsRateLimitRefusalsAtDebug(t *testing.T) {
 	require.Len(t, entries, 1, "other refusals are still logged at info")
 	require.Equal(t, zapcore.InfoLevel, entries[0].Level)
 }
+
+// A burst of refusals (made-up keys, thousands a second) writes a bounded number of lines: the
+// first ones, then one in refusalSampleThereafter, each saying how many were left out before it.
+func TestLoggingInterceptorSamplesRefusalBursts(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zapcore.InfoLevel)
+	intercept := loggingInterceptor(zap.New(core))
+	const burst = 1000
+	for range burst {
+		_, _ = intercept(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/x.v1.S/M"},
+			func(context.Context, any) (any, error) {
+				return nil, ToStatus(apperr.New(apperr.KindUnauthenticated, "UNAUTHENTICATED", "unknown API key")).Err()
+			})
+	}
+	entries := logs.All()
+	// Within one tick: refusalSampleFirst, then one per refusalSampleThereafter. A burst that
+	// straddles a tick boundary may write one more first batch.
+	require.GreaterOrEqual(t, len(entries), refusalSampleFirst, "the first refusals are written")
+	require.LessOrEqual(t, len(entries), 2*refusalSampleFirst+burst/refusalSampleThereafter+1, "a burst writes a bounded number of lines")
+	for i, e := range entries[:refusalSampleFirst] {
+		require.Equal(t, "grpc call refused", e.Message)
+		require.Equal(t, int64(0), e.ContextMap()["refusals_dropped"], "line %d: nothing dropped before the first lines", i)
+	}
+	var written, dropped int64
+	for _, e := range entries {
+		written++
+		dropped += e.ContextMap()["refusals_dropped"].(int64)
+	}
+	require.Positive(t, dropped, "the written lines count the dropped ones")
+	require.LessOrEqual(t, written+dropped, int64(burst))
+
+	// Failures are never sampled away.
+	core, logs = observer.New(zapcore.InfoLevel)
+	intercept = loggingInterceptor(zap.New(core))
+	for range 50 {
+		_, _ = intercept(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/x.v1.S/M"},
+			func(context.Context, any) (any, error) { return nil, ToStatus(errors.New("boom")).Err() })
+	}
+	require.Len(t, logs.All(), 50)
+}

@@ -10,9 +10,11 @@ import (
 	"net"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -167,7 +169,28 @@ func recoveryInterceptor(log *zap.Logger) grpc.UnaryServerInterceptor {
 	}
 }
 
+// Refusal lines are sampled: per second, the first refusalSampleFirst of them are written, then one
+// in refusalSampleThereafter. A client sending made-up keys is refused thousands of times a second
+// without any credential, and a line each would let it fill the disk (a probe wrote ~1 MB/s). The
+// sampler is on the refusal lines only: failures and panics are always written.
+const (
+	refusalSampleTick       = time.Second
+	refusalSampleFirst      = 10
+	refusalSampleThereafter = 100
+)
+
 func loggingInterceptor(log *zap.Logger) grpc.UnaryServerInterceptor {
+	// dropped counts the refusal lines the sampler left out since the last one written; each
+	// written line carries the count, so a flood shows in the log as its size, not its lines.
+	var dropped atomic.Int64
+	refusals := log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewSamplerWithOptions(c, refusalSampleTick, refusalSampleFirst, refusalSampleThereafter,
+			zapcore.SamplerHook(func(_ zapcore.Entry, dec zapcore.SamplingDecision) {
+				if dec&zapcore.LogDropped != 0 {
+					dropped.Add(1)
+				}
+			}))
+	}))
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		resp, err := handler(ctx, req)
@@ -183,11 +206,13 @@ func loggingInterceptor(log *zap.Logger) grpc.UnaryServerInterceptor {
 			// line each would make the refusals cost more than the calls they keep out.
 			// Checked first: building the fields (the status cloned for its message) is most of
 			// the line's cost, for a line that is usually off.
-			if ce := log.Check(zap.DebugLevel, "grpc call refused"); ce != nil {
-				ce.Write(append(fields, zap.String("message", status.Convert(err).Message()))...)
+			if ce := refusals.Check(zap.DebugLevel, "grpc call refused"); ce != nil {
+				ce.Write(append(fields, zap.String("message", safetext.Truncate(status.Convert(err).Message(), logMessageMax)), zap.Int64("refusals_dropped", dropped.Swap(0)))...)
 			}
 		default:
-			log.Info("grpc call refused", append(fields, zap.String("message", safetext.Truncate(status.Convert(err).Message(), logMessageMax)))...)
+			if ce := refusals.Check(zap.InfoLevel, "grpc call refused"); ce != nil {
+				ce.Write(append(fields, zap.String("message", safetext.Truncate(status.Convert(err).Message(), logMessageMax)), zap.Int64("refusals_dropped", dropped.Swap(0)))...)
+			}
 		}
 		return resp, err
 	}

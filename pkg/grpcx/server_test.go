@@ -132,20 +132,23 @@ func TestServerBoundsConcurrentStreams(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	first, cancelFirst := context.WithCancel(ctx)
-	for i := range 3 {
+	// One at a time until two are in flight: started together, the call to be cancelled could be
+	// the one left waiting, and cancelling it would end no call in flight.
+	for i := range 2 {
 		c := ctx
 		if i == 0 {
 			c = first
 		}
 		go func() { _ = conn.Invoke(c, "/test.Sleeper/Sleep", durationpb.New(time.Minute), &durationpb.Duration{}) }()
-	}
-	for range 2 {
 		select {
 		case <-started:
 		case <-time.After(5 * time.Second):
 			t.Fatal("calls did not reach the server")
 		}
 	}
+	go func() {
+		_ = conn.Invoke(ctx, "/test.Sleeper/Sleep", durationpb.New(time.Minute), &durationpb.Duration{})
+	}()
 	select {
 	case <-started:
 		t.Fatal("a third call ran on the connection while two were in flight")

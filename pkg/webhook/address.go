@@ -438,12 +438,17 @@ var globalUnicast6 = netip.MustParsePrefix("2000::/3")
 // private, shared/CGNAT (cloud metadata at 100.100.100.200), loopback, link-local (cloud metadata
 // at 169.254.169.254), IETF protocol assignments, documentation, 6to4 relay, benchmarking,
 // multicast and reserved; and inside 2000::/3 the IPv6 IETF protocol assignments (Teredo,
-// ORCHID, benchmarking), documentation and 6to4, which carry or translate IPv4 addresses.
+// ORCHID, benchmarking), documentation and 6to4, which carry or translate IPv4 addresses; and
+// Azure's host endpoint 168.63.129.16.
 var specialPurpose = mustPrefixes(
 	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
 	"192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15",
 	"198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
 	"2001::/23", "2001:db8::/32", "2002::/16", "3fff::/20",
+	// Not special-purpose but a cloud's host endpoint inside its VMs: Azure's WireServer and
+	// metadata proxy at 168.63.129.16, a public-looking address that answers only from inside
+	// Azure (instance metadata, DNS, health probes, VM agent configuration).
+	"168.63.129.16/32",
 )
 
 func mustPrefixes(ss ...string) []netip.Prefix {
@@ -455,7 +460,7 @@ func mustPrefixes(ss ...string) []netip.Prefix {
 }
 
 // PublicAddress reports whether addr is a public unicast address: outside every special-purpose
-// range, without a zone, and for IPv6 inside 2000::/3. An IPv4-mapped IPv6 address (::ffff:a.b.c.d)
+// range (and not a cloud's host endpoint), without a zone, and for IPv6 inside 2000::/3. An IPv4-mapped IPv6 address (::ffff:a.b.c.d)
 // is not public whatever it carries: no consumer needs that form, and judging it as its IPv4
 // address is one more place for two parsers to disagree.
 func PublicAddress(addr netip.Addr) bool {

@@ -13,6 +13,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/jsonbound"
+	"github.com/integrations-platform/integrations/services/gateway/internal/server"
 )
 
 // guardedHeaders are the request headers that carry a credential or a deduplication key. gRPC
@@ -64,6 +65,9 @@ func checkRequest(r *http.Request) error {
 			return apperr.Invalid(name, "header must be printable ASCII")
 		}
 	}
+	if err := checkIdempotencyKey(r.Header.Values("Idempotency-Key")); err != nil {
+		return err
+	}
 	if p := jsonbound.Problem(r.URL.Path); p != "" {
 		return apperr.Invalid("path", "%s", p)
 	}
@@ -86,6 +90,24 @@ func checkRequest(r *http.Request) error {
 				return apperr.Invalid(boundedName(k), "%s", p)
 			}
 		}
+	}
+	return nil
+}
+
+// checkIdempotencyKey refuses an Idempotency-Key header that is empty or all spaces (net/http
+// trims the spaces; grpc-gateway then forwarded no key, and the request ran as one without a key:
+// a retry would run it again), and one the gateway would refuse — checked here so that the
+// refusal names the header, as the guard's other refusals of it do, not the body's
+// idempotency_key field. vals has at most one value (checkRequest refused more).
+func checkIdempotencyKey(vals []string) error {
+	if len(vals) == 0 {
+		return nil
+	}
+	if strings.TrimSpace(vals[0]) == "" {
+		return apperr.Invalid("Idempotency-Key", "header is empty; give a key or leave the header out")
+	}
+	if !server.ValidIdempotencyKey(vals[0]) {
+		return apperr.Invalid("Idempotency-Key", "must be at most %d printable ASCII characters without spaces", server.IdempotencyKeyMax)
 	}
 	return nil
 }

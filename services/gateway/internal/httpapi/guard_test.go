@@ -85,6 +85,12 @@ func TestHostileRequestsAreRefusedByName(t *testing.T) {
 		field             string
 	}{
 		{"non-ASCII Idempotency-Key", http.MethodPost, invoke, map[string]string{"Idempotency-Key": "clé-1"}, "Idempotency-Key"},
+		// An empty key was dropped: the request ran without one, and a retry ran it again.
+		{"empty Idempotency-Key", http.MethodPost, invoke, map[string]string{"Idempotency-Key": ""}, "Idempotency-Key"},
+		{"all-space Idempotency-Key", http.MethodPost, invoke, map[string]string{"Idempotency-Key": "   "}, "Idempotency-Key"},
+		// Named as the header too, not as the body's idempotency_key field.
+		{"too long Idempotency-Key", http.MethodPost, invoke, map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}, "Idempotency-Key"},
+		{"Idempotency-Key with a space", http.MethodPost, invoke, map[string]string{"Idempotency-Key": "k 1"}, "Idempotency-Key"},
 		{"non-ASCII Authorization", http.MethodPost, invoke, map[string]string{"Authorization": "Bearer clé"}, "Authorization"},
 		{"invalid UTF-8 in the path", http.MethodGet, b.url + "/v1/executions/%ff%fe", nil, "path"},
 		{"NUL in the path", http.MethodGet, b.url + "/v1/executions/a%00b", nil, "path"},

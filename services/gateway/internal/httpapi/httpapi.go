@@ -6,6 +6,7 @@ package httpapi
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -121,10 +123,10 @@ func Handler(ctx context.Context, conn *grpc.ClientConn, cfg Config) (http.Handl
 		runtime.WithErrorHandler(errorHandler),
 		runtime.WithRoutingErrorHandler(routingErrorHandler),
 		runtime.WithMiddlewares(probeMiddleware),
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, wholeBody{&runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		}),
+		}}),
 	)
 	if err := gatewayv1.RegisterGatewayServiceHandler(ctx, mux, conn); err != nil {
 		return nil, fmt.Errorf("register REST handlers: %w", err)
@@ -135,6 +137,45 @@ func Handler(ctx context.Context, conn *grpc.ClientConn, cfg Config) (http.Handl
 		root.Handle(pattern, h)
 	}
 	return root, nil
+}
+
+// wholeBody is grpc-gateway's JSON marshaler with a decoder that refuses anything after the
+// request's JSON object. grpc-gateway decodes one value and ignores the rest: `{…} xyz` was
+// accepted, and of two documents the second was silently dropped — a client that concatenated two
+// requests, or whose body was corrupted after its object, got a 202 for something it did not send.
+type wholeBody struct{ *runtime.JSONPb }
+
+// NewDecoder implements runtime.Marshaler.
+func (m wholeBody) NewDecoder(r io.Reader) runtime.Decoder {
+	d := json.NewDecoder(r)
+	return wholeDecoder{DecoderWrapper: runtime.DecoderWrapper{Decoder: d, UnmarshalOptions: m.UnmarshalOptions}, d: d}
+}
+
+// wholeDecoder decodes one value, then requires the body to end (whitespace aside).
+type wholeDecoder struct {
+	runtime.DecoderWrapper
+	d *json.Decoder
+}
+
+// errTrailingData is the refusal of a body with more after its JSON object; the gateway's REST
+// handlers answer it INVALID_ARGUMENT, and namedBody names "body".
+var errTrailingData = errors.New("trailing data after the JSON object")
+
+func (w wholeDecoder) Decode(v any) error {
+	if err := w.DecoderWrapper.Decode(v); err != nil {
+		return err // io.EOF included: an empty body is an empty request, as grpc-gateway has it
+	}
+	// Token reads only as far as the next token, not a whole second document.
+	_, err := w.d.Token()
+	var syntax *json.SyntaxError
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err == nil, errors.As(err, &syntax):
+		return errTrailingData
+	default:
+		return err // a read error: limitBody has recorded it, errorHandler answers it
+	}
 }
 
 // errorHandler writes a gRPC error as grpc-gateway does (UNAVAILABLE is 503, INTERNAL 500...),
@@ -157,13 +198,19 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 		// could not parse): bounded, as the gateway's own refusals are.
 		st = status.New(st.Code(), safetext.Truncate(st.Message(), maxForeignMessage)+"...")
 	}
-	if over, ok := r.Context().Value(bodyOverKey{}).(*bodyOver); ok && over.Load() {
-		// A body without Content-Length (chunked) that ran past the limit: grpc-gateway answers
-		// the read's error 400; it is the same 413 as a declared length over the limit.
-		runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, &runtime.HTTPStatusError{
-			HTTPStatus: http.StatusRequestEntityTooLarge,
-			Err:        grpcx.ToStatus(apperr.Invalid("body", "exceeds the limit of %d bytes", over.limit)).Err(),
-		})
+	if over, ok := r.Context().Value(bodyOverKey{}).(*bodyOver); ok && over.Load() != bodyRead {
+		// grpc-gateway answers a body's read error 400 with the error's text. A body without
+		// Content-Length (chunked) that ran past the limit is the same 413 as a declared length
+		// over the limit; one that did not arrive within the read timeout is 408 (the client
+		// may send it again); any other read error is 400. None quotes the network error.
+		code, refusal := http.StatusBadRequest, apperr.Invalid("body", "could not be read")
+		switch over.Load() {
+		case bodyTooLarge:
+			code, refusal = http.StatusRequestEntityTooLarge, apperr.Invalid("body", "exceeds the limit of %d bytes", over.limit)
+		case bodyTimedOut:
+			code, refusal = http.StatusRequestTimeout, apperr.Invalid("body", "not received within the read timeout")
+		}
+		runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, &runtime.HTTPStatusError{HTTPStatus: code, Err: grpcx.ToStatus(refusal).Err()})
 		return
 	}
 	st = namedBody(r, st)
@@ -277,13 +324,25 @@ func limitBody(next http.Handler, n int64) http.Handler {
 // bodyOverKey carries a request's *bodyOver.
 type bodyOverKey struct{}
 
-// bodyOver records that a request's body ran past the limit.
+// bodyOver records how reading a request's body failed, if it did: grpc-gateway answers any
+// read error as a 400 quoting it ("read tcp 10.0.0.1:8080->…: i/o timeout"), which names the
+// server's socket and says nothing the client can act on.
 type bodyOver struct {
-	atomic.Bool
-	limit int64
+	atomic.Int32 // a bodyFailure
+	limit        int64
 }
 
-// overBody is a request body that records in over when it runs past the limit.
+// bodyFailure is how a body read failed.
+type bodyFailure = int32
+
+const (
+	bodyRead     bodyFailure = iota // no failure
+	bodyTooLarge                    // past the limit: 413
+	bodyTimedOut                    // not received within the server's read timeout: 408
+	bodyBroken                      // any other read error (the client went away, bad chunking): 400
+)
+
+// overBody is a request body that records in over how a read failed.
 type overBody struct {
 	io.ReadCloser
 	over *bodyOver
@@ -291,9 +350,22 @@ type overBody struct {
 
 func (b overBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		b.over.Store(true)
+	if err != nil && !errors.Is(err, io.EOF) {
+		b.over.CompareAndSwap(bodyRead, readFailure(err))
 	}
 	return n, err
+}
+
+// readFailure classifies a body read error.
+func readFailure(err error) bodyFailure {
+	var tooLarge *http.MaxBytesError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &tooLarge):
+		return bodyTooLarge
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return bodyTimedOut
+	default:
+		return bodyBroken
+	}
 }

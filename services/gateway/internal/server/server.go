@@ -67,10 +67,17 @@ func listItem(r *execution.Row) (*executionv1.Execution, error) {
 	return e, nil
 }
 
-var (
-	capabilityPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,127}$`)
-	idempotencyKeyMax = 255
-)
+var capabilityPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,127}$`)
+
+// IdempotencyKeyMax bounds an idempotency key, in bytes.
+const IdempotencyKeyMax = 255
+
+// ValidIdempotencyKey reports whether k is a well-formed idempotency key: at most
+// IdempotencyKeyMax printable ASCII characters without spaces ("" is no key). The REST guard
+// checks the header with it, so that it is refused naming the header rather than the field.
+func ValidIdempotencyKey(k string) bool {
+	return len(k) <= IdempotencyKeyMax && !strings.ContainsFunc(k, func(r rune) bool { return r < 0x21 || r > 0x7e })
+}
 
 // Options configures a Server.
 type Options struct {
@@ -458,8 +465,8 @@ func (s *Server) validateInvoke(ctx context.Context, req *gatewayv1.InvokeCapabi
 			in.idempotencyKey = v[0]
 		}
 	}
-	if len(in.idempotencyKey) > idempotencyKeyMax || strings.ContainsFunc(in.idempotencyKey, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
-		return nil, apperr.Invalid("idempotency_key", "must be at most %d printable ASCII characters without spaces", idempotencyKeyMax)
+	if !ValidIdempotencyKey(in.idempotencyKey) {
+		return nil, apperr.Invalid("idempotency_key", "must be at most %d printable ASCII characters without spaces", IdempotencyKeyMax)
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00", req.GetCapability(), in.mode)
