@@ -73,7 +73,7 @@ func TestLoggingInterceptorKeepsRateLimitRefusalsAtDebug(t *testing.T) {
 	entries := call(zapcore.DebugLevel, limited)
 	require.Len(t, entries, 1)
 	require.Equal(t, zapcore.DebugLevel, entries[0].Level)
-	require.Equal(t, "grpc call refused", entries[0].Message)
+	require.Equal(t, rateLimitedMessage, entries[0].Message)
 	require.Contains(t, entries[0].ContextMap()["message"], "invoke rate limit of 5/s")
 
 	entries = call(zapcore.InfoLevel, apperr.Invalid("id", "not an id"))
@@ -100,7 +100,7 @@ func TestLoggingInterceptorSamplesRefusalBursts(t *testing.T) {
 	require.GreaterOrEqual(t, len(entries), refusalSampleFirst, "the first refusals are written")
 	require.LessOrEqual(t, len(entries), 2*refusalSampleFirst+burst/refusalSampleThereafter+1, "a burst writes a bounded number of lines")
 	for i, e := range entries[:refusalSampleFirst] {
-		require.Equal(t, "grpc call refused", e.Message)
+		require.Equal(t, unauthenticatedMessage, e.Message)
 		require.Equal(t, int64(0), e.ContextMap()["refusals_dropped"], "line %d: nothing dropped before the first lines", i)
 	}
 	var written, dropped int64
@@ -119,4 +119,26 @@ func TestLoggingInterceptorSamplesRefusalBursts(t *testing.T) {
 			func(context.Context, any) (any, error) { return nil, ToStatus(errors.New("boom")).Err() })
 	}
 	require.Len(t, logs.All(), 50)
+
+	// A flood of made-up keys does not thin the other refusals: a passed deadline, a bad
+	// argument, a wrong identity are each written.
+	core, logs = observer.New(zapcore.InfoLevel)
+	intercept = loggingInterceptor(zap.New(core))
+	for range burst {
+		_, _ = intercept(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/x.v1.S/M"},
+			func(context.Context, any) (any, error) {
+				return nil, ToStatus(apperr.New(apperr.KindUnauthenticated, "UNAUTHENTICATED", "unknown API key")).Err()
+			})
+	}
+	for _, code := range []codes.Code{codes.DeadlineExceeded, codes.InvalidArgument, codes.PermissionDenied, codes.Unimplemented, codes.NotFound} {
+		_, _ = intercept(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/x.v1.S/M"},
+			func(context.Context, any) (any, error) { return nil, status.Error(code, "refused") })
+	}
+	var others int
+	for _, e := range logs.All() {
+		if e.Message == "grpc call refused" {
+			others++
+		}
+	}
+	require.Equal(t, 5, others, "every other refusal is written beside a sampled flood")
 }

@@ -179,15 +179,28 @@ const (
 	refusalSampleThereafter = 100
 )
 
+// The sampled refusals' messages.
+const (
+	unauthenticatedMessage = "grpc call refused: unauthenticated"
+	rateLimitedMessage     = "grpc call refused: rate limited"
+)
+
 func loggingInterceptor(log *zap.Logger) grpc.UnaryServerInterceptor {
 	// dropped counts the refusal lines the sampler left out since the last one written; each
 	// written line carries the count, so a flood shows in the log as its size, not its lines.
-	var dropped atomic.Int64
+	// The sampler keys on level and message: each sampled kind of refusal has a message of its
+	// own (and a counter of its own), so a flood of one never thins the lines of another.
+	var droppedAuth, droppedLimit atomic.Int64
 	refusals := log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 		return zapcore.NewSamplerWithOptions(c, refusalSampleTick, refusalSampleFirst, refusalSampleThereafter,
-			zapcore.SamplerHook(func(_ zapcore.Entry, dec zapcore.SamplingDecision) {
-				if dec&zapcore.LogDropped != 0 {
-					dropped.Add(1)
+			zapcore.SamplerHook(func(e zapcore.Entry, dec zapcore.SamplingDecision) {
+				if dec&zapcore.LogDropped == 0 {
+					return
+				}
+				if e.Message == unauthenticatedMessage {
+					droppedAuth.Add(1)
+				} else {
+					droppedLimit.Add(1)
 				}
 			}))
 	}))
@@ -206,13 +219,19 @@ func loggingInterceptor(log *zap.Logger) grpc.UnaryServerInterceptor {
 			// line each would make the refusals cost more than the calls they keep out.
 			// Checked first: building the fields (the status cloned for its message) is most of
 			// the line's cost, for a line that is usually off.
-			if ce := refusals.Check(zap.DebugLevel, "grpc call refused"); ce != nil {
-				ce.Write(append(fields, zap.String("message", safetext.Truncate(status.Convert(err).Message(), logMessageMax)), zap.Int64("refusals_dropped", dropped.Swap(0)))...)
+			if ce := refusals.Check(zap.DebugLevel, rateLimitedMessage); ce != nil {
+				ce.Write(append(fields, zap.String("message", safetext.Truncate(status.Convert(err).Message(), logMessageMax)), zap.Int64("refusals_dropped", droppedLimit.Swap(0)))...)
+			}
+		case codes.Unauthenticated:
+			// Anyone can send calls with made-up keys, thousands a second, without a key of their
+			// own: sampled, so that they cannot fill the disk.
+			if ce := refusals.Check(zap.InfoLevel, unauthenticatedMessage); ce != nil {
+				ce.Write(append(fields, zap.String("message", safetext.Truncate(status.Convert(err).Message(), logMessageMax)), zap.Int64("refusals_dropped", droppedAuth.Swap(0)))...)
 			}
 		default:
-			if ce := refusals.Check(zap.InfoLevel, "grpc call refused"); ce != nil {
-				ce.Write(append(fields, zap.String("message", safetext.Truncate(status.Convert(err).Message(), logMessageMax)), zap.Int64("refusals_dropped", dropped.Swap(0)))...)
-			}
+			// Every other refusal (a deadline passed, a bad argument, a wrong identity) is written:
+			// those are not sent by the thousand without a credential.
+			log.Info("grpc call refused", append(fields, zap.String("message", safetext.Truncate(status.Convert(err).Message(), logMessageMax)))...)
 		}
 		return resp, err
 	}

@@ -84,6 +84,16 @@ func TestInvokeRefusesUnstorableInput(t *testing.T) {
 	require.Equal(t, "idempotency_key", field(err))
 	require.Equal(t, before, boundsRows(t, b), "two keys: nothing written")
 
+	// An empty key in metadata would be no key at all: a retry would run the work again.
+	for _, empty := range []string{"", "  "} {
+		_, err = b.server.InvokeCapability(metadata.NewIncomingContext(b.ctx, metadata.Pairs(IdempotencyKeyHeader, empty)),
+			&gatewayv1.InvokeCapabilityRequest{Capability: dbtest.TestCapability, Mode: executionv1.Mode_MODE_ASYNC})
+		c, _ = code(err)
+		require.Equal(t, codes.InvalidArgument, c, "%q: %v", empty, err)
+		require.Equal(t, "idempotency_key", field(err))
+		require.Equal(t, before, boundsRows(t, b), "an empty key: nothing written")
+	}
+
 	// 64 levels is within the bound.
 	_, err = b.server.InvokeCapability(b.ctx, &gatewayv1.InvokeCapabilityRequest{
 		Capability: dbtest.TestCapability, Mode: executionv1.Mode_MODE_ASYNC, Payload: boundsStruct(t, boundsDeep(64))})

@@ -462,6 +462,10 @@ func (s *Server) validateInvoke(ctx context.Context, req *gatewayv1.InvokeCapabi
 			return nil, apperr.Invalid("idempotency_key", "given %d times in metadata; give it once", len(v))
 		}
 		if len(v) == 1 {
+			if strings.TrimSpace(v[0]) == "" {
+				// An empty key would be no key: the caller's retry would run the work again.
+				return nil, apperr.Invalid("idempotency_key", "is empty in metadata: give a key, or leave it out")
+			}
 			in.idempotencyKey = v[0]
 		}
 	}
