@@ -7,12 +7,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -28,8 +28,10 @@ import (
 )
 
 // RateLimitResult is the ratelimit scenario (issue 11): application B's accept latency under a
-// light steady load, alone and while application A floods the gateway far past its invoke limit.
-// A's flood runs on connections of its own (B's gRPC connection is not shared with it).
+// light steady load in three phases: alone; while application A runs at exactly its invoke limit
+// (its admitted load, nothing refused); and while A floods the gateway far past that limit. The
+// second phase separates what A's admitted work costs B from what the refusals add. A runs on
+// connections of its own (B's gRPC connection is not shared with it).
 type RateLimitResult struct {
 	// A's limit (invokes per second, burst) and its flood, half over REST and half over gRPC,
 	// ignoring Retry-After as a hostile client would: open loop at AOffered calls a second, not
@@ -44,7 +46,8 @@ type RateLimitResult struct {
 	// Hold is the gateway's INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY ("": its default).
 	Hold    string  `json:"refusal_delay,omitempty"`
 	Seconds float64 `json:"seconds"`
-	// What A got: admitted (202 / pending), refused (429 / RESOURCE_EXHAUSTED), other answers.
+	// What A got during the flood: admitted (202 / pending), refused (429 / RESOURCE_EXHAUSTED),
+	// other answers.
 	AAdmitted int64  `json:"a_admitted"`
 	ARefused  int64  `json:"a_refused"`
 	AOther    int64  `json:"a_other"`
@@ -55,14 +58,23 @@ type RateLimitResult struct {
 	ARetryAfter  int64 `json:"a_refused_rest_with_retry_after"`
 	ARefusedGRPC int64 `json:"a_refused_grpc"`
 	ARetryInfo   int64 `json:"a_refused_grpc_with_retry_info"`
-	// B: async invokes over gRPC, open loop at BRate per second.
+	// AAtLimit is what A got while it ran open loop at exactly its limit (offered = ALimit):
+	// nothing should be refused.
+	AAtLimit aTally `json:"a_at_limit"`
+	// B: async invokes over gRPC, open loop at BRate per second, in each phase.
 	BRate    float64 `json:"b_offered_per_s"`
 	BIdle    FlowRow `json:"b_idle"`
+	BAtLimit FlowRow `json:"b_a_at_limit"`
 	BFlooded FlowRow `json:"b_flooded"`
-	Ratio    float64 `json:"b_p99_flooded_vs_idle"`
-	// Cores each process used (CPU seconds ÷ wall seconds) during B's runs, alone and flooded
+	// Ratio is B's p99 flooded ÷ alone (issue 11's target); RatioAtLimit at-limit ÷ alone (what
+	// A's admitted load costs B); RatioVsAtLimit flooded ÷ at-limit (what the refusals add).
+	Ratio          float64 `json:"b_p99_flooded_vs_idle"`
+	RatioAtLimit   float64 `json:"b_p99_a_at_limit_vs_idle"`
+	RatioVsAtLimit float64 `json:"b_p99_flooded_vs_a_at_limit"`
+	// Cores each process used (CPU seconds ÷ wall seconds) during B's runs in each phase
 	// ("bench" is the load generator: B and A's callers, on the same cores as the stack).
 	CoresIdle    map[string]float64 `json:"cores_idle"`
+	CoresAtLimit map[string]float64 `json:"cores_a_at_limit"`
 	CoresFlooded map[string]float64 `json:"cores_flooded"`
 	// GatewayUsPerRefusal is the gateway's extra CPU while flooded ÷ A's calls (REST and gRPC).
 	GatewayUsPerRefusal float64 `json:"gateway_cpu_us_per_flood_call"`
@@ -72,13 +84,37 @@ type RateLimitResult struct {
 	Target  Target    `json:"target"`
 }
 
+// aTally counts application A's answers in one phase.
+type aTally struct {
+	Admitted    int64  `json:"admitted"`
+	Refused     int64  `json:"refused"`
+	Other       int64  `json:"other"`
+	RefusedREST int64  `json:"refused_rest"`
+	RetryAfter  int64  `json:"refused_rest_with_retry_after"`
+	RefusedGRPC int64  `json:"refused_grpc"`
+	RetryInfo   int64  `json:"refused_grpc_with_retry_info"`
+	FirstErr    string `json:"first_other,omitempty"`
+}
+
+func (t *aTally) calls() int64 { return t.Admitted + t.Refused + t.Other }
+
+// other counts an answer that was neither an admission nor a refusal, keeping the first.
+func (t *aTally) other(err error) {
+	t.Other++
+	if t.FirstErr == "" {
+		t.FirstErr = err.Error()
+	}
+}
+
 // Targets of the ratelimit scenario.
 const targetFloodP99Ratio = 2.0
 
 // runRateLimit adds application A with a small invoke limit to the stack's catalog, measures B
-// (the dev application, at the deployment's defaults) alone, then again while A floods.
+// (the dev application, at the deployment's defaults) alone, then while A runs at its limit, then
+// while A floods.
 func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) error {
-	const aLimit, aBurst = 50.0, 50
+	aLimit := o.rlALimit
+	aBurst := max(1, int(math.Ceil(aLimit))) // a second's worth, as the deployment's defaults
 	keyBytes := make([]byte, 16)
 	_, _ = rand.Read(keyBytes)
 	aKey := "flood_" + hex.EncodeToString(keyBytes)
@@ -99,7 +135,7 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 	}
 	defer conn.Close()
 	client := gatewayv1.NewGatewayServiceClient(conn)
-	// A floods on a connection of its own, as a separate client would: sharing B's, its calls
+	// A runs on a connection of its own, as a separate client would: sharing B's, its calls
 	// would queue with B's in one HTTP/2 connection and measure the client, not the gateway.
 	aConn, err := st.DialGateway()
 	if err != nil {
@@ -122,35 +158,19 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 		}
 		return nil
 	}
-	measureB := func() load.Result {
-		return load.RunOpen(ctx, load.OpenParams{Rate: o.rlRate, Duration: o.rlD},
-			func(ctx context.Context, _ int, _ int64) error { return invokeOn(ctx, client, st.APIKey) })
-	}
+	n := int(o.rlRate * o.rlD.Seconds())
 	what := fmt.Sprintf("B: async invoke over gRPC, open loop at %.0f/s (answered pending)", o.rlRate)
-
-	fmt.Fprintf(os.Stderr, "bench: ratelimit: B alone at %.0f invokes/s for %s\n", o.rlRate, o.rlD)
-	load0 := loadAvg()
-	cpu0 := cpuSnapshot(st)
-	idle := measureB()
-	cpuIdle := cpuDelta(cpu0, cpuSnapshot(st))
-	res := &RateLimitResult{ALimit: aLimit, ABurst: aBurst, AOffered: o.rlFloodRate, BRate: o.rlRate, Hold: o.rlHold,
-		BIdle: rowOf("ratelimit", "integrations", what+", alone", 0, o.rlRate, int(o.rlRate*o.rlD.Seconds()), idle)}
-	printFlowRow(os.Stderr, res.BIdle)
-
-	if o.rlFloodRate == 0 {
-		res.ACallers = o.rlCallers
-		fmt.Fprintf(os.Stderr, "bench: ratelimit: B again while A floods with %d callers (limit %.0f/s)\n", o.rlCallers, aLimit)
-	} else {
-		fmt.Fprintf(os.Stderr, "bench: ratelimit: B again while A floods at %.0f calls/s, open loop (limit %.0f/s)\n", o.rlFloodRate, aLimit)
+	// measureB measures B for -ratelimit-d, with each process's cores over that time.
+	measureB := func(phase string) (FlowRow, load.Result, map[string]float64) {
+		cpu0 := cpuSnapshot(st)
+		r := load.RunOpen(ctx, load.OpenParams{Rate: o.rlRate, Duration: o.rlD},
+			func(ctx context.Context, _ int, _ int64) error { return invokeOn(ctx, client, st.APIKey) })
+		cpu := cpuDelta(cpu0, cpuSnapshot(st))
+		row := rowOf("ratelimit", "integrations", what+", "+phase, 0, o.rlRate, n, r)
+		printFlowRow(os.Stderr, row)
+		return row, r, cpu
 	}
-	floodCtx, stopFlood := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var firstOther atomic.Value
-	other := func(err error) {
-		res.AOther++ // under mu
-		firstOther.CompareAndSwap(nil, err.Error())
-	}
-	var mu sync.Mutex
+
 	idleConns := max(o.rlCallers, 256) // the open loop keeps a few hundred calls in flight
 	tr := &http.Transport{MaxIdleConns: idleConns, MaxIdleConnsPerHost: idleConns, IdleConnTimeout: time.Minute}
 	defer tr.CloseIdleConnections()
@@ -172,105 +192,145 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 		_ = resp.Body.Close()
 		return resp.StatusCode, resp.Header.Get("Retry-After"), nil
 	}
-	// floodCall makes A's i-th call, REST for even i, gRPC for odd, and counts its answer.
-	floodCall := func(i int) {
-		if i%2 == 0 {
-			code, retryAfter, err := restInvoke(floodCtx)
-			if floodCtx.Err() != nil {
+	// runA starts A: open loop at rate calls a second (0: closed loop with -ratelimit-callers),
+	// its i-th call REST for even i, gRPC for odd, each answer counted in t under mu. It returns
+	// a function that stops A and waits for its calls to end.
+	runA := func(rate float64, t *aTally, mu *sync.Mutex) (stop func()) {
+		aCtx, cancel := context.WithCancel(ctx)
+		call := func(i int) {
+			if i%2 == 0 {
+				code, retryAfter, err := restInvoke(aCtx)
+				if aCtx.Err() != nil {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					t.other(err)
+				case code == http.StatusAccepted:
+					t.Admitted++
+				case code == http.StatusTooManyRequests:
+					t.Refused++
+					t.RefusedREST++
+					if s, err := strconv.Atoi(retryAfter); err == nil && s >= 1 {
+						t.RetryAfter++
+					}
+				default:
+					t.other(fmt.Errorf("REST answered %d", code))
+				}
+				return
+			}
+			err := invokeOn(aCtx, aClient, aKey)
+			if aCtx.Err() != nil {
 				return
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			switch {
-			case err != nil:
-				other(err)
-			case code == http.StatusAccepted:
-				res.AAdmitted++
-			case code == http.StatusTooManyRequests:
-				res.ARefused++
-				res.ARefusedREST++
-				if s, err := strconv.Atoi(retryAfter); err == nil && s >= 1 {
-					res.ARetryAfter++
+			switch status.Code(err) {
+			case codes.OK:
+				t.Admitted++
+			case codes.ResourceExhausted:
+				t.Refused++
+				t.RefusedGRPC++
+				if grpcx.RetryDelay(err) > 0 {
+					t.RetryInfo++
 				}
 			default:
-				other(fmt.Errorf("REST answered %d", code))
+				t.other(err)
 			}
-			return
 		}
-		err := invokeOn(floodCtx, aClient, aKey)
-		if floodCtx.Err() != nil {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		switch status.Code(err) {
-		case codes.OK:
-			res.AAdmitted++
-		case codes.ResourceExhausted:
-			res.ARefused++
-			res.ARefusedGRPC++
-			if grpcx.RetryDelay(err) > 0 {
-				res.ARetryInfo++
-			}
-		default:
-			other(err)
-		}
-	}
-	floodStart := time.Now()
-	if o.rlFloodRate > 0 {
-		// Open loop: calls at the offered rate, each on its own goroutine, for as long as B is
-		// measured and then some (the flood is stopped when B is done).
-		n := int(o.rlFloodRate * (o.rlD + 30*time.Second).Seconds())
-		wg.Go(func() {
-			r := load.RunOpen(floodCtx, load.OpenParams{Rate: o.rlFloodRate, N: n}, func(_ context.Context, _ int, i int64) error {
-				floodCall(int(i))
-				return nil
-			})
-			if r.FirstErr != nil && floodCtx.Err() == nil { // the generator's own refusals: too many in flight
-				mu.Lock()
-				other(r.FirstErr)
-				mu.Unlock()
-			}
-		})
-	} else {
-		for i := range o.rlCallers {
+		var wg sync.WaitGroup
+		if rate > 0 {
+			// Open loop: calls at the offered rate, each on its own goroutine, for as long as B
+			// is measured and then some (A is stopped when B is done).
+			total := int(rate * (o.rlD + 30*time.Second).Seconds())
 			wg.Go(func() {
-				for floodCtx.Err() == nil {
-					floodCall(i)
+				r := load.RunOpen(aCtx, load.OpenParams{Rate: rate, N: total}, func(_ context.Context, _ int, i int64) error {
+					call(int(i))
+					return nil
+				})
+				if r.FirstErr != nil && aCtx.Err() == nil { // the generator's own refusals: too many in flight
+					mu.Lock()
+					t.other(r.FirstErr)
+					mu.Unlock()
 				}
 			})
+		} else {
+			for i := range o.rlCallers {
+				wg.Go(func() {
+					for aCtx.Err() == nil {
+						call(i)
+					}
+				})
+			}
 		}
+		return func() { cancel(); wg.Wait() }
 	}
+
+	res := &RateLimitResult{ALimit: aLimit, ABurst: aBurst, AOffered: o.rlFloodRate, BRate: o.rlRate, Hold: o.rlHold}
+	load0 := loadAvg()
+
+	// Phase 1: B alone.
+	fmt.Fprintf(os.Stderr, "bench: ratelimit: B alone at %.0f invokes/s for %s\n", o.rlRate, o.rlD)
+	var idle load.Result
+	var cpuIdle map[string]float64
+	res.BIdle, idle, cpuIdle = measureB("alone")
+	res.CoresIdle = cores(cpuIdle, idle.Elapsed)
+
+	// Phase 2: B while A offers exactly its limit, open loop: A's admitted load without refusals.
+	fmt.Fprintf(os.Stderr, "bench: ratelimit: B again while A runs at its limit (%.0f calls/s, open loop)\n", aLimit)
+	var atMu sync.Mutex
+	stopAt := runA(aLimit, &res.AAtLimit, &atMu)
+	time.Sleep(time.Second) // let A reach its pace before B is measured
+	var atLimit load.Result
+	var cpuAt map[string]float64
+	res.BAtLimit, atLimit, cpuAt = measureB("while A runs at its limit")
+	stopAt()
+	res.CoresAtLimit = cores(cpuAt, atLimit.Elapsed)
+	fmt.Fprintf(os.Stderr, "bench: ratelimit: A at its limit: %d admitted, %d refused, %d other\n",
+		res.AAtLimit.Admitted, res.AAtLimit.Refused, res.AAtLimit.Other)
+
+	// Phase 3: B while A floods.
+	if o.rlFloodRate == 0 {
+		res.ACallers = o.rlCallers
+		fmt.Fprintf(os.Stderr, "bench: ratelimit: B again while A floods with %d callers (limit %.0f/s)\n", o.rlCallers, aLimit)
+	} else {
+		fmt.Fprintf(os.Stderr, "bench: ratelimit: B again while A floods at %.0f calls/s, open loop (limit %.0f/s)\n", o.rlFloodRate, aLimit)
+	}
+	var flood aTally
+	var mu sync.Mutex
+	floodStart := time.Now()
+	stopFlood := runA(o.rlFloodRate, &flood, &mu)
 	// Let the flood reach its pace (and spend A's burst) before B is measured.
 	time.Sleep(time.Second)
 	profiled := profileServices(ctx, o, st)
 	mu.Lock()
-	floodCalls0 := res.AAdmitted + res.ARefused + res.AOther
+	floodCalls0 := flood.calls()
 	mu.Unlock()
-	cpu1 := cpuSnapshot(st)
-	flooded := measureB()
-	cpuFlooded := cpuDelta(cpu1, cpuSnapshot(st))
+	var flooded load.Result
+	var cpuFlooded map[string]float64
+	res.BFlooded, flooded, cpuFlooded = measureB("while A floods")
 	mu.Lock()
-	floodCalls := res.AAdmitted + res.ARefused + res.AOther - floodCalls0
+	floodCalls := flood.calls() - floodCalls0
 	mu.Unlock()
 	stopFlood()
-	wg.Wait()
 	profiled()
+	res.Seconds = time.Since(floodStart).Seconds()
 	res.LoadAvg = [2]string{load0, loadAvg()}
-	res.CoresIdle = cores(cpuIdle, idle.Elapsed)
 	res.CoresFlooded = cores(cpuFlooded, flooded.Elapsed)
 	if floodCalls > 0 {
 		res.GatewayUsPerRefusal = round1((cpuFlooded["gateway"] - cpuIdle["gateway"]*flooded.Elapsed.Seconds()/idle.Elapsed.Seconds()) / float64(floodCalls) * 1e6)
 	}
-	res.Seconds = time.Since(floodStart).Seconds()
-	res.ACalls = res.AAdmitted + res.ARefused + res.AOther
-	if v := firstOther.Load(); v != nil {
-		res.AFirstErr = v.(string)
-	}
-	res.BFlooded = rowOf("ratelimit", "integrations", what+", while A floods", 0, o.rlRate, int(o.rlRate*o.rlD.Seconds()), flooded)
-	printFlowRow(os.Stderr, res.BFlooded)
+	res.AAdmitted, res.ARefused, res.AOther, res.AFirstErr = flood.Admitted, flood.Refused, flood.Other, flood.FirstErr
+	res.ARefusedREST, res.ARetryAfter, res.ARefusedGRPC, res.ARetryInfo = flood.RefusedREST, flood.RetryAfter, flood.RefusedGRPC, flood.RetryInfo
+	res.ACalls = flood.calls()
 	if res.BIdle.P99ms > 0 {
 		res.Ratio = res.BFlooded.P99ms / res.BIdle.P99ms
+		res.RatioAtLimit = res.BAtLimit.P99ms / res.BIdle.P99ms
+	}
+	if res.BAtLimit.P99ms > 0 {
+		res.RatioVsAtLimit = res.BFlooded.P99ms / res.BAtLimit.P99ms
 	}
 	res.Target = Target{Name: "B p99 flooded ÷ idle at most", Want: targetFloodP99Ratio, Got: round2(res.Ratio),
 		Pass: res.Ratio > 0 && res.Ratio <= targetFloodP99Ratio}
@@ -294,17 +354,27 @@ func printRateLimit(w io.Writer, rep *Report) {
 	}
 	fmt.Fprintf(w, "\nRate limits: A floods (%s, half REST, half gRPC, own connections, ignoring Retry-After) past its limit of %.0f invokes/s (burst %d); B invokes at %.0f/s; refusal delay %s\n",
 		flood, r.ALimit, r.ABurst, r.BRate, hold)
-	fmt.Fprintf(w, "A over %.1fs: %d calls answered (%.0f/s; offered %.0f/s), %d admitted (%.1f/s), %d refused (%.0f/s), %d other%s\n",
+	a := r.AAtLimit
+	fmt.Fprintf(w, "A at its limit (%.0f calls/s offered, open loop): %d admitted, %d refused, %d other%s\n",
+		r.ALimit, a.Admitted, a.Refused, a.Other, firstOf(a.FirstErr))
+	fmt.Fprintf(w, "A flooding over %.1fs: %d calls answered (%.0f/s; offered %.0f/s), %d admitted (%.1f/s), %d refused (%.0f/s), %d other%s\n",
 		r.Seconds, r.ACalls, float64(r.ACalls)/r.Seconds, r.AOffered, r.AAdmitted, float64(r.AAdmitted)/r.Seconds,
 		r.ARefused, float64(r.ARefused)/r.Seconds, r.AOther, firstOf(r.AFirstErr))
-	fmt.Fprintf(w, "A's refusals saying when to retry: REST %d of %d with Retry-After ≥ 1s, gRPC %d of %d with RetryInfo\n",
+	fmt.Fprintf(w, "A's refusals while flooding saying when to retry: REST %d of %d with Retry-After ≥ 1s, gRPC %d of %d with RetryInfo\n",
 		r.ARetryAfter, r.ARefusedREST, r.ARetryInfo, r.ARefusedGRPC)
-	fmt.Fprintf(w, "B alone:       %d done, %d errors, p50 %.2fms, p99 %.2fms\n", r.BIdle.Completed, r.BIdle.Errors, r.BIdle.P50ms, r.BIdle.P99ms)
-	fmt.Fprintf(w, "B while A floods: %d done, %d errors, p50 %.2fms, p99 %.2fms\n", r.BFlooded.Completed, r.BFlooded.Errors, r.BFlooded.P50ms, r.BFlooded.P99ms)
-	fmt.Fprintf(w, "cores used, B alone:        %s\n", kvText(r.CoresIdle, "%.2f"))
-	fmt.Fprintf(w, "cores used, while A floods: %s\n", kvText(r.CoresFlooded, "%.2f"))
+	for _, b := range []struct {
+		name string
+		row  FlowRow
+	}{{"alone", r.BIdle}, {"while A at limit", r.BAtLimit}, {"while A floods", r.BFlooded}} {
+		fmt.Fprintf(w, "B %-17s %d done, %d errors, p50 %.2fms, p99 %.2fms\n", b.name+":", b.row.Completed, b.row.Errors, b.row.P50ms, b.row.P99ms)
+	}
+	fmt.Fprintf(w, "cores used, B alone:          %s\n", kvText(r.CoresIdle, "%.2f"))
+	fmt.Fprintf(w, "cores used, while A at limit: %s\n", kvText(r.CoresAtLimit, "%.2f"))
+	fmt.Fprintf(w, "cores used, while A floods:   %s\n", kvText(r.CoresFlooded, "%.2f"))
 	fmt.Fprintf(w, "host load average (1 min) before / after: %s / %s\n", r.LoadAvg[0], r.LoadAvg[1])
 	fmt.Fprintf(w, "gateway CPU added by the flood ÷ its calls (the admitted ones' work included): %.1f µs\n", r.GatewayUsPerRefusal)
+	fmt.Fprintf(w, "B p99 at limit ÷ alone: %.2f× (what A's admitted load costs B)\n", r.RatioAtLimit)
+	fmt.Fprintf(w, "B p99 flooded ÷ at limit: %.2f× (what the refusals add)\n", r.RatioVsAtLimit)
 	fmt.Fprintf(w, "B p99 flooded ÷ alone: %.2f× (target ≤ %.0f×): %s\n", r.Ratio, r.Target.Want, passFail(r.Target.Pass))
 }
 
