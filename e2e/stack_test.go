@@ -11,8 +11,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/integrations-platform/integrations/pkg/freeport"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -465,22 +465,12 @@ func (s *stack) call(method, path, key string, body []byte, headers ...string) (
 	return resp.StatusCode, out
 }
 
-// handedOut holds every address freeAddr returned in this test process: the kernel may give a
-// port just closed to the next listener, and two programs of one stack once got the same one.
-var handedOut sync.Map
-
-// freeAddr returns a loopback address no listener holds and freeAddr has not returned before.
+// freeAddr returns a loopback address for a program the stack starts (see pkg/freeport).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := l.Addr().String()
-		require.NoError(t, l.Close())
-		if _, taken := handedOut.LoadOrStore(addr, true); !taken {
-			return addr
-		}
-	}
+	addr, err := freeport.Addr()
+	require.NoError(t, err)
+	return addr
 }
 
 func amqpURL() string {

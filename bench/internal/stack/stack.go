@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/integrations-platform/integrations/pkg/freeport"
 	"io"
 	"net"
 	"net/http"
@@ -823,26 +824,8 @@ func openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, e
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
-// handedOut holds every address freeAddr returned in this process: the kernel may give a port just
-// closed to the next listener.
-var handedOut sync.Map
-
-// freeAddr returns a loopback address no listener holds and freeAddr has not returned before.
-func freeAddr() (string, error) {
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
-		}
-		addr := l.Addr().String()
-		if err := l.Close(); err != nil {
-			return "", err
-		}
-		if _, taken := handedOut.LoadOrStore(addr, true); !taken {
-			return addr, nil
-		}
-	}
-}
+// freeAddr returns a loopback address for a program the stack starts (see pkg/freeport).
+func freeAddr() (string, error) { return freeport.Addr() }
 
 func randomHex(n int) string {
 	b := make([]byte, n)
