@@ -269,7 +269,13 @@ func BearerToken(ctx context.Context) (string, error) {
 		// header twice is.
 		return "", apperr.Unauthenticated("authorization given %d times: give one 'Bearer <key>'", len(vals))
 	}
-	scheme, token, ok := strings.Cut(vals[0], " ")
+	return ParseBearer(vals[0])
+}
+
+// ParseBearer returns the token of an authorization value "Bearer <token>" (the scheme in any
+// case).
+func ParseBearer(value string) (string, error) {
+	scheme, token, ok := strings.Cut(value, " ")
 	if !ok || !strings.EqualFold(scheme, "bearer") || strings.TrimSpace(token) == "" {
 		return "", apperr.Unauthenticated("malformed authorization: expected 'Bearer <key>'")
 	}

@@ -104,6 +104,7 @@ func run() error {
 	}
 	app.Go("replica-heartbeat", func(ctx context.Context) error { replicas.Run(ctx); return nil })
 	limiter := ratelimit.New(ratelimit.NewSource(pool, cfg.RateLimits(), cfg.CacheTTL).Limits, replicas.Count)
+	gate := server.NewRateGate(limiter, cfg.RateLimitRefusalDelay, server.MaxHeldPerApplication)
 	// The gRPC limit leaves room for the envelope around a payload of the largest size allowed,
 	// so that an oversized payload is refused by validation with a message naming the field.
 	srv := grpcx.NewServer(grpcx.ServerConfig{
@@ -114,7 +115,7 @@ func run() error {
 		// A call over its limit is held (and one waiting for its token waits): the bound per
 		// connection keeps one connection firing calls without waiting from piling them up.
 		MaxConcurrentStreams: 1000,
-		Interceptors:         []grpc.UnaryServerInterceptor{server.AuthInterceptor(st), server.RateLimitInterceptor(limiter, cfg.RateLimitRefusalDelay, server.MaxHeldPerApplication)},
+		Interceptors:         []grpc.UnaryServerInterceptor{server.AuthInterceptor(st), gate.Interceptor()},
 	})
 	gw := server.New(st, adapters,
 		dispatcherv1.NewDispatcherServiceClient(dispatcherConn), settlementv1.NewSettlementServiceClient(settlementConn),
@@ -156,6 +157,8 @@ func run() error {
 		ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout, ReadTimeout: cfg.HTTPReadTimeout,
 		WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
 		TLS: publicTLS,
+		// A request over its rate limit is refused before the hop to the gRPC server.
+		Precheck: gate.Precheck(st),
 		Extra: system.Handlers(system.Config{
 			AdminToken: cfg.AdminToken,
 			Keys:       st,

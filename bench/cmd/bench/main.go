@@ -90,6 +90,13 @@ type options struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "flood" { // the ratelimit scenario's application A
+		if err := runFlood(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench flood:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

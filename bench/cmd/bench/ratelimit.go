@@ -1,25 +1,20 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"os"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/integrations-platform/integrations/bench/internal/load"
+	"github.com/integrations-platform/integrations/bench/internal/procstat"
 	"github.com/integrations-platform/integrations/bench/internal/stack"
 	"github.com/integrations-platform/integrations/pkg/catalog"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
@@ -135,14 +130,6 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 	}
 	defer conn.Close()
 	client := gatewayv1.NewGatewayServiceClient(conn)
-	// A runs on a connection of its own, as a separate client would: sharing B's, its calls
-	// would queue with B's in one HTTP/2 connection and measure the client, not the gateway.
-	aConn, err := st.DialGateway()
-	if err != nil {
-		return err
-	}
-	defer aConn.Close()
-	aClient := gatewayv1.NewGatewayServiceClient(aConn)
 	p, err := structpb.NewStruct(map[string]any{"bench": "ratelimit"})
 	if err != nil {
 		return err
@@ -161,111 +148,31 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 	n := int(o.rlRate * o.rlD.Seconds())
 	what := fmt.Sprintf("B: async invoke over gRPC, open loop at %.0f/s (answered pending)", o.rlRate)
 	// measureB measures B for -ratelimit-d, with each process's cores over that time.
-	measureB := func(phase string) (FlowRow, load.Result, map[string]float64) {
-		cpu0 := cpuSnapshot(st)
+	// A's process, if running, is counted as "flooder".
+	measureB := func(phase string, a *flooder) (FlowRow, load.Result, map[string]float64) {
+		snap := func() snapshot {
+			s := cpuSnapshot(st)
+			if a != nil {
+				if d, ok := procstat.CPU(a.cmd.Process.Pid); ok {
+					s.procs["flooder"] = d
+				}
+			}
+			return s
+		}
+		cpu0 := snap()
 		r := load.RunOpen(ctx, load.OpenParams{Rate: o.rlRate, Duration: o.rlD},
 			func(ctx context.Context, _ int, _ int64) error { return invokeOn(ctx, client, st.APIKey) })
-		cpu := cpuDelta(cpu0, cpuSnapshot(st))
+		cpu := cpuDelta(cpu0, snap())
 		row := rowOf("ratelimit", "integrations", what+", "+phase, 0, o.rlRate, n, r)
 		printFlowRow(os.Stderr, row)
 		return row, r, cpu
 	}
 
-	idleConns := max(o.rlCallers, 256) // the open loop keeps a few hundred calls in flight
-	tr := &http.Transport{MaxIdleConns: idleConns, MaxIdleConnsPerHost: idleConns, IdleConnTimeout: time.Minute}
-	defer tr.CloseIdleConnections()
-	httpClient := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	restURL := st.RESTURL + "/v1/capabilities/" + stack.Capability + ":invoke"
-	body := []byte(`{"mode": "MODE_ASYNC", "payload": {"bench": "ratelimit"}}`)
-	restInvoke := func(ctx context.Context) (code int, retryAfter string, err error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, restURL, bytes.NewReader(body))
-		if err != nil {
-			return 0, "", err
-		}
-		req.Header.Set("Authorization", "Bearer "+aKey)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := httpClient.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		return resp.StatusCode, resp.Header.Get("Retry-After"), nil
-	}
-	// runA starts A: open loop at rate calls a second (0: closed loop with -ratelimit-callers),
-	// its i-th call REST for even i, gRPC for odd, each answer counted in t under mu. It returns
-	// a function that stops A and waits for its calls to end.
-	runA := func(rate float64, t *aTally, mu *sync.Mutex) (stop func()) {
-		aCtx, cancel := context.WithCancel(ctx)
-		call := func(i int) {
-			if i%2 == 0 {
-				code, retryAfter, err := restInvoke(aCtx)
-				if aCtx.Err() != nil {
-					return
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err != nil:
-					t.other(err)
-				case code == http.StatusAccepted:
-					t.Admitted++
-				case code == http.StatusTooManyRequests:
-					t.Refused++
-					t.RefusedREST++
-					if s, err := strconv.Atoi(retryAfter); err == nil && s >= 1 {
-						t.RetryAfter++
-					}
-				default:
-					t.other(fmt.Errorf("REST answered %d", code))
-				}
-				return
-			}
-			err := invokeOn(aCtx, aClient, aKey)
-			if aCtx.Err() != nil {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			switch status.Code(err) {
-			case codes.OK:
-				t.Admitted++
-			case codes.ResourceExhausted:
-				t.Refused++
-				t.RefusedGRPC++
-				if grpcx.RetryDelay(err) > 0 {
-					t.RetryInfo++
-				}
-			default:
-				t.other(err)
-			}
-		}
-		var wg sync.WaitGroup
-		if rate > 0 {
-			// Open loop: calls at the offered rate, each on its own goroutine, for as long as B
-			// is measured and then some (A is stopped when B is done).
-			total := int(rate * (o.rlD + 30*time.Second).Seconds())
-			wg.Go(func() {
-				r := load.RunOpen(aCtx, load.OpenParams{Rate: rate, N: total}, func(_ context.Context, _ int, i int64) error {
-					call(int(i))
-					return nil
-				})
-				if r.FirstErr != nil && aCtx.Err() == nil { // the generator's own refusals: too many in flight
-					mu.Lock()
-					t.other(r.FirstErr)
-					mu.Unlock()
-				}
-			})
-		} else {
-			for i := range o.rlCallers {
-				wg.Go(func() {
-					for aCtx.Err() == nil {
-						call(i)
-					}
-				})
-			}
-		}
-		return func() { cancel(); wg.Wait() }
+	// runA starts A in a process of its own (flood.go): open loop at rate calls a second (0:
+	// closed loop with -ratelimit-callers).
+	runA := func(rate float64) (*flooder, error) {
+		return startFlooder(ctx, floodConfig{GRPCAddr: st.Addrs["gateway"], RESTURL: st.RESTURL, Key: aKey,
+			Rate: rate, Callers: o.rlCallers, MaxD: o.rlD + 30*time.Second})
 	}
 
 	res := &RateLimitResult{ALimit: aLimit, ABurst: aBurst, AOffered: o.rlFloodRate, BRate: o.rlRate, Hold: o.rlHold}
@@ -275,18 +182,22 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 	fmt.Fprintf(os.Stderr, "bench: ratelimit: B alone at %.0f invokes/s for %s\n", o.rlRate, o.rlD)
 	var idle load.Result
 	var cpuIdle map[string]float64
-	res.BIdle, idle, cpuIdle = measureB("alone")
+	res.BIdle, idle, cpuIdle = measureB("alone", nil)
 	res.CoresIdle = cores(cpuIdle, idle.Elapsed)
 
 	// Phase 2: B while A offers exactly its limit, open loop: A's admitted load without refusals.
 	fmt.Fprintf(os.Stderr, "bench: ratelimit: B again while A runs at its limit (%.0f calls/s, open loop)\n", aLimit)
-	var atMu sync.Mutex
-	stopAt := runA(aLimit, &res.AAtLimit, &atMu)
+	atA, err := runA(aLimit)
+	if err != nil {
+		return err
+	}
 	time.Sleep(time.Second) // let A reach its pace before B is measured
 	var atLimit load.Result
 	var cpuAt map[string]float64
-	res.BAtLimit, atLimit, cpuAt = measureB("while A runs at its limit")
-	stopAt()
+	res.BAtLimit, atLimit, cpuAt = measureB("while A runs at its limit", atA)
+	if res.AAtLimit, err = atA.stop(); err != nil {
+		return err
+	}
 	res.CoresAtLimit = cores(cpuAt, atLimit.Elapsed)
 	fmt.Fprintf(os.Stderr, "bench: ratelimit: A at its limit: %d admitted, %d refused, %d other\n",
 		res.AAtLimit.Admitted, res.AAtLimit.Refused, res.AAtLimit.Other)
@@ -298,23 +209,30 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 	} else {
 		fmt.Fprintf(os.Stderr, "bench: ratelimit: B again while A floods at %.0f calls/s, open loop (limit %.0f/s)\n", o.rlFloodRate, aLimit)
 	}
-	var flood aTally
-	var mu sync.Mutex
 	floodStart := time.Now()
-	stopFlood := runA(o.rlFloodRate, &flood, &mu)
+	floodA, err := runA(o.rlFloodRate)
+	if err != nil {
+		return err
+	}
 	// Let the flood reach its pace (and spend A's burst) before B is measured.
 	time.Sleep(time.Second)
 	profiled := profileServices(ctx, o, st)
-	mu.Lock()
-	floodCalls0 := flood.calls()
-	mu.Unlock()
+	before, err := floodA.tally()
+	if err != nil {
+		return err
+	}
 	var flooded load.Result
 	var cpuFlooded map[string]float64
-	res.BFlooded, flooded, cpuFlooded = measureB("while A floods")
-	mu.Lock()
-	floodCalls := flood.calls() - floodCalls0
-	mu.Unlock()
-	stopFlood()
+	res.BFlooded, flooded, cpuFlooded = measureB("while A floods", floodA)
+	after, err := floodA.tally()
+	if err != nil {
+		return err
+	}
+	floodCalls := after.calls() - before.calls()
+	flood, err := floodA.stop()
+	if err != nil {
+		return err
+	}
 	profiled()
 	res.Seconds = time.Since(floodStart).Seconds()
 	res.LoadAvg = [2]string{load0, loadAvg()}

@@ -109,6 +109,17 @@ func (l *Limiter) Allow(ctx context.Context, app string, k Kind) (Decision, erro
 // call: the call is admitted with Wait, the time until then, and must wait it before it runs.
 // The tokens reserved at once are bounded by rate × within, so the callers waiting are too.
 func (l *Limiter) Take(ctx context.Context, app string, k Kind, within time.Duration) (Decision, error) {
+	return l.decide(ctx, app, k, within, true)
+}
+
+// Peek is the decision Take would make now, with nothing taken or reserved: for a refusal ahead
+// of the call's own Take (the REST server's, before its hop to the gRPC server). Calls admitted by
+// Peek can still be refused by their Take.
+func (l *Limiter) Peek(ctx context.Context, app string, k Kind, within time.Duration) (Decision, error) {
+	return l.decide(ctx, app, k, within, false)
+}
+
+func (l *Limiter) decide(ctx context.Context, app string, k Kind, within time.Duration, take bool) (Decision, error) {
 	limits, err := l.limits(ctx, app)
 	if err != nil {
 		return Decision{}, err
@@ -127,7 +138,13 @@ func (l *Limiter) Take(ctx context.Context, app string, k Kind, within time.Dura
 			b.mu.Unlock()
 			continue
 		}
-		d := b.take(l.now(), limit, n, within)
+		var d Decision
+		if take {
+			d = b.take(l.now(), limit, n, within)
+		} else {
+			probe := b.state // a copy: deciding on it changes nothing
+			d = probe.take(l.now(), limit, n, within)
+		}
 		b.mu.Unlock()
 		d.Limit = limit
 		return d, nil
@@ -179,8 +196,13 @@ func (l *Limiter) sweep(now time.Time) {
 // refusal's ReserveN then CancelAt are two acquisitions that interleaved calls turned into
 // tokens minted or leaked.
 type bucket struct {
-	mu       sync.Mutex
-	dropped  bool
+	mu      sync.Mutex
+	dropped bool
+	state
+}
+
+// state is a bucket's tokens and the limit they are counted against.
+type state struct {
 	limit    Limit
 	replicas int
 	rate     float64
@@ -191,7 +213,7 @@ type bucket struct {
 
 // advance refills the bucket to now. A now before last (a clock read late) adds nothing: time
 // never runs backwards for a bucket, so it can never earn the same interval twice.
-func (b *bucket) advance(now time.Time) {
+func (b *state) advance(now time.Time) {
 	if now.After(b.last) {
 		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
 		b.last = now
@@ -199,7 +221,7 @@ func (b *bucket) advance(now time.Time) {
 }
 
 // take decides one call at now; b.mu is held.
-func (b *bucket) take(now time.Time, limit Limit, n int, within time.Duration) Decision {
+func (b *state) take(now time.Time, limit Limit, n int, within time.Duration) Decision {
 	switch {
 	case b.last.IsZero(): // new: full
 		b.limit, b.replicas = limit, n
@@ -227,7 +249,7 @@ func (b *bucket) take(now time.Time, limit Limit, n int, within time.Duration) D
 }
 
 // until is how long after b.last the bucket holds tokens tokens.
-func (b *bucket) until(tokens float64) time.Duration {
+func (b *state) until(tokens float64) time.Duration {
 	secs := (tokens - b.tokens) / b.rate
 	if secs >= MaxRetryAfter.Seconds() {
 		return MaxRetryAfter

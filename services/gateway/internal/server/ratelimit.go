@@ -13,6 +13,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/services/gateway/internal/ratelimit"
+	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
 
 // ReasonRateLimited is the ErrorInfo reason of a call refused by an application's rate limit;
@@ -41,7 +42,26 @@ const MaxHeldPerApplication = 64
 // held call keeps its goroutine and request, so at most maxHeld of an application's are held at
 // once; the others are refused at once. 0 refuses at once.
 func RateLimitInterceptor(l *ratelimit.Limiter, hold time.Duration, maxHeld int) grpc.UnaryServerInterceptor {
-	var held sync.Map // application id → *atomic.Int64, the calls held now
+	return NewRateGate(l, hold, maxHeld).Interceptor()
+}
+
+// RateGate applies the rate limits: RateLimitInterceptor's on gRPC calls, and Precheck's on REST
+// requests before they are proxied. The two share the count of calls held per application.
+type RateGate struct {
+	l       *ratelimit.Limiter
+	hold    time.Duration
+	maxHeld int
+	held    sync.Map // application id → *atomic.Int64, the calls held now
+}
+
+// NewRateGate returns a gate on l holding refused calls for hold, at most maxHeld per
+// application at once (see RateLimitInterceptor).
+func NewRateGate(l *ratelimit.Limiter, hold time.Duration, maxHeld int) *RateGate {
+	return &RateGate{l: l, hold: hold, maxHeld: maxHeld}
+}
+
+// Interceptor is RateLimitInterceptor.
+func (g *RateGate) Interceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		app := applicationID(ctx)
 		if _, ok := info.Server.(*Server); !ok || app == "" {
@@ -51,8 +71,8 @@ func RateLimitInterceptor(l *ratelimit.Limiter, hold time.Duration, maxHeld int)
 		if info.FullMethod == gatewayv1.GatewayService_InvokeCapability_FullMethodName {
 			kind = ratelimit.Invoke
 		}
-		hold := holdFor(ctx, hold)
-		d, err := l.Take(ctx, app, kind, hold)
+		hold := holdFor(ctx, g.hold)
+		d, err := g.l.Take(ctx, app, kind, hold)
 		if err != nil {
 			return nil, err
 		}
@@ -62,17 +82,49 @@ func RateLimitInterceptor(l *ratelimit.Limiter, hold time.Duration, maxHeld int)
 			}
 			return handler(ctx, req)
 		}
-		if hold > 0 {
-			v, _ := held.LoadOrStore(app, new(atomic.Int64))
-			n := v.(*atomic.Int64)
-			if n.Add(1) <= int64(maxHeld) {
-				start := time.Now()
-				wait(ctx, hold)
-				d.RetryAfter = max(d.RetryAfter-time.Since(start), time.Millisecond)
-			}
-			n.Add(-1)
+		return nil, g.refuse(ctx, app, kind, hold, d)
+	}
+}
+
+// refuse holds a refused call for hold (unless maxHeld of its application's are held already)
+// and returns its refusal.
+func (g *RateGate) refuse(ctx context.Context, app string, kind ratelimit.Kind, hold time.Duration, d ratelimit.Decision) error {
+	if hold > 0 {
+		v, _ := g.held.LoadOrStore(app, new(atomic.Int64))
+		n := v.(*atomic.Int64)
+		if n.Add(1) <= int64(g.maxHeld) {
+			start := time.Now()
+			wait(ctx, hold)
+			d.RetryAfter = max(d.RetryAfter-time.Since(start), time.Millisecond)
 		}
-		return nil, RateLimited(kind, d)
+		n.Add(-1)
+	}
+	return RateLimited(kind, d)
+}
+
+// Precheck returns the REST server's check of a request before it is proxied to the gRPC server:
+// a request whose key is valid and whose application's bucket would refuse it is refused there —
+// held and answered as the gRPC server would, without the hop, whose cost (the proxy's client
+// call, the gRPC server's, the error's rendering back) was most of what a flood of REST calls
+// cost the gateway. It takes no token: a request it lets through meets the interceptor's Take as
+// any other. A token it cannot authenticate, or limits it cannot read, it lets through, for the
+// gRPC server to refuse in its own words.
+func (g *RateGate) Precheck(st *store.Store) func(ctx context.Context, token string, invoke bool) error {
+	return func(ctx context.Context, token string, invoke bool) error {
+		app, err := authenticate(ctx, st, token)
+		if err != nil {
+			return nil
+		}
+		kind := ratelimit.Read
+		if invoke {
+			kind = ratelimit.Invoke
+		}
+		hold := holdFor(ctx, g.hold)
+		d, err := g.l.Peek(ctx, app, kind, hold)
+		if err != nil || d.Allowed {
+			return nil
+		}
+		return g.refuse(ctx, app, kind, hold, d)
 	}
 }
 

@@ -50,22 +50,42 @@ func (s *Store) KeyForChosen(ctx context.Context, hash []byte) (*KeyRecord, erro
 
 // lookupKey finds the key with id (if not "") or else the chosen key with hash. A record is
 // cached under the name it was found by ("id:" or "hash:"), which RevokeKey removes both of; a
-// miss is remembered by hash for missTTL.
+// miss is remembered by hash for missTTL. Concurrent misses for one token share one read, and a
+// key in use is read again ahead of its expiry (flight.go).
 func (s *Store) lookupKey(ctx context.Context, id string, hash []byte) (*KeyRecord, error) {
+	if s.keys == nil {
+		return s.readKey(ctx, id, hash)
+	}
+	// One flight per token: two tokens with one id and different secrets read alike, but a
+	// generated-format token may also match a chosen key by its hash.
+	flight := "key:" + id + "\x00" + string(hash)
+	fetch := func(ctx context.Context) (any, error) { return s.readKey(ctx, id, hash) }
 	byID, byHash := "id:"+id, "hash:"+string(hash)
-	var gen uint64
-	if s.keys != nil {
-		if id != "" {
-			if k, ok := s.keys.Get(byID); ok {
-				return k, nil
-			}
-		}
-		if k, ok := s.keys.Get(byHash); ok {
+	if id != "" {
+		if k, ok := s.keys.Get(byID); ok {
+			s.refreshAhead(flight, k.read, fetch)
 			return k, nil
 		}
-		if _, ok := s.keyMisses.Get(string(hash)); ok {
-			return nil, ErrNotFound
-		}
+	}
+	if k, ok := s.keys.Get(byHash); ok {
+		s.refreshAhead(flight, k.read, fetch)
+		return k, nil
+	}
+	if _, ok := s.keyMisses.Get(string(hash)); ok {
+		return nil, ErrNotFound
+	}
+	k, err := s.coalesce(ctx, flight, fetch)
+	if err != nil {
+		return nil, err
+	}
+	return k.(*KeyRecord), nil
+}
+
+// readKey reads the key with id (if not "") or else the chosen key with hash from Postgres, and
+// caches what it found (or that it found nothing) unless a revocation or creation began since.
+func (s *Store) readKey(ctx context.Context, id string, hash []byte) (*KeyRecord, error) {
+	var gen uint64
+	if s.keys != nil {
 		s.keysMu.Lock()
 		gen = s.keysGen
 		s.keysMu.Unlock()
@@ -94,9 +114,9 @@ func (s *Store) lookupKey(ctx context.Context, id string, hash []byte) (*KeyReco
 			case !found:
 				s.keyMisses.Add(string(hash), struct{}{})
 			case id != "" && k.ID == id:
-				s.keys.Add(byID, &k)
+				s.keys.Add("id:"+id, &k)
 			default:
-				s.keys.Add(byHash, &k)
+				s.keys.Add("hash:"+string(hash), &k)
 			}
 		}
 		s.keysMu.Unlock()

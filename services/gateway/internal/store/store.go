@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/integrations-platform/integrations/pkg/db"
 	"github.com/integrations-platform/integrations/pkg/execution"
@@ -33,7 +34,11 @@ type Store struct {
 	// name it was found by: "id:"+key id (a generated key found by its id) or "hash:"+hash (a key
 	// found by its hash), so that a revocation knows every entry that can hold it.
 	keys         *expirable.LRU[string, *KeyRecord]
-	capabilities *expirable.LRU[string, *Capability] // name → capability
+	capabilities *expirable.LRU[string, *cachedCapability] // name → capability
+	ttl          time.Duration                             // the caches' time to live
+	// flights coalesces concurrent reads of one entry, and refreshes entries in use ahead of
+	// their expiry (flight.go).
+	flights singleflight.Group
 	// keyMisses holds the hashes of tokens no key matched, for missTTL (nil: no cache), so that
 	// a client repeating an unknown key reaches Postgres at most once per missTTL; its own LRU,
 	// so that a flood of misses cannot evict found keys.
@@ -67,7 +72,8 @@ func (s *Store) WithCache(ttl time.Duration) *Store {
 	if ttl > 0 { // expirable.NewLRU takes 0 as "never expire"
 		s.keys = expirable.NewLRU[string, *KeyRecord](cacheSize, nil, ttl)
 		s.keyMisses = expirable.NewLRU[string, struct{}](cacheSize, nil, min(ttl, missTTL))
-		s.capabilities = expirable.NewLRU[string, *Capability](cacheSize, nil, ttl)
+		s.capabilities = expirable.NewLRU[string, *cachedCapability](cacheSize, nil, ttl)
+		s.ttl = ttl
 	}
 	return s
 }
@@ -93,14 +99,34 @@ func (c *Capability) AllowsMode(mode string) bool {
 	return false
 }
 
+// cachedCapability is a capability as cached, with when it was read.
+type cachedCapability struct {
+	c    *Capability
+	read time.Time
+}
+
 // CapabilityGet reads a capability with its adapter's endpoint.
 // The result is shared with other callers when cached: it must not be modified.
 func (s *Store) CapabilityGet(ctx context.Context, name string) (*Capability, error) {
-	if s.capabilities != nil {
-		if c, ok := s.capabilities.Get(name); ok {
-			return c, nil
-		}
+	if s.capabilities == nil {
+		return s.readCapability(ctx, name)
 	}
+	fetch := func(ctx context.Context) (any, error) { return s.readCapability(ctx, name) }
+	flight := "capability:" + name
+	if e, ok := s.capabilities.Get(name); ok {
+		s.refreshAhead(flight, e.read, fetch)
+		return e.c, nil
+	}
+	c, err := s.coalesce(ctx, flight, fetch)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*Capability), nil
+}
+
+// readCapability reads a capability from Postgres, caching it if found.
+func (s *Store) readCapability(ctx context.Context, name string) (*Capability, error) {
+	read := time.Now()
 	var c Capability
 	var budgetMS, syncMS int64
 	err := s.pool.QueryRow(ctx, `
@@ -116,7 +142,7 @@ func (s *Store) CapabilityGet(ctx context.Context, name string) (*Capability, er
 	c.AsyncBudget = time.Duration(budgetMS) * time.Millisecond
 	c.SyncTimeout = time.Duration(syncMS) * time.Millisecond
 	if s.capabilities != nil {
-		s.capabilities.Add(name, &c)
+		s.capabilities.Add(name, &cachedCapability{c: &c, read: read})
 	}
 	return &c, nil
 }
