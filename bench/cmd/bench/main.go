@@ -8,9 +8,10 @@
 //	         each -callers; beside them the Postgres ceiling (a raw pgx transaction writing the
 //	         same two rows) and River's Insert, at the same concurrency.
 //	ratelimit  application B's accept latency at a steady -ratelimit-rate: alone, while
-//	         application A (added with an invoke limit of -ratelimit-a-limit, 50/s) runs at
-//	         exactly its limit, and while A floods at -ratelimit-flood-rate; A's refusals and
-//	         whether they said when to retry (issue 11). Runs last.
+//	         application A (added with an invoke limit of -ratelimit-a-limit, 10/s) runs at
+//	         exactly its limit, and while A floods at -ratelimit-flood-rate (1000/s) from a
+//	         process of its own at the lowest CPU priority; A's refusals and whether they said
+//	         when to retry; -ratelimit-r passes (3), B's calls pooled (issue 11). Runs last.
 //
 // Still to come (issue 6): end to end beside Temporal and River, latency under open-loop offered
 // load, cost per execution, the message port figures of bench-mq.
@@ -81,6 +82,8 @@ type options struct {
 	profileAll     string
 	profileSecs    time.Duration
 	rlRate         float64
+	rlReps         int
+	rlVia          string
 	rlD            time.Duration
 	rlCallers      int
 	rlFloodRate    float64
@@ -124,10 +127,12 @@ func parseFlags() (options, error) {
 	flag.IntVar(&o.gomaxprocs, "service-gomaxprocs", 0, "GOMAXPROCS of every program of the stack (0: Go's default, the CPUs available to it)")
 	flag.StringVar(&o.mqJSON, "mq-json", "", "a bench-mq JSON result to include in the report (make bench passes the one it just measured)")
 	flag.Float64Var(&o.rlRate, "ratelimit-rate", 50, "ratelimit: application B's steady invokes per second (open loop)")
+	flag.StringVar(&o.rlVia, "ratelimit-flood-via", "both", "ratelimit: how A floods: both (every other call over REST, the others over gRPC), rest or grpc")
+	flag.IntVar(&o.rlReps, "ratelimit-r", 3, "ratelimit: passes of the three phases (the report is the pass of the median flooded ÷ alone ratio, every pass printed)")
 	flag.DurationVar(&o.rlD, "ratelimit-d", 10*time.Second, "ratelimit: how long B is measured in each phase (alone, while A runs at its limit, while A floods)")
 	flag.IntVar(&o.rlCallers, "ratelimit-callers", 32, "ratelimit: application A's flooding callers (half REST, half gRPC) when -ratelimit-flood-rate is 0")
-	flag.Float64Var(&o.rlFloodRate, "ratelimit-flood-rate", 2000, "ratelimit: application A's offered invokes per second, open loop (calls not awaited; half REST, half gRPC), so that runs on different machines offer the same flood; 0: closed loop with -ratelimit-callers")
-	flag.Float64Var(&o.rlALimit, "ratelimit-a-limit", 50, "ratelimit: application A's invoke limit per second (its catalog entry; burst: a second's worth), and the rate A offers in the at-limit phase")
+	flag.Float64Var(&o.rlFloodRate, "ratelimit-flood-rate", 1000, "ratelimit: application A's offered invokes per second, open loop (calls not awaited; half REST, half gRPC), so that runs on different machines offer the same flood — the default is 1.3× the 750/s one key reached with no limit (issue 11); 0: closed loop with -ratelimit-callers")
+	flag.Float64Var(&o.rlALimit, "ratelimit-a-limit", 10, "ratelimit: application A's invoke limit per second (its catalog entry; burst: a second's worth), and the rate A offers in the at-limit phase")
 	flag.BoolVar(&o.rlOff, "ratelimit-off", false, "run the gateway with its default rate limits off (INTEGRATIONS_RATE_LIMIT_INVOKES/READS=0), to measure what the limiter costs on accept")
 	flag.StringVar(&o.rlHold, "ratelimit-refusal-delay", "", "the gateway's INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY (how long a call over its limit is held before it is refused; empty: the gateway's default)")
 	flag.StringVar(&callers, "callers", "1,16,64", "concurrent callers (closed loop)")
@@ -169,6 +174,9 @@ func parseFlags() (options, error) {
 	}
 	if o.rlRate <= 0 || o.rlD <= 0 || o.rlCallers < 1 || o.rlFloodRate < 0 || o.rlALimit <= 0 {
 		return o, errors.New("-ratelimit-rate, -ratelimit-d, -ratelimit-callers and -ratelimit-a-limit must be positive, -ratelimit-flood-rate at least 0")
+	}
+	if o.rlVia != "both" && o.rlVia != "rest" && o.rlVia != "grpc" {
+		return o, fmt.Errorf("-ratelimit-flood-via %q: want both, rest or grpc", o.rlVia)
 	}
 	if o.e2eN < 1 || o.e2eC < 1 || o.serialN < 1 || o.openD <= 0 {
 		return o, errors.New("-e2e-n, -e2e-c, -serial-n and -open-d must be positive")

@@ -33,6 +33,9 @@ type Result struct {
 	Elapsed  time.Duration // first call sent → last call answered
 	P50, P99 time.Duration // latency of the successful calls
 	Max      time.Duration
+	// Latencies are the successful calls' latencies, sorted, for percentiles over
+	// several runs pooled.
+	Latencies []time.Duration
 }
 
 // Rate is successful calls per second.
@@ -248,6 +251,7 @@ func (r *recorder) result() Result {
 	if len(r.lats) > 0 {
 		slices.Sort(r.lats)
 		res.P50, res.P99, res.Max = Percentile(r.lats, 50), Percentile(r.lats, 99), r.lats[len(r.lats)-1]
+		res.Latencies = r.lats
 	}
 	return res
 }

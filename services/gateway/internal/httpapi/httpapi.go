@@ -129,10 +129,7 @@ func Handler(ctx context.Context, conn *grpc.ClientConn, cfg Config) (http.Handl
 		runtime.WithErrorHandler(errorHandler),
 		runtime.WithRoutingErrorHandler(routingErrorHandler),
 		runtime.WithMiddlewares(probeMiddleware, precheckMiddleware(&mux, cfg.Precheck)),
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, wholeBody{&runtime.JSONPb{
-			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: true},
-			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		}}),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, restMarshaler()),
 	)
 	if err := gatewayv1.RegisterGatewayServiceHandler(ctx, mux, conn); err != nil {
 		return nil, fmt.Errorf("register REST handlers: %w", err)
@@ -158,6 +155,9 @@ func precheckMiddleware(mux **runtime.ServeMux, pre func(ctx context.Context, to
 				if token, err := grpcx.ParseBearer(auth[0]); err == nil {
 					p, _ := runtime.HTTPPattern(r.Context())
 					if err := pre(r.Context(), token, p.Verb() == "invoke"); err != nil {
+						if writeRateLimited(w, err) {
+							return
+						}
 						_, m := runtime.MarshalerForRequest(*mux, r)
 						errorHandler(r.Context(), *mux, m, w, r, grpcx.ToStatus(err).Err())
 						return
@@ -167,6 +167,15 @@ func precheckMiddleware(mux **runtime.ServeMux, pre func(ctx context.Context, to
 			next(w, r, params)
 		}
 	}
+}
+
+// restMarshaler is the REST API's JSON: proto field names, unknown fields refused, nothing after
+// the request's object.
+func restMarshaler() runtime.Marshaler {
+	return wholeBody{&runtime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: true},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+	}}
 }
 
 // wholeBody is grpc-gateway's JSON marshaler with a decoder that refuses anything after the

@@ -65,11 +65,17 @@ func setup(t *testing.T) *bundle {
 }
 
 func restServer(t *testing.T, grpcAddr string) string {
+	return restServerWith(t, grpcAddr, httpapi.Config{})
+}
+
+// restServerWith is restServer with cfg (its MaxBodyBytes: 1 MiB).
+func restServerWith(t *testing.T, grpcAddr string, cfg httpapi.Config) string {
 	t.Helper()
 	conn, err := grpcx.Dial(grpcAddr)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	h, err := httpapi.Handler(context.Background(), conn, httpapi.Config{MaxBodyBytes: 1 << 20})
+	cfg.MaxBodyBytes = 1 << 20
+	h, err := httpapi.Handler(context.Background(), conn, cfg)
 	require.NoError(t, err)
 	rest := httptest.NewServer(h)
 	t.Cleanup(rest.Close)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,15 +19,22 @@ import (
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/secret"
+	"github.com/integrations-platform/integrations/services/gateway/internal/httpapi"
 	"github.com/integrations-platform/integrations/services/gateway/internal/ratelimit"
 	"github.com/integrations-platform/integrations/services/gateway/internal/server"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
 
 // A call over its application's rate limit answers 429 with Retry-After in whole seconds (at
-// least 1, rounded up from the bucket's delay) and a message naming the limit.
+// least 1, rounded up from the bucket's delay) and a message naming the limit — alike whether
+// the gRPC server refuses it or the REST server's precheck does, before the hop.
 func TestRateLimitAnswers429WithRetryAfter(t *testing.T) {
 	t.Parallel()
+	t.Run("refused by the gRPC server", func(t *testing.T) { t.Parallel(); rateLimitAnswers429(t, false) })
+	t.Run("refused before the hop", func(t *testing.T) { t.Parallel(); rateLimitAnswers429(t, true) })
+}
+
+func rateLimitAnswers429(t *testing.T, precheck bool) {
 	s := dbtest.NewSchema(t)
 	s.ApplyCatalog(t, dbtest.TestCatalog)
 	ctx := context.Background()
@@ -38,8 +46,14 @@ func TestRateLimitAnswers429WithRetryAfter(t *testing.T) {
 	log := zaptest.NewLogger(t)
 	st := store.New(s.Pool).WithCache(time.Minute)
 	limiter := ratelimit.New(ratelimit.NewSource(s.Pool, ratelimit.Limits{}, time.Minute).Limits, func() int { return 1 })
+	gate := server.NewRateGate(limiter, 0, server.MaxHeldPerApplication)
+	var reached atomic.Int64 // API calls that reached the gRPC server
+	counter := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		reached.Add(1)
+		return handler(ctx, req)
+	}
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: log, Interceptors: []grpc.UnaryServerInterceptor{
-		server.AuthInterceptor(st), server.RateLimitInterceptor(limiter, 0, server.MaxHeldPerApplication)}})
+		counter, server.AuthInterceptor(st), gate.Interceptor()}})
 	adapters := adaptercall.NewPool()
 	t.Cleanup(func() { _ = adapters.Close() })
 	box, err := secret.NewBox("INTEGRATIONS_SECRET_KEY", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
@@ -50,14 +64,26 @@ func TestRateLimitAnswers429WithRetryAfter(t *testing.T) {
 	require.NoError(t, err)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	url := restServer(t, lis.Addr().String())
+	cfg := httpapi.Config{}
+	if precheck {
+		cfg.Precheck = gate.Precheck(st)
+	}
+	url := restServerWith(t, lis.Addr().String(), cfg)
 
 	first := call(t, http.MethodGet, url+"/v1/executions/"+uuid.NewString(), "")
 	require.Equal(t, http.StatusNotFound, first.code, "the first read is within the burst")
 	require.Empty(t, first.retryAfter)
 
+	before := reached.Load()
 	over := call(t, http.MethodGet, url+"/v1/executions", "")
 	require.Equal(t, http.StatusTooManyRequests, over.code, over.body)
+	if precheck {
+		require.Equal(t, before, reached.Load(), "the refusal did not reach the gRPC server")
+	} else {
+		require.Equal(t, before+1, reached.Load())
+	}
+	require.Contains(t, over.body, `"reason":"RATE_LIMITED"`)
+	require.Contains(t, over.body, `"retry_delay"`)
 	require.Equal(t, "3", over.retryAfter, "2.5s to the next token, rounded up to whole seconds")
 	require.Equal(t, "read rate limit of 0.4/s for this application exceeded, retry later", over.status.Message)
 

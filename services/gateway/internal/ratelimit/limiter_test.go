@@ -259,6 +259,35 @@ func TestTakeReservesTheTokensWithin(t *testing.T) {
 	require.False(t, d.Allowed, "Allow reserves nothing")
 }
 
+func TestPeekTakesNothing(t *testing.T) {
+	f, l := newFixed(map[string]Limits{"a": {Invoke: Limit{PerSecond: 10, Burst: 1}}})
+	ctx := context.Background()
+	for range 5 {
+		d, err := l.Peek(ctx, "a", Invoke, 0)
+		require.NoError(t, err)
+		require.True(t, d.Allowed, "the burst's token is there, however often Peek looks")
+	}
+	d, err := l.Take(ctx, "a", Invoke, 0)
+	require.NoError(t, err)
+	require.True(t, d.Allowed, "Peek left the token for Take")
+	d, err = l.Peek(ctx, "a", Invoke, 0)
+	require.NoError(t, err)
+	require.False(t, d.Allowed)
+	require.Equal(t, 100*time.Millisecond, d.RetryAfter)
+	d, err = l.Peek(ctx, "a", Invoke, 100*time.Millisecond)
+	require.NoError(t, err)
+	require.Equal(t, Decision{Allowed: true, Wait: 100 * time.Millisecond, Limit: d.Limit}, d, "a token within: Peek says Take would wait for it")
+	d, err = l.Peek(ctx, "a", Invoke, 100*time.Millisecond)
+	require.NoError(t, err)
+	require.Equal(t, 100*time.Millisecond, d.Wait, "and reserved nothing")
+	f.mu.Lock()
+	f.now = f.now.Add(100 * time.Millisecond)
+	f.mu.Unlock()
+	d, err = l.Take(ctx, "a", Invoke, 0)
+	require.NoError(t, err)
+	require.True(t, d.Allowed, "the refill Peek saw is Take's")
+}
+
 func TestRetryAfterIsCapped(t *testing.T) {
 	_, l := newFixed(map[string]Limits{"a": {Invoke: Limit{PerSecond: 1e-6, Burst: 1}}})
 	ok, d := allowed(t, l, "a", Invoke, 2)
