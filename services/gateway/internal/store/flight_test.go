@@ -93,7 +93,7 @@ func TestAWaiterGivingUpDoesNotFailTheRead(t *testing.T) {
 func TestAKeyInUseIsRefreshedAheadOfItsExpiry(t *testing.T) {
 	s := dbtest.NewSchema(t)
 	s.ApplyCatalog(t, dbtest.TestCatalog)
-	const ttl = 400 * time.Millisecond
+	const ttl = 2 * time.Second // the refresh window is its last quarter: 500 ms to be seen in
 	st := New(s.Pool).WithCache(ttl)
 	var reads atomic.Int32
 	inRefresh, release := make(chan struct{}), make(chan struct{})

@@ -54,27 +54,35 @@ func (s *Store) KeyForChosen(ctx context.Context, hash []byte) (*KeyRecord, erro
 // key in use is read again ahead of its expiry (flight.go).
 func (s *Store) lookupKey(ctx context.Context, id string, hash []byte) (*KeyRecord, error) {
 	if s.keys == nil {
-		return s.readKey(ctx, id, hash)
+		return s.readKey(ctx, id, hash, 0)
 	}
-	// One flight per token: two tokens with one id and different secrets read alike, but a
-	// generated-format token may also match a chosen key by its hash.
-	flight := "key:" + id + "\x00" + string(hash)
-	fetch := func(ctx context.Context) (any, error) { return s.readKey(ctx, id, hash) }
 	byID, byHash := "id:"+id, "hash:"+string(hash)
+	// The cache generation names every flight: a lookup that starts after a revocation or
+	// creation must not join a read that began before it and be handed what that read found.
+	s.keysMu.Lock()
+	gen := s.keysGen
+	s.keysMu.Unlock()
+	flight := func(name string) string { return fmt.Sprintf("key:%d:%s", gen, name) }
+	// A hit refreshes the entry it found, under the entry's name, whatever token found it: tokens
+	// that share a key id but not its secret (forged: the checksum is not a secret) start no
+	// read of their own.
 	if id != "" {
 		if k, ok := s.keys.Get(byID); ok {
-			s.refreshAhead(flight, k.read, fetch)
+			hash := k.Hash
+			s.refreshAhead(flight(byID), k.read, func(ctx context.Context) (any, error) { return s.readKey(ctx, id, hash, gen) })
 			return k, nil
 		}
 	}
 	if k, ok := s.keys.Get(byHash); ok {
-		s.refreshAhead(flight, k.read, fetch)
+		s.refreshAhead(flight(byHash), k.read, func(ctx context.Context) (any, error) { return s.readKey(ctx, "", hash, gen) })
 		return k, nil
 	}
 	if _, ok := s.keyMisses.Get(string(hash)); ok {
 		return nil, ErrNotFound
 	}
-	k, err := s.coalesce(ctx, flight, fetch)
+	// A miss: one read per token (two tokens with one id and different secrets read alike, but a
+	// generated-format token may also match a chosen key by its hash).
+	k, err := s.coalesce(ctx, flight(byID+"\x00"+byHash), func(ctx context.Context) (any, error) { return s.readKey(ctx, id, hash, gen) })
 	if err != nil {
 		return nil, err
 	}
@@ -82,14 +90,9 @@ func (s *Store) lookupKey(ctx context.Context, id string, hash []byte) (*KeyReco
 }
 
 // readKey reads the key with id (if not "") or else the chosen key with hash from Postgres, and
-// caches what it found (or that it found nothing) unless a revocation or creation began since.
-func (s *Store) readKey(ctx context.Context, id string, hash []byte) (*KeyRecord, error) {
-	var gen uint64
-	if s.keys != nil {
-		s.keysMu.Lock()
-		gen = s.keysGen
-		s.keysMu.Unlock()
-	}
+// caches what it found (or that it found nothing) unless the cache's generation has moved from
+// gen — a revocation or creation since the lookup began.
+func (s *Store) readKey(ctx context.Context, id string, hash []byte, gen uint64) (*KeyRecord, error) {
 	k := KeyRecord{read: time.Now()}
 	var left float64
 	err := s.pool.QueryRow(ctx, `

@@ -3,9 +3,11 @@ package store
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -303,6 +305,51 @@ func TestALookupInFlightDoesNotUndoARevocation(t *testing.T) {
 	rec, err = st.KeyForGenerated(ctx, info.ID, apikey.Hash(tok))
 	require.NoError(t, err)
 	require.True(t, rec.Revoked, "the stale read was not cached")
+}
+
+// A lookup that starts after a revocation does not join a read that began before it: on the
+// revoking replica a revocation takes effect at once.
+func TestALookupAfterARevocationDoesNotShareAnEarlierRead(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	ctx := context.Background()
+	st := New(s.Pool).WithCache(time.Hour)
+	info, tok, err := st.CreateKey(ctx, NewKey{ApplicationID: dbtest.TestApp})
+	require.NoError(t, err)
+
+	var reads atomic.Int32
+	inRead, release := make(chan struct{}), make(chan struct{})
+	st.afterKeyRead = func() {
+		if reads.Add(1) == 1 { // the first read is held until the revocation is done
+			close(inRead)
+			<-release
+		}
+	}
+	first := make(chan *KeyRecord, 1)
+	go func() {
+		rec, err := st.KeyForGenerated(ctx, info.ID, apikey.Hash(tok))
+		assert.NoError(t, err)
+		first <- rec
+	}()
+	<-inRead
+	_, err = st.RevokeKey(ctx, dbtest.TestApp, info.ID)
+	require.NoError(t, err)
+	second := make(chan *KeyRecord, 1)
+	go func() {
+		rec, err := st.KeyForGenerated(ctx, info.ID, apikey.Hash(tok))
+		assert.NoError(t, err)
+		second <- rec
+	}()
+	select {
+	case rec := <-second:
+		require.True(t, rec.Revoked, "a lookup after the revocation was handed a read from before it")
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("a lookup after the revocation waited on the read that began before it")
+	}
+	close(release)
+	require.False(t, (<-first).Revoked, "the held read saw the key before its revocation")
 }
 
 // A revoked catalog key stays dead for gateways that read applications.api_key_hash (the release
