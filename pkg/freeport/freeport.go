@@ -3,8 +3,9 @@
 // Asking the kernel for port 0 and closing the listener gives a port from the ephemeral range, and
 // the kernel hands the same range out as the source port of every outgoing connection: between
 // the close and the program's bind, a connection to Postgres or between two services can take it
-// ("bind: address already in use", seen in CI). Ports are therefore drawn below the ephemeral
-// range, where no outgoing connection lands, and checked free by listening on them.
+// ("bind: address already in use", seen in CI). Ports are therefore drawn outside the ephemeral
+// range (below it, or above it if there is no room below), where no outgoing connection lands,
+// and checked free by listening on them.
 package freeport
 
 import (
@@ -24,15 +25,19 @@ const lowest = 20000
 var (
 	handedOut sync.Map // every address returned by this process
 	rangeOnce sync.Once
-	highest   int // exclusive: the start of the kernel's ephemeral range
+	from, to  int // the ports handed out: [from, to), outside the ephemeral range
+	rangeErr  error
 )
 
 // Addr returns "127.0.0.1:port" for a port no listener holds, outside the kernel's ephemeral
 // range, and not returned before by this process.
 func Addr() (string, error) {
-	rangeOnce.Do(func() { highest = ephemeralStart() })
+	rangeOnce.Do(func() { from, to, rangeErr = portRange() })
+	if rangeErr != nil {
+		return "", rangeErr
+	}
 	for tries := 0; tries < 1000; tries++ {
-		port := lowest + rand.IntN(highest-lowest)
+		port := from + rand.IntN(to-from)
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		if _, taken := handedOut.LoadOrStore(addr, true); taken {
 			continue
@@ -46,24 +51,33 @@ func Addr() (string, error) {
 		}
 		return addr, nil
 	}
-	return "", fmt.Errorf("freeport: no free port in [%d, %d) after 1000 tries", lowest, highest)
+	return "", fmt.Errorf("freeport: no free port in [%d, %d) after 1000 tries", from, to)
 }
 
-// ephemeralStart reads the first port of Linux's ephemeral range; elsewhere, or when the range
-// leaves too little room below it, it answers IANA's 49152.
-func ephemeralStart() int {
-	const fallback = 49152
-	raw, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return fallback
+// minRoom is the fewest ports worth drawing from.
+const minRoom = 1000
+
+// portRange is the ports below the kernel's ephemeral range (from lowest), or, if that leaves too
+// few, those above it. Without /proc (not Linux), IANA's ephemeral range, 49152–65535, is assumed.
+func portRange() (int, int, error) {
+	start, end := 49152, 65535
+	if raw, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		f := strings.Fields(string(raw))
+		if len(f) != 2 {
+			return 0, 0, fmt.Errorf("freeport: cannot read ip_local_port_range %q", raw)
+		}
+		var err1, err2 error
+		start, err1 = strconv.Atoi(f[0])
+		end, err2 = strconv.Atoi(f[1])
+		if err1 != nil || err2 != nil {
+			return 0, 0, fmt.Errorf("freeport: cannot read ip_local_port_range %q", raw)
+		}
 	}
-	fields := strings.Fields(string(raw))
-	if len(fields) == 0 {
-		return fallback
+	switch {
+	case start-lowest >= minRoom:
+		return lowest, start, nil
+	case 65536-(end+1) >= minRoom:
+		return end + 1, 65536, nil
 	}
-	start, err := strconv.Atoi(fields[0])
-	if err != nil || start < lowest+1000 {
-		return fallback
-	}
-	return start
+	return 0, 0, fmt.Errorf("freeport: the ephemeral range %d–%d leaves fewer than %d ports outside it", start, end, minRoom)
 }

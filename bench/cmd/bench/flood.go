@@ -51,9 +51,10 @@ type floodConfig struct {
 
 // flooder is a running child.
 type flooder struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Scanner
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	out     *bufio.Scanner
+	stopped bool
 }
 
 // startFlooder runs this program's "flood" command with cfg.
@@ -99,12 +100,23 @@ func (f *flooder) tally() (aTally, error) {
 
 // stop ends the flood and returns its final tally.
 func (f *flooder) stop() (aTally, error) {
+	f.stopped = true
 	_ = f.stdin.Close()
 	t, err := f.read()
 	if werr := f.cmd.Wait(); err == nil && werr != nil {
 		err = fmt.Errorf("flood: %w", werr)
 	}
 	return t, err
+}
+
+// kill ends the child at once unless stop has: for the error paths (defer it).
+func (f *flooder) kill() {
+	if f.stopped {
+		return
+	}
+	f.stopped = true
+	_ = f.cmd.Process.Kill()
+	_ = f.cmd.Wait()
 }
 
 func (f *flooder) read() (aTally, error) {
@@ -243,9 +255,12 @@ func flood(ctx context.Context, cfg floodConfig, t *aTally, mu *sync.Mutex) (sto
 				call(int(i))
 				return nil
 			})
-			if r.FirstErr != nil && aCtx.Err() == nil { // the generator's own refusals: too many in flight
+			if r.Errors > 0 { // the generator's own refusals: too many in flight (ErrOverloaded)
 				mu.Lock()
-				t.other(r.FirstErr)
+				t.Other += int64(r.Errors)
+				if t.FirstErr == "" {
+					t.FirstErr = r.FirstErr.Error()
+				}
 				mu.Unlock()
 			}
 		})

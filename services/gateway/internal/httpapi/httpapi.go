@@ -316,6 +316,9 @@ func textsValid(st *status.Status) bool {
 	for _, d := range st.Details() {
 		switch d := d.(type) {
 		case *errdetails.RetryInfo:
+			if d.GetRetryDelay().CheckValid() != nil { // out of protojson's range
+				return false
+			}
 		case *errdetails.ErrorInfo:
 			if !utf8.ValidString(d.GetReason()) || !utf8.ValidString(d.GetDomain()) {
 				return false
