@@ -69,6 +69,7 @@ func migrateCmd(databaseURL *string) *cobra.Command {
 				return err
 			},
 		},
+		migrateWaitCmd(databaseURL),
 		&cobra.Command{
 			Use: "status", Short: "List migrations and whether each is applied", Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {

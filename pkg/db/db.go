@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"strings"
 	"time"
 
@@ -195,6 +196,28 @@ func MigrationStatus(ctx context.Context, url string) ([]*goose.MigrationStatus,
 		return nil, fmt.Errorf("migration status: %w", err)
 	}
 	return st, nil
+}
+
+// SchemaPending returns the migrations built into this binary that the database at url has not
+// reached: none when its version is at least the newest one here (a newer schema, from a newer
+// release, counts as ready, so that a rolled-back image starts against it). It never applies
+// anything. A database without the version table yet has every migration pending.
+func SchemaPending(ctx context.Context, url string) (current int64, pending []string, err error) {
+	provider, closeDB, err := newProvider(url)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer closeDB()
+	current, err = provider.GetDBVersion(ctx)
+	if err != nil {
+		return 0, nil, fmt.Errorf("read the schema version: %w", err)
+	}
+	for _, src := range provider.ListSources() {
+		if src.Version > current {
+			pending = append(pending, path.Base(src.Path))
+		}
+	}
+	return current, pending, nil
 }
 
 func newProvider(url string) (*goose.Provider, func(), error) {

@@ -38,6 +38,17 @@ type Schema struct {
 // NewSchema creates and migrates a fresh schema, and drops it when t ends.
 func NewSchema(t testing.TB) *Schema {
 	t.Helper()
+	return newSchema(t, true)
+}
+
+// NewEmptySchema creates a fresh schema with no migration applied, and drops it when t ends.
+func NewEmptySchema(t testing.TB) *Schema {
+	t.Helper()
+	return newSchema(t, false)
+}
+
+func newSchema(t testing.TB, migrate bool) *Schema {
+	t.Helper()
 	ctx := context.Background()
 	admin, err := db.Open(ctx, BaseURL())
 	require.NoError(t, err, "test database (set INTEGRATIONS_TEST_DATABASE_URL)")
@@ -57,8 +68,10 @@ func NewSchema(t testing.TB) *Schema {
 	u.RawQuery = q.Encode()
 	schemaURL := u.String()
 
-	_, err = db.Migrate(ctx, schemaURL)
-	require.NoError(t, err)
+	if migrate {
+		_, err = db.Migrate(ctx, schemaURL)
+		require.NoError(t, err)
+	}
 	pool, err := db.Open(ctx, schemaURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
