@@ -66,21 +66,18 @@ var builtinGroups = map[string]bool{
 // built-in object with a field its k8s.io/api type lacks, is an error naming the object and the
 // field: the API server would reject (or, for an older client-side apply, silently drop) it.
 // Custom resources are only parsed here; ValidateCustom checks them against their CRDs.
-func Decode(docs []Doc) ([]Object, error) {
+func Decode(docs []Doc) ([]Object, []string) {
 	var objs []Object
 	var errs []string
 	for i, d := range docs {
 		o, err := decodeDoc(d)
 		if err != nil {
-			errs = append(errs, fmt.Sprintf("document %d: %v", i, err))
+			errs = append(errs, fmt.Sprintf("strict decoding of document %d: %v", i, err))
 			continue
 		}
 		objs = append(objs, o)
 	}
-	if len(errs) > 0 {
-		return objs, fmt.Errorf("strict decoding:\n  %s", strings.Join(errs, "\n  "))
-	}
-	return objs, nil
+	return objs, errs
 }
 
 func decodeDoc(d Doc) (Object, error) {

@@ -1,0 +1,167 @@
+package check
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Overlays are the overlays `kubectl apply -k` is documented for; each must render and pass.
+var Overlays = []string{"dev", "prod"}
+
+type bundle struct {
+	root    string
+	schemas Schemas
+	vars    map[string][]Var
+}
+
+var (
+	bundleOnce sync.Once
+	shared     bundle
+	sharedErr  error
+)
+
+// setup loads what every test shares (the CRDs take a moment to compile) once.
+func setup(t *testing.T) bundle {
+	t.Helper()
+	bundleOnce.Do(func() {
+		shared.root, sharedErr = RepoRoot(".")
+		if sharedErr != nil {
+			return
+		}
+		shared.schemas, sharedErr = LoadCRDs(filepath.Join(shared.root, "third_party", "crds"))
+		if sharedErr != nil {
+			return
+		}
+		shared.vars = map[string][]Var{}
+		for _, s := range Services {
+			shared.vars[s], sharedErr = ConfigVars(shared.root, s)
+			if sharedErr != nil {
+				return
+			}
+		}
+	})
+	require.NoError(t, sharedErr)
+	return shared
+}
+
+func (b bundle) options(t *testing.T, dir string, all bool) Options {
+	t.Helper()
+	ref, errs := ImageSetting(dir)
+	require.Empty(t, errs, "image setting of %s", dir)
+	return Options{Schemas: b.schemas, Vars: b.vars, Image: ref, AllServices: all}
+}
+
+func fixtureDir(b bundle) string {
+	return filepath.Join(b.root, "deploy", "k8s", "check", "testdata", "fixture")
+}
+
+func TestFixturePasses(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	docs, err := Render(fixtureDir(b))
+	require.NoError(t, err)
+	objs, errs := Check(docs, b.options(t, fixtureDir(b), false))
+	require.Empty(t, errs, "the fixture is meant to pass every check:\n  %s", joinErrs(errs))
+	// Every check family must have had something to look at, or a pass says nothing.
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.GVK.Kind]++
+	}
+	for _, k := range []string{"Deployment", "Service", "NetworkPolicy", "ConfigMap", "Cluster", "Pooler", "RabbitmqCluster", "ServiceMonitor", "PrometheusRule"} {
+		require.Positive(t, kinds[k], "fixture has no %s", k)
+	}
+}
+
+// TestOverlays renders each real overlay and runs every check on it.
+func TestOverlays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, name := range Overlays {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(b.root, "deploy", "k8s", "overlays", name)
+			if _, err := os.Stat(filepath.Join(dir, "kustomization.yaml")); err != nil {
+				t.Fatalf("overlay %s is missing: %v (issue 12 deploys with kubectl apply -k deploy/k8s/overlays/%s)", dir, err, name)
+			}
+			docs, err := Render(dir)
+			require.NoError(t, err)
+			_, errs := Check(docs, b.options(t, dir, true))
+			if len(errs) > 0 {
+				t.Errorf("overlay %s: %d failures:\n  %s", name, len(errs), joinErrs(errs))
+			}
+		})
+	}
+}
+
+// TestProdCounts prints the rendered prod overlay by kind and asserts what issue 12 promises.
+func TestProdCounts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	dir := filepath.Join(b.root, "deploy", "k8s", "overlays", "prod")
+	if _, err := os.Stat(filepath.Join(dir, "kustomization.yaml")); err != nil {
+		t.Fatalf("overlay %s is missing: %v", dir, err)
+	}
+	docs, err := Render(dir)
+	require.NoError(t, err)
+	objs, _ := Decode(docs)
+	counts := map[string]int{}
+	for _, o := range objs {
+		counts[o.GVK.Kind]++
+	}
+	kinds := make([]string, 0, len(counts))
+	for k := range counts {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	var table strings.Builder
+	table.WriteString("rendered prod overlay:\n")
+	for _, k := range kinds {
+		fmt.Fprintf(&table, "  %-26s %d\n", k, counts[k])
+	}
+	t.Log(table.String())
+
+	for _, want := range []struct {
+		kind     string
+		min, max int // max 0: no upper bound
+	}{
+		{"Deployment", 6, 6},
+		{"Service", 6, 0},
+		{"PodDisruptionBudget", 1, 0},
+		{"HorizontalPodAutoscaler", 2, 2},
+		{"NetworkPolicy", 1, 0},
+		{"Job", 1, 1},
+		{"Cluster", 1, 1},
+		{"Pooler", 1, 1},
+		{"RabbitmqCluster", 1, 1},
+		{"ServiceMonitor", 1, 0},
+		{"PrometheusRule", 1, 1},
+	} {
+		got := counts[want.kind]
+		if got < want.min || want.max > 0 && got > want.max {
+			t.Errorf("prod overlay: %d %s, want at least %d and at most %d (0: any)", got, want.kind, want.min, want.max)
+		}
+	}
+}
+
+func TestConfigVarsFollowsNamedAndEmbeddedFields(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	names := map[string]string{}
+	for _, v := range b.vars["gateway"] {
+		names[v.Name] = v.Field
+	}
+	// Embedded from pkg/config, a named field of pkg/platformtoken, and the gateway's own.
+	require.Equal(t, "config.Common.ShutdownTimeout", names["INTEGRATIONS_SHUTDOWN_TIMEOUT"])
+	require.Equal(t, "config.PublicTLS.PublicCertFile", names["INTEGRATIONS_PUBLIC_TLS_CERT_FILE"])
+	require.Equal(t, "platformtoken.SignerConfig.SigningKey", names["INTEGRATIONS_PLATFORM_SIGNING_KEY"])
+	require.Equal(t, "config.Config.SecretKey", names["INTEGRATIONS_SECRET_KEY"])
+	_, ok := names["INTEGRATIONS_DISPATCH_INTERVAL"]
+	require.False(t, ok, "the dispatcher's variable is not the gateway's")
+}

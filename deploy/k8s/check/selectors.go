@@ -1,0 +1,188 @@
+package check
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// CheckServices asserts that every Service selects the pods of a rendered workload (or of an
+// operator's pods) in its namespace and that each targetPort exists on them: a selector that
+// matches nothing leaves the Service without endpoints, which nothing else would report.
+func CheckServices(objs []Object, pods []Pods) []string {
+	var errs []string
+	for _, o := range objs {
+		s, ok := o.Typed.(*corev1.Service)
+		if !ok || s.Spec.Type == corev1.ServiceTypeExternalName {
+			continue
+		}
+		if len(s.Spec.Selector) == 0 {
+			errs = append(errs, fmt.Sprintf("%s: no selector (a Service of the platform selects its Deployment's pods)", o.ID()))
+			continue
+		}
+		sel := labels.SelectorFromSet(s.Spec.Selector)
+		matched := selected(pods, o.Namespace, sel)
+		if len(matched) == 0 {
+			errs = append(errs, fmt.Sprintf("%s: selector %s selects no pods of the rendered output", o.ID(), sel))
+			continue
+		}
+		for _, p := range s.Spec.Ports {
+			target := p.TargetPort
+			if target.Type == intstr.Int && target.IntVal == 0 {
+				target = intstr.FromInt32(p.Port)
+			}
+			if !anyHasPort(matched, target) {
+				errs = append(errs, fmt.Sprintf("%s: port %s: targetPort %s is not a container port of %s", o.ID(), p.Name, target.String(), owners(matched)))
+			}
+		}
+	}
+	return errs
+}
+
+func anyHasPort(pods []Pods, port intstr.IntOrString) bool {
+	for _, p := range pods {
+		if p.hasPort(port) {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckNetworkPolicies asserts that every NetworkPolicy's podSelector selects pods of the
+// rendered output (an empty one, all of them, is the default deny), that every peer selected by
+// pod labels in the namespace exists, and that the ports a rule allows exist on the pods it is
+// about: the selected pods for ingress, the peer pods for egress. A peer given by a
+// namespaceSelector (Prometheus, DNS, an ingress controller) or an ipBlock is outside the
+// rendered output and is taken as written. Each failure names the policy and the rule.
+func CheckNetworkPolicies(objs []Object, pods []Pods) []string {
+	var errs []string
+	for _, o := range objs {
+		np, ok := o.Typed.(*networkingv1.NetworkPolicy)
+		if !ok {
+			continue
+		}
+		fail := func(format string, args ...any) {
+			errs = append(errs, fmt.Sprintf("%s: %s", o.ID(), fmt.Sprintf(format, args...)))
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil {
+			fail("podSelector: %v", err)
+			continue
+		}
+		targets := selected(pods, o.Namespace, sel)
+		if len(targets) == 0 {
+			fail("podSelector %s selects no pods of the rendered output", sel)
+			continue
+		}
+		for i, r := range np.Spec.Ingress {
+			where := fmt.Sprintf("ingress[%d]", i)
+			peerErrs(where, r.From, o.Namespace, pods, fail)
+			for _, p := range r.Ports {
+				if p.Port != nil && !anyHasPort(targets, *p.Port) {
+					fail("%s: port %s is not a container port of the selected pods %s", where, p.Port.String(), owners(targets))
+				}
+			}
+		}
+		for i, r := range np.Spec.Egress {
+			where := fmt.Sprintf("egress[%d]", i)
+			peers, checkable := peerErrs(where, r.To, o.Namespace, pods, fail)
+			if !checkable {
+				continue
+			}
+			for _, p := range r.Ports {
+				if p.Port != nil && !anyHasPort(peers, *p.Port) {
+					fail("%s: port %s is not a container port of the peers %s", where, p.Port.String(), owners(peers))
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// peerErrs checks each in-namespace pod peer and returns the pods they select; checkable is
+// false when some peer is outside the rendered output (or the rule allows every peer), so the
+// rule's ports cannot be checked against peers.
+func peerErrs(where string, peers []networkingv1.NetworkPolicyPeer, ns string, pods []Pods, fail func(string, ...any)) (matched []Pods, checkable bool) {
+	if len(peers) == 0 {
+		return nil, false
+	}
+	checkable = true
+	for j, peer := range peers {
+		if peer.NamespaceSelector != nil || peer.IPBlock != nil || peer.PodSelector == nil {
+			checkable = false
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+		if err != nil {
+			fail("%s peer %d: %v", where, j, err)
+			continue
+		}
+		m := selected(pods, ns, sel)
+		if len(m) == 0 {
+			fail("%s peer %d: podSelector %s selects no pods of the rendered output", where, j, sel)
+		}
+		matched = append(matched, m...)
+	}
+	return matched, checkable
+}
+
+// CheckServiceMonitors asserts that every ServiceMonitor selects a rendered Service in its
+// namespace that has each endpoint's named port: else Prometheus scrapes nothing and the
+// alerts built on those metrics never fire.
+func CheckServiceMonitors(objs []Object) []string {
+	var errs []string
+	var services []Object
+	for _, o := range objs {
+		if _, ok := o.Typed.(*corev1.Service); ok {
+			services = append(services, o)
+		}
+	}
+	for _, o := range objs {
+		if o.GVK.Group != "monitoring.coreos.com" || o.GVK.Kind != "ServiceMonitor" {
+			continue
+		}
+		spec, _ := o.Content["spec"].(map[string]any)
+		var ls metav1.LabelSelector
+		if err := fromContent(spec["selector"], &ls); err != nil {
+			errs = append(errs, fmt.Sprintf("%s: selector: %v", o.ID(), err))
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&ls)
+		if err != nil || sel.Empty() {
+			errs = append(errs, fmt.Sprintf("%s: selector %v is empty or invalid (%v)", o.ID(), spec["selector"], err))
+			continue
+		}
+		var matched []*corev1.Service
+		for _, so := range services {
+			s := so.Typed.(*corev1.Service)
+			if so.Namespace == o.Namespace && sel.Matches(labels.Set(s.Labels)) {
+				matched = append(matched, s)
+			}
+		}
+		if len(matched) == 0 {
+			errs = append(errs, fmt.Sprintf("%s: selector %s selects no Service of the rendered output (it matches Service labels)", o.ID(), sel))
+			continue
+		}
+		eps, _ := spec["endpoints"].([]any)
+		for i, e := range eps {
+			port, _ := e.(map[string]any)["port"].(string)
+			if port == "" {
+				continue
+			}
+			found := false
+			for _, s := range matched {
+				for _, p := range s.Spec.Ports {
+					found = found || p.Name == port
+				}
+			}
+			if !found {
+				errs = append(errs, fmt.Sprintf("%s: endpoints[%d]: no selected Service has a port named %q", o.ID(), i, port))
+			}
+		}
+	}
+	return errs
+}
