@@ -117,6 +117,9 @@ func TestChecksFailWhenBroken(t *testing.T) {
 		{"a PrometheusRule without expr", onObject("PrometheusRule", "integrations", func(t *testing.T, m map[string]any) {
 			delete(at(t, m, "spec", "groups", 0, "rules", 0), "expr")
 		}), `PrometheusRule/integrations/integrations: spec.groups[0].rules[0].expr: Required value`},
+		{"unknown field in a Certificate", onObject("Certificate", "dispatcher-tls", func(t *testing.T, m map[string]any) {
+			at(t, m, "spec")["uri"] = "spiffe://integrations/dispatcher"
+		}), `Certificate/integrations/dispatcher-tls: unknown field "spec.uri"`},
 		{"a custom resource no CRD serves", onObject("Pooler", "pg-pooler", func(t *testing.T, m map[string]any) {
 			m["apiVersion"] = "postgresql.cnpg.io/v2"
 		}), `Pooler/integrations/pg-pooler: no CRD serves postgresql.cnpg.io/v2, Kind=Pooler`},
@@ -208,6 +211,19 @@ func TestChecksFailWhenBroken(t *testing.T) {
 			require.Contains(t, joinErrs(errs), tc.want)
 		})
 	}
+}
+
+// TestDuplicateKeyInSourceFails: kustomize keeps a source file's duplicate key to the output,
+// where rendering refuses it, naming the object and the key.
+func TestDuplicateKeyInSourceFails(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte("resources:\n  - cm.yaml\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "cm.yaml"), []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dup\ndata:\n  a: \"1\"\n  a: \"2\"\n"), 0o644))
+	_, err := Render(dir)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "ConfigMap.v1.[noGrp]/dup")
+	require.Contains(t, err.Error(), `mapping key "a" already defined`)
 }
 
 // TestImageSetOnce: a tag set below the overlay too is a second place, and an overlay without
