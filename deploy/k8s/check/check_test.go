@@ -74,7 +74,7 @@ func TestFixturePasses(t *testing.T) {
 	for _, o := range objs {
 		kinds[o.GVK.Kind]++
 	}
-	for _, k := range []string{"Deployment", "Service", "NetworkPolicy", "ConfigMap", "Cluster", "Pooler", "RabbitmqCluster", "ServiceMonitor", "PrometheusRule", "Certificate", "Issuer"} {
+	for _, k := range []string{"Deployment", "Service", "NetworkPolicy", "ConfigMap", "Cluster", "Pooler", "RabbitmqCluster", "ServiceMonitor", "PrometheusRule", "Certificate", "Issuer", "PodDisruptionBudget", "HorizontalPodAutoscaler"} {
 		require.Positive(t, kinds[k], "fixture has no %s", k)
 	}
 }

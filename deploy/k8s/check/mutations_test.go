@@ -198,6 +198,12 @@ func TestChecksFailWhenBroken(t *testing.T) {
 		{"a ServiceMonitor port the Service lacks", onObject("ServiceMonitor", "dispatcher", func(t *testing.T, m map[string]any) {
 			at(t, m, "spec", "endpoints", 0)["port"] = "http-metrics"
 		}), `ServiceMonitor/integrations/dispatcher: endpoints[0]: no selected Service has a port named "http-metrics"`},
+		{"a PodDisruptionBudget selecting nothing", onObject("PodDisruptionBudget", "dispatcher", func(t *testing.T, m map[string]any) {
+			at(t, m, "spec", "selector", "matchLabels")["app.kubernetes.io/name"] = "dispatchr"
+		}), "PodDisruptionBudget/integrations/dispatcher: selector app.kubernetes.io/name=dispatchr selects no pods"},
+		{"an HPA scaling nothing", onObject("HorizontalPodAutoscaler", "dispatcher", func(t *testing.T, m map[string]any) {
+			at(t, m, "spec", "scaleTargetRef")["name"] = "dispatchr"
+		}), "HorizontalPodAutoscaler/integrations/dispatcher: scaleTargetRef Deployment/dispatchr is not in the rendered output"},
 		// One image.
 		{"a container on another image", onDeployment(func(t *testing.T, m map[string]any) {
 			at(t, m, container...)["image"] = "integrations:latest"

@@ -3,8 +3,10 @@ package check
 import (
 	"fmt"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -90,7 +92,7 @@ func CheckNetworkPolicies(objs []Object, pods []Pods) []string {
 		for i, r := range np.Spec.Egress {
 			where := fmt.Sprintf("egress[%d]", i)
 			peers, checkable := peerErrs(where, r.To, o.Namespace, pods, fail)
-			if !checkable {
+			if !checkable || len(peers) == 0 { // no peers: already reported
 				continue
 			}
 			for _, p := range r.Ports {
@@ -181,6 +183,40 @@ func CheckServiceMonitors(objs []Object) []string {
 			}
 			if !found {
 				errs = append(errs, fmt.Sprintf("%s: endpoints[%d]: no selected Service has a port named %q", o.ID(), i, port))
+			}
+		}
+	}
+	return errs
+}
+
+// CheckScaling asserts that every PodDisruptionBudget selects rendered pods and every
+// HorizontalPodAutoscaler scales a rendered workload: either, pointed at nothing, protects or
+// scales nothing, silently.
+func CheckScaling(objs []Object, pods []Pods) []string {
+	var errs []string
+	byID := map[string]bool{}
+	for _, o := range objs {
+		byID[objectID(o.GVK.Kind, o.Namespace, o.Name)] = true
+	}
+	for _, o := range objs {
+		switch t := o.Typed.(type) {
+		case *policyv1.PodDisruptionBudget:
+			if t.Spec.Selector == nil {
+				errs = append(errs, fmt.Sprintf("%s: no selector", o.ID()))
+				continue
+			}
+			sel, err := metav1.LabelSelectorAsSelector(t.Spec.Selector)
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("%s: selector: %v", o.ID(), err))
+				continue
+			}
+			if len(selected(pods, o.Namespace, sel)) == 0 {
+				errs = append(errs, fmt.Sprintf("%s: selector %s selects no pods of the rendered output", o.ID(), sel))
+			}
+		case *autoscalingv2.HorizontalPodAutoscaler:
+			ref := t.Spec.ScaleTargetRef
+			if !byID[objectID(ref.Kind, o.Namespace, ref.Name)] {
+				errs = append(errs, fmt.Sprintf("%s: scaleTargetRef %s/%s is not in the rendered output", o.ID(), ref.Kind, ref.Name))
 			}
 		}
 	}
