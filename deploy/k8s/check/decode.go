@@ -107,7 +107,8 @@ func decodeDoc(d Doc) (Object, error) {
 	}
 	o := Object{GVK: gv.WithKind(head.Kind), Namespace: head.Metadata.Namespace, Name: head.Metadata.Name}
 	if dupErr != nil {
-		return o, fmt.Errorf("%s: duplicate field: %w", o.ID(), dupErr)
+		// yaml's message spans lines ("unmarshal errors:\n  line 9: key ..."): keep it on one.
+		return o, fmt.Errorf("%s: duplicate field: %s", o.ID(), strings.Join(strings.Fields(dupErr.Error()), " "))
 	}
 	if err := json.Unmarshal(j, &o.Content); err != nil {
 		return o, fmt.Errorf("%s: %w", o.ID(), err)
