@@ -30,6 +30,7 @@ func Check(docs []Doc, o Options) ([]Object, []string) {
 	errs = append(errs, CheckNetworkPolicies(objs, pods)...)
 	errs = append(errs, CheckServiceMonitors(objs)...)
 	errs = append(errs, CheckScaling(objs, pods)...)
+	errs = append(errs, CheckIsolation(objs)...)
 	errs = append(errs, CheckImages(objs, o.Image)...)
 	return objs, errs
 }

@@ -140,7 +140,7 @@ func TestProdCounts(t *testing.T) {
 		{"Cluster", 1, 1},
 		{"Pooler", 1, 1},
 		{"RabbitmqCluster", 1, 1},
-		{"ServiceMonitor", 1, 0},
+		{"ServiceMonitor", 6, 0}, // one per service
 		{"PrometheusRule", 1, 1},
 	} {
 		got := counts[want.kind]

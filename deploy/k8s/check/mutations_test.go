@@ -192,6 +192,11 @@ func TestChecksFailWhenBroken(t *testing.T) {
 		{"a NetworkPolicy egress port the peers lack", onObject("NetworkPolicy", "dispatcher", func(t *testing.T, m map[string]any) {
 			at(t, m, "spec", "egress", 1, "ports", 0)["port"] = 5673
 		}), "NetworkPolicy/integrations/dispatcher: egress[1]: port 5673 is not a container port of the peers"},
+		{"a workload no NetworkPolicy isolates for egress", onObject("NetworkPolicy", "dispatcher", func(t *testing.T, m map[string]any) {
+			spec := at(t, m, "spec")
+			spec["policyTypes"] = []any{"Ingress"}
+			delete(spec, "egress")
+		}), dep + ": no NetworkPolicy selects its pods for Egress (all egress is open)"},
 		{"a ServiceMonitor selecting no Service", onObject("ServiceMonitor", "dispatcher", func(t *testing.T, m map[string]any) {
 			at(t, m, "spec", "selector", "matchLabels")["app.kubernetes.io/name"] = "gateway"
 		}), "ServiceMonitor/integrations/dispatcher: selector app.kubernetes.io/name=gateway selects no Service"},

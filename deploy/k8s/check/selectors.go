@@ -222,3 +222,51 @@ func CheckScaling(objs []Object, pods []Pods) []string {
 	}
 	return errs
 }
+
+// CheckIsolation asserts that every rendered workload's pods are selected by some NetworkPolicy
+// for ingress and by some for egress: the flows the architecture allows are listed, so a pod no
+// policy selects is open in both directions, which is what "deny the rest" excludes.
+func CheckIsolation(objs []Object) []string {
+	type policy struct {
+		ns              string
+		sel             labels.Selector
+		ingress, egress bool
+	}
+	var policies []policy
+	for _, o := range objs {
+		np, ok := o.Typed.(*networkingv1.NetworkPolicy)
+		if !ok {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil {
+			continue // CheckNetworkPolicies reports it
+		}
+		p := policy{ns: o.Namespace, sel: sel}
+		// Without policyTypes, a policy is about ingress, and about egress when it has egress rules.
+		if len(np.Spec.PolicyTypes) == 0 {
+			p.ingress, p.egress = true, len(np.Spec.Egress) > 0
+		}
+		for _, t := range np.Spec.PolicyTypes {
+			p.ingress = p.ingress || t == networkingv1.PolicyTypeIngress
+			p.egress = p.egress || t == networkingv1.PolicyTypeEgress
+		}
+		policies = append(policies, p)
+	}
+	var errs []string
+	for _, ps := range podSpecs(objs) {
+		var ingress, egress bool
+		for _, p := range policies {
+			if p.ns == ps.namespace && p.sel.Matches(labels.Set(ps.labels)) {
+				ingress, egress = ingress || p.ingress, egress || p.egress
+			}
+		}
+		if !ingress {
+			errs = append(errs, fmt.Sprintf("%s: no NetworkPolicy selects its pods for Ingress (all ingress is open)", ps.owner.ID()))
+		}
+		if !egress {
+			errs = append(errs, fmt.Sprintf("%s: no NetworkPolicy selects its pods for Egress (all egress is open)", ps.owner.ID()))
+		}
+	}
+	return errs
+}
