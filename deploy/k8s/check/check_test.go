@@ -149,19 +149,3 @@ func TestProdCounts(t *testing.T) {
 		}
 	}
 }
-
-func TestConfigVarsFollowsNamedAndEmbeddedFields(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	names := map[string]string{}
-	for _, v := range b.vars["gateway"] {
-		names[v.Name] = v.Field
-	}
-	// Embedded from pkg/config, a named field of pkg/platformtoken, and the gateway's own.
-	require.Equal(t, "config.Common.ShutdownTimeout", names["INTEGRATIONS_SHUTDOWN_TIMEOUT"])
-	require.Equal(t, "config.PublicTLS.PublicCertFile", names["INTEGRATIONS_PUBLIC_TLS_CERT_FILE"])
-	require.Equal(t, "platformtoken.SignerConfig.SigningKey", names["INTEGRATIONS_PLATFORM_SIGNING_KEY"])
-	require.Equal(t, "config.Config.SecretKey", names["INTEGRATIONS_SECRET_KEY"])
-	_, ok := names["INTEGRATIONS_DISPATCH_INTERVAL"]
-	require.False(t, ok, "the dispatcher's variable is not the gateway's")
-}

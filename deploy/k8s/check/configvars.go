@@ -22,9 +22,8 @@ var Services = []string{"gateway", "dispatcher", "execution-consumer", "adapter-
 
 // Var is one environment variable a service's configuration reads.
 type Var struct {
-	Name    string
-	Default string // envDefault, "" when none
-	Field   string // where it is declared: pkg.Type.Field, for the messages
+	Name  string
+	Field string // where it is declared: pkg.Type.Field, for the messages
 }
 
 // ConfigVars reads the variables services/<service>/internal/config.Config reads, from its
@@ -46,10 +45,15 @@ func ConfigVars(root, service string) ([]Var, error) {
 type parsedPkg struct {
 	name  string
 	types map[string]*ast.StructType
-	// imports maps each file's import names to paths; struct fields resolve selectors with the
-	// imports of the file that declares them.
+	// A struct field's selector (config.Common) resolves with the imports of the file that
+	// declares the struct.
 	fileOf  map[string]*ast.File
-	imports map[*ast.File]map[string]string
+	imports map[*ast.File][]importSpec
+}
+
+type importSpec struct {
+	name string // "" when the import does not rename the package
+	path string
 }
 
 type varReader struct {
@@ -66,7 +70,7 @@ func (r *varReader) pkg(dir string) (*parsedPkg, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read package %s: %w", dir, err)
 	}
-	p := &parsedPkg{types: map[string]*ast.StructType{}, fileOf: map[string]*ast.File{}, imports: map[*ast.File]map[string]string{}}
+	p := &parsedPkg{types: map[string]*ast.StructType{}, fileOf: map[string]*ast.File{}, imports: map[*ast.File][]importSpec{}}
 	for _, e := range entries {
 		n := e.Name()
 		if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
@@ -77,16 +81,14 @@ func (r *varReader) pkg(dir string) (*parsedPkg, error) {
 			return nil, fmt.Errorf("parse %s: %w", filepath.Join(dir, n), err)
 		}
 		p.name = f.Name.Name
-		imps := map[string]string{}
 		for _, im := range f.Imports {
 			path, _ := strconv.Unquote(im.Path.Value)
-			name := filepath.Base(path)
+			spec := importSpec{path: path}
 			if im.Name != nil {
-				name = im.Name.Name
+				spec.name = im.Name.Name
 			}
-			imps[name] = path
+			p.imports[f] = append(p.imports[f], spec)
 		}
-		p.imports[f] = imps
 		for _, d := range f.Decls {
 			gd, ok := d.(*ast.GenDecl)
 			if !ok || gd.Tok != token.TYPE {
@@ -135,12 +137,15 @@ func (r *varReader) walkType(dir, name, prefix string, vars *[]Var, seen map[str
 				if len(field.Names) > 0 {
 					fieldName += "." + field.Names[0].Name
 				}
-				*vars = append(*vars, Var{Name: prefix + n, Default: tag.Get("envDefault"), Field: p.name + "." + fieldName})
+				*vars = append(*vars, Var{Name: prefix + n, Field: p.name + "." + fieldName})
 				continue
 			}
 		}
 		// caarlos0/env descends into every struct field without an env name, embedded or not.
-		subDir, subType, ok := r.resolve(dir, p, f, field.Type)
+		subDir, subType, ok, err := r.resolve(dir, p, f, field.Type)
+		if err != nil {
+			return fmt.Errorf("%s.%s: %w", p.name, name, err)
+		}
 		if !ok {
 			continue
 		}
@@ -152,34 +157,41 @@ func (r *varReader) walkType(dir, name, prefix string, vars *[]Var, seen map[str
 }
 
 // resolve finds the package directory and type name of a field's type when it is a struct type
-// of the repository (same package, or an import under modulePath); other types are leaves.
-func (r *varReader) resolve(dir string, p *parsedPkg, f *ast.File, t ast.Expr) (string, string, bool) {
+// of the repository (same package, or an import under modulePath); other types are leaves. A
+// repository package that cannot be parsed is an error: skipping it would hide its variables.
+func (r *varReader) resolve(dir string, p *parsedPkg, f *ast.File, t ast.Expr) (string, string, bool, error) {
 	switch t := t.(type) {
 	case *ast.StarExpr:
 		return r.resolve(dir, p, f, t.X)
 	case *ast.Ident:
 		if _, ok := p.types[t.Name]; ok {
-			return dir, t.Name, true
+			return dir, t.Name, true, nil
 		}
 	case *ast.SelectorExpr:
 		x, ok := t.X.(*ast.Ident)
 		if !ok {
-			return "", "", false
+			return "", "", false, nil
 		}
-		path, ok := p.imports[f][x.Name]
-		if !ok || !strings.HasPrefix(path, modulePath) {
-			return "", "", false
-		}
-		sub := filepath.Join(r.root, filepath.FromSlash(strings.TrimPrefix(path, modulePath)))
-		sp, err := r.pkg(sub)
-		if err != nil {
-			return "", "", false
-		}
-		if _, ok := sp.types[t.Sel.Name]; ok {
-			return sub, t.Sel.Name, true
+		for _, im := range p.imports[f] {
+			if !strings.HasPrefix(im.path, modulePath) || im.name != "" && im.name != x.Name {
+				continue
+			}
+			sub := filepath.Join(r.root, filepath.FromSlash(strings.TrimPrefix(im.path, modulePath)))
+			sp, err := r.pkg(sub)
+			if err != nil {
+				return "", "", false, err
+			}
+			// An unrenamed import is known by the package's own name, not its directory's.
+			if im.name == "" && sp.name != x.Name {
+				continue
+			}
+			if _, ok := sp.types[t.Sel.Name]; ok {
+				return sub, t.Sel.Name, true, nil
+			}
+			return "", "", false, nil
 		}
 	}
-	return "", "", false
+	return "", "", false, nil
 }
 
 func mapWith(m map[string]bool, k string) map[string]bool {

@@ -30,7 +30,7 @@ func (p Pods) hasPort(port intstr.IntOrString) bool {
 	return false
 }
 
-// podSpecs returns the pod template of every rendered workload, by the workload's ID.
+// podSpec is one rendered workload's pod template.
 type podSpec struct {
 	owner     Object
 	namespace string
@@ -38,6 +38,8 @@ type podSpec struct {
 	spec      *corev1.PodSpec
 }
 
+// podSpecs returns the pod template of every rendered workload (Deployments, StatefulSets,
+// DaemonSets, Jobs, CronJobs).
 func podSpecs(objs []Object) []podSpec {
 	var out []podSpec
 	for _, o := range objs {
