@@ -2,6 +2,7 @@ package check
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -15,9 +16,11 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -115,12 +118,34 @@ func (s *crdSchema) validate(o Object) []string {
 	for _, p := range unknown {
 		errs = append(errs, fmt.Sprintf("%s: unknown field %q (not in %s)", o.ID(), p, s.source))
 	}
+	errs = append(errs, metadataErrs(o)...)
 	for _, e := range validation.ValidateCustomResource(nil, o.Content, s.validator) {
 		errs = append(errs, fmt.Sprintf("%s: %s (%s)", o.ID(), e.Error(), s.source))
 	}
 	celErrs, _ := s.cel.Validate(context.Background(), nil, s.structural, o.Content, nil, celconfig.RuntimeCELCostBudget)
 	for _, e := range celErrs {
 		errs = append(errs, fmt.Sprintf("%s: %s (%s, CEL rule)", o.ID(), e.Error(), s.source))
+	}
+	return errs
+}
+
+// metadataErrs decodes a custom resource's metadata strictly into ObjectMeta: pruning leaves
+// metadata to the API server's ObjectMeta handling, which refuses unknown fields there too.
+func metadataErrs(o Object) []string {
+	b, err := json.Marshal(map[string]any{"metadata": o.Content["metadata"]})
+	if err != nil {
+		return []string{fmt.Sprintf("%s: encode metadata: %v", o.ID(), err)}
+	}
+	var m struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+	}
+	strictErrs, err := kjson.UnmarshalStrict(b, &m, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err != nil {
+		return []string{fmt.Sprintf("%s: metadata: %v", o.ID(), err)}
+	}
+	errs := make([]string, len(strictErrs))
+	for i, e := range strictErrs {
+		errs[i] = fmt.Sprintf("%s: %v", o.ID(), e)
 	}
 	return errs
 }

@@ -98,6 +98,9 @@ func TestChecksFailWhenBroken(t *testing.T) {
 		{"unknown field in a Cluster", onObject("Cluster", "pg", func(t *testing.T, m map[string]any) {
 			at(t, m, "spec")["instancez"] = 3
 		}), `Cluster/integrations/pg: unknown field "spec.instancez"`},
+		{"unknown metadata field in a Cluster", onObject("Cluster", "pg", func(t *testing.T, m map[string]any) {
+			at(t, m, "metadata")["labelz"] = map[string]any{"a": "b"}
+		}), `Cluster/integrations/pg: unknown field "metadata.labelz"`},
 		{"wrong type in a Cluster", onObject("Cluster", "pg", func(t *testing.T, m map[string]any) {
 			at(t, m, "spec")["instances"] = "three"
 		}), `Cluster/integrations/pg: spec.instances: Invalid value`},
