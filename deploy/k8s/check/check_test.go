@@ -92,7 +92,10 @@ func TestOverlays(t *testing.T) {
 			}
 			docs, err := Render(dir)
 			require.NoError(t, err)
-			_, errs := Check(docs, b.options(t, dir, true))
+			// The image setting's failures are reported with the rest, not instead of them.
+			ref, imageErrs := ImageSetting(dir)
+			_, errs := Check(docs, Options{Schemas: b.schemas, Vars: b.vars, Image: ref, AllServices: true})
+			errs = append(imageErrs, errs...)
 			if len(errs) > 0 {
 				t.Errorf("overlay %s: %d failures:\n  %s", name, len(errs), joinErrs(errs))
 			}
@@ -144,8 +147,13 @@ func TestProdCounts(t *testing.T) {
 		{"PrometheusRule", 1, 1},
 	} {
 		got := counts[want.kind]
-		if got < want.min || want.max > 0 && got > want.max {
-			t.Errorf("prod overlay: %d %s, want at least %d and at most %d (0: any)", got, want.kind, want.min, want.max)
+		switch {
+		case want.max > 0 && want.min == want.max && got != want.min:
+			t.Errorf("prod overlay: %d %s, want %d", got, want.kind, want.min)
+		case want.max > 0 && (got < want.min || got > want.max):
+			t.Errorf("prod overlay: %d %s, want %d to %d", got, want.kind, want.min, want.max)
+		case got < want.min:
+			t.Errorf("prod overlay: %d %s, want at least %d", got, want.kind, want.min)
 		}
 	}
 }
