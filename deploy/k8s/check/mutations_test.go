@@ -203,6 +203,9 @@ func TestChecksFailWhenBroken(t *testing.T) {
 		{"a ServiceMonitor selecting no Service", onObject("ServiceMonitor", "dispatcher", func(t *testing.T, m map[string]any) {
 			at(t, m, "spec", "selector", "matchLabels")["app.kubernetes.io/name"] = "gateway"
 		}), "ServiceMonitor/integrations/dispatcher: selector app.kubernetes.io/name=gateway selects no Service"},
+		{"a ServiceMonitor looking in another namespace", onObject("ServiceMonitor", "dispatcher", func(t *testing.T, m map[string]any) {
+			at(t, m, "spec")["namespaceSelector"] = map[string]any{"matchNames": []any{"elsewhere"}}
+		}), "ServiceMonitor/integrations/dispatcher: selector app.kubernetes.io/name=dispatcher selects no Service"},
 		{"a ServiceMonitor port the Service lacks", onObject("ServiceMonitor", "dispatcher", func(t *testing.T, m map[string]any) {
 			at(t, m, "spec", "endpoints", 0)["port"] = "http-metrics"
 		}), `ServiceMonitor/integrations/dispatcher: endpoints[0]: no selected Service has a port named "http-metrics"`},

@@ -2,6 +2,7 @@ package check
 
 import (
 	"fmt"
+	"slices"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -132,8 +133,8 @@ func peerErrs(where string, peers []networkingv1.NetworkPolicyPeer, ns string, p
 	return matched, checkable
 }
 
-// CheckServiceMonitors asserts that every ServiceMonitor selects a rendered Service in its
-// namespace that has each endpoint's named port: else Prometheus scrapes nothing and the
+// CheckServiceMonitors asserts that every ServiceMonitor selects a rendered Service (in its
+// namespace, or those its namespaceSelector names) that has each endpoint's named port: else Prometheus scrapes nothing and the
 // alerts built on those metrics never fire.
 func CheckServiceMonitors(objs []Object) []string {
 	var errs []string
@@ -158,10 +159,28 @@ func CheckServiceMonitors(objs []Object) []string {
 			errs = append(errs, fmt.Sprintf("%s: selector %v is empty or invalid (%v)", o.ID(), spec["selector"], err))
 			continue
 		}
+		// spec.namespaceSelector widens where the Services are looked for: any, or named ones.
+		var nsSel struct {
+			Any        bool     `json:"any"`
+			MatchNames []string `json:"matchNames"`
+		}
+		if err := fromContent(spec["namespaceSelector"], &nsSel); err != nil {
+			errs = append(errs, fmt.Sprintf("%s: namespaceSelector: %v", o.ID(), err))
+			continue
+		}
+		inScope := func(ns string) bool {
+			if nsSel.Any {
+				return true
+			}
+			if len(nsSel.MatchNames) == 0 {
+				return ns == o.Namespace
+			}
+			return slices.Contains(nsSel.MatchNames, ns)
+		}
 		var matched []*corev1.Service
 		for _, so := range services {
 			s := so.Typed.(*corev1.Service)
-			if so.Namespace == o.Namespace && sel.Matches(labels.Set(s.Labels)) {
+			if inScope(so.Namespace) && sel.Matches(labels.Set(s.Labels)) {
 				matched = append(matched, s)
 			}
 		}
