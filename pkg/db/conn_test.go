@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -65,6 +66,18 @@ func fillAndTerminate(t *testing.T, pool *pgxpool.Pool, app string) {
 	require.NoError(t, admin.QueryRow(ctx,
 		`SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&pids))
 	require.Len(t, pids, poolSize)
+	// A backend leaves pg_stat_activity before it flushes its FATAL and closes its socket (its
+	// shared-memory exits run first): until its process is gone, the pool may still see a live,
+	// idle connection. Where the server runs on this host (the tests' local servers), its
+	// processes are waited for too — only PIDs that are this host's postgres processes before the
+	// termination: a server in another PID namespace (a container) has PIDs that mean other
+	// processes here.
+	var local []int32
+	for _, pid := range pids {
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.HasPrefix(string(comm), "postgres") {
+			local = append(local, pid)
+		}
+	}
 	var n int
 	require.NoError(t, admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM unnest($1::int[]) pid`, pids).Scan(&n))
 	require.Equal(t, poolSize, n)
@@ -73,12 +86,8 @@ func fillAndTerminate(t *testing.T, pool *pgxpool.Pool, app string) {
 		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&left)
 		return err == nil && left == 0
 	}, 5*time.Second, 5*time.Millisecond)
-	// A backend leaves pg_stat_activity before it flushes its FATAL and closes its socket (its
-	// shared-memory exits run first): until its process is gone, the pool may still see a live,
-	// idle connection. Where the server runs on this host (always, for the tests' local servers),
-	// wait for the processes to exit.
 	require.Eventually(t, func() bool {
-		for _, pid := range pids {
+		for _, pid := range local {
 			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
 				return false
 			}

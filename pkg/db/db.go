@@ -200,8 +200,9 @@ func MigrationStatus(ctx context.Context, url string) ([]*goose.MigrationStatus,
 
 // SchemaPending returns the migrations built into this binary that the database at url has not
 // reached: none when its version is at least the newest one here (a newer schema, from a newer
-// release, counts as ready, so that a rolled-back image starts against it). It never applies
-// anything. A database without the version table yet has every migration pending.
+// release, counts as ready, so that a rolled-back image starts against it). It applies no
+// migration; goose creates its (empty) version table if there is none yet, so the role needs the
+// right to — the services' own role has it. A database without migrations has every one pending.
 func SchemaPending(ctx context.Context, url string) (current int64, pending []string, err error) {
 	provider, closeDB, err := newProvider(url)
 	if err != nil {

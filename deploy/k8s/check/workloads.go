@@ -76,7 +76,8 @@ func operatorPods(o Object) (Pods, bool) {
 		p.Labels = map[string]string{"cnpg.io/cluster": o.Name, "cnpg.io/podRole": "instance"}
 		p.Ports = []corev1.ContainerPort{port("postgresql", 5432), port("metrics", 9187), port("status", 8000)}
 	case o.GVK.Group == "postgresql.cnpg.io" && o.GVK.Kind == "Pooler":
-		p.Labels = map[string]string{"cnpg.io/poolerName": o.Name, "cnpg.io/podRole": "pooler"}
+		// CloudNativePG labels a Pooler's pods with its cluster too (cnpg.io/cluster).
+		p.Labels = map[string]string{"cnpg.io/poolerName": o.Name, "cnpg.io/podRole": "pooler", "cnpg.io/cluster": poolerCluster(o)}
 		p.Ports = []corev1.ContainerPort{port("pgbouncer", 5432), port("metrics", 9127)}
 	case o.GVK.Group == "rabbitmq.com" && o.GVK.Kind == "RabbitmqCluster":
 		p.Labels = map[string]string{"app.kubernetes.io/name": o.Name, "app.kubernetes.io/component": "rabbitmq", "app.kubernetes.io/part-of": "rabbitmq"}
@@ -124,4 +125,12 @@ func owners(pods []Pods) string {
 		s[i] = p.Owner
 	}
 	return fmt.Sprint(s)
+}
+
+// poolerCluster is the Cluster a CloudNativePG Pooler serves (spec.cluster.name).
+func poolerCluster(o Object) string {
+	spec, _ := o.Content["spec"].(map[string]any)
+	cluster, _ := spec["cluster"].(map[string]any)
+	name, _ := cluster["name"].(string)
+	return name
 }
