@@ -16,7 +16,7 @@ import (
 func TestMigrateWait(t *testing.T) {
 	s := dbtest.NewEmptySchema(t)
 
-	out, err := runRoot(t, "migrate", "wait", "--database-url", s.URL, "--timeout", "300ms", "--interval", "50ms")
+	out, err := runRoot(t, "migrate", "wait", "--database-url", s.URL, "--timeout", "3s", "--interval", "100ms")
 	require.Error(t, err, out)
 	require.ErrorContains(t, err, "schema not ready: at version 0")
 	require.ErrorContains(t, err, "00001_")
