@@ -19,14 +19,8 @@ func TestConcurrentMissesOfOneKeyShareOneRead(t *testing.T) {
 	s := dbtest.NewSchema(t)
 	s.ApplyCatalog(t, dbtest.TestCatalog)
 	st := New(s.Pool).WithCache(time.Hour)
-	var reads atomic.Int32
-	inRead, release := make(chan struct{}), make(chan struct{})
-	st.afterKeyRead = func() {
-		if reads.Add(1) == 1 {
-			close(inRead)
-			<-release
-		}
-	}
+	held := holdRead(st, 1)
+	reads, inRead, release := &held.reads, held.inRead, held.release
 	hash := secret.Hash(dbtest.TestAPIKey)
 	var wg sync.WaitGroup
 	lookup := func() {
@@ -58,14 +52,8 @@ func TestAWaiterGivingUpDoesNotFailTheRead(t *testing.T) {
 	s := dbtest.NewSchema(t)
 	s.ApplyCatalog(t, dbtest.TestCatalog)
 	st := New(s.Pool).WithCache(time.Hour)
-	var reads atomic.Int32
-	inRead, release := make(chan struct{}), make(chan struct{})
-	st.afterKeyRead = func() {
-		if reads.Add(1) == 1 {
-			close(inRead)
-			<-release
-		}
-	}
+	held := holdRead(st, 1)
+	reads, inRead, release := &held.reads, held.inRead, held.release
 	hash := secret.Hash(dbtest.TestAPIKey)
 	first, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -95,14 +83,8 @@ func TestAKeyInUseIsRefreshedAheadOfItsExpiry(t *testing.T) {
 	s.ApplyCatalog(t, dbtest.TestCatalog)
 	const ttl = 2 * time.Second // the refresh window is its last quarter: 500 ms to be seen in
 	st := New(s.Pool).WithCache(ttl)
-	var reads atomic.Int32
-	inRefresh, release := make(chan struct{}), make(chan struct{})
-	st.afterKeyRead = func() {
-		if reads.Add(1) == 2 { // the refresh: held until the test has looked up meanwhile
-			close(inRefresh)
-			<-release
-		}
-	}
+	held := holdRead(st, 2) // the refresh: held until the test has looked up meanwhile
+	reads, inRefresh, release := &held.reads, held.inRead, held.release
 	hash := secret.Hash(dbtest.TestAPIKey)
 	ctx := context.Background()
 	_, err := st.KeyForChosen(ctx, hash)
@@ -144,4 +126,22 @@ func TestAKeyInUseIsRefreshedAheadOfItsExpiry(t *testing.T) {
 	_, err = st.KeyForChosen(ctx, hash)
 	require.NoError(t, err)
 	require.Equal(t, before, reads.Load(), "the refreshed entry answered without a read")
+}
+
+// heldRead makes st's n-th key read (counting from 1) wait, after reading, until release is
+// closed; inRead is closed when it starts waiting. reads counts every read.
+type heldRead struct {
+	reads           atomic.Int32
+	inRead, release chan struct{}
+}
+
+func holdRead(st *Store, n int32) *heldRead {
+	h := &heldRead{inRead: make(chan struct{}), release: make(chan struct{})}
+	st.afterKeyRead = func() {
+		if h.reads.Add(1) == n {
+			close(h.inRead)
+			<-h.release
+		}
+	}
+	return h
 }

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -318,14 +317,8 @@ func TestALookupAfterARevocationDoesNotShareAnEarlierRead(t *testing.T) {
 	info, tok, err := st.CreateKey(ctx, NewKey{ApplicationID: dbtest.TestApp})
 	require.NoError(t, err)
 
-	var reads atomic.Int32
-	inRead, release := make(chan struct{}), make(chan struct{})
-	st.afterKeyRead = func() {
-		if reads.Add(1) == 1 { // the first read is held until the revocation is done
-			close(inRead)
-			<-release
-		}
-	}
+	held := holdRead(st, 1) // the first read is held until the revocation is done
+	inRead, release := held.inRead, held.release
 	first := make(chan *KeyRecord, 1)
 	go func() {
 		rec, err := st.KeyForGenerated(ctx, info.ID, apikey.Hash(tok))
