@@ -28,6 +28,7 @@ func Check(docs []Doc, o Options) ([]Object, []string) {
 	errs = append(errs, CheckEnv(objs, cms, o.Vars, o.AllServices)...)
 	errs = append(errs, CheckServices(objs, pods)...)
 	errs = append(errs, CheckNetworkPolicies(objs, pods)...)
+	errs = append(errs, CheckFlows(objs, cms, pods)...)
 	errs = append(errs, CheckServiceMonitors(objs)...)
 	errs = append(errs, CheckScaling(objs, pods)...)
 	errs = append(errs, CheckIsolation(objs)...)
