@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +25,28 @@ import (
 type adminFlags struct {
 	url   string
 	token string
+	// caFile is the root command's --ca-file: the CA to verify a TLS gateway with ("": the
+	// system's roots).
+	caFile *string
+}
+
+// httpClient is the client for the operator endpoints: verifying a TLS gateway against
+// --ca-file when it is given (a gateway on Kubernetes serves the deployment's own CA).
+func (f *adminFlags) httpClient() (*http.Client, error) {
+	if f.caFile == nil || *f.caFile == "" {
+		return http.DefaultClient, nil
+	}
+	pem, err := os.ReadFile(*f.caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--ca-file: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--ca-file %s: no PEM certificate in it", *f.caFile)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr}, nil
 }
 
 func (f *adminFlags) register(cmd *cobra.Command) {
@@ -54,7 +78,11 @@ func (f *adminFlags) call(ctx context.Context, method, path string, body, out an
 	}
 	req.Header.Set("Authorization", "Bearer "+f.token)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	client, err := f.httpClient()
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -98,8 +126,8 @@ func keysPath(app string) string {
 	return "/api/v1/system/applications/" + url.PathEscape(app) + "/keys"
 }
 
-func keysCmd() *cobra.Command {
-	var f adminFlags
+func keysCmd(client *clientFlags) *cobra.Command {
+	f := adminFlags{caFile: &client.caFile}
 	var app string
 	cmd := &cobra.Command{Use: "keys", Short: "Create, list and revoke applications' API keys (operator endpoints, admin token)"}
 	f.register(cmd)

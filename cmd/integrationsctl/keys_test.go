@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -107,4 +108,21 @@ func TestKeysCreateWritesANewKeyFileOwnerOnly(t *testing.T) {
 	require.ErrorContains(t, err, "no application app")
 	_, err = os.Stat(none)
 	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// A gateway serving TLS with the deployment's own CA is reached with --ca-file; without it the
+// system's roots refuse its certificate.
+func TestKeysCommandsVerifyATLSGatewayWithTheCAFile(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"keys": []}`))
+	}))
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	require.NoError(t, os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
+
+	_, err := runRoot(t, "keys", "list", "--application", "app", "--admin-url", srv.URL, "--admin-token", "tok")
+	require.ErrorContains(t, err, "certificate", "the system's roots do not know the test server's CA")
+	_, err = runRoot(t, "keys", "list", "--application", "app", "--admin-url", srv.URL, "--admin-token", "tok", "--ca-file", ca)
+	require.NoError(t, err)
 }

@@ -38,7 +38,7 @@ func root() *cobra.Command {
 	var client clientFlags
 	client.register(cmd)
 	cmd.AddCommand(migrateCmd(&databaseURL), catalogCmd(&databaseURL),
-		invokeCmd(&client), getCmd(&client), listCmd(&client), consumerCmd(&client), eventsCmd(&client), keysCmd())
+		invokeCmd(&client), getCmd(&client), listCmd(&client), consumerCmd(&client), eventsCmd(&client), keysCmd(&client))
 	cmd.AddCommand(platformKeyCmd(), devCertsCmd(), healthCmd())
 	return cmd
 }
