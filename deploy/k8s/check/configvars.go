@@ -130,7 +130,13 @@ func (r *varReader) walkType(dir, name, prefix string, vars *[]Var, seen map[str
 			s, _ := strconv.Unquote(field.Tag.Value)
 			tag = reflect.StructTag(s)
 		}
-		if env, ok := tag.Lookup("env"); ok && env != "-" {
+		env, hasEnv := tag.Lookup("env")
+		// caarlos0/env skips what it cannot set (unexported fields, embedded unexported types)
+		// and fields tagged env:"-".
+		if !settable(field) || env == "-" {
+			continue
+		}
+		if hasEnv {
 			n := strings.Split(env, ",")[0]
 			if n != "" {
 				fieldName := name
@@ -142,6 +148,16 @@ func (r *varReader) walkType(dir, name, prefix string, vars *[]Var, seen map[str
 			}
 		}
 		// caarlos0/env descends into every struct field without an env name, embedded or not.
+		// Kinds whose rules this reader does not mirror (a pointer to a struct, read only when
+		// set or `init`; an inline struct; a slice of structs, read with indexed prefixes; a
+		// generic type) are refused rather than guessed at.
+		isStruct := func(e ast.Expr) bool {
+			_, _, ok, _ := r.resolve(dir, p, f, e)
+			return ok
+		}
+		if err := unsupported(field.Type, isStruct); err != nil {
+			return fmt.Errorf("%s.%s: field %s: %w", p.name, name, fieldLabel(field), err)
+		}
 		subDir, subType, ok, err := r.resolve(dir, p, f, field.Type)
 		if err != nil {
 			return fmt.Errorf("%s.%s: %w", p.name, name, err)
@@ -192,6 +208,52 @@ func (r *varReader) resolve(dir string, p *parsedPkg, f *ast.File, t ast.Expr) (
 		}
 	}
 	return "", "", false, nil
+}
+
+// settable reports whether caarlos0/env can set field: an exported name, or an embedded exported
+// type.
+func settable(field *ast.Field) bool {
+	if len(field.Names) > 0 {
+		return ast.IsExported(field.Names[0].Name)
+	}
+	t := field.Type
+	if s, ok := t.(*ast.StarExpr); ok {
+		t = s.X
+	}
+	switch t := t.(type) {
+	case *ast.Ident:
+		return ast.IsExported(t.Name)
+	case *ast.SelectorExpr:
+		return ast.IsExported(t.Sel.Name)
+	}
+	return true
+}
+
+// unsupported names a field type the reader does not follow as caarlos0/env would; isStruct
+// reports whether a type expression is a struct type of the repository.
+func unsupported(t ast.Expr, isStruct func(ast.Expr) bool) error {
+	switch t := t.(type) {
+	case *ast.StarExpr:
+		if isStruct(t.X) {
+			return fmt.Errorf("a pointer to a struct (env reads its fields only when it is set or tagged init): use a value")
+		}
+	case *ast.StructType:
+		return fmt.Errorf("an inline struct type: declare it as a named type")
+	case *ast.ArrayType:
+		if isStruct(t.Elt) {
+			return fmt.Errorf("a slice of structs (env reads them with indexed prefixes)")
+		}
+	case *ast.IndexExpr, *ast.IndexListExpr:
+		return fmt.Errorf("a generic type")
+	}
+	return nil
+}
+
+func fieldLabel(field *ast.Field) string {
+	if len(field.Names) > 0 {
+		return field.Names[0].Name
+	}
+	return "(embedded)"
 }
 
 func mapWith(m map[string]bool, k string) map[string]bool {

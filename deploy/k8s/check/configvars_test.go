@@ -26,8 +26,9 @@ func TestConfigVarsFollowsNamedAndEmbeddedFields(t *testing.T) {
 }
 
 // TestConfigVarsResolvesAcrossPackages: a renamed import, a package named unlike its directory,
-// a pointer to a struct, envPrefix, and a non-repository type (a leaf) — in a repository of its
-// own, so the rules are pinned even where today's config structs do not use them.
+// envPrefix, a non-repository type (a leaf), and what caarlos0/env skips (an embedded unexported
+// type, env:"-") — in a repository of its own, so the rules are pinned even where today's config
+// structs do not use them.
 func TestConfigVarsResolvesAcrossPackages(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -48,7 +49,7 @@ import (
 
 type Config struct {
 	shared.Common
-	DB      *db.Settings `+"`envPrefix:\"INTEGRATIONS_REPLICA_\"`"+`
+	DB      db.Settings `+"`envPrefix:\"INTEGRATIONS_REPLICA_\"`"+`
 	Primary db.Settings
 	Own     time.Duration `+"`env:\"INTEGRATIONS_OWN\" envDefault:\"1s\"`"+`
 	local
@@ -72,8 +73,18 @@ type local struct {
 		"INTEGRATIONS_REPLICA_URL": "db.Settings.URL",
 		"URL":                      "db.Settings.URL",
 		"INTEGRATIONS_OWN":         "config.Config.Own",
-		"INTEGRATIONS_LOCAL":       "config.local.X",
-	}, got)
+	}, got, "the embedded unexported local and the env:\"-\" field are not read by env, so not required")
+
+	// Kinds whose rules the reader does not mirror are refused, naming the field.
+	for field, want := range map[string]string{
+		"P *db.Settings":       "field P: a pointer to a struct",
+		"S []db.Settings":      "field S: a slice of structs",
+		"I struct{ X string }": "field I: an inline struct type",
+	} {
+		write("services/svc2/internal/config/config.go", "package config\n\nimport \"github.com/integrations-platform/integrations/pkg/dbdir\"\n\nvar _ db.Settings\n\ntype Config struct {\n\t"+field+"\n}\n")
+		_, err = ConfigVars(root, "svc2")
+		require.ErrorContains(t, err, want, field)
+	}
 
 	// A repository package that does not parse fails the read instead of hiding its variables.
 	write("pkg/shared/shared.go", "package shared\n\ntype Common struct {\n")
