@@ -28,7 +28,9 @@ func migrateWaitCmd(databaseURL *string) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			current, err := waitForSchema(ctx, *databaseURL, interval)
+			current, err := waitForSchema(ctx, *databaseURL, interval, func(err error) {
+				fmt.Fprintln(cmd.ErrOrStderr(), "migrate wait:", err)
+			})
 			if err != nil {
 				return err
 			}
@@ -41,30 +43,44 @@ func migrateWaitCmd(databaseURL *string) *cobra.Command {
 	return cmd
 }
 
+// attemptTimeout bounds one read of the schema's version, so that an unreachable database
+// (a blackholed address) is tried again and reported rather than waited on for the whole timeout.
+const attemptTimeout = 10 * time.Second
+
 // waitForSchema reads the schema's version every interval until nothing is pending, or ctx ends:
-// then it names what was pending (or the last error reading it).
-func waitForSchema(ctx context.Context, url string, interval time.Duration) (int64, error) {
+// then it names what was pending (or the last error reading it). A read's error is told to
+// report when it differs from the one before.
+func waitForSchema(ctx context.Context, url string, interval time.Duration, report func(error)) (int64, error) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var (
 		current int64
 		pending []string
+		known   bool // a read has succeeded: current and pending are its answer
 		lastErr error
 	)
 	for {
-		c, p, err := db.SchemaPending(ctx, url)
-		if ctx.Err() == nil { // a read cut short by the timeout says nothing of the schema
-			current, pending, lastErr = c, p, err
-			if err == nil && len(p) == 0 {
-				return current, nil
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		c, p, err := db.SchemaPending(actx, url)
+		cancel()
+		switch {
+		case ctx.Err() != nil: // a read cut short by the timeout says nothing of the schema
+		case err != nil:
+			if report != nil && (lastErr == nil || lastErr.Error() != err.Error()) {
+				report(err)
 			}
+			lastErr = err
+		case len(p) == 0:
+			return c, nil
+		default:
+			current, pending, known, lastErr = c, p, true, nil
 		}
 		select {
 		case <-ctx.Done():
-			if lastErr != nil || pending == nil {
-				return 0, fmt.Errorf("schema not ready: %w", cmp.Or(lastErr, ctx.Err()))
+			if known { // what the schema lacks says more than a read that failed since
+				return 0, fmt.Errorf("schema not ready: at version %d, %d migration(s) pending: %s", current, len(pending), strings.Join(pending, ", "))
 			}
-			return 0, fmt.Errorf("schema not ready: at version %d, %d migration(s) pending: %s", current, len(pending), strings.Join(pending, ", "))
+			return 0, fmt.Errorf("schema not ready: %w", cmp.Or(lastErr, ctx.Err()))
 		case <-t.C:
 		}
 	}

@@ -23,7 +23,7 @@ func TestMigrateWait(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		_, err := waitForSchema(context.Background(), s.URL, 20*time.Millisecond)
+		_, err := waitForSchema(context.Background(), s.URL, 20*time.Millisecond, nil)
 		done <- err
 	}()
 	_, err = db.Migrate(context.Background(), s.URL)
