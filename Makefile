@@ -38,18 +38,22 @@ build: ## Build every binary into bin/
 IMAGE       := localhost/integrations
 IMAGE_STAGE := bin/image
 PROGRAMS    := $(BINARIES) integrationsctl dummy-adapter demo-consumer
+# The nodes' architecture (default: this machine's) and the build machine's CA bundle (Debian and
+# Ubuntu's path; Fedora's is /etc/pki/tls/certs/ca-bundle.crt). The binaries are always Linux's.
+IMAGE_ARCH  ?= $(shell go env GOARCH)
+CA_BUNDLE   ?= /etc/ssl/certs/ca-certificates.crt
 
 .PHONY: images
 images: ## Build the one OCI image with podman, tagged localhost/integrations:<12-digit git revision> and :dev; prints the tag
 	@set -euo pipefail; \
 	rev=$$(git rev-parse HEAD); tag=$(IMAGE):$$(git rev-parse --short=12 HEAD); \
 	rm -rf $(IMAGE_STAGE); mkdir -p $(IMAGE_STAGE)/usr/local/bin $(IMAGE_STAGE)/etc/ssl/certs; \
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(IMAGE_STAGE)/usr/local/bin/ \
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags "-s -w" -o $(IMAGE_STAGE)/usr/local/bin/ \
 		$(addprefix $(MODULE)/services/,$(BINARIES)) $(addprefix $(MODULE)/cmd/,integrationsctl dummy-adapter demo-consumer); \
 	for p in $(PROGRAMS); do test -x $(IMAGE_STAGE)/usr/local/bin/$$p || { echo "images: $$p was not built" >&2; exit 1; }; done; \
-	cp /etc/ssl/certs/ca-certificates.crt $(IMAGE_STAGE)/etc/ssl/certs/; \
+	cp $(CA_BUNDLE) $(IMAGE_STAGE)/etc/ssl/certs/ca-certificates.crt; \
 	cp deploy/image/passwd deploy/image/group $(IMAGE_STAGE)/etc/; \
-	timeout 600 podman build --layers=false --file deploy/image/Containerfile --build-arg REVISION=$$rev \
+	timeout 600 podman build --layers=false --arch $(IMAGE_ARCH) --file deploy/image/Containerfile --build-arg REVISION=$$rev \
 		--tag $$tag --tag $(IMAGE):dev $(IMAGE_STAGE) </dev/null >&2; \
 	timeout 120 podman image prune --force --filter label=org.opencontainers.image.title=integrations </dev/null >/dev/null; \
 	echo $$tag
