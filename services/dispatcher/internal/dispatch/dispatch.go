@@ -129,11 +129,29 @@ func (d *Dispatcher) Pass(ctx context.Context) error {
 // releaseTimeout bounds giving up the claim on records that were not published.
 const releaseTimeout = 2 * time.Second
 
+// claimTimeout bounds the claim statement, which runs apart from the pass's context (see batch).
+const claimTimeout = 5 * time.Second
+
 func (d *Dispatcher) batch(ctx context.Context) (int, error) {
 	start := time.Now()
-	claimed, err := d.store.DispatchClaim(ctx, d.batchSize, d.claimTTL, d.horizon)
+	// The claim runs whatever the stop: a claim statement cancelled as it ran can still commit in
+	// Postgres, and its rows then waited out the whole claim (30 s) with nobody to publish or
+	// release them — a rolling restart of the dispatcher delayed a few executions by 30 s (e2e
+	// TestRollingRestartSpendsNoAttempt). Claimed, they are published, or released if the pass
+	// was stopped meanwhile.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	claimed, err := d.store.DispatchClaim(cctx, d.batchSize, d.claimTTL, d.horizon)
+	cancel()
 	if err != nil || len(claimed) == 0 {
 		return 0, err
+	}
+	if ctx.Err() != nil {
+		ids := make([]int64, len(claimed))
+		for i, c := range claimed {
+			ids[i] = c.ID
+		}
+		d.release(ctx, ids, claimed[0].ClaimedUntil)
+		return 0, ctx.Err()
 	}
 	// How far ahead each record is due, on the database's clock (which wrote due_at), less the time
 	// since the claim was asked for: an overestimate of the time passed, so a message is never
@@ -170,13 +188,8 @@ func (d *Dispatcher) batch(ctx context.Context) (int, error) {
 	if len(failed) > 0 {
 		// Not published (or not known to be): give the claim up so that they go out with the next
 		// pass rather than after the claim expires — a dispatcher stopped by a rolling deploy
-		// between claim and confirm otherwise held them for the whole claim (30 s). Done even when
-		// ctx ended with the stop; a failed release only leaves the claim to expire.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		if _, err := d.store.DispatchRelease(rctx, failed, claimed[0].ClaimedUntil); err != nil {
-			d.log.Warn("unpublished dispatches not released; they wait for their claim to expire", zap.Int("records", len(failed)), zap.Error(err))
-		}
-		cancel()
+		// between claim and confirm otherwise held them for the whole claim (30 s).
+		d.release(ctx, failed, claimed[0].ClaimedUntil)
 	}
 	if len(done) > 0 {
 		// One claim statement gave every row the same claimed_until.
@@ -189,4 +202,15 @@ func (d *Dispatcher) batch(ctx context.Context) (int, error) {
 		published.Add(float64(deleted))
 	}
 	return len(claimed), nil
+}
+
+// release gives up the claim on records not published, so that the next pass (here or on
+// another dispatcher) takes them. Done even when ctx ended with the stop; a failed release only
+// leaves the claim to expire.
+func (d *Dispatcher) release(ctx context.Context, ids []int64, claimedUntil time.Time) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if _, err := d.store.DispatchRelease(rctx, ids, claimedUntil); err != nil {
+		d.log.Warn("unpublished dispatches not released; they wait for their claim to expire", zap.Int("records", len(ids)), zap.Error(err))
+	}
 }
