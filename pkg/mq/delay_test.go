@@ -32,18 +32,24 @@ func TestPlanDelayLevels(t *testing.T) {
 		"s.jobs", "s.jobs.dlq", "s.jobs.retry.500ms",
 		"s.jobs.delay.1ms", "s.jobs.delay.500ms", "s.jobs.delay.1000ms", "s.jobs.delay.5000ms",
 	}, top.queues())
+	// The tolerance scales with the levels: 50 ms at 0.5 is 25 ms.
+	tol := top.delayTolerance
+	require.Equal(t, 25*time.Millisecond, tol)
 	for _, tc := range []struct {
 		d    time.Duration
 		want string // "" → the work queue
 	}{
 		{-time.Second, ""},
-		{0, ""},
-		{999 * time.Microsecond, ""},
+		{0, ""},                                // due already: nothing to wait for, whatever the tolerance
+		{time.Microsecond, "s.jobs.delay.1ms"}, // the 1 ms level is within the tolerance of it
 		{time.Millisecond, "s.jobs.delay.1ms"},
-		{499 * time.Millisecond, "s.jobs.delay.1ms"},
+		{499*time.Millisecond - tol, "s.jobs.delay.1ms"},
+		{500*time.Millisecond - tol, "s.jobs.delay.500ms"}, // short of the level by the tolerance
 		{500 * time.Millisecond, "s.jobs.delay.500ms"},
-		{999 * time.Millisecond, "s.jobs.delay.500ms"},
+		{999 * time.Millisecond, "s.jobs.delay.1000ms"},
+		{time.Second - tol - time.Microsecond, "s.jobs.delay.500ms"}, // short by more
 		{4 * time.Second, "s.jobs.delay.1000ms"},
+		{5*time.Second - 3*time.Millisecond, "s.jobs.delay.5000ms"}, // a due time minus a claim's ms
 		{5 * time.Second, "s.jobs.delay.5000ms"},
 		{time.Hour, "s.jobs.delay.5000ms"},
 	} {
@@ -51,7 +57,7 @@ func TestPlanDelayLevels(t *testing.T) {
 		assert.Equal(t, tc.want != "", ok, "delay %v", tc.d)
 		assert.Equal(t, tc.want, q, "delay %v", tc.d)
 		if ok {
-			assert.LessOrEqual(t, ttl, tc.d, "the level is never past the delay")
+			assert.LessOrEqual(t, ttl, tc.d+tol, "the level is never past the delay by more than the tolerance")
 		}
 	}
 
@@ -59,11 +65,30 @@ func TestPlanDelayLevels(t *testing.T) {
 	require.NoError(t, err)
 	_, _, ok := none.delayQueue(time.Hour)
 	assert.False(t, ok, "a route without levels publishes straight to its work queue")
+	assert.Zero(t, none.delayTolerance)
 
 	_, err = plan("s", 1, Route{Name: "x", DelayLevels: []time.Duration{time.Second, 0}})
 	assert.ErrorContains(t, err, "delay level 1 is 0s")
 	_, err = plan("s", 1, Route{Name: "x.delay.5ms"})
 	assert.ErrorIs(t, err, ErrInvalidName, "a route named like another's delay queue")
+}
+
+func TestDelayToleranceScalesWithAFloor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		scale float64
+		want  time.Duration
+	}{
+		{1, DelayTolerance},
+		{0.5, 25 * time.Millisecond},
+		{0.01, delayToleranceFloor}, // 0.5 ms scaled: the milliseconds spent are real ones
+	} {
+		top, err := plan("s", tc.scale, Route{Name: "jobs", DelayLevels: []time.Duration{time.Minute}})
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, top.delayTolerance, "scale %v", tc.scale)
+	}
+	// Small against the levels it is applied to: a twentieth of the smallest default level.
+	assert.LessOrEqual(t, DelayTolerance*20, time.Second)
 }
 
 // arrival is when a message reached the handler, and how.
