@@ -78,7 +78,10 @@ func run() error {
 		return err
 	}
 	adapters := adaptercall.NewPool(adaptercall.WithSigner(signer))
-	handler := attempt.New(store.New(pool), adapters, settlementv1.NewSettlementServiceClient(settlementConn), cfg.Scale, logger).
+	// An arrival early by less than the executions route's delay tolerance starts its attempt: the
+	// dispatcher put it in the level matching its delay, a few milliseconds long at most.
+	st := store.New(pool).WithEarlyTolerance(broker.DelayTolerance(routes.Executions.Name))
+	handler := attempt.New(st, adapters, settlementv1.NewSettlementServiceClient(settlementConn), cfg.Scale, logger).
 		WithNudge(nudge.Dispatcher(dispatcherv1.NewDispatcherServiceClient(dispatcherConn), logger))
 
 	app := lifecycle.New(logger, cfg.Shutdown())
