@@ -180,7 +180,10 @@ func (d *Dispatcher) batch(ctx context.Context) (batchResult, error) {
 	}
 	// How far ahead each record is due, on the database's clock (which wrote due_at), less the time
 	// since the claim was asked for: an overestimate of the time passed, so a message is never
-	// published into a level that outlasts its due time.
+	// published into a level that outlasts its due time by more than the route's delay tolerance.
+	// That underestimate of the delay — a retry written due in 1 m comes out a few ms short of it —
+	// is what the tolerance absorbs: it still goes into the 1 m level (one holding-queue hop)
+	// rather than the 30 s one and down the shorter levels by deferrals.
 	since := time.Since(start)
 	msgs := make([]mq.Outgoing, len(claimed))
 	delays := make([]time.Duration, len(claimed))
@@ -196,8 +199,8 @@ func (d *Dispatcher) batch(ctx context.Context) (batchResult, error) {
 		// identity.
 		msgs[i] = mq.Outgoing{ID: fmt.Sprintf("%s:%d", c.ExecutionID, c.Attempt), Body: body}
 	}
-	// The message carries the due time: one that arrives early (a level shorter than its delay)
-	// is deferred again by the consumer, without spending an attempt.
+	// The message carries the due time: one that arrives early by the tolerance or more (a level
+	// shorter than its delay) is deferred again by the consumer, without spending an attempt.
 	errs := d.pub.PublishAfter(ctx, routes.Executions.Name, msgs, delays)
 	var done, failed []int64
 	for i, err := range errs {

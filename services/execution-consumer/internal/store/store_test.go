@@ -26,7 +26,7 @@ type bundle struct {
 	store  *Store
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	s := dbtest.NewSchema(t)
 	s.ApplyCatalog(t, dbtest.TestCatalog)
@@ -35,7 +35,7 @@ func setup(t *testing.T) *bundle {
 
 // insert adds an async execution in status at attempt n, with rows for attempts 1..n, and
 // returns its id.
-func (b *bundle) insert(t *testing.T, status string, n int32) string {
+func (b *bundle) insert(t testing.TB, status string, n int32) string {
 	t.Helper()
 	id := b.schema.InsertExecution(t, dbtest.Execution{Status: status, Attempt: n, Payload: `{"n": 1}`})
 	for i := int32(1); i <= n; i++ {
