@@ -84,13 +84,15 @@ type topology struct {
 
 // DelayTolerance is how much shorter than a delay level a delay may be and still wait in that
 // level rather than the next shorter one — so a message may arrive up to this much after its due
-// time — and how early an arrival a handler can take as on time (see [Broker.DelayTolerance]).
+// time — and, time-scaled, how early an arrival a handler can take as on time (see
+// [Broker.DelayTolerance]).
 // A publisher's delay is computed after the fact (a due time written a few milliseconds earlier,
 // a claim, an encode), so a retry due in exactly one level's delay comes out a few milliseconds
 // short of it. Without the tolerance it went to the next shorter level, arrived early, was
-// deferred, and so on down the levels: a 1 m retry took ~10 holding-queue hops, a 2 h one 22. It
-// is scaled with Config.TimeScale like the levels, but never below delayToleranceFloor: the
-// milliseconds spent are real ones whatever the scale. It must stay far below the gaps between
+// deferred, and so on down the levels: a 1 m retry took ~10 holding-queue hops, a 2 h one 22. For
+// choosing a level it is scaled with Config.TimeScale like the levels, but never below
+// delayToleranceFloor: the milliseconds spent are real ones whatever the scale, and arriving that
+// much late is harmless. It must stay far below the gaps between
 // levels (it is a twentieth of the smallest default level, 1 s).
 const DelayTolerance = 50 * time.Millisecond
 

@@ -78,9 +78,11 @@ func run() error {
 		return err
 	}
 	adapters := adaptercall.NewPool(adaptercall.WithSigner(signer))
-	// An arrival early by less than the executions route's delay tolerance starts its attempt: the
-	// dispatcher put it in the level matching its delay, a few milliseconds long at most.
-	st := store.New(pool).WithEarlyTolerance(broker.DelayTolerance(routes.Executions.Name))
+	// An arrival early by less than the delay tolerance, time-scaled as the other delays are
+	// (50 ms unscaled), starts its attempt rather than being held or deferred for the rest. Not
+	// the broker's floored tolerance (at least 5 ms): that one only makes a message arrive late,
+	// and in a time-scaled run 5 ms is a large part of a scaled retry delay.
+	st := store.New(pool).WithEarlyTolerance(cfg.Scale(mq.DelayTolerance))
 	handler := attempt.New(st, adapters, settlementv1.NewSettlementServiceClient(settlementConn), cfg.Scale, logger).
 		WithNudge(nudge.Dispatcher(dispatcherv1.NewDispatcherServiceClient(dispatcherConn), logger))
 

@@ -105,9 +105,9 @@ func New(pool *pgxpool.Pool) *Store {
 }
 
 // WithEarlyTolerance sets how early (by the database's clock) a dispatch may arrive and still
-// start its attempt: the route's delay tolerance (mq.Broker.DelayTolerance), the most a dispatch
-// put into the level matching its delay can arrive early. Deferring it for those milliseconds
-// would cost a holding-queue hop or a held worker for nothing. Call before use.
+// start its attempt: mq.DelayTolerance time-scaled (50 ms unscaled). Deferring it for those
+// milliseconds would cost a held worker and a second start statement, or a holding-queue hop,
+// for nothing. 0 (the default) starts nothing early. Call before use.
 func (s *Store) WithEarlyTolerance(d time.Duration) *Store {
 	s.tolerance = max(d, 0)
 	return s
