@@ -327,3 +327,37 @@ func TestDelayQueuesDiagnosedAndDeleted(t *testing.T) {
 		assert.Equal(t, amqp.NotFound, ae.Code, "queue %s deleted", q)
 	}
 }
+
+// hops is how many holding-queue hops a message due in d takes when its consumer defers what is
+// left whenever it arrives early by at least early (below the smallest level the rest is held in
+// the worker: no hop): the walk PublishAfter and Defer make through top's levels.
+func hops(top *topology, d, early time.Duration) int {
+	n := 0
+	for left := d; left >= early && left >= top.delayTTLs[0]-top.delayTolerance; n++ {
+		_, ttl, ok := top.delayQueue(left)
+		if !ok {
+			break
+		}
+		left -= ttl
+	}
+	return n
+}
+
+// TestRetryDueInALevelTakesOneHop: with the executions route's levels, a retry due in exactly
+// one level's delay, computed a few milliseconds short of it (a claim after the settlement's
+// commit), takes one holding-queue hop; without the tolerance it walked down the levels — the
+// 10 (1 m) to 22 (2 h) hops issue 13 measured.
+func TestRetryDueInALevelTakesOneHop(t *testing.T) {
+	t.Parallel()
+	levels := []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour}
+	top, err := plan("s", 1, Route{Name: "executions", DelayLevels: levels})
+	require.NoError(t, err)
+	exact := *top
+	exact.delayTolerance = 0
+	const spent = 5 * time.Millisecond
+	for _, l := range levels {
+		assert.Equal(t, 1, hops(top, l-spent, DelayTolerance), "a retry due in %v", l)
+		t.Logf("due in %v, %v short: %d hop with the tolerance, %d without", l, spent, hops(top, l-spent, DelayTolerance), hops(&exact, l-spent, time.Nanosecond))
+	}
+	assert.Greater(t, hops(&exact, time.Minute-spent, time.Nanosecond), 5, "the walk the tolerance removes")
+}
