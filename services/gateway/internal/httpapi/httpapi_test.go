@@ -225,7 +225,9 @@ func TestRESTCallsPassTheServersInterceptors(t *testing.T) {
 
 // foreignError answers GetExecution with a transport's status naming an address, as a handler
 // passing a dependency's error up unmapped would.
-type foreignError struct{ gatewayv1.UnimplementedGatewayServiceServer }
+type foreignError struct {
+	gatewayv1.UnimplementedGatewayServiceServer
+}
 
 func (foreignError) GetExecution(context.Context, *gatewayv1.GetExecutionRequest) (*gatewayv1.GetExecutionResponse, error) {
 	return nil, status.Error(codes.Unavailable, "connection error: dial tcp 10.1.2.3:5432: connect: connection refused")
