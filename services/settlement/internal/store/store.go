@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/integrations-platform/integrations/pkg/batch"
 	"github.com/integrations-platform/integrations/pkg/db"
 	"github.com/integrations-platform/integrations/pkg/execution"
 )
@@ -55,18 +56,25 @@ type Settled struct {
 
 // Store settles executions.
 type Store struct {
-	pool *pgxpool.Pool
+	pool    *pgxpool.Pool
+	batcher *batch.Batcher[settleRequest, settleAnswered]
 }
 
 // New returns a Store on pool.
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func New(pool *pgxpool.Pool) *Store {
+	s := &Store{pool: pool}
+	s.batcher = batch.New(s.settleBatch, batch.Options{Name: "settlement", MaxSize: settleBatchMax, Concurrency: settleBatchConcurrency})
+	return s
+}
 
 // ExecutionSettle writes the outcome if and only if the execution is still in o.FromStatus at
 // o.Attempt; then, in the same statement, it closes the attempt, drops a waiting dispatch record
 // (from pending) and inserts the completion event. A losing writer gets a *ConflictError and
-// changes nothing.
+// changes nothing. Concurrent calls (and AttemptFail's) are batched: one transaction, one
+// round trip, one statement each (settleBatch).
 func (s *Store) ExecutionSettle(ctx context.Context, o Outcome) (*Settled, error) {
-	return settle(ctx, s.pool, o)
+	a, err := s.batcher.Do(ctx, settleRequest{settle: &o})
+	return a.settled, err
 }
 
 // querier is a pool, a transaction or a savepoint.
@@ -238,8 +246,10 @@ type AttemptFailed struct {
 // adapter's retry_after if later), or — when the failure is permanent, the ceiling is reached or
 // the next attempt would start past the deadline — the failed settlement with its event. The due
 // time and the deadline check are the database's: now() plus the delay, compared in SQL.
+// Concurrent calls (and ExecutionSettle's) are batched, as ExecutionSettle says.
 func (s *Store) AttemptFail(ctx context.Context, a AttemptFailure) (*AttemptFailed, error) {
-	return attemptFail(ctx, s.pool, a)
+	out, err := s.batcher.Do(ctx, settleRequest{fail: &a})
+	return out.failed, err
 }
 
 // attemptFailSQL is the retry decision in one statement. cur locks the execution (and reads the
