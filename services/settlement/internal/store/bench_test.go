@@ -22,6 +22,7 @@ func BenchmarkSettleConcurrent(b *testing.B) {
 		opts batch.Options
 	}{
 		{"batched", batch.Options{Name: "settlement", MaxSize: settleBatchMax, Concurrency: settleBatchConcurrency}},
+		{"batched, two at a time", batch.Options{Name: "settlement", MaxSize: settleBatchMax, Concurrency: 2}},
 		{"one statement each", batch.Options{Name: "settlement", MaxSize: 1, Concurrency: 64}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
