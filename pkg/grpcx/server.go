@@ -37,6 +37,7 @@ type Server struct {
 	*grpc.Server
 	Health *health.Server
 	log    *zap.Logger
+	unary  []grpc.UnaryServerInterceptor
 }
 
 // ServerConfig configures NewServer.
@@ -123,7 +124,28 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.Reflection {
 		reflection.Register(srv)
 	}
-	return &Server{Server: srv, Health: hs, log: log}
+	return &Server{Server: srv, Health: hs, log: log, unary: chain}
+}
+
+// Unary is the server's chain of unary interceptors as one, for a call served in process (the
+// REST face calling the service directly): the same recovery, logging, error mapping and service
+// interceptors as a call over the network. A call served this way has no peer and no decode note
+// of the server's codec.
+func (s *Server) Unary() grpc.UnaryServerInterceptor {
+	chain := s.unary
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		return callChain(chain, ctx, req, info, handler)
+	}
+}
+
+// callChain runs chain[0], which calls the rest of the chain and finally handler.
+func callChain(chain []grpc.UnaryServerInterceptor, ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if len(chain) == 0 {
+		return handler(ctx, req)
+	}
+	return chain[0](ctx, req, info, func(ctx context.Context, req any) (any, error) {
+		return callChain(chain[1:], ctx, req, info, handler)
+	})
 }
 
 // Run serves on addr under app: it starts serving at once. On shutdown it reports NOT_SERVING

@@ -1,6 +1,6 @@
-// Package httpapi serves the REST face of GatewayService through grpc-gateway, proxying to the
-// gateway's own gRPC port so that every REST call passes the same interceptors (auth, errors,
-// logging) as a gRPC call.
+// Package httpapi serves the REST face of GatewayService through grpc-gateway, calling the service
+// in process through the gRPC server's own interceptors (InProcess), so that every REST call
+// passes the same interceptors (auth, rate limits, errors, logging) as a gRPC call.
 package httpapi
 
 import (
@@ -24,9 +24,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.uber.org/zap"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -43,8 +41,7 @@ import (
 
 // Config configures the REST server.
 type Config struct {
-	Addr     string
-	GRPCAddr string
+	Addr string
 	// MaxBodyBytes bounds a request body; larger bodies are refused before decoding.
 	MaxBodyBytes int64
 	// Extra routes served beside the API (e.g. system endpoints).
@@ -57,27 +54,17 @@ type Config struct {
 	ReadTimeout       time.Duration
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
-	// TLS, if set, is the certificate served on Addr and on GRPCAddr: the REST server serves
-	// TLS, and its proxy dials the gRPC port with TLS, accepting exactly that certificate.
+	// TLS, if set, is the certificate served on Addr.
 	TLS *tlsx.Source
 	// Precheck, if set, is asked about every API request with a bearer token before it is
-	// proxied (invoke: the request is an invoke); an error is the request's refusal, answered
-	// without the hop (server.RateGate.Precheck).
+	// decoded and served (invoke: the request is an invoke); an error is the request's refusal,
+	// answered without decoding the body (server.RateGate.Precheck).
 	Precheck func(ctx context.Context, token string, invoke bool) error
 }
 
-// Run serves the REST API under app.
-func Run(ctx context.Context, app *lifecycle.App, log *zap.Logger, cfg Config) error {
-	self := grpc.WithTransportCredentials(insecure.NewCredentials())
-	if cfg.TLS != nil {
-		self = grpcx.SelfDialOption(cfg.TLS)
-	}
-	conn, err := grpcx.Dial(cfg.GRPCAddr, self, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(cfg.MaxBodyBytes)*4)))
-	if err != nil {
-		return err
-	}
-	app.Close("rest-proxy-conn", conn.Close)
-	root, err := Handler(ctx, conn, cfg)
+// Run serves the REST API of api (InProcess) under app.
+func Run(ctx context.Context, app *lifecycle.App, log *zap.Logger, api gatewayv1.GatewayServiceServer, cfg Config) error {
+	root, err := Handler(ctx, api, cfg)
 	if err != nil {
 		return err
 	}
@@ -119,8 +106,8 @@ func restTLSConfig(src *tlsx.Source) *tls.Config {
 	return cfg
 }
 
-// Handler returns the REST API (and cfg.Extra) proxying to the gateway's gRPC server over conn.
-func Handler(ctx context.Context, conn *grpc.ClientConn, cfg Config) (http.Handler, error) {
+// Handler returns the REST API (and cfg.Extra) serving api (InProcess).
+func Handler(ctx context.Context, api gatewayv1.GatewayServiceServer, cfg Config) (http.Handler, error) {
 	var mux *runtime.ServeMux
 	mux = runtime.NewServeMux(
 		runtime.WithIncomingHeaderMatcher(headerMatcher),
@@ -131,7 +118,7 @@ func Handler(ctx context.Context, conn *grpc.ClientConn, cfg Config) (http.Handl
 		runtime.WithMiddlewares(probeMiddleware, precheckMiddleware(&mux, cfg.Precheck)),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, restMarshaler()),
 	)
-	if err := gatewayv1.RegisterGatewayServiceHandler(ctx, mux, conn); err != nil {
+	if err := gatewayv1.RegisterGatewayServiceHandlerServer(ctx, mux, api); err != nil {
 		return nil, fmt.Errorf("register REST handlers: %w", err)
 	}
 	root := http.NewServeMux()
