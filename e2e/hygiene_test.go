@@ -15,8 +15,8 @@ import (
 // (so that every backend flushes its statistics), and reports how many updates of each hot table
 // were HOT (heap-only: no index entry written). Every update of execution_attempts changes no
 // indexed column, so all of them must be HOT where the page has room: the table's fillfactor
-// keeps that room (migration 00011). docs/capacity.md, "Index and row hygiene (issue 13)",
-// has the figures.
+// keeps that room (migration 00011; without it 90-92% were, with it 100% in every run so far).
+// docs/capacity.md, "Index and row hygiene (issue 13)", has the figures.
 func TestHotUpdatesOnTheHappyPath(t *testing.T) {
 	s := newStack(t)
 	s.start("settlement", "adapter-callback", "dummy-adapter", "execution-consumer", "event-router", "gateway", "dispatcher")
@@ -74,6 +74,6 @@ func TestHotUpdatesOnTheHappyPath(t *testing.T) {
 	for _, table := range []string{"executions", "execution_attempts", "dispatches", "integration_events", "event_deliveries"} {
 		t.Logf("%-20s updates %6d  HOT %6d  (%.0f%%)", table, upd[table], hot[table], 100*float64(hot[table])/float64(max(upd[table], 1)))
 	}
-	assert.GreaterOrEqual(t, float64(hot["execution_attempts"]), 0.9*float64(upd["execution_attempts"]),
+	assert.GreaterOrEqual(t, float64(hot["execution_attempts"]), 0.95*float64(upd["execution_attempts"]),
 		"updates of execution_attempts change no indexed column: they are HOT")
 }
