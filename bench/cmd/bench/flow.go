@@ -236,6 +236,8 @@ func runE2E(ctx context.Context, o options, st *stack.Stack, rep *Report, mode, 
 		printFlowRow(os.Stderr, p)
 		switch {
 		case p.Errors > p.N/100 || p.PerSecond == 0:
+		case p.System == systemRiverSW:
+			ours.Targets = append(ours.Targets, Target{Name: "× river same work", Want: targetVsRiverSWE2E, Got: ours.PerSecond / p.PerSecond, Pass: ours.PerSecond >= targetVsRiverSWE2E*p.PerSecond})
 		case p.System == "river" && strings.Contains(p.What, "best"):
 			ours.Targets = append(ours.Targets, Target{Name: "× river (best)", Want: targetVsRiverE2E, Got: ours.PerSecond / p.PerSecond, Pass: ours.PerSecond >= targetVsRiverE2E*p.PerSecond})
 		case p.System == "temporal":
