@@ -130,10 +130,10 @@ func issue13(rep *Report) []Verdict {
 	}
 	add(v)
 
-	v = Verdict{Name: "broker messages per retry (published + dead-lettered + delivered)", Want: fmt.Sprintf("≤ %.0f", targetMessagesPerRetry)}
+	v = Verdict{Name: "broker messages per retry (published + dead-lettered)", Want: fmt.Sprintf("≤ %.0f", targetMessagesPerRetry)}
 	if r := rep.Retry; r != nil && r.MQError == "" && r.Executions > 0 {
 		v.Measured, v.Got, v.Pass = true, r.MessagesPerRetry, r.MessagesPerRetry <= targetMessagesPerRetry
-		v.Beside = kvText(r.PerRetry, "%.2f")
+		v.Beside = fmt.Sprintf("%s; with delivered %.2f; ≈ %.0f holding-queue hops (dead-lettered)", kvText(r.PerRetry, "%.2f"), r.AllPerRetry, r.PerRetry["dead_lettered"])
 		if rep.Cost == nil || rep.Cost.MQ == nil {
 			v.Beside += " (no e2e run to subtract: per execution, its success included)"
 		}
