@@ -32,7 +32,7 @@ type RetryResult struct {
 	MessagesPerRetry float64 `json:"messages_per_retry"`
 	// AllPerRetry is published + dead-lettered + delivered of PerRetry.
 	AllPerRetry float64 `json:"all_messages_per_retry"`
-	MQError          string  `json:"mq_error,omitempty"`
+	MQError     string  `json:"mq_error,omitempty"`
 }
 
 // retryCounters are the counters a retry's messages are counted in.
