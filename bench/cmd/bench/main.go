@@ -13,8 +13,13 @@
 //	         process of its own at the lowest CPU priority; A's refusals and whether they said
 //	         when to retry; -ratelimit-r passes (3), B's calls pooled (issue 11). Runs last.
 //
-// Still to come (issue 6): end to end beside Temporal and River, latency under open-loop offered
-// load, cost per execution, the message port figures of bench-mq.
+//	serial, e2e, latency  end to end (accept → webhook received): one caller; pipelined and
+//	         closed at -e2e-c; open loop at -rates — beside River doing the same work
+//	         (bench/internal/riversw, a child process `bench riversw-serve`), River's bare
+//	         insert → complete and Temporal, with the cost per execution (flow.go).
+//	retry    broker messages per retry: executions failing once, retried at the real 1 m delay.
+//
+// The report ends with issue 13's must-show table, each target PASS/FAIL (issue13.go).
 //
 // It is a benchmark, not a test: the exit code is 0 whether or not a target is met (non-zero only
 // when it could not measure). See docs/benchmarks.md.

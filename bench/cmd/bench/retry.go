@@ -72,27 +72,33 @@ func runRetry(ctx context.Context, o options, st *stack.Stack, base *Cost) (*Ret
 		res.MQError = fmt.Sprintf("no execution completed (%v)", r.FirstErr)
 		return res, nil
 	}
-	n := float64(r.Requests)
-	res.PerExecution = map[string]float64{
+	res.PerExecution, res.PerRetry, res.MessagesPerRetry, res.AllPerRetry = perRetry(before, after, r.Requests, base)
+	fmt.Fprintf(os.Stderr, "  retry: %d executions (%d errors) in %.1fs; broker per retry: %s → %.2f appended (published + dead-lettered), %.2f with delivered\n",
+		res.Executions, res.Errors, res.Seconds, kvText(res.PerRetry, "%.2f"), res.MessagesPerRetry, res.AllPerRetry)
+	return res, nil
+}
+
+// perRetry is the broker's counters between before and after per execution (each one retry), the
+// same less base's nothing-fails cost per execution, and of that the appended messages
+// (published + dead-lettered) and all (with delivered).
+func perRetry(before, after cost.MQ, executions int, base *Cost) (perExec, perRetry map[string]float64, appended, all float64) {
+	n := float64(executions)
+	perExec = map[string]float64{
 		"published":     round2(float64(after.Published-before.Published) / n),
 		"routed":        round2(float64(after.Routed-before.Routed) / n),
 		"delivered":     round2(float64(after.Delivered-before.Delivered) / n),
 		"acknowledged":  round2(float64(after.Acked-before.Acked) / n),
 		"dead_lettered": round2(float64(after.DeadLettered-before.DeadLettered) / n),
 	}
-	res.PerRetry = map[string]float64{}
-	for k, v := range res.PerExecution {
+	perRetry = map[string]float64{}
+	for k, v := range perExec {
 		if base != nil && base.MQ != nil {
 			v -= base.MQ[k]
 		}
-		res.PerRetry[k] = round2(v)
+		perRetry[k] = round2(v)
 	}
 	for _, k := range retryCounters {
-		res.MessagesPerRetry += res.PerRetry[k]
+		appended += perRetry[k]
 	}
-	res.MessagesPerRetry = round2(res.MessagesPerRetry)
-	res.AllPerRetry = round2(res.MessagesPerRetry + res.PerRetry["delivered"])
-	fmt.Fprintf(os.Stderr, "  retry: %d executions (%d errors) in %.1fs; broker per retry: %s → %.2f appended (published + dead-lettered), %.2f with delivered\n",
-		res.Executions, res.Errors, res.Seconds, kvText(res.PerRetry, "%.2f"), res.MessagesPerRetry, res.AllPerRetry)
-	return res, nil
+	return perExec, perRetry, round2(appended), round2(appended + perRetry["delivered"])
 }
