@@ -9,6 +9,7 @@ package stack
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -166,6 +167,9 @@ type Stack struct {
 	// Receiver is the dev application's webhook consumer; SigningSecret signs its deliveries.
 	Receiver      *Receiver
 	SigningSecret string
+	// PlatformKey is the platform's token signing key (the dummy adapter verifies its tokens): the
+	// same-work River peer signs its adapter calls with it, as the platform does.
+	PlatformKey ed25519.PrivateKey
 	// LogDir holds one log file per program.
 	LogDir string
 
@@ -304,6 +308,7 @@ func (s *Stack) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.PlatformKey = platformKey
 	serviceURL := s.SchemaURL
 	if len(s.cfg.DatabaseParams) > 0 {
 		u, err := url.Parse(serviceURL)
