@@ -46,29 +46,88 @@ type Unrelayed struct {
 
 // EventClaimUnrelayed reserves up to limit events not yet published to the broker.
 func (s *Store) EventClaimUnrelayed(ctx context.Context, limit int, ttl time.Duration) ([]Unrelayed, error) {
+	pub, _, err := s.EventClaimForRelay(ctx, limit, ttl, 0, 0)
+	return pub, err
+}
+
+// EventClaimForRelay reserves up to limit events not yet published to the broker, and of them
+// claims up to local — the oldest that are pending, due and under no live delivery claim — for
+// delivery in process, in the same statement: each of those is marked relayed and claimed for
+// delivery for deliveryTTL (as DeliveryClaim claims it), and comes back with what its delivery
+// needs. The others come back to be published, under the relay's claim for ttl. So an event
+// handed in process costs no statement of its own before its attempt: the relay's claim is its
+// delivery claim. An event handed in process whose replica dies is relayed and pending: its claim
+// expires and the stale-notice path (EventReleaseStale) publishes it again.
+func (s *Store) EventClaimForRelay(ctx context.Context, limit int, ttl time.Duration, local int, deliveryTTL time.Duration) ([]Unrelayed, []*Delivery, error) {
 	rows, err := s.pool.Query(ctx, `
-		UPDATE integration_events e SET relay_claimed_until = now() + make_interval(secs => $2)
-		FROM (
-			SELECT id FROM integration_events
+		WITH todo AS (
+			SELECT id, created_at FROM integration_events
 			WHERE relayed_at IS NULL AND (relay_claimed_until IS NULL OR relay_claimed_until < now())
 			ORDER BY created_at
 			LIMIT $1
 			FOR UPDATE SKIP LOCKED
-		) todo
-		WHERE e.id = todo.id
-		RETURNING e.id, e.application_id, e.relay_claimed_until`, limit, ttl.Seconds())
+		), ranked AS (
+			SELECT e.id, COALESCE(row_number() OVER (ORDER BY todo.created_at) <= $3
+				AND e.delivery_status = 'pending'
+				AND (e.delivery_claimed_until IS NULL OR e.delivery_claimed_until < now())
+				AND (e.attempts = 0 OR e.next_attempt_at IS NULL OR e.next_attempt_at <= now()), false) AS here
+			FROM todo JOIN integration_events e ON e.id = todo.id
+		), marked AS (
+			UPDATE integration_events e SET
+				relay_claimed_until = CASE WHEN r.here THEN NULL ELSE now() + make_interval(secs => $2) END,
+				relayed_at = CASE WHEN r.here THEN now() END,
+				delivery_claimed_until = CASE WHEN r.here THEN now() + make_interval(secs => $4) ELSE e.delivery_claimed_until END
+			FROM ranked r
+			WHERE e.id = r.id
+			RETURNING e.id, e.application_id, r.here, e.relay_claimed_until, e.delivery_claimed_until,
+				e.type, e.created_at, e.attempts
+		)
+		SELECT m.id, m.application_id, m.here, m.relay_claimed_until, m.delivery_claimed_until, m.type, m.created_at, m.attempts,
+			CASE WHEN m.here THEN e.payload END, a.consumer_kind, a.consumer_endpoint,
+			CASE WHEN m.here THEN a.signing_secret_enc END,
+			CASE WHEN m.here AND a.signing_secret_prev_until > now() THEN a.signing_secret_prev_enc END
+		FROM marked m JOIN integration_events e ON e.id = m.id JOIN applications a ON a.id = m.application_id`,
+		limit, ttl.Seconds(), local, deliveryTTL.Seconds())
 	if err != nil {
-		return nil, fmt.Errorf("claim unrelayed events: %w", err)
+		return nil, nil, fmt.Errorf("claim unrelayed events: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Unrelayed, error) {
-		var u Unrelayed
-		err := r.Scan(&u.ID, &u.ApplicationID, &u.ClaimedUntil)
-		return u, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim unrelayed events: %w", err)
+	defer rows.Close()
+	var pub []Unrelayed
+	var here []*Delivery
+	for rows.Next() {
+		var d Delivery
+		var isHere bool
+		var relayClaim, deliveryClaim *time.Time
+		if err := rows.Scan(&d.EventID, &d.ApplicationID, &isHere, &relayClaim, &deliveryClaim, &d.Type, &d.CreatedAt,
+			&d.Attempts, &d.Payload, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret); err != nil {
+			return nil, nil, fmt.Errorf("claim unrelayed events: %w", err)
+		}
+		if !isHere {
+			pub = append(pub, Unrelayed{ID: d.EventID, ApplicationID: d.ApplicationID, ClaimedUntil: *relayClaim})
+			continue
+		}
+		d.Status = "pending"
+		d.Claim = *deliveryClaim
+		here = append(here, &d)
 	}
-	return out, nil
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("claim unrelayed events: %w", err)
+	}
+	return pub, here, nil
+}
+
+// DeliveryUnclaim gives events claimed for delivery in process and not attempted (their
+// deliverer stopped first, or could not publish their deferred notice) back to the relay: their
+// claim ends and they are unrelayed, so that a relay — this replica's or another's — publishes
+// them at once. An event whose claim is no longer the one given is left alone.
+func (s *Store) DeliveryUnclaim(ctx context.Context, ids []string, claims []time.Time) error {
+	if _, err := s.pool.Exec(ctx, `
+		UPDATE integration_events e SET delivery_claimed_until = NULL, relayed_at = NULL, relay_claimed_until = NULL
+		FROM unnest($1::uuid[], $2::timestamptz[]) AS u(id, claim)
+		WHERE e.id = u.id AND e.delivery_status = 'pending' AND e.delivery_claimed_until = u.claim`, ids, claims); err != nil {
+		return fmt.Errorf("unclaim %d events: %w", len(ids), err)
+	}
+	return nil
 }
 
 // EventReleaseStale makes pending events whose notice should have come back more than staleAfter
