@@ -138,3 +138,30 @@ func TestInProcessPerAppBoundHolds(t *testing.T) {
 	}
 	assert.LessOrEqual(t, most.Load(), int32(perApp), "A never exceeds its bound")
 }
+
+// TestDeadReplicasHandOffIsRelayedAgainBeforeTheStaleWindow: an event a replica claimed for
+// delivery in process and never delivered carries the hand-off's mark; once the mark and the
+// claim are past, the relay's recovery gives it back to the relay — the stale-notice window (an
+// hour here) plays no part — and it is delivered once.
+func TestDeadReplicasHandOffIsRelayedAgainBeforeTheStaleWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{relay: &relay.Options{Interval: 50 * time.Millisecond, StaleAfter: time.Hour,
+		RecoverEvery: 100 * time.Millisecond}})
+	rc := okReceiver(t)
+	b.setConsumer(t, dbtest.TestApp, "webhook", rc.srv.URL)
+	exec := b.s.InsertExecution(t, dbtest.Execution{Application: dbtest.TestApp})
+	id := uuid.NewString()
+	// What EventClaimForRelay leaves of an event handed to a replica that died before its attempt.
+	_, err := b.s.Pool.Exec(context.Background(), `
+		INSERT INTO integration_events (id, application_id, execution_id, type, payload, relayed_at,
+			relay_claimed_until, delivery_claimed_until)
+		VALUES ($1, $2, $3, 'execution.completed', '{}', now(), now() + interval '300 milliseconds', now() + interval '300 milliseconds')`,
+		id, dbtest.TestApp, exec)
+	require.NoError(t, err)
+	b.awaitStatus(t, id, "delivered", 5*time.Second)
+	assert.Len(t, rc.requests(), 1)
+	var marked bool
+	require.NoError(t, b.s.Pool.QueryRow(context.Background(),
+		`SELECT relay_claimed_until IS NOT NULL FROM integration_events WHERE id = $1`, id).Scan(&marked))
+	assert.False(t, marked, "the record ends the hand-off's mark")
+}

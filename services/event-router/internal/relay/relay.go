@@ -117,7 +117,7 @@ const (
 var (
 	noticesReleased = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "integrations_event_notices_republished_total",
-		Help: "Pending events whose notice was lost and published again, by evidence: stale (overdue) or dead_lettered.",
+		Help: "Pending events whose notice was lost and published again, by evidence: stale (overdue), dead_lettered, or handoff (handed in process by a replica that died).",
 	}, []string{"evidence"})
 	deadLettersCleared = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "integrations_event_dead_letters_cleared_total",
@@ -204,6 +204,15 @@ func (r *Relay) pass(ctx context.Context) error {
 		if released > 0 {
 			noticesReleased.WithLabelValues("stale").Add(float64(released))
 			r.log.Warn("event notices overdue; publishing them again", zap.Int64("events", released))
+		}
+		lost, err := r.store.EventReleaseHandoffs(ctx)
+		if err != nil {
+			return err
+		}
+		if lost > 0 {
+			noticesReleased.WithLabelValues("handoff").Add(float64(lost))
+			r.log.Warn("events handed in process by a replica that stopped without them; relaying them again",
+				zap.Int64("events", lost))
 		}
 	}
 	for {

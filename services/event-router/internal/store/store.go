@@ -57,7 +57,9 @@ func (s *Store) EventClaimUnrelayed(ctx context.Context, limit int, ttl time.Dur
 // needs. The others come back to be published, under the relay's claim for ttl. So an event
 // handed in process costs no statement of its own before its attempt: the relay's claim is its
 // delivery claim. An event handed in process whose replica dies is relayed and pending: its claim
-// expires and the stale-notice path (EventReleaseStale) publishes it again.
+// expires and EventReleaseHandoffs gives it back to the relay. A handed event carries the mark of
+// its hand-off — relayed, with relay_claimed_until its delivery claim's end — until its attempt
+// is recorded or its claim released.
 func (s *Store) EventClaimForRelay(ctx context.Context, limit int, ttl time.Duration, local int, deliveryTTL time.Duration) ([]Unrelayed, []*Delivery, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH todo AS (
@@ -74,7 +76,7 @@ func (s *Store) EventClaimForRelay(ctx context.Context, limit int, ttl time.Dura
 			FROM todo JOIN integration_events e ON e.id = todo.id
 		), marked AS (
 			UPDATE integration_events e SET
-				relay_claimed_until = CASE WHEN r.here THEN NULL ELSE now() + make_interval(secs => $2) END,
+				relay_claimed_until = CASE WHEN r.here THEN now() + make_interval(secs => $4) ELSE now() + make_interval(secs => $2) END,
 				relayed_at = CASE WHEN r.here THEN now() END,
 				delivery_claimed_until = CASE WHEN r.here THEN now() + make_interval(secs => $4) ELSE e.delivery_claimed_until END
 			FROM ranked r
@@ -146,6 +148,22 @@ func (s *Store) EventReleaseStale(ctx context.Context, staleAfter time.Duration)
 			AND (delivery_claimed_until IS NULL OR delivery_claimed_until < now())`, staleAfter.Seconds())
 	if err != nil {
 		return 0, fmt.Errorf("release stale events: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// EventReleaseHandoffs makes the events handed to an in-process deliverer that never recorded
+// nor released them — its replica died: the hand-off's mark (EventClaimForRelay) and the delivery
+// claim both past — unrelayed again, so that a relay publishes or hands them at once, rather than
+// after the stale-notice window.
+func (s *Store) EventReleaseHandoffs(ctx context.Context) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE integration_events SET relayed_at = NULL, relay_claimed_until = NULL
+		WHERE relayed_at IS NOT NULL AND relay_claimed_until IS NOT NULL AND relay_claimed_until < now()
+			AND delivery_status = 'pending'
+			AND (delivery_claimed_until IS NULL OR delivery_claimed_until < now())`)
+	if err != nil {
+		return 0, fmt.Errorf("release lost hand-offs: %w", err)
 	}
 	return tag.RowsAffected(), nil
 }
@@ -297,7 +315,8 @@ func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Dura
 // claim that is no longer this delivery's (it expired and another took the event) is left alone.
 func (s *Store) DeliveryRelease(ctx context.Context, eventID string, claim time.Time) error {
 	if _, err := s.pool.Exec(ctx, `
-		UPDATE integration_events SET delivery_claimed_until = NULL
+		UPDATE integration_events SET delivery_claimed_until = NULL,
+			relay_claimed_until = CASE WHEN relayed_at IS NOT NULL THEN NULL ELSE relay_claimed_until END
 		WHERE id = $1 AND delivery_status = 'pending' AND delivery_claimed_until = $2`,
 		eventID, claim); err != nil {
 		return fmt.Errorf("release event %s: %w", eventID, err)
@@ -367,7 +386,8 @@ const deliveryRecordSQL = `
 			delivered_at = CASE WHEN req.outcome = 'delivered' THEN now() END,
 			dead_at = CASE WHEN req.outcome = 'dead' THEN now() END,
 			next_attempt_at = CASE WHEN req.outcome = 'pending' THEN now() + make_interval(secs => req.next_in) END,
-			delivery_claimed_until = NULL
+			delivery_claimed_until = NULL,
+			relay_claimed_until = CASE WHEN e.relayed_at IS NOT NULL THEN NULL ELSE e.relay_claimed_until END
 		FROM req
 		WHERE e.id = req.event_id AND e.delivery_status = 'pending' AND e.attempts = req.attempts
 			AND e.delivery_claimed_until = req.claim
