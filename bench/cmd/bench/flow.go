@@ -62,6 +62,10 @@ type Cost struct {
 	// RabbitMQ, per execution, from the broker's global counters (the whole broker).
 	MQ      map[string]float64 `json:"mq_per_execution,omitempty"`
 	MQError string             `json:"mq_error,omitempty"`
+	// Port is this stack's own message-port counters per execution (stack.PortCounters), summed
+	// over the routes by event (published, acknowledged…): no other user of the broker counted.
+	// Meaningful for the platform's runs only (a peer's run leaves the stack idle).
+	Port map[string]float64 `json:"port_per_execution,omitempty"`
 }
 
 // Targets of issue 6 for the flow rows.
@@ -317,6 +321,7 @@ func measureCost(ctx context.Context, st *stack.Stack, extra map[string]int, f f
 	}
 	pgBefore, pgErr := cost.ReadPG(ctx, st.DB)
 	mqBefore, mqErr := cost.ReadMQ(ctx)
+	portBefore, portErr := st.PortCounters(ctx)
 	cpuBefore := cpuSnapshot(st, extra)
 	r := f()
 	// Everything accepted has been delivered when f returns (each call awaited its webhook); the
@@ -333,6 +338,10 @@ func measureCost(ctx context.Context, st *stack.Stack, extra map[string]int, f f
 	pgErr = errors.Join(pgErr, err)
 	mqAfter, err := cost.ReadMQ(ctx)
 	mqErr = errors.Join(mqErr, err)
+	var portAfter map[string]float64
+	if portErr == nil {
+		portAfter, portErr = st.PortCounters(ctx)
+	}
 	n := float64(r.Requests)
 	c := &Cost{Executions: r.Requests, CPUSecondsPer10k: map[string]float64{}, PeakRSSMiB: map[string]float64{}}
 	if n == 0 {
@@ -365,6 +374,18 @@ func measureCost(ctx context.Context, st *stack.Stack, extra map[string]int, f f
 		}
 	} else {
 		c.MQError = mqErr.Error()
+	}
+	if portErr == nil {
+		c.Port = map[string]float64{}
+		for k, v := range portAfter {
+			_, event, _ := strings.Cut(k, "/")
+			c.Port[event] += v - portBefore[k]
+		}
+		for k, v := range c.Port {
+			c.Port[k] = round2(v / n)
+		}
+	} else {
+		fmt.Fprintln(os.Stderr, "bench: port counters:", portErr)
 	}
 	return c, r
 }

@@ -33,6 +33,15 @@ type RetryResult struct {
 	// AllPerRetry is published + dead-lettered + delivered of PerRetry.
 	AllPerRetry float64 `json:"all_messages_per_retry"`
 	MQError     string  `json:"mq_error,omitempty"`
+	// PortPerRetry is this stack's own message-port counters (stack.PortCounters: the services'
+	// integrations_mq_messages_total, route/event) over the run per execution, less the one
+	// dispatch an execution that does not fail publishes; PortMessagesPerRetry is what that makes
+	// the broker append per retry: each publish into a holding queue (the dispatcher's, or a
+	// consumer's deferral) is one append and, when its TTL expires, one dead-lettering back into
+	// the work queue. Unlike PerRetry, no other user of the broker is counted.
+	PortPerRetry         map[string]float64 `json:"port_per_retry,omitempty"`
+	PortMessagesPerRetry float64            `json:"port_messages_per_retry,omitempty"`
+	PortError            string             `json:"port_error,omitempty"`
 }
 
 // retryCounters are the counters a retry's messages are counted in.
@@ -58,9 +67,20 @@ func runRetry(ctx context.Context, o options, st *stack.Stack, base *Cost) (*Ret
 	if err != nil {
 		return &RetryResult{MQError: err.Error()}, nil
 	}
+	portBefore, portErr := st.PortCounters(ctx)
 	r := load.RunPipelined(ctx, load.Params{Callers: min(o.e2eC, o.retryN), N: o.retryN}, o.maxErrors, submit)
 	after, err := cost.ReadMQ(ctx)
 	res := &RetryResult{Executions: r.Requests, Errors: r.Errors, Seconds: r.Elapsed.Seconds()}
+	if portErr == nil && r.Requests > 0 {
+		var portAfter map[string]float64
+		if portAfter, portErr = st.PortCounters(ctx); portErr == nil {
+			res.PortPerRetry, res.PortMessagesPerRetry = portPerRetry(portBefore, portAfter, r.Requests)
+			fmt.Fprintf(os.Stderr, "  retry: this stack's port per retry: %s → %.2f appended\n", kvText(res.PortPerRetry, "%.2f"), res.PortMessagesPerRetry)
+		}
+	}
+	if portErr != nil {
+		res.PortError = portErr.Error()
+	}
 	if err != nil {
 		res.MQError = err.Error()
 		return res, nil
@@ -101,4 +121,21 @@ func perRetry(before, after cost.MQ, executions int, base *Cost) (perExec, perRe
 		appended += perRetry[k]
 	}
 	return perExec, perRetry, round2(appended), round2(appended + perRetry["delivered"])
+}
+
+// portPerRetry is the executions route's port counters between before and after per execution
+// (each one retry); and the broker appends that makes per retry: two per message put into a
+// holding queue (the append, and its dead-lettering back when its TTL expires).
+func portPerRetry(before, after map[string]float64, executions int) (map[string]float64, float64) {
+	n := float64(executions)
+	out := map[string]float64{}
+	for _, ev := range []string{"published", "deferred", "retried", "acknowledged", "dead_lettered"} {
+		k := "executions/" + ev
+		out[ev] = round2((after[k] - before[k]) / n)
+	}
+	// The dispatcher's publishes past the first dispatch go to holding queues; so does each copy
+	// a consumer's Defer or Fail makes (counted as deferred, retried: the port's publish counter
+	// counts only Publish and PublishAfter).
+	holding := out["published"] - 1 + out["deferred"] + out["retried"]
+	return out, round2(2 * holding)
 }
