@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/integrations-platform/integrations/pkg/batch"
 	"github.com/integrations-platform/integrations/pkg/db"
@@ -20,13 +21,36 @@ import (
 // with a single Sync), so one commit — one WAL flush — for the batch. One batch at a time: while
 // it commits, the next gathers; with two in flight a free runner takes the first one or two
 // callers at once and the batches stay small (BenchmarkSettleConcurrent, 64 callers: 32
-// settlements a batch and 0.32 ms each with one, 8 and 0.41–0.59 ms with two). The price is that
-// a batch waiting on a row lock (a sweeper pass holding the execution) holds the settlements
-// queued behind it for as long. 64 is above the settlements in flight at the bench's concurrency.
+// settlements a batch and 0.32 ms each with one, 8 and 0.41–0.59 ms with two). 64 is above the
+// settlements in flight at the bench's concurrency.
+//
+// A batch does not wait on a row lock for long: an execution locked elsewhere (a sweeper pass, a
+// cancellation, another replica's batch, a transaction left open) would otherwise hold every
+// settlement queued behind the batch for as long as the lock is held. A batch's statements wait
+// at most batchLockTimeout for a lock; past it the batch is rolled back and run again one
+// settlement at a time under the same bound, and a settlement that still cannot have its lock
+// leaves the batcher (errLockWait) and waits for it on its own, holding up nobody else.
 const (
 	settleBatchMax         = 64
 	settleBatchConcurrency = 1
+	batchLockTimeout       = 500 * time.Millisecond
 )
+
+// errLockWait is a batched settlement whose execution stayed locked past batchLockTimeout: its
+// caller runs it outside the batcher.
+var errLockWait = errors.New("execution locked by another transaction")
+
+// lockTimeoutSQL bounds the lock waits of the transaction it runs in (set_config's is_local: a
+// pipeline sent with one Sync is one implicit transaction, and the setting ends with it).
+const lockTimeoutSQL = `SELECT set_config('lock_timeout', $1, true)`
+
+func (s *Store) lockTimeoutArg() string { return fmt.Sprintf("%dms", s.lockTimeout.Milliseconds()) }
+
+// isLockTimeout reports whether err is Postgres's lock_not_available (55P03): lock_timeout.
+func isLockTimeout(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "55P03"
+}
 
 // settleRequest is one settlement to batch: exactly one of settle and fail is set.
 type settleRequest struct {
@@ -64,10 +88,6 @@ func (s *Store) SettleStats() batch.Stats { return s.batcher.Stats() }
 // statement's error (which rolled the whole batch back) is run again one settlement per
 // statement, so that each caller gets its own answer and only the faulty one its error.
 func (s *Store) settleBatch(ctx context.Context, reqs []settleRequest) ([]settleAnswered, []error, error) {
-	if len(reqs) == 1 {
-		a, err := s.settleOne(ctx, reqs[0])
-		return []settleAnswered{a}, []error{err}, nil
-	}
 	order := make([]int, len(reqs))
 	for i := range order {
 		order[i] = i
@@ -76,6 +96,7 @@ func (s *Store) settleBatch(ctx context.Context, reqs []settleRequest) ([]settle
 
 	eventIDs := make([]uuid.UUID, len(reqs))
 	b := &pgx.Batch{}
+	b.Queue(lockTimeoutSQL, s.lockTimeoutArg())
 	for _, i := range order {
 		id, err := newEventID()
 		if err != nil {
@@ -92,7 +113,13 @@ func (s *Store) settleBatch(ctx context.Context, reqs []settleRequest) ([]settle
 	errs := make([]error, len(reqs))
 	br := s.pool.SendBatch(ctx, b)
 	var failed error
+	if _, err := br.Exec(); err != nil {
+		failed = err
+	}
 	for _, i := range order {
+		if failed != nil {
+			break
+		}
 		r := reqs[i]
 		if r.settle != nil {
 			a, err := scanSettled(br.QueryRow())
@@ -124,20 +151,44 @@ func (s *Store) settleBatch(ctx context.Context, reqs []settleRequest) ([]settle
 	if db.IsConnectionError(failed) || ctx.Err() != nil {
 		return nil, nil, fmt.Errorf("settle a batch of %d: %w", len(reqs), failed)
 	}
-	// A statement's error rolled the batch back: each settlement on its own.
+	// A statement's error (or a lock wait past the bound) rolled the batch back: each settlement
+	// on its own, each lock wait still bounded; one whose execution stays locked goes back to its
+	// caller to wait alone.
 	for i, r := range reqs {
-		a, err := s.settleOne(ctx, r)
+		a, err := s.settleBounded(ctx, r)
+		if isLockTimeout(err) {
+			err = errLockWait
+		}
 		answers[i], errs[i] = a, err
 	}
 	return answers, errs, nil
 }
 
+// settleBounded runs one settlement in a transaction of its own whose lock waits last at most
+// the batch's bound.
+func (s *Store) settleBounded(ctx context.Context, r settleRequest) (settleAnswered, error) {
+	var out settleAnswered
+	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, lockTimeoutSQL, s.lockTimeoutArg()); err != nil {
+			return fmt.Errorf("bound lock waits: %w", err)
+		}
+		var err error
+		out, err = s.settleIn(ctx, tx, r)
+		return err
+	})
+	return out, err
+}
+
 // settleOne runs one settlement in a statement of its own.
 func (s *Store) settleOne(ctx context.Context, r settleRequest) (settleAnswered, error) {
+	return s.settleIn(ctx, s.pool, r)
+}
+
+func (s *Store) settleIn(ctx context.Context, q querier, r settleRequest) (settleAnswered, error) {
 	if r.settle != nil {
-		out, err := settle(ctx, s.pool, *r.settle)
+		out, err := settle(ctx, q, *r.settle)
 		return settleAnswered{settled: out}, err
 	}
-	out, err := attemptFail(ctx, s.pool, *r.fail)
+	out, err := attemptFail(ctx, q, *r.fail)
 	return settleAnswered{failed: out}, err
 }

@@ -171,6 +171,7 @@ func TestSettleBatchTerminatedMidBatchFailsEveryCallerAndWritesNothing(t *testin
 	name := "settle_batch_" + b.schema.Name
 	st := New(poolNamed(t, b.schema, name))
 	st.batcher = batch.New(st.settleBatch, batch.Options{Name: "settlement", MaxSize: 64, Concurrency: 1})
+	st.lockTimeout = time.Minute // the batch waits at the lock until it is terminated
 
 	plug := b.insertRunning(t, 1, dayFromNow())
 	// Ids are time-ordered: the batch runs first's statement, then blocks at second's row.
@@ -270,4 +271,40 @@ func TestConcurrentSettlementsAreBatched(t *testing.T) {
 	require.Equal(t, int64(n), stats.Items)
 	require.Less(t, stats.Batches, int64(n), "some settlements shared a batch")
 	t.Logf("%d settlements in %d batches, the largest %d", stats.Items, stats.Batches, stats.Largest)
+}
+
+// An execution locked elsewhere holds up only its own settlement: the batch it is in gives up the
+// lock wait after the bound, the others settle, and the locked one waits on its own and settles
+// once the lock is released — even with no deadline of its own.
+func TestLockedExecutionHoldsUpOnlyItsOwnSettlement(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	name := "settle_locked_" + b.schema.Name
+	st := New(poolNamed(t, b.schema, name))
+	locked := b.insertRunning(t, 1, dayFromNow())
+	free := b.insertRunning(t, 1, dayFromNow())
+	release := lockRow(t, b.schema.Pool, locked)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := st.ExecutionSettle(ctx, *succeed(locked, 1).settle) // no deadline
+		done <- err
+	}()
+	waitLockWaiter(t, b.schema.Pool, name) // its batch runs first and waits for the lock
+	start := time.Now()
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := st.ExecutionSettle(fctx, *succeed(free, 1).settle)
+	require.NoError(t, err, "a settlement queued behind a locked one")
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.Equal(t, execution.StatusSucceeded, b.execution(t, free).Status)
+	select {
+	case err := <-done:
+		t.Fatalf("the locked execution settled while locked: %v", err)
+	default:
+	}
+	release()
+	require.NoError(t, <-done)
+	require.Equal(t, execution.StatusSucceeded, b.execution(t, locked).Status)
 }

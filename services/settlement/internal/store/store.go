@@ -58,11 +58,13 @@ type Settled struct {
 type Store struct {
 	pool    *pgxpool.Pool
 	batcher *batch.Batcher[settleRequest, settleAnswered]
+	// lockTimeout bounds a batch's lock waits (batchLockTimeout; tests lengthen it).
+	lockTimeout time.Duration
 }
 
 // New returns a Store on pool.
 func New(pool *pgxpool.Pool) *Store {
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, lockTimeout: batchLockTimeout}
 	s.batcher = batch.New(s.settleBatch, batch.Options{Name: "settlement", MaxSize: settleBatchMax, Concurrency: settleBatchConcurrency})
 	return s
 }
@@ -73,7 +75,11 @@ func New(pool *pgxpool.Pool) *Store {
 // changes nothing. Concurrent calls (and AttemptFail's) are batched: one transaction, one
 // round trip, one statement each (settleBatch).
 func (s *Store) ExecutionSettle(ctx context.Context, o Outcome) (*Settled, error) {
-	a, err := s.batcher.Do(ctx, settleRequest{settle: &o})
+	r := settleRequest{settle: &o}
+	a, err := s.batcher.Do(ctx, r)
+	if errors.Is(err, errLockWait) {
+		a, err = s.settleOne(ctx, r) // its execution is locked elsewhere: wait for it alone
+	}
 	return a.settled, err
 }
 
@@ -248,7 +254,11 @@ type AttemptFailed struct {
 // time and the deadline check are the database's: now() plus the delay, compared in SQL.
 // Concurrent calls (and ExecutionSettle's) are batched, as ExecutionSettle says.
 func (s *Store) AttemptFail(ctx context.Context, a AttemptFailure) (*AttemptFailed, error) {
-	out, err := s.batcher.Do(ctx, settleRequest{fail: &a})
+	r := settleRequest{fail: &a}
+	out, err := s.batcher.Do(ctx, r)
+	if errors.Is(err, errLockWait) {
+		out, err = s.settleOne(ctx, r) // its execution is locked elsewhere: wait for it alone
+	}
 	return out.failed, err
 }
 
