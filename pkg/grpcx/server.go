@@ -37,6 +37,7 @@ type Server struct {
 	*grpc.Server
 	Health *health.Server
 	log    *zap.Logger
+	unary  grpc.UnaryServerInterceptor
 }
 
 // ServerConfig configures NewServer.
@@ -123,7 +124,29 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.Reflection {
 		reflection.Register(srv)
 	}
-	return &Server{Server: srv, Health: hs, log: log}
+	return &Server{Server: srv, Health: hs, log: log, unary: chainUnary(chain)}
+}
+
+// Unary is the server's whole unary interceptor chain (recovery, logging, decode, errors, policy,
+// cfg.Interceptors) as one interceptor: an in-process caller of the service (the gateway's REST
+// handlers) runs it around the handler so that a call that does not cross the gRPC transport
+// passes exactly what a gRPC call passes.
+func (s *Server) Unary() grpc.UnaryServerInterceptor { return s.unary }
+
+// chainUnary runs chain in order around the handler, as grpc.ChainUnaryInterceptor does.
+func chainUnary(chain []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		return chainStep(chain, 0, info, handler)(ctx, req)
+	}
+}
+
+func chainStep(chain []grpc.UnaryServerInterceptor, i int, info *grpc.UnaryServerInfo, final grpc.UnaryHandler) grpc.UnaryHandler {
+	if i == len(chain) {
+		return final
+	}
+	return func(ctx context.Context, req any) (any, error) {
+		return chain[i](ctx, req, info, chainStep(chain, i+1, info, final))
+	}
 }
 
 // Run serves on addr under app: it starts serving at once. On shutdown it reports NOT_SERVING

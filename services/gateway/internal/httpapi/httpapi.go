@@ -1,6 +1,7 @@
-// Package httpapi serves the REST face of GatewayService through grpc-gateway, proxying to the
-// gateway's own gRPC port so that every REST call passes the same interceptors (auth, errors,
-// logging) as a gRPC call.
+// Package httpapi serves the REST face of GatewayService through grpc-gateway, calling the
+// service in process through the gRPC server's own interceptor chain (inprocess.go), so that
+// every REST call passes the same interceptors (auth, rate gate, errors, logging, recovery) as a
+// gRPC call without a loopback gRPC hop. Handler, the proxying form, is kept for tests.
 package httpapi
 
 import (
@@ -64,20 +65,30 @@ type Config struct {
 	// proxied (invoke: the request is an invoke); an error is the request's refusal, answered
 	// without the hop (server.RateGate.Precheck).
 	Precheck func(ctx context.Context, token string, invoke bool) error
+	// Service, if set, is called in process with Unary (the gRPC server's whole unary chain,
+	// grpcx.Server.Unary) around each method, instead of proxying to GRPCAddr.
+	Service gatewayv1.GatewayServiceServer
+	Unary   grpc.UnaryServerInterceptor
 }
 
 // Run serves the REST API under app.
 func Run(ctx context.Context, app *lifecycle.App, log *zap.Logger, cfg Config) error {
-	self := grpc.WithTransportCredentials(insecure.NewCredentials())
-	if cfg.TLS != nil {
-		self = grpcx.SelfDialOption(cfg.TLS)
+	var root http.Handler
+	var err error
+	if cfg.Service != nil {
+		root, err = InProcessHandler(ctx, cfg.Service, cfg.Unary, cfg)
+	} else {
+		self := grpc.WithTransportCredentials(insecure.NewCredentials())
+		if cfg.TLS != nil {
+			self = grpcx.SelfDialOption(cfg.TLS)
+		}
+		conn, derr := grpcx.Dial(cfg.GRPCAddr, self, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(cfg.MaxBodyBytes)*4)))
+		if derr != nil {
+			return derr
+		}
+		app.Close("rest-proxy-conn", conn.Close)
+		root, err = Handler(ctx, conn, cfg)
 	}
-	conn, err := grpcx.Dial(cfg.GRPCAddr, self, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(cfg.MaxBodyBytes)*4)))
-	if err != nil {
-		return err
-	}
-	app.Close("rest-proxy-conn", conn.Close)
-	root, err := Handler(ctx, conn, cfg)
 	if err != nil {
 		return err
 	}
@@ -121,6 +132,23 @@ func restTLSConfig(src *tlsx.Source) *tls.Config {
 
 // Handler returns the REST API (and cfg.Extra) proxying to the gateway's gRPC server over conn.
 func Handler(ctx context.Context, conn *grpc.ClientConn, cfg Config) (http.Handler, error) {
+	return handler(cfg, func(mux *runtime.ServeMux) error {
+		return gatewayv1.RegisterGatewayServiceHandler(ctx, mux, conn)
+	})
+}
+
+// InProcessHandler returns the REST API (and cfg.Extra) calling svc in process, each call passing
+// unary (the gRPC server's interceptor chain) with its method's FullMethod.
+func InProcessHandler(ctx context.Context, svc gatewayv1.GatewayServiceServer, unary grpc.UnaryServerInterceptor, cfg Config) (http.Handler, error) {
+	if unary == nil {
+		return nil, errors.New("REST in process: no interceptor chain")
+	}
+	return handler(cfg, func(mux *runtime.ServeMux) error {
+		return gatewayv1.RegisterGatewayServiceHandlerServer(ctx, mux, &inProcess{impl: svc, unary: unary})
+	})
+}
+
+func handler(cfg Config, register func(*runtime.ServeMux) error) (http.Handler, error) {
 	var mux *runtime.ServeMux
 	mux = runtime.NewServeMux(
 		runtime.WithIncomingHeaderMatcher(headerMatcher),
@@ -131,7 +159,7 @@ func Handler(ctx context.Context, conn *grpc.ClientConn, cfg Config) (http.Handl
 		runtime.WithMiddlewares(probeMiddleware, precheckMiddleware(&mux, cfg.Precheck)),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, restMarshaler()),
 	)
-	if err := gatewayv1.RegisterGatewayServiceHandler(ctx, mux, conn); err != nil {
+	if err := register(mux); err != nil {
 		return nil, fmt.Errorf("register REST handlers: %w", err)
 	}
 	root := http.NewServeMux()

@@ -54,14 +54,16 @@ func setup(t *testing.T) *bundle {
 	t.Cleanup(func() { _ = adapters.Close() })
 	box, err := secret.NewBox("INTEGRATIONS_SECRET_KEY", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
 	require.NoError(t, err)
-	gatewayv1.RegisterGatewayServiceServer(srv, server.New(st, adapters, nil, nil, box,
-		server.Options{MaxPayloadBytes: 1 << 20, Scale: func(d time.Duration) time.Duration { return d }}, log))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
+	gw := server.New(st, adapters, nil, nil, box,
+		server.Options{MaxPayloadBytes: 1 << 20, Scale: func(d time.Duration) time.Duration { return d }}, log)
+	gatewayv1.RegisterGatewayServiceServer(srv, gw)
 
-	return &bundle{proxy: proxy, url: restServer(t, lis.Addr().String()), app: app}
+	// REST calls the service in process through the gRPC server's interceptor chain, as main.go.
+	h, err := httpapi.InProcessHandler(context.Background(), gw, srv.Unary(), httpapi.Config{MaxBodyBytes: 1 << 20})
+	require.NoError(t, err)
+	rest := httptest.NewServer(h)
+	t.Cleanup(rest.Close)
+	return &bundle{proxy: proxy, url: rest.URL, app: app}
 }
 
 func restServer(t *testing.T, grpcAddr string) string {
