@@ -26,7 +26,9 @@ type stubGateway struct {
 func (s *stubGateway) GetExecution(_ context.Context, req *gatewayv1.GetExecutionRequest) (*gatewayv1.GetExecutionResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ids = append(s.ids, req.GetId())
+	if len(s.ids) < 16 {
+		s.ids = append(s.ids, req.GetId())
+	}
 	return &gatewayv1.GetExecutionResponse{}, nil
 }
 
