@@ -121,11 +121,19 @@ bench-accept: ## Accept throughput (gRPC, REST) on the real stack beside the raw
 	go run $(MODULE)/bench/cmd/bench -scenarios accept $(BENCH_FLAGS)
 
 .PHONY: bench
-bench: ## All benchmarks in one report: message port, accept, serial, end to end beside River and Temporal, open-loop latency, cost, rate limits under a flood (BENCH_FLAGS=... passes flags to bench/cmd/bench)
+bench: ## All benchmarks in one report: message port, accept, serial, end to end beside River (doing the same work, and bare) and Temporal, open-loop latency, cost, broker messages per retry, issue 13's PASS/FAIL table, rate limits under a flood (BENCH_FLAGS=... passes flags to bench/cmd/bench)
 	@scripts/deps.sh up bench
 	@mkdir -p bench/results
 	@set -a; . .run/deps.env; set +a; \
 	export INTEGRATIONS_BENCH_DATABASE_URL="$${INTEGRATIONS_BENCH_DATABASE_URL:-$$INTEGRATIONS_PG_URL/bench?sslmode=disable}"; \
 	mq=$$(mktemp) && go run $(MODULE)/bench/cmd/bench-mq -json $$mq && \
-	go run $(MODULE)/bench/cmd/bench -scenarios accept,serial,e2e,latency,ratelimit -mq-json $$mq $(BENCH_FLAGS); \
+	go run $(MODULE)/bench/cmd/bench -scenarios accept,serial,e2e,latency,retry,ratelimit -mq-json $$mq $(BENCH_FLAGS); \
 	rc=$$?; rm -f $$mq; exit $$rc
+
+.PHONY: bench-issue13
+bench-issue13: ## Issue 13's must-show table only: serial, e2e, 200/s open loop and the retry scenario, beside River doing the same work and River's bare insert → complete (BENCH_FLAGS=... passes flags)
+	@scripts/deps.sh up bench
+	@mkdir -p bench/results
+	@set -a; . .run/deps.env; set +a; \
+	export INTEGRATIONS_BENCH_DATABASE_URL="$${INTEGRATIONS_BENCH_DATABASE_URL:-$$INTEGRATIONS_PG_URL/bench?sslmode=disable}"; \
+	go run $(MODULE)/bench/cmd/bench -scenarios serial,e2e,latency,retry -peers riversw,river -rates 200 $(BENCH_FLAGS)

@@ -37,7 +37,7 @@ type Server struct {
 	*grpc.Server
 	Health *health.Server
 	log    *zap.Logger
-	unary  grpc.UnaryServerInterceptor
+	unary  []grpc.UnaryServerInterceptor
 }
 
 // ServerConfig configures NewServer.
@@ -124,29 +124,28 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.Reflection {
 		reflection.Register(srv)
 	}
-	return &Server{Server: srv, Health: hs, log: log, unary: chainUnary(chain)}
+	return &Server{Server: srv, Health: hs, log: log, unary: chain}
 }
 
-// Unary is the server's whole unary interceptor chain (recovery, logging, decode, errors, policy,
-// cfg.Interceptors) as one interceptor: an in-process caller of the service (the gateway's REST
-// handlers) runs it around the handler so that a call that does not cross the gRPC transport
-// passes exactly what a gRPC call passes.
-func (s *Server) Unary() grpc.UnaryServerInterceptor { return s.unary }
-
-// chainUnary runs chain in order around the handler, as grpc.ChainUnaryInterceptor does.
-func chainUnary(chain []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+// Unary is the server's chain of unary interceptors as one, for a call served in process (the
+// REST face calling the service directly): the same recovery, logging, error mapping and service
+// interceptors as a call over the network. A call served this way has no peer and no decode note
+// of the server's codec.
+func (s *Server) Unary() grpc.UnaryServerInterceptor {
+	chain := s.unary
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		return chainStep(chain, 0, info, handler)(ctx, req)
+		return callChain(chain, ctx, req, info, handler)
 	}
 }
 
-func chainStep(chain []grpc.UnaryServerInterceptor, i int, info *grpc.UnaryServerInfo, final grpc.UnaryHandler) grpc.UnaryHandler {
-	if i == len(chain) {
-		return final
+// callChain runs chain[0], which calls the rest of the chain and finally handler.
+func callChain(chain []grpc.UnaryServerInterceptor, ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if len(chain) == 0 {
+		return handler(ctx, req)
 	}
-	return func(ctx context.Context, req any) (any, error) {
-		return chain[i](ctx, req, info, chainStep(chain, i+1, info, final))
-	}
+	return chain[0](ctx, req, info, func(ctx context.Context, req any) (any, error) {
+		return callChain(chain[1:], ctx, req, info, handler)
+	})
 }
 
 // Run serves on addr under app: it starts serving at once. On shutdown it reports NOT_SERVING

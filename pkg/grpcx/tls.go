@@ -226,13 +226,6 @@ func policyStream(p Policy) grpc.StreamServerInterceptor {
 	}
 }
 
-// SelfDialOption is the transport credentials for a service's call to its own client-facing
-// port (the gateway's REST layer to its gRPC port): TLS, accepting exactly the certificate
-// the Source serves, whatever address the port is dialled by.
-func SelfDialOption(src *tlsx.Source) grpc.DialOption {
-	return grpc.WithTransportCredentials(credentials.NewTLS(tlsx.SelfClientConfig(src)))
-}
-
 // PublicDialOption is the transport credentials for a client of a client-facing port: TLS with
 // the standard verification, against caFile if given (a private CA) or the system's roots.
 func PublicDialOption(caFile string) (grpc.DialOption, error) {

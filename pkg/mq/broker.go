@@ -166,6 +166,22 @@ func (b *Broker) DelayLevels(route string) []time.Duration {
 	return slices.Clone(t.delayTTLs)
 }
 
+// DelayTolerance is the route's DelayTolerance as its levels apply it (scaled by
+// Config.TimeScale, at least 5 ms): [Broker.PublishAfter] and [Defer] put a delay that falls
+// short of a level by less than this into that level, so a message can arrive this much late
+// rather than a level early. A handler may take a message that arrives early by less than
+// DelayTolerance, time-scaled, as on time (start it rather than defer it), since the wait left
+// would cost a holding-queue hop — or a worker held that long — for a few milliseconds; it should
+// not use this floored value for that, which in a time-scaled run is a large part of a scaled
+// delay. 0 for a route without levels or not declared on this Broker.
+func (b *Broker) DelayTolerance(route string) time.Duration {
+	t, ok := b.topology(route)
+	if !ok {
+		return 0
+	}
+	return t.delayTolerance
+}
+
 // declareAll declares topic exchanges and topologies on a throwaway channel, because a refused
 // declaration closes it.
 func declareAll(conn *amqp.Connection, tops []*topology, exchanges []string) error {

@@ -32,18 +32,24 @@ func TestPlanDelayLevels(t *testing.T) {
 		"s.jobs", "s.jobs.dlq", "s.jobs.retry.500ms",
 		"s.jobs.delay.1ms", "s.jobs.delay.500ms", "s.jobs.delay.1000ms", "s.jobs.delay.5000ms",
 	}, top.queues())
+	// The tolerance scales with the levels: 50 ms at 0.5 is 25 ms.
+	tol := top.delayTolerance
+	require.Equal(t, 25*time.Millisecond, tol)
 	for _, tc := range []struct {
 		d    time.Duration
 		want string // "" → the work queue
 	}{
 		{-time.Second, ""},
-		{0, ""},
-		{999 * time.Microsecond, ""},
+		{0, ""},                                // due already: nothing to wait for, whatever the tolerance
+		{time.Microsecond, "s.jobs.delay.1ms"}, // the 1 ms level is within the tolerance of it
 		{time.Millisecond, "s.jobs.delay.1ms"},
-		{499 * time.Millisecond, "s.jobs.delay.1ms"},
+		{499*time.Millisecond - tol, "s.jobs.delay.1ms"},
+		{500*time.Millisecond - tol, "s.jobs.delay.500ms"}, // short of the level by the tolerance
 		{500 * time.Millisecond, "s.jobs.delay.500ms"},
-		{999 * time.Millisecond, "s.jobs.delay.500ms"},
+		{999 * time.Millisecond, "s.jobs.delay.1000ms"},
+		{time.Second - tol - time.Microsecond, "s.jobs.delay.500ms"}, // short by more
 		{4 * time.Second, "s.jobs.delay.1000ms"},
+		{5*time.Second - 3*time.Millisecond, "s.jobs.delay.5000ms"}, // a due time minus a claim's ms
 		{5 * time.Second, "s.jobs.delay.5000ms"},
 		{time.Hour, "s.jobs.delay.5000ms"},
 	} {
@@ -51,7 +57,7 @@ func TestPlanDelayLevels(t *testing.T) {
 		assert.Equal(t, tc.want != "", ok, "delay %v", tc.d)
 		assert.Equal(t, tc.want, q, "delay %v", tc.d)
 		if ok {
-			assert.LessOrEqual(t, ttl, tc.d, "the level is never past the delay")
+			assert.LessOrEqual(t, ttl, tc.d+tol, "the level is never past the delay by more than the tolerance")
 		}
 	}
 
@@ -59,11 +65,30 @@ func TestPlanDelayLevels(t *testing.T) {
 	require.NoError(t, err)
 	_, _, ok := none.delayQueue(time.Hour)
 	assert.False(t, ok, "a route without levels publishes straight to its work queue")
+	assert.Zero(t, none.delayTolerance)
 
 	_, err = plan("s", 1, Route{Name: "x", DelayLevels: []time.Duration{time.Second, 0}})
 	assert.ErrorContains(t, err, "delay level 1 is 0s")
 	_, err = plan("s", 1, Route{Name: "x.delay.5ms"})
 	assert.ErrorIs(t, err, ErrInvalidName, "a route named like another's delay queue")
+}
+
+func TestDelayToleranceScalesWithAFloor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		scale float64
+		want  time.Duration
+	}{
+		{1, DelayTolerance},
+		{0.5, 25 * time.Millisecond},
+		{0.01, delayToleranceFloor}, // 0.5 ms scaled: the milliseconds spent are real ones
+	} {
+		top, err := plan("s", tc.scale, Route{Name: "jobs", DelayLevels: []time.Duration{time.Minute}})
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, top.delayTolerance, "scale %v", tc.scale)
+	}
+	// Small against the levels it is applied to: a twentieth of the smallest default level.
+	assert.LessOrEqual(t, DelayTolerance*20, time.Second)
 }
 
 // arrival is when a message reached the handler, and how.
@@ -91,7 +116,7 @@ func TestPublishAfterArrivesNoEarlierThanItsLevel(t *testing.T) {
 	cases := map[string]struct{ delay, level time.Duration }{
 		"now":        {0, 0},
 		"past":       {-time.Minute, 0},
-		"short":      {250 * time.Millisecond, 0}, // below the smallest level: straight to work
+		"short":      {200 * time.Millisecond, 0}, // below the smallest level (and its tolerance): straight to work
 		"mid":        {700 * time.Millisecond, 300 * time.Millisecond},
 		"long":       {1500 * time.Millisecond, time.Second},
 		"exactlyTop": {time.Second, time.Second},
@@ -301,4 +326,38 @@ func TestDelayQueuesDiagnosedAndDeleted(t *testing.T) {
 		require.ErrorAs(t, err, &ae, "queue %s", q)
 		assert.Equal(t, amqp.NotFound, ae.Code, "queue %s deleted", q)
 	}
+}
+
+// hops is how many holding-queue hops a message due in d takes when its consumer defers what is
+// left whenever it arrives early by at least early (below the smallest level the rest is held in
+// the worker: no hop): the walk PublishAfter and Defer make through top's levels.
+func hops(top *topology, d, early time.Duration) int {
+	n := 0
+	for left := d; left >= early && left >= top.delayTTLs[0]-top.delayTolerance; n++ {
+		_, ttl, ok := top.delayQueue(left)
+		if !ok {
+			break
+		}
+		left -= ttl
+	}
+	return n
+}
+
+// TestRetryDueInALevelTakesOneHop: with the executions route's levels, a retry due in exactly
+// one level's delay, computed a few milliseconds short of it (a claim after the settlement's
+// commit), takes one holding-queue hop; without the tolerance it walked down the levels — the
+// 10 (1 m) to 22 (2 h) hops issue 13 measured.
+func TestRetryDueInALevelTakesOneHop(t *testing.T) {
+	t.Parallel()
+	levels := []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour}
+	top, err := plan("s", 1, Route{Name: "executions", DelayLevels: levels})
+	require.NoError(t, err)
+	exact := *top
+	exact.delayTolerance = 0
+	const spent = 5 * time.Millisecond
+	for _, l := range levels {
+		assert.Equal(t, 1, hops(top, l-spent, DelayTolerance), "a retry due in %v", l)
+		t.Logf("due in %v, %v short: %d hop with the tolerance, %d without", l, spent, hops(top, l-spent, DelayTolerance), hops(&exact, l-spent, time.Nanosecond))
+	}
+	assert.Greater(t, hops(&exact, time.Minute-spent, time.Nanosecond), 5, "the walk the tolerance removes")
 }

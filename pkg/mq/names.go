@@ -77,6 +77,31 @@ type topology struct {
 	// one per distinct scaled level. Empty for a route without DelayLevels and for subscriptions.
 	delayQueues []string
 	delayTTLs   []time.Duration
+	// delayTolerance is how far short of a level a delay may fall and still wait in it (see
+	// DelayTolerance); 0 without delay levels.
+	delayTolerance time.Duration
+}
+
+// DelayTolerance is how much shorter than a delay level a delay may be and still wait in that
+// level rather than the next shorter one — so a message may arrive up to this much after its due
+// time — and, time-scaled, how early an arrival a handler can take as on time (see
+// [Broker.DelayTolerance]).
+// A publisher's delay is computed after the fact (a due time written a few milliseconds earlier,
+// a claim, an encode), so a retry due in exactly one level's delay comes out a few milliseconds
+// short of it. Without the tolerance it went to the next shorter level, arrived early, was
+// deferred, and so on down the levels: a 1 m retry took ~10 holding-queue hops, a 2 h one 22. For
+// choosing a level it is scaled with Config.TimeScale like the levels, but never below
+// delayToleranceFloor: the milliseconds spent are real ones whatever the scale, and arriving that
+// much late is harmless. It must stay far below the gaps between
+// levels (it is a twentieth of the smallest default level, 1 s).
+const DelayTolerance = 50 * time.Millisecond
+
+// delayToleranceFloor is the least DelayTolerance scales down to.
+const delayToleranceFloor = 5 * time.Millisecond
+
+// scaledTolerance is DelayTolerance under timeScale.
+func scaledTolerance(timeScale float64) time.Duration {
+	return max(scaledTTL(DelayTolerance, timeScale), delayToleranceFloor)
 }
 
 // plan resolves a Route. It is pure so Declare can validate every route before touching the broker.
@@ -131,6 +156,9 @@ func plan(scope string, timeScale float64, r Route) (*topology, error) {
 		t.delayTTLs = append(t.delayTTLs, ttl)
 		t.delayQueues = append(t.delayQueues, fmt.Sprintf("%s.delay.%dms", t.queue, ttl.Milliseconds()))
 	}
+	if len(t.delayTTLs) > 0 {
+		t.delayTolerance = scaledTolerance(timeScale)
+	}
 	for _, n := range slices.Concat([]string{t.queue, t.dlq}, t.retryQueues, t.delayQueues) {
 		if err := ValidateName(n); err != nil {
 			return nil, fmt.Errorf("mq: route %q: %w", r.Name, err)
@@ -163,10 +191,16 @@ func RetryDelays(r Route, timeScale float64) (delays []time.Duration, budget tim
 	return delays, budget, nil
 }
 
-// delayQueue is the holding queue of the largest delay level not longer than d, and its TTL;
-// ok is false when d is shorter than the smallest level (or the route has none).
+// delayQueue is the holding queue of the largest delay level not longer than d plus the route's
+// delay tolerance, and its TTL: a delay that falls a few milliseconds short of a level waits in
+// that level (arriving at most the tolerance late) instead of in the next shorter one (arriving
+// early, to be deferred again). ok is false when d is not positive (due already), when d plus the
+// tolerance is shorter than the smallest level, or when the route has no levels.
 func (t *topology) delayQueue(d time.Duration) (queue string, ttl time.Duration, ok bool) {
-	i, found := slices.BinarySearch(t.delayTTLs, d)
+	if len(t.delayTTLs) == 0 || d <= 0 {
+		return "", 0, false
+	}
+	i, found := slices.BinarySearch(t.delayTTLs, d+t.delayTolerance)
 	if !found {
 		i-- // BinarySearch gives the insertion point: the first level longer than d
 	}

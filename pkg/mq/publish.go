@@ -80,13 +80,17 @@ func (b *Broker) PublishAll(ctx context.Context, route string, msgs []Outgoing) 
 	return b.publishMany(ctx, b.routeStats(route), route, "", func(int) string { return queue }, msgs)
 }
 
-// PublishAfter is PublishAll for messages that must not be delivered before their delay: msgs[i]
-// goes to the holding queue of the route's largest [Route.DelayLevels] level not longer than
-// delays[i], whose TTL dead-letters it into the work queue; a delay shorter than the smallest
-// level (zero or negative included) goes straight to the work queue. So a message never arrives
-// before its level, and arrives early by up to its delay minus that level: the consumer compares
-// with the time the message carries and returns [Defer] for the rest. A long delay never holds
-// back a short one: each level has its own queue.
+// PublishAfter is PublishAll for messages that must not be delivered (much) before their delay:
+// msgs[i] goes to the holding queue of the route's largest [Route.DelayLevels] level not longer
+// than delays[i] plus the route's [Broker.DelayTolerance], whose TTL dead-letters it into the work
+// queue; a delay shorter than the smallest level by more than the tolerance (zero or negative
+// included) goes straight to the work queue. So a message never arrives before its level, arrives
+// at most the tolerance after its delay, and early by up to its delay minus that level: the
+// consumer compares with the time the message carries, takes one early by less than the
+// tolerance as on time and returns [Defer] for more. A delay computed a few milliseconds short of
+// a level (a due time minus the time passed since) thus costs one holding-queue hop, not a walk
+// down the shorter levels. A long delay never holds back a short one: each level has its own
+// queue.
 //
 // The route must have been declared with Declare on this Broker (that is where its levels come
 // from); otherwise every message fails with ErrUnknownRoute. Confirms, mandatory publishing,

@@ -72,14 +72,6 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	rel := relay.New(st, broker, logger, relay.Options{
-		Interval:     cfg.RelayInterval,
-		StaleAfter:   cfg.StaleAfter(noticeBudget),
-		RecoverEvery: cfg.RecoverEvery(),
-		DeadLetters:  broker,
-		NoticeBudget: noticeBudget,
-		ClaimTTL:     cfg.RelayClaimTTL(relay.DefaultClaimTTL),
-	})
 	levels := broker.DelayLevels(routes.Events.Name)
 	del := deliver.New(st, box, deliver.Config{
 		Delays:       cfg.ScaledRetryDelays(),
@@ -95,6 +87,19 @@ func run() error {
 		BusyPatience: cfg.PerAppPatience,
 		TimeScale:    cfg.TimeScale,
 	}, logger)
+	// The relay hands freshly relayed events to this process's deliverer (its claim is their
+	// delivery claim): Concurrency workers beside the broker consumer's, a queue of twice that;
+	// what does not fit is published as before.
+	local := del.Local(broker, routes.Events.Name, 2*cfg.Concurrency)
+	rel := relay.New(st, broker, logger, relay.Options{
+		Handoff:      local,
+		Interval:     cfg.RelayInterval,
+		StaleAfter:   cfg.StaleAfter(noticeBudget),
+		RecoverEvery: cfg.RecoverEvery(),
+		DeadLetters:  broker,
+		NoticeBudget: noticeBudget,
+		ClaimTTL:     cfg.RelayClaimTTL(relay.DefaultClaimTTL),
+	})
 
 	app := lifecycle.New(logger, cfg.Shutdown())
 	internal, err := grpcx.ServiceIdentity("event-router", cfg.InternalFiles(), logger)
@@ -116,6 +121,9 @@ func run() error {
 	// Deliveries in flight finish (until the soft timeout) rather than being cut and sent again.
 	app.Drain("deliver", func(take, work context.Context) error {
 		return broker.Consume(take, routes.Events.Name, cfg.Concurrency, del.Handle, mq.Drain(work, app.Grace()))
+	})
+	app.Drain("deliver in process", func(take, work context.Context) error {
+		return local.Run(take, work, cfg.Concurrency)
 	})
 	app.CloseContext("broker", broker.CloseContext)
 	app.Close("consumer connections", del.Close)

@@ -151,15 +151,13 @@ func run() error {
 	app.Close("dispatcher-conn", dispatcherConn.Close)
 	app.Close("settlement-conn", settlementConn.Close)
 	app.Close("postgres", func() error { pool.Close(); return nil })
-	// REST is registered first so that it stops first.
-	if err := httpapi.Run(ctx, app, logger, httpapi.Config{
-		Addr: cfg.HTTPAddr, GRPCAddr: cfg.GRPCAddr, MaxBodyBytes: int64(2*cfg.MaxPayloadBytes + 64<<10),
+	// REST is registered first so that it stops first, with the gRPC server: both serve gw.
+	if err := httpapi.Run(ctx, app, logger, httpapi.InProcess(gw, srv.Unary()), httpapi.Config{
+		Addr: cfg.HTTPAddr, MaxBodyBytes: int64(2*cfg.MaxPayloadBytes + 64<<10),
 		ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout, ReadTimeout: cfg.HTTPReadTimeout,
 		WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
 		TLS: publicTLS,
-		// REST calls the service in process, through the gRPC server's interceptor chain.
-		Service: gw, Unary: srv.Unary(),
-		// A request over its rate limit is refused before the hop to the gRPC server.
+		// A request over its rate limit is refused before its body is decoded.
 		Precheck: gate.Precheck(st),
 		Extra: system.Handlers(system.Config{
 			AdminToken: cfg.AdminToken,

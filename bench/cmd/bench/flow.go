@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -19,6 +21,7 @@ import (
 	"github.com/integrations-platform/integrations/bench/internal/flow"
 	"github.com/integrations-platform/integrations/bench/internal/load"
 	"github.com/integrations-platform/integrations/bench/internal/riverpeer"
+	"github.com/integrations-platform/integrations/bench/internal/riversw"
 	"github.com/integrations-platform/integrations/bench/internal/stack"
 )
 
@@ -59,6 +62,10 @@ type Cost struct {
 	// RabbitMQ, per execution, from the broker's global counters (the whole broker).
 	MQ      map[string]float64 `json:"mq_per_execution,omitempty"`
 	MQError string             `json:"mq_error,omitempty"`
+	// Port is this stack's own message-port counters per execution (stack.PortCounters), summed
+	// over the routes by event (published, acknowledged…): no other user of the broker counted.
+	// Meaningful for the platform's runs only (a peer's run leaves the stack idle).
+	Port map[string]float64 `json:"port_per_execution,omitempty"`
 }
 
 // Targets of issue 6 for the flow rows.
@@ -83,6 +90,15 @@ func rowOf(scenario, system, what string, callers int, offered float64, n int, r
 // peers, same count and concurrency, with the platform's cost) and latency (open loop).
 func runFlow(ctx context.Context, o options, st *stack.Stack, rep *Report) error {
 	what := "invoke dummy.echo async over gRPC → dispatch → dummy adapter → settle → signed webhook received"
+	if o.peers["riversw"] && (o.scenarios["serial"] || o.scenarios["e2e"] || o.scenarios["latency"]) {
+		sw, err := startRiverSW(ctx, o, st)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+		} else {
+			defer sw.close(ctx, o)
+			o.sw = sw
+		}
+	}
 	if o.scenarios["serial"] {
 		fmt.Fprintf(os.Stderr, "bench: serial end to end, %d executions one at a time\n", o.serialN)
 		r, err := flowRun(ctx, o, st, func(op load.Op) load.Result {
@@ -95,6 +111,17 @@ func runFlow(ctx context.Context, o options, st *stack.Stack, rep *Report) error
 		row.Targets = []Target{{Name: "p50 ms at most", Want: targetSerialP50ms, Got: row.P50ms, Pass: row.P50ms <= targetSerialP50ms}}
 		rep.Flow = append(rep.Flow, row)
 		printFlowRow(os.Stderr, row)
+		if o.sw != nil {
+			r, err := swRun(ctx, o, st, func(s load.Submit) load.Result {
+				return load.Run(ctx, load.Params{Callers: 1, N: o.serialN}, o.maxErrors, load.OpOf(s))
+			})
+			if err != nil {
+				return err
+			}
+			row := rowOf("serial", systemRiverSW, swWhat, 1, 0, o.serialN, r)
+			rep.Flow = append(rep.Flow, row)
+			printFlowRow(os.Stderr, row)
+		}
 	}
 	if o.scenarios["e2e"] {
 		for _, mode := range o.e2eModes {
@@ -102,6 +129,13 @@ func runFlow(ctx context.Context, o options, st *stack.Stack, rep *Report) error
 				return err
 			}
 		}
+	}
+	if o.scenarios["retry"] {
+		res, err := runRetry(ctx, o, st, rep.Cost)
+		if err != nil {
+			return err
+		}
+		rep.Retry = res
 	}
 	if o.scenarios["latency"] {
 		for _, rate := range o.rates {
@@ -119,6 +153,17 @@ func runFlow(ctx context.Context, o options, st *stack.Stack, rep *Report) error
 			}
 			rep.Flow = append(rep.Flow, row)
 			printFlowRow(os.Stderr, row)
+			if o.sw != nil && slices.Contains(o.swRates, rate) {
+				r, err := swRun(ctx, o, st, func(s load.Submit) load.Result {
+					return load.RunOpen(ctx, load.OpenParams{Rate: rate, N: n}, load.OpOf(s))
+				})
+				if err != nil {
+					return err
+				}
+				row := rowOf("latency", systemRiverSW, "open loop: "+swWhat, 0, rate, n, r)
+				rep.Flow = append(rep.Flow, row)
+				printFlowRow(os.Stderr, row)
+			}
 		}
 	}
 	return nil
@@ -150,7 +195,7 @@ func runE2E(ctx context.Context, o options, st *stack.Stack, rep *Report, mode, 
 			return drive()
 		}
 		var res load.Result
-		c, res = measureCost(ctx, st, func() load.Result {
+		c, res = measureCost(ctx, st, nil, func() load.Result {
 			profiled := profileServices(ctx, o, st)
 			defer profiled()
 			return drive()
@@ -167,10 +212,36 @@ func runE2E(ctx context.Context, o options, st *stack.Stack, rep *Report, mode, 
 	ours := rowOf(scenario, "integrations", what, o.e2eC, 0, o.e2eN, r)
 	printFlowRow(os.Stderr, ours)
 	peers := runPeers(ctx, o, st, mode)
+	if o.sw != nil {
+		var swCost *Cost
+		r, err := swRun(ctx, o, st, func(s load.Submit) load.Result {
+			drive := func() load.Result {
+				if mode == modePipelined {
+					return load.RunPipelined(ctx, load.Params{Callers: o.e2eC, N: o.e2eN}, o.maxErrors, s)
+				}
+				return load.Run(ctx, load.Params{Callers: o.e2eC, N: o.e2eN}, o.maxErrors, load.OpOf(s))
+			}
+			if mode != modePipelined {
+				return drive()
+			}
+			var res load.Result
+			swCost, res = measureCost(ctx, st, o.sw.pids(), drive)
+			return res
+		})
+		if err != nil {
+			return err
+		}
+		if swCost != nil {
+			rep.RiverSWCost = swCost
+		}
+		peers = append([]FlowRow{rowOf(scenario, systemRiverSW, swWhat+" ("+riversw.Description()+")", o.e2eC, 0, o.e2eN, r)}, peers...)
+	}
 	for _, p := range peers {
 		printFlowRow(os.Stderr, p)
 		switch {
 		case p.Errors > p.N/100 || p.PerSecond == 0:
+		case p.System == systemRiverSW:
+			ours.Targets = append(ours.Targets, Target{Name: "× river same work", Want: targetVsRiverSWE2E, Got: ours.PerSecond / p.PerSecond, Pass: ours.PerSecond >= targetVsRiverSWE2E*p.PerSecond})
 		case p.System == "river" && strings.Contains(p.What, "best"):
 			ours.Targets = append(ours.Targets, Target{Name: "× river (best)", Want: targetVsRiverE2E, Got: ours.PerSecond / p.PerSecond, Pass: ours.PerSecond >= targetVsRiverE2E*p.PerSecond})
 		case p.System == "temporal":
@@ -241,7 +312,7 @@ func profileServices(ctx context.Context, o options, st *stack.Stack) func() {
 
 // measureCost runs f and reads what it cost: CPU per process, Postgres and RabbitMQ counters, and
 // the programs' peak memory.
-func measureCost(ctx context.Context, st *stack.Stack, f func() load.Result) (*Cost, load.Result) {
+func measureCost(ctx context.Context, st *stack.Stack, extra map[string]int, f func() load.Result) (*Cost, load.Result) {
 	// The stack is drained; once every backend has published its counts, they hold everything
 	// before the run.
 	select {
@@ -250,11 +321,12 @@ func measureCost(ctx context.Context, st *stack.Stack, f func() load.Result) (*C
 	}
 	pgBefore, pgErr := cost.ReadPG(ctx, st.DB)
 	mqBefore, mqErr := cost.ReadMQ(ctx)
-	cpuBefore := cpuSnapshot(st)
+	portBefore, portErr := st.PortCounters(ctx)
+	cpuBefore := cpuSnapshot(st, extra)
 	r := f()
 	// Everything accepted has been delivered when f returns (each call awaited its webhook); the
 	// stack's background passes go on and are counted until the counters settle.
-	cpu := cpuDelta(cpuBefore, cpuSnapshot(st))
+	cpu := cpuDelta(cpuBefore, cpuSnapshot(st, extra))
 	// Wait until every backend has published its counts. The stack's own background passes
 	// (the dispatcher's and relay's timers, the sweeper) are counted too: a few transactions a
 	// second, a few hundredths of a transaction per execution in a run of thousands.
@@ -266,6 +338,10 @@ func measureCost(ctx context.Context, st *stack.Stack, f func() load.Result) (*C
 	pgErr = errors.Join(pgErr, err)
 	mqAfter, err := cost.ReadMQ(ctx)
 	mqErr = errors.Join(mqErr, err)
+	var portAfter map[string]float64
+	if portErr == nil {
+		portAfter, portErr = st.PortCounters(ctx)
+	}
 	n := float64(r.Requests)
 	c := &Cost{Executions: r.Requests, CPUSecondsPer10k: map[string]float64{}, PeakRSSMiB: map[string]float64{}}
 	if n == 0 {
@@ -274,7 +350,9 @@ func measureCost(ctx context.Context, st *stack.Stack, f func() load.Result) (*C
 	for k, v := range cpu {
 		c.CPUSecondsPer10k[k] = round2(v / n * 10000)
 	}
-	for name, pid := range st.PIDs() {
+	pids := st.PIDs()
+	maps.Copy(pids, extra)
+	for name, pid := range pids {
 		if b, err := cost.PeakRSS(pid); err == nil {
 			c.PeakRSSMiB[name] = round1(float64(b) / (1 << 20))
 		}
@@ -296,6 +374,18 @@ func measureCost(ctx context.Context, st *stack.Stack, f func() load.Result) (*C
 		}
 	} else {
 		c.MQError = mqErr.Error()
+	}
+	if portErr == nil {
+		c.Port = map[string]float64{}
+		for k, v := range portAfter {
+			_, event, _ := strings.Cut(k, "/")
+			c.Port[event] += v - portBefore[k]
+		}
+		for k, v := range c.Port {
+			c.Port[k] = round2(v / n)
+		}
+	} else {
+		fmt.Fprintln(os.Stderr, "bench: port counters:", portErr)
 	}
 	return c, r
 }
@@ -450,16 +540,22 @@ func printFlowTable(w io.Writer, rep *Report) {
 			fmt.Fprintln(w, line)
 		}
 	}
-	if c := rep.Cost; c != nil {
-		fmt.Fprintf(w, "\nCost of the end-to-end run (%d executions)\n", c.Executions)
-		fmt.Fprintf(w, "CPU seconds per 10k executions: %s\n", kvText(c.CPUSecondsPer10k, "%.2f"))
-		fmt.Fprintf(w, "peak RSS (MiB):                 %s\n", kvText(c.PeakRSSMiB, "%.1f"))
-		fmt.Fprintf(w, "Postgres per execution:         %.2f transactions, %.0f WAL bytes, %.2f WAL flushes\n", c.PGTransactions, c.PGWALBytes, c.PGWALSyncs)
-		if c.MQError != "" {
-			fmt.Fprintf(w, "RabbitMQ per execution:         unavailable (%s)\n", c.MQError)
-		} else {
-			fmt.Fprintf(w, "RabbitMQ per execution:         %s\n", kvText(c.MQ, "%.2f"))
-		}
+	printCost(w, "Cost of the platform's end-to-end run", rep.Cost)
+	printCost(w, "Cost of River doing the same work (its pipelined end-to-end run; Postgres and riversw are its own, the rest idle)", rep.RiverSWCost)
+}
+
+func printCost(w io.Writer, title string, c *Cost) {
+	if c == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n%s (%d executions)\n", title, c.Executions)
+	fmt.Fprintf(w, "CPU seconds per 10k executions: %s\n", kvText(c.CPUSecondsPer10k, "%.2f"))
+	fmt.Fprintf(w, "peak RSS (MiB):                 %s\n", kvText(c.PeakRSSMiB, "%.1f"))
+	fmt.Fprintf(w, "Postgres per execution:         %.2f transactions, %.0f WAL bytes, %.2f WAL flushes\n", c.PGTransactions, c.PGWALBytes, c.PGWALSyncs)
+	if c.MQError != "" {
+		fmt.Fprintf(w, "RabbitMQ per execution:         unavailable (%s)\n", c.MQError)
+	} else {
+		fmt.Fprintf(w, "RabbitMQ per execution:         %s (published and delivered: the broker messages)\n", kvText(c.MQ, "%.2f"))
 	}
 }
 

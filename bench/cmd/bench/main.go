@@ -13,8 +13,13 @@
 //	         process of its own at the lowest CPU priority; A's refusals and whether they said
 //	         when to retry; -ratelimit-r passes (3), B's calls pooled (issue 11). Runs last.
 //
-// Still to come (issue 6): end to end beside Temporal and River, latency under open-loop offered
-// load, cost per execution, the message port figures of bench-mq.
+//	serial, e2e, latency  end to end (accept → webhook received): one caller; pipelined and
+//	         closed at -e2e-c; open loop at -rates — beside River doing the same work
+//	         (bench/internal/riversw, a child process `bench riversw-serve`), River's bare
+//	         insert → complete and Temporal, with the cost per execution (flow.go).
+//	retry    broker messages per retry: executions failing once, retried at the real 1 m delay.
+//
+// The report ends with issue 13's must-show table, each target PASS/FAIL (issue13.go).
 //
 // It is a benchmark, not a test: the exit code is 0 whether or not a target is met (non-zero only
 // when it could not measure). See docs/benchmarks.md.
@@ -46,6 +51,7 @@ import (
 	"github.com/integrations-platform/integrations/bench/internal/flagx"
 	"github.com/integrations-platform/integrations/bench/internal/load"
 	"github.com/integrations-platform/integrations/bench/internal/procstat"
+	"github.com/integrations-platform/integrations/bench/internal/riversw"
 	"github.com/integrations-platform/integrations/bench/internal/stack"
 )
 
@@ -90,12 +96,23 @@ type options struct {
 	rlOff          bool
 	rlHold         string
 	rlALimit       float64
+	swRates        []float64
+	retryN         int
+	// sw is the same-work River peer's process while the flow scenarios run (nil: not running).
+	sw *swPeer
 }
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "flood" { // the ratelimit scenario's application A
 		if err := runFlood(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "bench flood:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "riversw-serve" { // the same-work River peer's process
+		if err := riversw.Serve(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench riversw-serve:", err)
 			os.Exit(1)
 		}
 		return
@@ -112,7 +129,7 @@ func parseFlags() (options, error) {
 	flag.StringVar(&o.root, "root", "", "workspace root (default: the directory of go.work at or above the working directory)")
 	flag.StringVar(&o.dbURL, "db", defaultDBURL(), "database the stack's schema (and River's) is created in (default $INTEGRATIONS_BENCH_DATABASE_URL, else $INTEGRATIONS_PG_URL/bench)")
 	flag.StringVar(&o.amqpURL, "amqp", flagx.EnvOr("INTEGRATIONS_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL (default $INTEGRATIONS_AMQP_URL)")
-	flag.StringVar(&scen, "scenarios", "accept,serial,e2e,latency,ratelimit", "scenarios to run: accept, serial, e2e, latency, ratelimit")
+	flag.StringVar(&scen, "scenarios", "accept,serial,e2e,latency,retry,ratelimit", "scenarios to run: accept, serial, e2e, latency, retry, ratelimit")
 	flag.IntVar(&o.serialN, "serial-n", 300, "serial: executions, one at a time")
 	flag.IntVar(&o.e2eN, "e2e-n", 20000, "e2e: executions (the peers run as many)")
 	flag.IntVar(&o.e2eC, "e2e-c", 64, "e2e: concurrent callers, each with one execution in flight (the peers the same)")
@@ -121,7 +138,10 @@ func parseFlags() (options, error) {
 	flag.BoolVar(&o.temporalClosed, "temporal-closed", false, "e2e: run Temporal in the closed mode too (by default only pipelined: it takes minutes)")
 	flag.StringVar(&rates, "rates", "100,200,500", "latency: offered executions per second (open loop)")
 	flag.DurationVar(&o.openD, "open-d", 20*time.Second, "latency: duration of each offered rate")
-	flag.StringVar(&peers, "peers", "river,temporal", "e2e: peers to run beside the platform (river, temporal; empty: none)")
+	flag.StringVar(&peers, "peers", "riversw,river,temporal", "e2e: peers to run beside the platform (riversw: River doing the same work, in serial, e2e and latency; river: River's bare insert → complete; temporal; empty: none)")
+	var swRates string
+	flag.StringVar(&swRates, "riversw-rates", "200", "latency: the offered rates at which the same-work River peer runs too (of -rates)")
+	flag.IntVar(&o.retryN, "retry-n", 200, "retry: executions whose first attempt fails retryably and whose second succeeds")
 	flag.StringVar(&o.profileAll, "profile", "", "e2e: directory for CPU profiles of every service over the first -profile-d of the run (serves pprof on each)")
 	flag.DurationVar(&o.profileSecs, "profile-d", 15*time.Second, "e2e: length of the -profile CPU profiles")
 	flag.IntVar(&o.gomaxprocs, "service-gomaxprocs", 0, "GOMAXPROCS of every program of the stack (0: Go's default, the CPUs available to it)")
@@ -160,10 +180,10 @@ func parseFlags() (options, error) {
 	if o.reps < 1 || o.n < 0 || (o.n == 0 && o.duration <= 0) {
 		return o, errors.New("-r must be positive, and -n positive or -d positive")
 	}
-	if o.scenarios, err = flagx.Set(scen, "accept", "serial", "e2e", "latency", "ratelimit"); err != nil {
+	if o.scenarios, err = flagx.Set(scen, "accept", "serial", "e2e", "latency", "retry", "ratelimit"); err != nil {
 		return o, fmt.Errorf("-scenarios: %w", err)
 	}
-	if o.peers, err = flagx.Set(peers, "river", "temporal"); err != nil {
+	if o.peers, err = flagx.Set(peers, "riversw", "river", "temporal"); err != nil {
 		return o, fmt.Errorf("-peers: %w", err)
 	}
 	if o.e2eModes, err = flagx.Choices(modes, modePipelined, modeClosed); err != nil {
@@ -171,6 +191,9 @@ func parseFlags() (options, error) {
 	}
 	if o.rates, err = flagx.Floats(rates); err != nil {
 		return o, fmt.Errorf("-rates: %w", err)
+	}
+	if o.swRates, err = flagx.Floats(swRates); err != nil {
+		return o, fmt.Errorf("-riversw-rates: %w", err)
 	}
 	if o.rlRate <= 0 || o.rlD <= 0 || o.rlCallers < 1 || o.rlFloodRate < 0 || o.rlALimit <= 0 {
 		return o, errors.New("-ratelimit-rate, -ratelimit-d, -ratelimit-callers and -ratelimit-a-limit must be positive, -ratelimit-flood-rate at least 0")
@@ -293,12 +316,16 @@ func run() error {
 		printTable(os.Stdout, rep)
 	}
 	printFlowTable(os.Stdout, rep)
+	if len(rep.Flow) > 0 || rep.Retry != nil {
+		rep.Issue13 = issue13(rep)
+		printIssue13(os.Stdout, rep.Issue13)
+	}
 	printRateLimit(os.Stdout, rep)
 	printMQ(os.Stdout, rep)
 	if ctx.Err() != nil {
 		fmt.Println("\ninterrupted: the table holds what was measured before the signal")
 	}
-	if o.out != "-" && (len(rep.Rows) > 0 || len(rep.Flow) > 0 || rep.RateLimit != nil) {
+	if o.out != "-" && (len(rep.Rows) > 0 || len(rep.Flow) > 0 || rep.RateLimit != nil || rep.Retry != nil) {
 		path, err := rep.Write(o.out)
 		if err != nil {
 			return err
@@ -490,9 +517,13 @@ type snapshot struct {
 }
 
 // cpuSnapshot reads a snapshot.
-func cpuSnapshot(st *stack.Stack) snapshot {
+func cpuSnapshot(st *stack.Stack, extra ...map[string]int) snapshot {
 	s := snapshot{byName: procstat.ByName("postgres", "beam.smp"), procs: map[string]time.Duration{}}
-	for name, pid := range st.PIDs() {
+	pids := st.PIDs()
+	for _, m := range extra {
+		maps.Copy(pids, m)
+	}
+	for name, pid := range pids {
 		if d, ok := procstat.CPU(pid); ok {
 			s.procs[name] = d
 		}

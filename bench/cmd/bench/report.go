@@ -30,6 +30,12 @@ type Report struct {
 	Flow []FlowRow `json:"flow,omitempty"`
 	// Cost is what the platform's e2e run cost.
 	Cost *Cost `json:"cost,omitempty"`
+	// RiverSWCost is what the same-work River peer's pipelined e2e run cost, measured the same way.
+	RiverSWCost *Cost `json:"riversw_cost,omitempty"`
+	// Retry is the retry scenario's broker count.
+	Retry *RetryResult `json:"retry,omitempty"`
+	// Issue13 is issue 13's must-show table.
+	Issue13 []Verdict `json:"issue13,omitempty"`
 	// RateLimit is the ratelimit scenario's.
 	RateLimit *RateLimitResult `json:"rate_limit,omitempty"`
 	// MQ is the message port's table from bench-mq (its -json), when make bench passed it.

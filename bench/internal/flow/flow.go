@@ -65,12 +65,17 @@ func (t *Tracker) Stop(r *stack.Receiver) { r.OnEvent(nil) }
 // PrepareSubmit returns the end-to-end call split in two: the invoke, answered when the gateway
 // accepted the execution, and the wait for its webhook.
 func PrepareSubmit(st *stack.Stack) (load.Submit, func(), error) {
+	return PrepareSubmitPayload(st, map[string]any{"bench": "end-to-end"})
+}
+
+// PrepareSubmitPayload is PrepareSubmit invoking with payload (e.g. a dummy adapter script).
+func PrepareSubmitPayload(st *stack.Stack, payload map[string]any) (load.Submit, func(), error) {
 	conn, err := st.DialGateway()
 	if err != nil {
 		return nil, nil, err
 	}
 	client := gatewayv1.NewGatewayServiceClient(conn)
-	p, err := structpb.NewStruct(map[string]any{"bench": "end-to-end"})
+	p, err := structpb.NewStruct(payload)
 	if err != nil {
 		_ = conn.Close()
 		return nil, nil, err

@@ -9,6 +9,7 @@ package stack
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -23,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -166,6 +168,9 @@ type Stack struct {
 	// Receiver is the dev application's webhook consumer; SigningSecret signs its deliveries.
 	Receiver      *Receiver
 	SigningSecret string
+	// PlatformKey is the platform's token signing key (the dummy adapter verifies its tokens): the
+	// same-work River peer signs its adapter calls with it, as the platform does.
+	PlatformKey ed25519.PrivateKey
 	// LogDir holds one log file per program.
 	LogDir string
 
@@ -282,12 +287,12 @@ func (s *Stack) start(ctx context.Context) error {
 			}
 		}
 	}
+	// Every service has a metrics address: the bench reads this stack's own message-port
+	// counters there (PortCounters), apart from whatever else the broker carries.
 	extra := []string{"gateway-http", "gateway-metrics"}
-	if s.cfg.Pprof {
-		for _, p := range Programs {
-			if p.Name != "gateway" && strings.HasPrefix(p.Package, modulePrefix+"services/") {
-				extra = append(extra, p.Name+"-metrics")
-			}
+	for _, p := range Programs {
+		if p.Name != "gateway" && strings.HasPrefix(p.Package, modulePrefix+"services/") {
+			extra = append(extra, p.Name+"-metrics")
 		}
 	}
 	for _, n := range extra {
@@ -304,6 +309,7 @@ func (s *Stack) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.PlatformKey = platformKey
 	serviceURL := s.SchemaURL
 	if len(s.cfg.DatabaseParams) > 0 {
 		u, err := url.Parse(serviceURL)
@@ -846,3 +852,56 @@ func httpServe(h http.Handler) (*http.Server, string, error) {
 
 // Env returns the environment every program of the stack gets (before its own additions).
 func (s *Stack) Env() []string { return slices.Clone(s.env) }
+
+// PortCounters sums the message port's counters (integrations_mq_messages_total) of this stack's
+// services by route and event ("executions/published"…): what this stack's own processes sent
+// and settled, which the broker's global counters (cost.ReadMQ) cannot tell apart from other
+// users of the same broker. A service restarted since starts again from zero.
+func (s *Stack) PortCounters(ctx context.Context) (map[string]float64, error) {
+	out := map[string]float64{}
+	for name, addr := range s.Addrs {
+		if !strings.HasSuffix(name, "-metrics") {
+			continue
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("metrics of %s: %w", name, err)
+		}
+		raw, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("metrics of %s: %w", name, err)
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			rest, ok := strings.CutPrefix(line, "integrations_mq_messages_total{")
+			if !ok {
+				continue
+			}
+			labels, value, ok := strings.Cut(rest, "} ")
+			if !ok {
+				continue
+			}
+			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			if err != nil {
+				continue
+			}
+			var route, event string
+			for _, kv := range strings.Split(labels, ",") {
+				k, val, _ := strings.Cut(kv, "=")
+				val = strings.Trim(val, `"`)
+				switch k {
+				case "route":
+					route = val
+				case "event":
+					event = val
+				}
+			}
+			out[route+"/"+event] += v
+		}
+	}
+	return out, nil
+}

@@ -88,10 +88,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	timer := time.NewTimer(d.interval)
 	defer timer.Stop()
 	for {
-		if err := d.Pass(ctx); err != nil && ctx.Err() == nil {
+		wait, err := d.pass(ctx)
+		if err != nil && ctx.Err() == nil {
 			d.log.Warn("dispatch pass failed", zap.Error(err))
 		}
-		timer.Reset(d.untilNext(ctx))
+		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -101,29 +102,48 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 }
 
-// untilNext is the wait before the next pass: until the earliest waiting record becomes claimable
-// (horizon before it is due), as the database measures it, at most the interval.
-func (d *Dispatcher) untilNext(ctx context.Context) time.Duration {
-	wait, err := d.store.DispatchNextDue(ctx, d.horizon)
-	if err != nil || wait == nil {
-		return d.interval
-	}
-	return min(max(*wait, time.Millisecond), d.interval)
-}
-
 // Pass publishes every record due within the horizon, batch by batch, and records the time it
 // completed.
 func (d *Dispatcher) Pass(ctx context.Context) error {
+	_, err := d.pass(ctx)
+	return err
+}
+
+// pass is Pass, also answering the wait before the next one: until the earliest waiting record
+// becomes claimable (horizon before it is due), as the last claim statement measured it on the
+// database's clock, less the time since on this host's; at least 1 ms, at most the interval. After
+// an error, the interval.
+func (d *Dispatcher) pass(ctx context.Context) (time.Duration, error) {
 	for {
-		n, err := d.batch(ctx)
+		b, err := d.batch(ctx)
 		if err != nil {
-			return err
+			return d.interval, err
 		}
-		if n < d.batchSize {
+		if b.claimed < d.batchSize {
 			lastPass.SetToCurrentTime()
-			return nil
+			return d.untilNext(b), nil
 		}
 	}
+}
+
+// untilNext is the wait after the pass's last batch b.
+func (d *Dispatcher) untilNext(b batchResult) time.Duration {
+	switch {
+	case b.released:
+		// Records given back unpublished are claimable at once (as before the claim answered).
+		return time.Millisecond
+	case b.nextIn == nil:
+		return d.interval
+	}
+	return min(max(*b.nextIn-time.Since(b.measured), time.Millisecond), d.interval)
+}
+
+// batchResult is what one claim-and-publish did.
+type batchResult struct {
+	claimed  int
+	released bool           // some records were given back unpublished
+	nextIn   *time.Duration // the claim's answer: see store.Claim.NextIn
+	measured time.Time      // this host's time just before the claim statement
 }
 
 // releaseTimeout bounds giving up the claim on records that were not published.
@@ -132,7 +152,7 @@ const releaseTimeout = 2 * time.Second
 // claimTimeout bounds the claim statement, which runs apart from the pass's context (see batch).
 const claimTimeout = 5 * time.Second
 
-func (d *Dispatcher) batch(ctx context.Context) (int, error) {
+func (d *Dispatcher) batch(ctx context.Context) (batchResult, error) {
 	start := time.Now()
 	// The claim runs whatever the stop: a claim statement cancelled as it ran can still commit in
 	// Postgres, and its rows then waited out the whole claim (30 s) with nobody to publish or
@@ -140,10 +160,15 @@ func (d *Dispatcher) batch(ctx context.Context) (int, error) {
 	// TestRollingRestartSpendsNoAttempt). Claimed, they are published, or released if the pass
 	// was stopped meanwhile.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
-	claimed, err := d.store.DispatchClaim(cctx, d.batchSize, d.claimTTL, d.horizon)
+	claim, err := d.store.DispatchClaim(cctx, d.batchSize, d.claimTTL, d.horizon)
 	cancel()
-	if err != nil || len(claimed) == 0 {
-		return 0, err
+	if err != nil {
+		return batchResult{}, err
+	}
+	res := batchResult{claimed: len(claim.Dispatches), nextIn: claim.NextIn, measured: start}
+	claimed := claim.Dispatches
+	if len(claimed) == 0 {
+		return res, nil
 	}
 	if ctx.Err() != nil {
 		ids := make([]int64, len(claimed))
@@ -151,11 +176,14 @@ func (d *Dispatcher) batch(ctx context.Context) (int, error) {
 			ids[i] = c.ID
 		}
 		d.release(ctx, ids, claimed[0].ClaimedUntil)
-		return 0, ctx.Err()
+		return batchResult{}, ctx.Err()
 	}
 	// How far ahead each record is due, on the database's clock (which wrote due_at), less the time
 	// since the claim was asked for: an overestimate of the time passed, so a message is never
-	// published into a level that outlasts its due time.
+	// published into a level that outlasts its due time by more than the route's delay tolerance.
+	// That underestimate of the delay — a retry written due in 1 m comes out a few ms short of it —
+	// is what the tolerance absorbs: it still goes into the 1 m level (one holding-queue hop)
+	// rather than the 30 s one and down the shorter levels by deferrals.
 	since := time.Since(start)
 	msgs := make([]mq.Outgoing, len(claimed))
 	delays := make([]time.Duration, len(claimed))
@@ -165,14 +193,14 @@ func (d *Dispatcher) batch(ctx context.Context) (int, error) {
 			ExecutionId: c.ExecutionID, Attempt: c.Attempt, DueTime: timestamppb.New(c.DueAt),
 		})
 		if err != nil {
-			return 0, fmt.Errorf("encode dispatch %d: %w", c.ID, err)
+			return batchResult{}, fmt.Errorf("encode dispatch %d: %w", c.ID, err)
 		}
 		// The message id names the attempt, so every copy of one attempt's dispatch has the same
 		// identity.
 		msgs[i] = mq.Outgoing{ID: fmt.Sprintf("%s:%d", c.ExecutionID, c.Attempt), Body: body}
 	}
-	// The message carries the due time: one that arrives early (a level shorter than its delay)
-	// is deferred again by the consumer, without spending an attempt.
+	// The message carries the due time: one that arrives early by the tolerance or more (a level
+	// shorter than its delay) is deferred again by the consumer, without spending an attempt.
 	errs := d.pub.PublishAfter(ctx, routes.Executions.Name, msgs, delays)
 	var done, failed []int64
 	for i, err := range errs {
@@ -190,6 +218,7 @@ func (d *Dispatcher) batch(ctx context.Context) (int, error) {
 		// pass rather than after the claim expires — a dispatcher stopped by a rolling deploy
 		// between claim and confirm otherwise held them for the whole claim (30 s).
 		d.release(ctx, failed, claimed[0].ClaimedUntil)
+		res.released = true
 	}
 	if len(done) > 0 {
 		// One claim statement gave every row the same claimed_until.
@@ -197,11 +226,11 @@ func (d *Dispatcher) batch(ctx context.Context) (int, error) {
 		if err != nil {
 			// Published but not deleted: they are published again after the claim expires, and
 			// the consumer's compare of status and attempt makes the duplicate harmless.
-			return 0, err
+			return batchResult{}, err
 		}
 		published.Add(float64(deleted))
 	}
-	return len(claimed), nil
+	return res, nil
 }
 
 // release gives up the claim on records not published, so that the next pass (here or on

@@ -93,7 +93,8 @@ func TestPassPublishesWithinTheHorizon(t *testing.T) {
 	d := New(store.New(s.Pool), b, zap.NewNop(), Config{
 		Interval: time.Hour, ClaimTTL: 30 * time.Second, Horizon: time.Second, BatchSize: 10,
 	})
-	require.NoError(t, d.Pass(ctx))
+	wake, err := d.pass(ctx)
+	require.NoError(t, err)
 
 	var left []int32
 	rows, err := s.Pool.Query(ctx, `SELECT attempt FROM dispatches ORDER BY attempt`)
@@ -109,7 +110,6 @@ func TestPassPublishesWithinTheHorizon(t *testing.T) {
 	assert.EqualValues(t, 2, c.Published)
 	assert.EqualValues(t, 2, c.Confirmed)
 
-	wake := d.untilNext(ctx)
 	assert.InDelta(t, time.Until(beyond.Add(-time.Second)).Seconds(), wake.Seconds(), 0.5,
 		"the next pass is when the last record comes within the horizon")
 
@@ -160,4 +160,80 @@ func TestUnpublishedRecordsAreReleased(t *testing.T) {
 	var claimed *time.Time
 	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT claimed_until FROM dispatches WHERE execution_id = $1`, exec).Scan(&claimed))
 	assert.Nil(t, claimed, "the record is claimable again at once")
+}
+
+// TestRetryDueInALevelTakesOneHop: a record due in exactly one delay level's delay — a retry just
+// written by the settlement service, claimed a few milliseconds later — is published into that
+// level, not the next shorter one, and a consumer that takes an arrival early by less than the
+// route's delay tolerance as on time (as the execution-consumer does) handles it on its first
+// delivery: one holding-queue hop, no deferral. Before the tolerance the delay came out short of
+// the 1 s level, went to the 300 ms one, and was deferred down the levels.
+func TestRetryDueInALevelTakesOneHop(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := dbtest.NewSchema(t)
+	s.ApplyCatalog(t, dbtest.TestCatalog)
+	exec := s.InsertExecution(t, dbtest.Execution{})
+
+	const level = time.Second
+	route := mq.Route{Name: routes.Executions.Name, DelayLevels: []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, level}}
+	b, err := mq.Dial(ctx, mq.Config{URL: amqpURL(), Scope: "dispatchtest-" + uuid.NewString()[:8]})
+	require.NoError(t, err)
+	require.NoError(t, b.Declare(ctx, route))
+	declared := time.Now()
+	t.Cleanup(func() {
+		time.Sleep(time.Until(declared.Add(time.Second)))
+		assert.NoError(t, b.DeleteRoutes(context.Background(), route))
+		assert.NoError(t, b.Close())
+	})
+	tolerance := b.DelayTolerance(route.Name)
+	require.Equal(t, mq.DelayTolerance, tolerance)
+
+	got := make(chan received, 1)
+	cctx, stop := context.WithCancel(ctx)
+	consumed := make(chan error, 1)
+	go func() {
+		consumed <- b.Consume(cctx, route.Name, 2, func(_ context.Context, m *mq.Message) mq.Result {
+			var d queuev1.ExecutionDispatch
+			if err := proto.Unmarshal(m.Body, &d); err != nil {
+				return mq.Reject(err)
+			}
+			if early := time.Until(d.GetDueTime().AsTime()); early >= tolerance {
+				return mq.Defer(early)
+			}
+			got <- received{attempt: d.GetAttempt(), due: d.GetDueTime().AsTime(), at: time.Now()}
+			return mq.Ack()
+		})
+	}()
+	defer func() {
+		stop()
+		assert.NoError(t, <-consumed)
+	}()
+
+	// Due in exactly the level's delay from the database's now(); the claim comes after.
+	var due time.Time
+	require.NoError(t, s.Pool.QueryRow(ctx, `
+		INSERT INTO dispatches (execution_id, attempt, due_at) VALUES ($1, 2, now() + make_interval(secs => $2))
+		RETURNING due_at`, exec, level.Seconds()).Scan(&due))
+	published := time.Now()
+	d := New(store.New(s.Pool), b, zap.NewNop(), Config{
+		Interval: time.Hour, ClaimTTL: 30 * time.Second, Horizon: level, BatchSize: 10,
+	})
+	require.NoError(t, d.Pass(ctx))
+
+	var r received
+	select {
+	case r = <-got:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the dispatch never arrived")
+	}
+	t.Logf("handled %v after its due time", r.at.Sub(r.due))
+	assert.GreaterOrEqual(t, r.at.Sub(published), level-tolerance, "it waited in the 1 s level")
+	assert.False(t, r.at.Before(r.due.Add(-tolerance)), "handled %v before it was due", r.due.Sub(r.at))
+	require.Eventually(t, func() bool { return b.Counters(route.Name).Acknowledged == 1 }, 10*time.Second, 10*time.Millisecond)
+	c := b.Counters(route.Name)
+	assert.EqualValues(t, 1, c.Published, "one publish, into one holding queue")
+	assert.Zero(t, c.Deferred, "no deferral: no second holding-queue hop")
+	assert.Zero(t, c.Retried+c.Requeued+c.DeadLettered)
 }

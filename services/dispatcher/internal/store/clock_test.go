@@ -24,15 +24,15 @@ func TestDispatchTimesAreTheDatabases(t *testing.T) {
 			ctx := context.Background()
 			b.insert(t, 1, 10*time.Second, nil)
 
-			wait, err := b.store.DispatchNextDue(ctx, 0)
+			wait, err := b.nextDue(ctx, 0)
 			require.NoError(t, err)
 			require.NotNil(t, wait)
 			require.InDelta(t, 10, wait.Seconds(), 2)
 
-			none, err := b.store.DispatchClaim(ctx, 10, time.Minute, 5*time.Second)
+			none, err := b.claim(ctx, 10, time.Minute, 5*time.Second)
 			require.NoError(t, err)
 			require.Empty(t, none, "due in 10 s: not within a 5 s horizon")
-			claimed, err := b.store.DispatchClaim(ctx, 10, time.Minute, 30*time.Second)
+			claimed, err := b.claim(ctx, 10, time.Minute, 30*time.Second)
 			require.NoError(t, err)
 			require.Len(t, claimed, 1)
 			require.InDelta(t, 10, claimed[0].DueAt.Sub(claimed[0].ClaimedAt).Seconds(), 2,

@@ -31,34 +31,82 @@ type Store struct {
 // New returns a Store on pool.
 func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
+// Claim is what one claim statement answers: the records it claimed and, from the same
+// statement, when the next pass is due.
+type Claim struct {
+	Dispatches []Dispatch
+	// NextIn is how long, from the statement's now(), until the earliest record it did not claim
+	// becomes claimable with the same horizon — horizon before its due time, or the end of its
+	// claim if one holds it — or nil if none waits. Measured by the database, on the clock that
+	// wrote due_at and claimed_until, so the dispatcher wakes on time whatever its own clock says.
+	// It may be negative (claimable already: a record locked by another dispatcher's claim as
+	// this one ran, or one left out by the limit).
+	NextIn *time.Duration
+}
+
 // DispatchClaim reserves for ttl up to limit unclaimed (or claim-expired) records due within
 // horizon from now, earliest first: those due already and, with a positive horizon, those the
 // broker's delay levels can hold until they are due. Several dispatchers can claim at once: SKIP
-// LOCKED gives each its own rows.
-func (s *Store) DispatchClaim(ctx context.Context, limit int, ttl, horizon time.Duration) ([]Dispatch, error) {
+// LOCKED gives each its own rows. The same statement answers when the next pass is due
+// (Claim.NextIn), so a pass costs no second statement to learn when to wake; limit 0 claims
+// nothing and only answers that.
+func (s *Store) DispatchClaim(ctx context.Context, limit int, ttl, horizon time.Duration) (Claim, error) {
+	// The next-due lookups are two index-ordered scans (least ignores NULLs): the earliest
+	// unclaimed record and the earliest claim to expire, leaving out the rows this statement
+	// claims (the statement's snapshot still shows them unclaimed).
 	rows, err := s.pool.Query(ctx, `
-		UPDATE dispatches d SET claimed_until = now() + make_interval(secs => $2)
-		FROM (
+		WITH due AS (
 			SELECT id FROM dispatches
 			WHERE due_at <= now() + make_interval(secs => $3)
 				AND (claimed_until IS NULL OR claimed_until < now())
 			ORDER BY due_at
 			LIMIT $1
 			FOR UPDATE SKIP LOCKED
-		) due
-		WHERE d.id = due.id
-		RETURNING d.id, d.execution_id, d.attempt, d.due_at, d.claimed_until, now()`,
+		), claimed AS (
+			UPDATE dispatches d SET claimed_until = now() + make_interval(secs => $2)
+			FROM due
+			WHERE d.id = due.id
+			RETURNING d.id, d.execution_id, d.attempt, d.due_at, d.claimed_until
+		), next AS (
+			SELECT extract(epoch FROM least(
+				(SELECT due_at FROM dispatches WHERE claimed_until IS NULL AND id NOT IN (SELECT id FROM due)
+				 ORDER BY due_at LIMIT 1) - make_interval(secs => $3),
+				(SELECT greatest(due_at - make_interval(secs => $3), claimed_until) FROM dispatches
+				 WHERE claimed_until IS NOT NULL AND id NOT IN (SELECT id FROM due)
+				 ORDER BY claimed_until LIMIT 1)) - now())::float8 AS secs
+		)
+		SELECT c.id, c.execution_id, c.attempt, c.due_at, c.claimed_until, now(), next.secs
+		FROM next LEFT JOIN claimed c ON true`,
 		limit, ttl.Seconds(), max(horizon, 0).Seconds())
 	if err != nil {
-		return nil, fmt.Errorf("claim dispatches: %w", err)
+		return Claim{}, fmt.Errorf("claim dispatches: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Dispatch, error) {
-		var d Dispatch
-		err := r.Scan(&d.ID, &d.ExecutionID, &d.Attempt, &d.DueAt, &d.ClaimedUntil, &d.ClaimedAt)
-		return d, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim dispatches: %w", err)
+	var out Claim
+	var next *float64
+	for rows.Next() {
+		var (
+			id           *int64
+			d            Dispatch
+			execID       *string
+			attempt      *int32
+			due, claimed *time.Time
+		)
+		if err := rows.Scan(&id, &execID, &attempt, &due, &claimed, &d.ClaimedAt, &next); err != nil {
+			rows.Close()
+			return Claim{}, fmt.Errorf("claim dispatches: %w", err)
+		}
+		if id == nil {
+			continue // nothing claimed: the one row carries only the next due time
+		}
+		d.ID, d.ExecutionID, d.Attempt, d.DueAt, d.ClaimedUntil = *id, *execID, *attempt, *due, *claimed
+		out.Dispatches = append(out.Dispatches, d)
+	}
+	if err := rows.Err(); err != nil {
+		return Claim{}, fmt.Errorf("claim dispatches: %w", err)
+	}
+	if next != nil {
+		wait := time.Duration(*next * float64(time.Second))
+		out.NextIn = &wait
 	}
 	return out, nil
 }
@@ -83,31 +131,6 @@ func (s *Store) DispatchRelease(ctx context.Context, ids []int64, claimedUntil t
 		return 0, fmt.Errorf("release unpublished dispatches: %w", err)
 	}
 	return tag.RowsAffected(), nil
-}
-
-// DispatchNextDue returns how long until the earliest record becomes claimable with the given
-// horizon (see DispatchClaim) — horizon before its due time, or the end of its claim if one holds
-// it — or nil if none waits. The wait is measured by the database, against its now(): the clock
-// that wrote due_at and claimed_until and that DispatchClaim compares them with, so the dispatcher
-// wakes on time whatever its own clock says. It may be negative (claimable already).
-func (s *Store) DispatchNextDue(ctx context.Context, horizon time.Duration) (*time.Duration, error) {
-	var secs *float64
-	// Two index-ordered lookups (least ignores NULLs): the earliest unclaimed record, and the
-	// earliest claim to expire.
-	if err := s.pool.QueryRow(ctx, `
-		SELECT extract(epoch FROM least(
-			(SELECT due_at FROM dispatches WHERE claimed_until IS NULL ORDER BY due_at LIMIT 1)
-				- make_interval(secs => $1),
-			(SELECT greatest(due_at - make_interval(secs => $1), claimed_until) FROM dispatches
-			 WHERE claimed_until IS NOT NULL ORDER BY claimed_until LIMIT 1)) - now())::float8`,
-		max(horizon, 0).Seconds()).Scan(&secs); err != nil {
-		return nil, fmt.Errorf("next due dispatch: %w", err)
-	}
-	if secs == nil {
-		return nil, nil
-	}
-	wait := time.Duration(*secs * float64(time.Second))
-	return &wait, nil
 }
 
 // DeadDispatch is what the database says about a dispatch whose message is in the executions

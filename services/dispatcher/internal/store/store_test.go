@@ -54,6 +54,18 @@ func ids(ds []Dispatch) []int64 {
 	return out
 }
 
+// claim is DispatchClaim's claimed records.
+func (b *bundle) claim(ctx context.Context, limit int, ttl, horizon time.Duration) ([]Dispatch, error) {
+	c, err := b.store.DispatchClaim(ctx, limit, ttl, horizon)
+	return c.Dispatches, err
+}
+
+// nextDue is the next-due answer of a claim that takes nothing (limit 0).
+func (b *bundle) nextDue(ctx context.Context, horizon time.Duration) (*time.Duration, error) {
+	c, err := b.store.DispatchClaim(ctx, 0, time.Minute, horizon)
+	return c.NextIn, err
+}
+
 func ptr(d time.Duration) *time.Duration { return &d }
 
 func TestDispatchClaimTakesOnlyDueUnclaimedRows(t *testing.T) {
@@ -67,7 +79,7 @@ func TestDispatchClaimTakesOnlyDueUnclaimedRows(t *testing.T) {
 	expired := b.insert(t, 4, -time.Hour, ptr(-time.Second)) // that dispatcher's claim expired
 
 	before := time.Now()
-	got, err := b.store.DispatchClaim(ctx, 10, 30*time.Second, 0)
+	got, err := b.claim(ctx, 10, 30*time.Second, 0)
 	require.NoError(t, err)
 	require.Equal(t, []int64{due, expired}, ids(got))
 	for _, d := range got {
@@ -76,7 +88,7 @@ func TestDispatchClaimTakesOnlyDueUnclaimedRows(t *testing.T) {
 		require.True(t, d.DueAt.Before(time.Now()))
 	}
 
-	again, err := b.store.DispatchClaim(ctx, 10, 30*time.Second, 0)
+	again, err := b.claim(ctx, 10, 30*time.Second, 0)
 	require.NoError(t, err)
 	require.Empty(t, again, "claimed rows are not claimed again while the claim holds")
 }
@@ -93,7 +105,7 @@ func TestDispatchClaimHonoursTheLimitOldestFirst(t *testing.T) {
 			oldest = append(oldest, id)
 		}
 	}
-	got, err := b.store.DispatchClaim(ctx, 2, time.Minute, 0)
+	got, err := b.claim(ctx, 2, time.Minute, 0)
 	require.NoError(t, err)
 	require.Equal(t, oldest, ids(got))
 }
@@ -117,7 +129,7 @@ func TestDispatchClaimConcurrentClaimersNeverShareARow(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			for {
-				got, err := b.store.DispatchClaim(ctx, limit, time.Minute, 0)
+				got, err := b.claim(ctx, limit, time.Minute, 0)
 				if err != nil {
 					errs[i] = err
 					return
@@ -164,7 +176,7 @@ func TestDispatchDeletePublishedOnlyUnderTheSameClaim(t *testing.T) {
 	for n := 1; n <= 3; n++ {
 		b.insert(t, n, -time.Minute, nil)
 	}
-	got, err := b.store.DispatchClaim(ctx, 10, time.Minute, 0)
+	got, err := b.claim(ctx, 10, time.Minute, 0)
 	require.NoError(t, err)
 	require.Len(t, got, 3)
 	claimedUntil := got[0].ClaimedUntil
@@ -212,7 +224,7 @@ func TestDispatchClaimWithinTheHorizon(t *testing.T) {
 	_ = b.insert(t, 5, time.Minute, ptr(time.Minute))                 // within, but another dispatcher holds it
 	expired := b.insert(t, 6, 90*time.Minute, ptr(-time.Millisecond)) // within, its claim expired
 
-	got, err := b.store.DispatchClaim(ctx, 10, 30*time.Second, 2*time.Hour)
+	got, err := b.claim(ctx, 10, 30*time.Second, 2*time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, []int64{due, soon, edge, expired}, ids(got))
 	ahead := map[int64]time.Duration{due: -time.Minute, soon: 30 * time.Minute, expired: 90 * time.Minute, edge: 119 * time.Minute}
@@ -222,12 +234,36 @@ func TestDispatchClaimWithinTheHorizon(t *testing.T) {
 		require.True(t, d.ClaimedUntil.Sub(d.ClaimedAt) == 30*time.Second, "claimed for the TTL")
 	}
 
-	again, err := b.store.DispatchClaim(ctx, 10, 30*time.Second, 2*time.Hour)
+	again, err := b.claim(ctx, 10, 30*time.Second, 2*time.Hour)
 	require.NoError(t, err)
 	require.Empty(t, again)
-	wider, err := b.store.DispatchClaim(ctx, 10, 30*time.Second, 4*time.Hour)
+	wider, err := b.claim(ctx, 10, 30*time.Second, 4*time.Hour)
 	require.NoError(t, err)
 	require.Len(t, wider, 1, "a wider horizon reaches the 3h record")
+}
+
+// TestDispatchClaimAnswersTheNextDue: the claim statement itself says when the next pass is due,
+// leaving out the rows it just claimed (its snapshot still shows them unclaimed): no second
+// statement per pass.
+func TestDispatchClaimAnswersTheNextDue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.insert(t, 1, -time.Second, nil)
+	b.insert(t, 2, 0, nil)
+	b.insert(t, 3, 2*time.Hour, nil)
+	c, err := b.store.DispatchClaim(ctx, 10, 30*time.Second, time.Hour)
+	require.NoError(t, err)
+	require.Len(t, c.Dispatches, 2, "the two due records")
+	require.NotNil(t, c.NextIn)
+	require.InDelta(t, time.Hour.Seconds(), c.NextIn.Seconds(), 5, "the 2 h record, an hour before it is due")
+
+	c, err = b.store.DispatchClaim(ctx, 10, 30*time.Second, 0)
+	require.NoError(t, err)
+	require.Empty(t, c.Dispatches)
+	require.NotNil(t, c.NextIn)
+	require.InDelta(t, (30 * time.Second).Seconds(), c.NextIn.Seconds(), 5,
+		"nothing claimable: the earliest claim to expire, the first two's")
 }
 
 // TestDispatchNextDueLooksAheadByTheHorizon: the dispatcher wakes when the earliest record comes
@@ -244,7 +280,7 @@ func TestDispatchNextDueLooksAheadByTheHorizon(t *testing.T) {
 	t.Run("nothing waits", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		next, err := b.store.DispatchNextDue(ctx, time.Hour)
+		next, err := b.nextDue(ctx, time.Hour)
 		require.NoError(t, err)
 		require.Nil(t, next)
 	})
@@ -252,10 +288,10 @@ func TestDispatchNextDueLooksAheadByTheHorizon(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.insert(t, 1, 3*time.Hour, nil)
-		next, err := b.store.DispatchNextDue(ctx, 2*time.Hour)
+		next, err := b.nextDue(ctx, 2*time.Hour)
 		require.NoError(t, err)
 		requireNear(t, time.Hour, next)
-		next, err = b.store.DispatchNextDue(ctx, 0)
+		next, err = b.nextDue(ctx, 0)
 		require.NoError(t, err)
 		requireNear(t, 3*time.Hour, next)
 	})
@@ -263,7 +299,7 @@ func TestDispatchNextDueLooksAheadByTheHorizon(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.insert(t, 1, 30*time.Minute, ptr(10*time.Minute))
-		next, err := b.store.DispatchNextDue(ctx, 2*time.Hour)
+		next, err := b.nextDue(ctx, 2*time.Hour)
 		require.NoError(t, err)
 		requireNear(t, 10*time.Minute, next)
 	})
@@ -271,7 +307,7 @@ func TestDispatchNextDueLooksAheadByTheHorizon(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.insert(t, 1, 5*time.Hour, ptr(10*time.Minute))
-		next, err := b.store.DispatchNextDue(ctx, 2*time.Hour)
+		next, err := b.nextDue(ctx, 2*time.Hour)
 		require.NoError(t, err)
 		requireNear(t, 3*time.Hour, next)
 	})

@@ -114,7 +114,10 @@ func (p *pgProxy) setDown(down bool) {
 	}
 }
 
-// blipRelay is the relay as the service runs it in a chaos-scaled run: the DLQ looked at every
+// blipRelay is the relay as the service runs it in a chaos-scaled run, without its in-process
+// hand-off (the tests below cut only the deliverer's database connections, and are about the
+// notices the broker carries; in the service the relay and the deliverer share one pool, so a
+// relay that can claim has a deliverer that can record): the DLQ looked at every
 // second, the stale-notice release out of the way (an hour), so that only the dead letter can
 // explain a recovery.
 func blipRelay(t *testing.T) *relay.Options {
@@ -140,7 +143,7 @@ func TestDeadConnectionsForTwoSecondsDoNotDeadLetter(t *testing.T) {
 	events := routes.Events
 	s := dbtest.NewSchema(t)
 	b := setup(t, options{schema: s, route: &events, brokerScale: chaosScale, deliverURL: proxy.url(t, s.URL),
-		relay: blipRelay(t), deadLetters: true})
+		relay: blipRelay(t), deadLetters: true, brokerOnly: true})
 	rc := okReceiver(t)
 	b.setConsumer(t, dbtest.TestApp, "webhook", rc.srv.URL)
 
@@ -176,7 +179,7 @@ func TestDeadLetteredNoticeIsRecoveredInSecondsAndCleared(t *testing.T) {
 	events := routes.Events
 	s := dbtest.NewSchema(t)
 	b := setup(t, options{schema: s, route: &events, brokerScale: chaosScale, deliverURL: proxy.url(t, s.URL),
-		relay: blipRelay(t), deadLetters: true})
+		relay: blipRelay(t), deadLetters: true, brokerOnly: true})
 	rc := okReceiver(t)
 	b.setConsumer(t, dbtest.TestApp, "webhook", rc.srv.URL)
 	missing := "00000000-0000-4000-8000-000000000001"

@@ -152,6 +152,47 @@ func (d *Deliverer) Handle(ctx context.Context, m *mq.Message) mq.Result {
 		return mq.Defer(min(ev.ClaimWait, max(d.cfg.Busy, claimPoll)))
 	}
 
+	return d.deliverClaimed(ctx, ev, logger).result()
+}
+
+// verdictKind is what became of a claimed event's delivery.
+type verdictKind uint8
+
+const (
+	// verdictDone: delivered, dead, or moved on meanwhile; nothing follows.
+	verdictDone verdictKind = iota
+	// verdictDefer: its next attempt is due after delay; a notice must wait for it.
+	verdictDefer
+	// verdictFail: the attempt was made but not recorded (err); the claim holds until it expires.
+	verdictFail
+	// verdictStopped: stopped mid-attempt; nothing recorded, the claim released.
+	verdictStopped
+)
+
+// verdict is the outcome of deliverClaimed, which Handle turns into the notice's mq.Result and
+// the in-process deliverer into a notice of its own when one is needed.
+type verdict struct {
+	kind  verdictKind
+	delay time.Duration
+	err   error
+}
+
+func (v verdict) result() mq.Result {
+	switch v.kind {
+	case verdictDefer:
+		return mq.Defer(v.delay)
+	case verdictFail:
+		return mq.Fail(v.err)
+	case verdictStopped:
+		return mq.Result{}
+	default:
+		return mq.Ack()
+	}
+}
+
+// deliverClaimed makes one attempt of ev, which this deliverer has claimed (ev.Claim) and holds
+// its application's slot for, and records it.
+func (d *Deliverer) deliverClaimed(ctx context.Context, ev *store.Delivery, logger *zap.Logger) verdict {
 	start := time.Now()
 	res := d.attempt(ctx, ev)
 	elapsed := time.Since(start)
@@ -162,7 +203,7 @@ func (d *Deliverer) Handle(ctx context.Context, m *mq.Message) mq.Result {
 		if err := d.store.DeliveryRelease(rctx, ev.EventID, ev.Claim); err != nil {
 			logger.Warn("event claim not released; it expires by itself", zap.Error(err))
 		}
-		return mq.Result{}
+		return verdict{kind: verdictStopped}
 	}
 
 	a := store.Attempt{StatusCode: res.statusCode, Duration: elapsed, ResponseBody: res.body, Outcome: "delivered",
@@ -186,7 +227,7 @@ func (d *Deliverer) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	if err != nil {
 		// The attempt happened but is not recorded; the port retries the notice shortly, and it
 		// waits for the claim to expire before delivering again (at least once).
-		return mq.Fail(err)
+		return verdict{kind: verdictFail, err: err}
 	}
 	fields := []zap.Field{zap.Int("attempt", attempt), zap.Int("status_code", res.statusCode), zap.Duration("duration", elapsed)}
 	switch {
@@ -194,18 +235,18 @@ func (d *Deliverer) Handle(ctx context.Context, m *mq.Message) mq.Result {
 		// Settled, redelivered or taken over meanwhile: whoever did that owns what follows (a
 		// redelivery published its own notice).
 		logger.Info("event moved on during the attempt; attempt kept in the history only", fields...)
-		return mq.Ack()
+		return verdict{}
 	case a.Outcome == "delivered":
 		logger.Info("event delivered", fields...)
-		return mq.Ack()
+		return verdict{}
 	case a.Outcome == "dead":
 		logger.Warn("event dead after its last delivery attempt",
 			append(fields, zap.String("category", a.Err), zap.String("error", logErr))...)
-		return mq.Ack()
+		return verdict{}
 	default:
 		logger.Info("event delivery failed; next attempt scheduled",
 			append(fields, zap.String("category", a.Err), zap.String("error", logErr), zap.Duration("next_in", a.NextIn))...)
-		return mq.Defer(a.NextIn)
+		return verdict{kind: verdictDefer, delay: a.NextIn}
 	}
 }
 

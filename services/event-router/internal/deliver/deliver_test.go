@@ -72,6 +72,11 @@ type options struct {
 	// consumer names (default: the system's).
 	strict   bool
 	resolver *net.Resolver
+	// brokerOnly turns the relay's in-process hand-off off: every event goes through the broker,
+	// as a replica whose queue is full would send it (default: on, as in production, with a queue
+	// of local events, 32 when zero).
+	brokerOnly bool
+	local      int
 }
 
 // bundle is a running deliverer and relay on a schema and a broker scope of the test's own.
@@ -81,6 +86,7 @@ type bundle struct {
 	broker *mq.Broker
 	route  mq.Route
 	relay  *relay.Relay
+	local  *Local
 }
 
 // setup starts the relay and the deliverer (16 workers, as in production) against the events
@@ -151,9 +157,20 @@ func setup(t *testing.T, o options) *bundle {
 	if o.deadLetters {
 		relayOpts.DeadLetters = b
 	}
+	var local *Local
+	if !o.brokerOnly {
+		if o.local == 0 {
+			o.local = 32
+		}
+		local = d.Local(b, route.Name, o.local)
+		relayOpts.Handoff = local
+	}
 	rel := relay.New(st, b, zap.NewNop(), relayOpts)
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	if local != nil {
+		wg.Go(func() { assert.NoError(t, local.Run(runCtx, runCtx, 16)) })
+	}
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -168,7 +185,7 @@ func setup(t *testing.T, o options) *bundle {
 		wg.Wait()
 		assert.NoError(t, d.Close())
 	})
-	return &bundle{s: s, box: box, broker: b, route: route, relay: rel}
+	return &bundle{s: s, box: box, broker: b, route: route, relay: rel, local: local}
 }
 
 // setConsumer registers app's consumer with a fresh signing secret, and returns the secret.
@@ -374,10 +391,10 @@ func TestConcurrentDuplicateNoticesDeliverOnce(t *testing.T) {
 	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	b.setConsumer(t, dbtest.TestApp, "webhook", rc.srv.URL)
 	id := b.newEvent(t, dbtest.TestApp)
-	b.notify(t, dbtest.TestApp, id, 4) // beside the relay's own
+	b.notify(t, dbtest.TestApp, id, 4) // beside the relay's own hand-off in process
 
 	b.awaitStatus(t, id, "delivered", 10*time.Second)
-	require.Eventually(t, func() bool { return b.broker.Counters(b.route.Name).Acknowledged >= 5 },
+	require.Eventually(t, func() bool { return b.broker.Counters(b.route.Name).Acknowledged >= 4 },
 		10*time.Second, 10*time.Millisecond, "every copy is acked in the end")
 	assert.Len(t, rc.requests(), 1)
 	assert.Len(t, b.deliveries(t, id), 1)

@@ -1,6 +1,8 @@
-// Package relay moves completion events from the Postgres outbox to the broker: woken by the
+// Package relay moves completion events from the Postgres outbox to the deliverers: woken by the
 // settlement transaction's NOTIFY and by a scheduled pass, it claims unrelayed events with SKIP
-// LOCKED, publishes them with confirms, and marks the confirmed ones relayed.
+// LOCKED; those its own in-process deliverer has room for are claimed for delivery in the same
+// statement and handed over without a broker message, the others published with confirms and the
+// confirmed ones marked relayed.
 package relay
 
 import (
@@ -62,6 +64,20 @@ type Options struct {
 	// ClaimTTL is how long a claim on events being published lasts (DefaultClaimTTL when zero): a
 	// relay killed between claim and publish leaves its events to the others for that long.
 	ClaimTTL time.Duration
+	// Handoff, when set, is this process's own deliverer: each pass claims for it, in the same
+	// statement as the relay's claim, as many events as it has room for, and hands them over in
+	// process instead of publishing their notices (issue 13: one trip through the broker).
+	Handoff Handoff
+}
+
+// Handoff takes events claimed for delivery in process (store.EventClaimForRelay).
+type Handoff interface {
+	// Free is how many events Offer takes now.
+	Free() int
+	// ClaimTTL is the delivery claim each handed event gets.
+	ClaimTTL() time.Duration
+	// Offer queues the events; it does not block.
+	Offer(evs []*store.Delivery)
 }
 
 // Relay publishes outbox events.
@@ -76,7 +92,12 @@ type Relay struct {
 	// republished and cleared count what the dead-letter recovery did, for tests (the metrics
 	// are process-wide).
 	republished, cleared atomic.Int64
+	// handedOff counts the events handed to Options.Handoff.
+	handedOff atomic.Int64
 }
+
+// HandedOff is how many events this relay handed to its in-process deliverer.
+func (r *Relay) HandedOff() int64 { return r.handedOff.Load() }
 
 // NoticesRepublished is how many pending events this relay gave a fresh notice because their
 // notice was in the DLQ.
@@ -96,7 +117,7 @@ const (
 var (
 	noticesReleased = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "integrations_event_notices_republished_total",
-		Help: "Pending events whose notice was lost and published again, by evidence: stale (overdue) or dead_lettered.",
+		Help: "Pending events whose notice was lost and published again, by evidence: stale (overdue), dead_lettered, or handoff (handed in process by a replica that died).",
 	}, []string{"evidence"})
 	deadLettersCleared = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "integrations_event_dead_letters_cleared_total",
@@ -184,11 +205,35 @@ func (r *Relay) pass(ctx context.Context) error {
 			noticesReleased.WithLabelValues("stale").Add(float64(released))
 			r.log.Warn("event notices overdue; publishing them again", zap.Int64("events", released))
 		}
+		lost, err := r.store.EventReleaseHandoffs(ctx)
+		if err != nil {
+			return err
+		}
+		if lost > 0 {
+			noticesReleased.WithLabelValues("handoff").Add(float64(lost))
+			r.log.Warn("events handed in process by a replica that stopped without them; relaying them again",
+				zap.Int64("events", lost))
+		}
 	}
 	for {
-		claimed, err := r.store.EventClaimUnrelayed(ctx, batchSize, r.opts.ClaimTTL)
-		if err != nil || len(claimed) == 0 {
+		var free int
+		var deliveryTTL time.Duration
+		if r.opts.Handoff != nil {
+			free, deliveryTTL = r.opts.Handoff.Free(), r.opts.Handoff.ClaimTTL()
+		}
+		claimed, here, err := r.store.EventClaimForRelay(ctx, batchSize, r.opts.ClaimTTL, free, deliveryTTL)
+		if err != nil {
 			return err
+		}
+		if len(here) > 0 {
+			r.handedOff.Add(int64(len(here)))
+			r.opts.Handoff.Offer(here)
+		}
+		if len(claimed) == 0 {
+			if len(here) < batchSize {
+				return nil
+			}
+			continue
 		}
 		msgs := make([]mq.Outgoing, len(claimed))
 		for i, c := range claimed {
@@ -211,7 +256,7 @@ func (r *Relay) pass(ctx context.Context) error {
 				return err
 			}
 		}
-		if len(claimed) < batchSize {
+		if len(claimed)+len(here) < batchSize {
 			return nil
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/integrations-platform/integrations/pkg/db"
+	"github.com/integrations-platform/integrations/pkg/batch"
 )
 
 // ErrNotFound means no such event.
@@ -19,11 +19,20 @@ var ErrNotFound = errors.New("event not found")
 
 // Store is the router's data access.
 type Store struct {
-	pool *pgxpool.Pool
+	pool    *pgxpool.Pool
+	records *batch.Batcher[record, bool]
 }
 
+// recordBatchSize bounds one batch of delivery records; two batches may run at once, so that a
+// batch waiting on its commit does not hold up the next.
+const recordBatchSize = 64
+
 // New returns a Store on pool.
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func New(pool *pgxpool.Pool) *Store {
+	s := &Store{pool: pool}
+	s.records = batch.New(s.recordBatch, batch.Options{Name: "delivery record", MaxSize: recordBatchSize, Concurrency: 2})
+	return s
+}
 
 // Pool returns the pool, for LISTEN.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
@@ -37,29 +46,90 @@ type Unrelayed struct {
 
 // EventClaimUnrelayed reserves up to limit events not yet published to the broker.
 func (s *Store) EventClaimUnrelayed(ctx context.Context, limit int, ttl time.Duration) ([]Unrelayed, error) {
+	pub, _, err := s.EventClaimForRelay(ctx, limit, ttl, 0, 0)
+	return pub, err
+}
+
+// EventClaimForRelay reserves up to limit events not yet published to the broker, and of them
+// claims up to local — the oldest that are pending, due and under no live delivery claim — for
+// delivery in process, in the same statement: each of those is marked relayed and claimed for
+// delivery for deliveryTTL (as DeliveryClaim claims it), and comes back with what its delivery
+// needs. The others come back to be published, under the relay's claim for ttl. So an event
+// handed in process costs no statement of its own before its attempt: the relay's claim is its
+// delivery claim. An event handed in process whose replica dies is relayed and pending: its claim
+// expires and EventReleaseHandoffs gives it back to the relay. A handed event carries the mark of
+// its hand-off — relayed, with relay_claimed_until its delivery claim's end — until its attempt
+// is recorded or its claim released.
+func (s *Store) EventClaimForRelay(ctx context.Context, limit int, ttl time.Duration, local int, deliveryTTL time.Duration) ([]Unrelayed, []*Delivery, error) {
 	rows, err := s.pool.Query(ctx, `
-		UPDATE integration_events e SET relay_claimed_until = now() + make_interval(secs => $2)
-		FROM (
-			SELECT id FROM integration_events
+		WITH todo AS (
+			SELECT id, created_at FROM integration_events
 			WHERE relayed_at IS NULL AND (relay_claimed_until IS NULL OR relay_claimed_until < now())
 			ORDER BY created_at
 			LIMIT $1
 			FOR UPDATE SKIP LOCKED
-		) todo
-		WHERE e.id = todo.id
-		RETURNING e.id, e.application_id, e.relay_claimed_until`, limit, ttl.Seconds())
+		), ranked AS (
+			SELECT e.id, COALESCE(row_number() OVER (ORDER BY todo.created_at) <= $3
+				AND e.delivery_status = 'pending'
+				AND (e.delivery_claimed_until IS NULL OR e.delivery_claimed_until < now())
+				AND (e.attempts = 0 OR e.next_attempt_at IS NULL OR e.next_attempt_at <= now()), false) AS here
+			FROM todo JOIN integration_events e ON e.id = todo.id
+		), marked AS (
+			UPDATE integration_events e SET
+				relay_claimed_until = CASE WHEN r.here THEN now() + make_interval(secs => $4) ELSE now() + make_interval(secs => $2) END,
+				relayed_at = CASE WHEN r.here THEN now() END,
+				delivery_claimed_until = CASE WHEN r.here THEN now() + make_interval(secs => $4) ELSE e.delivery_claimed_until END
+			FROM ranked r
+			WHERE e.id = r.id
+			RETURNING e.id, e.application_id, r.here, e.relay_claimed_until, e.delivery_claimed_until,
+				e.type, e.created_at, e.attempts
+		)
+		SELECT m.id, m.application_id, m.here, m.relay_claimed_until, m.delivery_claimed_until, m.type, m.created_at, m.attempts,
+			CASE WHEN m.here THEN e.payload END, a.consumer_kind, a.consumer_endpoint,
+			CASE WHEN m.here THEN a.signing_secret_enc END,
+			CASE WHEN m.here AND a.signing_secret_prev_until > now() THEN a.signing_secret_prev_enc END
+		FROM marked m JOIN integration_events e ON e.id = m.id JOIN applications a ON a.id = m.application_id`,
+		limit, ttl.Seconds(), local, deliveryTTL.Seconds())
 	if err != nil {
-		return nil, fmt.Errorf("claim unrelayed events: %w", err)
+		return nil, nil, fmt.Errorf("claim unrelayed events: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Unrelayed, error) {
-		var u Unrelayed
-		err := r.Scan(&u.ID, &u.ApplicationID, &u.ClaimedUntil)
-		return u, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim unrelayed events: %w", err)
+	defer rows.Close()
+	var pub []Unrelayed
+	var here []*Delivery
+	for rows.Next() {
+		var d Delivery
+		var isHere bool
+		var relayClaim, deliveryClaim *time.Time
+		if err := rows.Scan(&d.EventID, &d.ApplicationID, &isHere, &relayClaim, &deliveryClaim, &d.Type, &d.CreatedAt,
+			&d.Attempts, &d.Payload, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret); err != nil {
+			return nil, nil, fmt.Errorf("claim unrelayed events: %w", err)
+		}
+		if !isHere {
+			pub = append(pub, Unrelayed{ID: d.EventID, ApplicationID: d.ApplicationID, ClaimedUntil: *relayClaim})
+			continue
+		}
+		d.Status = "pending"
+		d.Claim = *deliveryClaim
+		here = append(here, &d)
 	}
-	return out, nil
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("claim unrelayed events: %w", err)
+	}
+	return pub, here, nil
+}
+
+// DeliveryUnclaim gives events claimed for delivery in process and not attempted (their
+// deliverer stopped first, or could not publish their deferred notice) back to the relay: their
+// claim ends and they are unrelayed, so that a relay — this replica's or another's — publishes
+// them at once. An event whose claim is no longer the one given is left alone.
+func (s *Store) DeliveryUnclaim(ctx context.Context, ids []string, claims []time.Time) error {
+	if _, err := s.pool.Exec(ctx, `
+		UPDATE integration_events e SET delivery_claimed_until = NULL, relayed_at = NULL, relay_claimed_until = NULL
+		FROM unnest($1::uuid[], $2::timestamptz[]) AS u(id, claim)
+		WHERE e.id = u.id AND e.delivery_status = 'pending' AND e.delivery_claimed_until = u.claim`, ids, claims); err != nil {
+		return fmt.Errorf("unclaim %d events: %w", len(ids), err)
+	}
+	return nil
 }
 
 // EventReleaseStale makes pending events whose notice should have come back more than staleAfter
@@ -78,6 +148,22 @@ func (s *Store) EventReleaseStale(ctx context.Context, staleAfter time.Duration)
 			AND (delivery_claimed_until IS NULL OR delivery_claimed_until < now())`, staleAfter.Seconds())
 	if err != nil {
 		return 0, fmt.Errorf("release stale events: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// EventReleaseHandoffs makes the events handed to an in-process deliverer that never recorded
+// nor released them — its replica died: the hand-off's mark (EventClaimForRelay) and the delivery
+// claim both past — unrelayed again, so that a relay publishes or hands them at once, rather than
+// after the stale-notice window.
+func (s *Store) EventReleaseHandoffs(ctx context.Context) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE integration_events SET relayed_at = NULL, relay_claimed_until = NULL
+		WHERE relayed_at IS NOT NULL AND relay_claimed_until IS NOT NULL AND relay_claimed_until < now()
+			AND delivery_status = 'pending'
+			AND (delivery_claimed_until IS NULL OR delivery_claimed_until < now())`)
+	if err != nil {
+		return 0, fmt.Errorf("release lost hand-offs: %w", err)
 	}
 	return tag.RowsAffected(), nil
 }
@@ -229,7 +315,8 @@ func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Dura
 // claim that is no longer this delivery's (it expired and another took the event) is left alone.
 func (s *Store) DeliveryRelease(ctx context.Context, eventID string, claim time.Time) error {
 	if _, err := s.pool.Exec(ctx, `
-		UPDATE integration_events SET delivery_claimed_until = NULL
+		UPDATE integration_events SET delivery_claimed_until = NULL,
+			relay_claimed_until = CASE WHEN relayed_at IS NOT NULL THEN NULL ELSE relay_claimed_until END
 		WHERE id = $1 AND delivery_status = 'pending' AND delivery_claimed_until = $2`,
 		eventID, claim); err != nil {
 		return fmt.Errorf("release event %s: %w", eventID, err)
@@ -260,7 +347,9 @@ type Attempt struct {
 
 // DeliveryRecord records one attempt in the event's history and, if the event is still as the
 // attempt found it — pending, at the same attempt count, under the same claim — applies its
-// outcome to the event and ends the claim, in one transaction. The attempt's number follows the
+// outcome to the event and ends the claim, in one statement (one round trip, one commit).
+// Concurrent records are coalesced (pkg/batch) into one statement and one commit for the whole
+// batch; each caller still gets its own answer and its own error. The attempt's number follows the
 // event's whole history (max(n)+1), so that the attempts before a redelivery, which resets the
 // event's count, are kept.
 //
@@ -269,33 +358,112 @@ type Attempt struct {
 // the fresh one could end that one early, or kill the event while its redelivery waits), or the
 // claim expired and another delivery took it; the attempt is still recorded in the history.
 func (s *Store) DeliveryRecord(ctx context.Context, eventID string, a Attempt) (bool, error) {
-	applied := false
-	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `
-			UPDATE integration_events
-			SET attempts = attempts + 1, delivery_status = $2, last_error = nullif($3, ''),
-				delivered_at = CASE WHEN $2 = 'delivered' THEN now() END,
-				dead_at = CASE WHEN $2 = 'dead' THEN now() END,
-				next_attempt_at = CASE WHEN $2 = 'pending' THEN now() + make_interval(secs => $4) END,
-				delivery_claimed_until = NULL
-			WHERE id = $1 AND delivery_status = 'pending' AND attempts = $5 AND delivery_claimed_until = $6`,
-			eventID, a.Outcome, a.Err, a.NextIn.Seconds(), a.Attempts, a.Claim)
+	return s.records.Do(ctx, record{eventID: eventID, a: a})
+}
+
+// record is one DeliveryRecord request.
+type record struct {
+	eventID string
+	a       Attempt
+}
+
+// RecordStats are the delivery-record batcher's counts (batches and records run).
+func (s *Store) RecordStats() batch.Stats { return s.records.Stats() }
+
+// deliveryRecordSQL applies and records a batch of attempts given as parallel arrays, in request
+// order (ord). The UPDATE answers the ord of each request it applied, so two records of one event
+// in a batch (a stale claim's beside a live one) are each answered for themselves; the INSERT
+// numbers the attempts of one event after its history, in request order. Only the applied ords
+// are read back.
+const deliveryRecordSQL = `
+	WITH req AS (
+		SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::float8[], $5::int[], $6::timestamptz[],
+			$7::int[], $8::bigint[], $9::text[]) WITH ORDINALITY
+			AS r(event_id, outcome, err, next_in, attempts, claim, status_code, duration_ms, body, ord)
+	), upd AS (
+		UPDATE integration_events e
+		SET attempts = e.attempts + 1, delivery_status = req.outcome, last_error = nullif(req.err, ''),
+			delivered_at = CASE WHEN req.outcome = 'delivered' THEN now() END,
+			dead_at = CASE WHEN req.outcome = 'dead' THEN now() END,
+			next_attempt_at = CASE WHEN req.outcome = 'pending' THEN now() + make_interval(secs => req.next_in) END,
+			delivery_claimed_until = NULL,
+			relay_claimed_until = CASE WHEN e.relayed_at IS NOT NULL THEN NULL ELSE e.relay_claimed_until END
+		FROM req
+		WHERE e.id = req.event_id AND e.delivery_status = 'pending' AND e.attempts = req.attempts
+			AND e.delivery_claimed_until = req.claim
+		RETURNING req.ord
+	), ins AS (
+		INSERT INTO event_deliveries (event_id, n, status_code, error, duration_ms, response_body)
+		SELECT req.event_id,
+			COALESCE((SELECT max(d.n) FROM event_deliveries d WHERE d.event_id = req.event_id), 0)
+				+ row_number() OVER (PARTITION BY req.event_id ORDER BY req.ord),
+			req.status_code, nullif(req.err, ''), req.duration_ms, nullif(req.body, '')
+		FROM req
+	)
+	SELECT ord FROM upd`
+
+// recordBatch runs deliveryRecordSQL for reqs. A batch that fails for one of its rows (say two
+// replicas numbering one event's attempt alike) is run again row by row, so that only that row's
+// caller gets the error (a lost connection fails each row again, and so every caller).
+func (s *Store) recordBatch(ctx context.Context, reqs []record) ([]bool, []error, error) {
+	applied, err := s.recordRows(ctx, reqs)
+	if err == nil || len(reqs) == 1 {
+		return applied, nil, err
+	}
+	applied = make([]bool, len(reqs))
+	errs := make([]error, len(reqs))
+	for i := range reqs {
+		one, err := s.recordRows(ctx, reqs[i:i+1])
 		if err != nil {
-			return fmt.Errorf("record delivery of %s: %w", eventID, err)
+			errs[i] = err
+			continue
 		}
-		applied = tag.RowsAffected() == 1
-		var code *int
-		if a.StatusCode != 0 {
-			code = &a.StatusCode
+		applied[i] = one[0]
+	}
+	return applied, errs, nil
+}
+
+func (s *Store) recordRows(ctx context.Context, reqs []record) ([]bool, error) {
+	n := len(reqs)
+	ids, outcomes, errs, bodies := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	nextIn := make([]float64, n)
+	attempts := make([]int32, n)
+	claims := make([]time.Time, n)
+	codes := make([]*int32, n)
+	millis := make([]int64, n)
+	for i, r := range reqs {
+		ids[i], outcomes[i], errs[i], bodies[i] = r.eventID, r.a.Outcome, r.a.Err, r.a.ResponseBody
+		nextIn[i], attempts[i], claims[i], millis[i] = r.a.NextIn.Seconds(), r.a.Attempts, r.a.Claim, r.a.Duration.Milliseconds()
+		if r.a.StatusCode != 0 {
+			c := int32(r.a.StatusCode)
+			codes[i] = &c
 		}
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO event_deliveries (event_id, n, status_code, error, duration_ms, response_body)
-			SELECT $1, COALESCE(max(n), 0) + 1, $2, nullif($3, ''), $4, nullif($5, '')
-			FROM event_deliveries WHERE event_id = $1`,
-			eventID, code, a.Err, a.Duration.Milliseconds(), a.ResponseBody); err != nil {
-			return fmt.Errorf("record delivery attempt of %s: %w", eventID, err)
-		}
-		return nil
-	})
-	return applied, err
+	}
+	rows, err := s.pool.Query(ctx, deliveryRecordSQL, ids, outcomes, errs, nextIn, attempts, claims, codes, millis, bodies)
+	if err != nil {
+		return nil, fmt.Errorf("record delivery of %d events: %w", n, err)
+	}
+	ords, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("record delivery of %d events: %w", n, err)
+	}
+	applied := make([]bool, n)
+	for _, o := range ords {
+		applied[o-1] = true
+	}
+	return applied, nil
+}
+
+// EventUnrelay makes events handed to an in-process deliverer but not delivered by it (it was
+// stopped first) unrelayed again, so that a relay — this replica's or another's — publishes their
+// notices at once rather than after the stale-notice window. An event under a live delivery claim,
+// or no longer pending, is left alone.
+func (s *Store) EventUnrelay(ctx context.Context, ids []string) error {
+	if _, err := s.pool.Exec(ctx, `
+		UPDATE integration_events SET relayed_at = NULL, relay_claimed_until = NULL
+		WHERE id = ANY($1::uuid[]) AND delivery_status = 'pending' AND relayed_at IS NOT NULL
+			AND (delivery_claimed_until IS NULL OR delivery_claimed_until < now())`, ids); err != nil {
+		return fmt.Errorf("unrelay %d events: %w", len(ids), err)
+	}
+	return nil
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -19,6 +21,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
 	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
+	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	queuev1 "github.com/integrations-platform/integrations/pkg/gen/integrations/queue/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/log"
@@ -75,6 +78,10 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	var early *store.EarlyError
 	if errors.As(err, &early) {
 		return h.early(logger, early.By)
+	}
+	var past *store.PastDeadlineError
+	if errors.As(err, &past) {
+		return h.pastDeadline(ctx, logger, d.GetExecutionId(), d.GetAttempt(), past.Class)
 	}
 	if errors.Is(err, store.ErrNotStartable) {
 		logger.Info("dispatch skipped: attempt already started or execution moved on")
@@ -197,9 +204,10 @@ func (h *Handler) unreachable(ctx context.Context, logger *zap.Logger, started *
 // errMovedOn is how AttemptUndo's "not the running attempt" reaches the reporter.
 var errMovedOn = errors.New("attempt no longer running")
 
-// early handles a dispatch that arrived before its due time, by the database's clock: the
-// dispatcher published it into the largest delay level not past that time, so it is early by the
-// rest. It is deferred for what is left — through the route's shorter delay levels, and the last
+// early handles a dispatch that arrived before its due time by the route's delay tolerance or
+// more, by the database's clock (one early by less starts: see store.WithEarlyTolerance): the
+// dispatcher published it into the largest delay level not past that time (plus the tolerance),
+// so it is early by the rest. It is deferred for what is left — through the route's shorter delay levels, and the last
 // stretch below the smallest level held in the port's worker — without starting the attempt and
 // without spending a port-level attempt. (A dispatch whose attempt can no longer start, e.g.
 // cancelled while it waited, never comes here: AttemptStart answers ErrNotStartable for it, and it
@@ -207,6 +215,40 @@ var errMovedOn = errors.New("attempt no longer running")
 func (h *Handler) early(logger *zap.Logger, early time.Duration) mq.Result {
 	logger.Debug("dispatch arrived early; deferred", zap.Duration("early", early))
 	return mq.Defer(early)
+}
+
+// settleTimeout bounds the settlement of an execution whose deadline passed before its attempt.
+const settleTimeout = 10 * time.Second
+
+// pastDeadline handles a dispatch whose execution's deadline has passed before attempt n could
+// start: no adapter is called (it could not finish in time, and its work would be discarded), and
+// the execution is settled failed with retry_exhausted.budget now, through the settlement
+// service's Settle from PENDING at attempt n-1 — what its sweeper does for a stranded execution,
+// without waiting for the sweeper's grace. A settlement that lost (the execution settled or moved
+// on meanwhile) is done; one that could not be made is retried through the port (mq.Fail), and
+// past the port's budget the sweeper still settles it (no dispatch record waits).
+func (h *Handler) pastDeadline(ctx context.Context, logger *zap.Logger, id string, n int32, class string) mq.Result {
+	if class == "" {
+		class = execution.ClassTimeout
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	_, err := h.settlement.Settle(sctx, &settlementv1.SettleRequest{
+		ExecutionId: id, Attempt: n - 1,
+		FromStatus: executionv1.ExecutionStatus_EXECUTION_STATUS_PENDING,
+		Status:     executionv1.ExecutionStatus_EXECUTION_STATUS_FAILED,
+		Failure: &executionv1.Failure{Class: class, Reason: execution.ReasonBudget,
+			Message: fmt.Sprintf("the deadline passed before attempt %d could start", n)},
+	})
+	switch status.Code(err) {
+	case codes.OK:
+		logger.Info("deadline passed before the attempt; execution settled failed", zap.String("reason", execution.ReasonBudget))
+		return mq.Ack()
+	case codes.FailedPrecondition, codes.Aborted, codes.NotFound:
+		logger.Info("deadline passed before the attempt; the execution had moved on", zap.Error(err))
+		return mq.Ack()
+	}
+	return mq.Fail(fmt.Errorf("settle execution past its deadline: %w", err))
 }
 
 // recordFloor is the least time an outcome is retried for when the adapter answered at (or past)

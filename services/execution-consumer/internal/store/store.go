@@ -6,9 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/integrations-platform/integrations/pkg/batch"
 )
 
 // ErrNotStartable means the execution is not pending at the attempt before this one: the message
@@ -29,15 +34,13 @@ type Started struct {
 	Mode            string
 	Payload         []byte
 	Deadline        time.Time
-	LeaseExpiresAt  time.Time
 	AdapterEndpoint string
 	AdapterID       string // the adapter's catalog id: the audience of the platform's token
 	Lease           time.Duration
 	// Remaining is how long the attempt may run, as the database measured it when it started the
 	// attempt: until the lease it wrote or the deadline, whichever comes first. A call bounded by
 	// it ends when the sweeper will consider the attempt over, whatever this host's clock says
-	// (Deadline and LeaseExpiresAt are the database's times, for messages and logs, not for local
-	// timers).
+	// (Deadline is the database's time, for messages and logs, not for local timers).
 	Remaining time.Duration
 	// DeadlineIn is how long until Deadline, as the database measured it when it started the
 	// attempt: what the adapter is told to count its deadline from.
@@ -69,91 +72,258 @@ func (r *Started) LocalLeaseEnd() time.Time { return r.Measured.Add(r.Lease) }
 // first, on this host's monotonic clock.
 func (r *Started) LocalCallDeadline() time.Time { return r.Measured.Add(r.Remaining) }
 
+// PastDeadlineError means the execution is pending at the attempt before this one but its
+// deadline has passed: no attempt may start. The caller settles it failed with
+// retry_exhausted.budget (the settlement sweeper would, later). Class is the execution's last
+// failure class ("" if none).
+type PastDeadlineError struct{ Class string }
+
+func (e *PastDeadlineError) Error() string { return "the execution's deadline has passed" }
+
 // Store is the consumer's data access.
 type Store struct {
 	pool *pgxpool.Pool
+	// tolerance is how early a dispatch may arrive and still start (see WithEarlyTolerance).
+	tolerance time.Duration
+	starts    *batch.Batcher[startRequest, startAnswer]
 }
 
-// New returns a Store on pool.
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+// Batching of concurrent attempt starts: the consumer's handlers run concurrently (the route's
+// prefetch, INTEGRATIONS_CONSUMER_CONCURRENCY), and each batch of them is one statement and one
+// commit. Two batches may run at once so that one commit's flush overlaps the next batch's
+// gathering; 64 covers the executions route's prefetch (32) of two subscriptions.
+const (
+	startBatchMax         = 64
+	startBatchConcurrency = 2
+)
 
-// AttemptStart claims attempt n of the execution: one UPDATE that succeeds only if the execution
+// New returns a Store on pool.
+func New(pool *pgxpool.Pool) *Store {
+	s := &Store{pool: pool}
+	s.starts = batch.New(s.startBatch, batch.Options{Name: "attempt start", MaxSize: startBatchMax, Concurrency: startBatchConcurrency})
+	return s
+}
+
+// WithEarlyTolerance sets how early (by the database's clock) a dispatch may arrive and still
+// start its attempt: mq.DelayTolerance time-scaled (50 ms unscaled). Deferring it for those
+// milliseconds would cost a held worker and a second start statement, or a holding-queue hop,
+// for nothing. 0 (the default) starts nothing early. Call before use.
+func (s *Store) WithEarlyTolerance(d time.Duration) *Store {
+	s.tolerance = max(d, 0)
+	return s
+}
+
+// StartStats are the attempt-start batcher's counts (batches, attempts in them, the largest).
+func (s *Store) StartStats() batch.Stats { return s.starts.Stats() }
+
+// AttemptStart claims attempt n of the execution: an UPDATE that succeeds only if the execution
 // is pending at attempt n-1, so that of any number of copies of the dispatch message exactly one
 // starts the attempt. With it, in the same statement (one round trip, one commit), the attempt's
 // row and its callback token hash are inserted. scale shrinks the capability's lease as the
 // service's time scale does (it must be linear, as config.Common.Scale is).
 //
+// Concurrent calls are coalesced (pkg/batch): a batch is one statement over arrays, each row with
+// its own compare, and each caller gets its own answer — one that cannot start does not hold back
+// the others. A batch whose statement fails gives every caller of it the error (a connection
+// terminated, a deadlock: retryable); a failure that one row could cause (a constraint) runs the
+// batch's requests again one by one, so that only that row's caller gets it.
+//
 // due is the dispatch's due time (zero: none), as the database wrote it. The same statement
-// compares it with the database's now(): a dispatch that arrived early starts nothing and gets an
-// *EarlyError saying by how much, if the attempt could start then, or ErrNotStartable if it never
-// could (a duplicate, or the execution moved on or settled), so that such a message is dropped
-// instead of being carried to its due time. The consumer's clock plays no part.
+// compares it with the database's now(): a dispatch that arrived early by the early tolerance or
+// more starts nothing and gets an *EarlyError saying by how much, if the attempt could start
+// then, or ErrNotStartable if it never could (a duplicate, or the execution moved on or settled),
+// so that such a message is dropped instead of being carried to its due time. An execution whose
+// deadline has passed starts nothing and gets a *PastDeadlineError. The consumer's clock plays no
+// part.
 func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash []byte, scale func(time.Duration) time.Duration, due time.Time) (*Started, error) {
-	r := Started{ExecutionID: id, Attempt: n}
-	var (
-		dueAt               *time.Time
-		early, remaining    *float64
-		deadlineIn, overdue *float64
-		pendingFor          *float64
-		startable           bool
-		capability, mode    *string
-		payload             []byte
-		deadline, leaseEnds *time.Time
-		endpoint, adapterID *string
-		leaseMS             *int64
-	)
-	if !due.IsZero() {
-		dueAt = &due
-	}
-	r.Measured = time.Now()
-	err := s.pool.QueryRow(ctx, `
-		WITH clock AS (
-			SELECT greatest(coalesce(extract(epoch FROM $5::timestamptz - now()), 0), 0)::float8 AS early,
-				greatest(coalesce(extract(epoch FROM now() - $5::timestamptz), 0), 0)::float8 AS overdue
-		), started AS (
-			UPDATE executions e
-			SET status = 'running', attempt = $2,
-				lease_expires_at = now() + make_interval(secs => c.lease_ms / 1000.0 * $4), updated_at = now()
-			FROM capabilities c, adapters a
-			WHERE e.id = $1 AND e.status = 'pending' AND e.attempt = $2 - 1
-				AND c.name = e.capability AND a.id = c.adapter_id
-				AND (SELECT early FROM clock) = 0
-			RETURNING e.capability, e.mode, e.payload, e.deadline_at, e.lease_expires_at, a.id AS adapter_id, a.endpoint, c.lease_ms,
-				extract(epoch FROM least(e.lease_expires_at, e.deadline_at) - now())::float8 AS remaining,
-				extract(epoch FROM e.deadline_at - now())::float8 AS deadline_in,
-				greatest(extract(epoch FROM now() - coalesce(
-					(SELECT p.ended_at FROM execution_attempts p WHERE p.execution_id = e.id AND p.n = $2 - 1),
-					e.created_at)), 0)::float8 AS pending_for
-		), attempt AS (
-			INSERT INTO execution_attempts (execution_id, n, callback_token_hash) SELECT $1, $2, $3 FROM started
-		)
-		SELECT (SELECT early FROM clock), (SELECT overdue FROM clock),
-			EXISTS (SELECT 1 FROM executions WHERE id = $1 AND status = 'pending' AND attempt = $2 - 1),
-			started.*
-		FROM (SELECT) one LEFT JOIN started ON true`,
-		id, n, tokenHash, scale(time.Second).Seconds(), dueAt).
-		Scan(&early, &overdue, &startable, &capability, &mode, &payload, &deadline, &leaseEnds, &adapterID, &endpoint, &leaseMS, &remaining, &deadlineIn, &pendingFor)
+	a, err := s.starts.Do(ctx, startRequest{id: id, n: n, tokenHash: tokenHash, scale: scale(time.Second).Seconds(), due: due})
 	if err != nil {
 		return nil, fmt.Errorf("start attempt %d of %s: %w", n, id, err)
 	}
-	switch {
-	case capability != nil:
-	case !startable:
-		return nil, ErrNotStartable
-	case *early > 0:
-		return nil, &EarlyError{By: time.Duration(*early * float64(time.Second))}
-	default:
-		// Startable and due, yet not started: the execution's capability or adapter is gone.
-		return nil, ErrNotStartable
+	if a.err != nil {
+		return nil, a.err
 	}
-	r.Capability, r.Mode, r.Payload, r.Deadline, r.LeaseExpiresAt, r.AdapterID, r.AdapterEndpoint =
-		*capability, *mode, payload, *deadline, *leaseEnds, *adapterID, *endpoint
-	r.Lease = scale(time.Duration(*leaseMS) * time.Millisecond)
-	r.Remaining = max(time.Duration(*remaining*float64(time.Second)), 0)
-	r.DeadlineIn = max(time.Duration(*deadlineIn*float64(time.Second)), 0)
-	r.Overdue = time.Duration(*overdue * float64(time.Second))
-	r.PendingFor = time.Duration(*pendingFor * float64(time.Second))
-	return &r, nil
+	a.started.Lease = scale(a.leaseMS)
+	return a.started, nil
+}
+
+// startRequest is one AttemptStart in a batch.
+type startRequest struct {
+	id        string
+	n         int32
+	tokenHash []byte
+	scale     float64 // the time scale: scale(1 s) in seconds
+	due       time.Time
+}
+
+// startAnswer is one request's answer: started, or err (ErrNotStartable, *EarlyError,
+// *PastDeadlineError).
+type startAnswer struct {
+	started *Started
+	leaseMS time.Duration // the capability's lease, unscaled
+	err     error
+}
+
+// startBatch runs one batch of attempt starts, in one statement.
+func (s *Store) startBatch(ctx context.Context, reqs []startRequest) ([]startAnswer, []error, error) {
+	answers, err := s.startStatement(ctx, reqs)
+	if err == nil || len(reqs) == 1 || !rowCaused(err) {
+		return answers, nil, err
+	}
+	// A row's own fault fails the whole statement: find whose, one statement each.
+	answers = make([]startAnswer, len(reqs))
+	errs := make([]error, len(reqs))
+	for i, r := range reqs {
+		one, err := s.startStatement(ctx, []startRequest{r})
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		answers[i] = one[0]
+	}
+	return answers, errs, nil
+}
+
+// rowCaused reports whether a statement's error is one a single row can cause (a constraint, a
+// bad value), as opposed to the connection, the server or a conflict between transactions, which
+// would fail each row alike.
+func rowCaused(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "08", "40", "53", "57", "58", "XX":
+		return false
+	}
+	return true
+}
+
+// startStatement starts reqs in one statement and answers each, in order. Rows are sent in
+// execution-id order, so that two batches holding the same executions (duplicate messages)
+// lock them in the same order.
+func (s *Store) startStatement(ctx context.Context, reqs []startRequest) ([]startAnswer, error) {
+	order := make([]int, len(reqs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(reqs[a].id, reqs[b].id) })
+	var (
+		ids    = make([]string, len(reqs))
+		ns     = make([]int32, len(reqs))
+		hashes = make([][]byte, len(reqs))
+		scales = make([]float64, len(reqs))
+		dues   = make([]*time.Time, len(reqs))
+		ords   = make([]int32, len(reqs))
+	)
+	for j, i := range order {
+		r := reqs[i]
+		ids[j], ns[j], hashes[j], scales[j], ords[j] = r.id, r.n, r.tokenHash, r.scale, int32(i)
+		if !r.due.IsZero() {
+			due := r.due
+			dues[j] = &due
+		}
+	}
+	measured := time.Now()
+	// Per row: clock says how early or overdue the dispatch is; started is the compare and set
+	// (pending at n-1, deadline not passed, not early beyond the tolerance, within max_attempts);
+	// the final select answers every row from the statement's snapshot, whether it started or not.
+	// RETURNING carries what the adapter call needs (the payload is its input) and nothing else.
+	rows, err := s.pool.Query(ctx, `
+		WITH k AS (
+			SELECT * FROM unnest($1::uuid[], $2::int[], $3::bytea[], $4::float8[], $5::timestamptz[], $6::int[])
+				AS k(id, n, token_hash, scale, due, ord)
+		), clock AS (
+			SELECT k.ord,
+				greatest(coalesce(extract(epoch FROM k.due - now()), 0), 0)::float8 AS early,
+				greatest(coalesce(extract(epoch FROM now() - k.due), 0), 0)::float8 AS overdue
+			FROM k
+		), started AS (
+			UPDATE executions e
+			SET status = 'running', attempt = k.n,
+				lease_expires_at = now() + make_interval(secs => c.lease_ms / 1000.0 * k.scale), updated_at = now()
+			FROM k JOIN clock ON clock.ord = k.ord, capabilities c, adapters a
+			WHERE e.id = k.id AND e.status = 'pending' AND e.attempt = k.n - 1 AND k.n <= e.max_attempts
+				AND e.deadline_at > now() AND (clock.early = 0 OR clock.early < $7)
+				AND c.name = e.capability AND a.id = c.adapter_id
+			RETURNING k.ord, k.token_hash, e.id, e.capability, e.mode, e.payload, e.deadline_at, a.id AS adapter_id, a.endpoint, c.lease_ms,
+				extract(epoch FROM least(e.lease_expires_at, e.deadline_at) - now())::float8 AS remaining,
+				extract(epoch FROM e.deadline_at - now())::float8 AS deadline_in,
+				greatest(extract(epoch FROM now() - coalesce(
+					(SELECT p.ended_at FROM execution_attempts p WHERE p.execution_id = e.id AND p.n = k.n - 1),
+					e.created_at)), 0)::float8 AS pending_for
+		), attempt AS (
+			INSERT INTO execution_attempts (execution_id, n, callback_token_hash)
+			SELECT s.id, k.n, s.token_hash FROM started s JOIN k ON k.ord = s.ord
+		)
+		SELECT k.ord, clock.early, clock.overdue,
+			coalesce(e.status = 'pending' AND e.attempt = k.n - 1 AND k.n <= e.max_attempts, false),
+			coalesce(e.deadline_at <= now(), false), coalesce(e.failure_class, ''),
+			s.capability, s.mode, s.payload, s.deadline_at, s.adapter_id, s.endpoint, s.lease_ms,
+			s.remaining, s.deadline_in, s.pending_for
+		FROM k JOIN clock ON clock.ord = k.ord
+			LEFT JOIN executions e ON e.id = k.id
+			LEFT JOIN started s ON s.ord = k.ord`,
+		ids, ns, hashes, scales, dues, ords, s.tolerance.Seconds())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	answers := make([]startAnswer, len(reqs))
+	seen := 0
+	for rows.Next() {
+		var (
+			ord                            int32
+			early, overdue                 float64
+			startable, pastDeadline        bool
+			class                          string
+			capability, mode               *string
+			payload                        []byte
+			deadline                       *time.Time
+			adapterID, endpoint            *string
+			leaseMS                        *int64
+			remaining, deadlineIn, pending *float64
+		)
+		if err := rows.Scan(&ord, &early, &overdue, &startable, &pastDeadline, &class, &capability, &mode, &payload,
+			&deadline, &adapterID, &endpoint, &leaseMS, &remaining, &deadlineIn, &pending); err != nil {
+			return nil, err
+		}
+		if ord < 0 || int(ord) >= len(reqs) {
+			return nil, fmt.Errorf("attempt start answered an unknown row %d", ord)
+		}
+		seen++
+		r := reqs[ord]
+		a := &answers[ord]
+		switch {
+		case capability != nil:
+			a.leaseMS = time.Duration(*leaseMS) * time.Millisecond
+			a.started = &Started{ExecutionID: r.id, Attempt: r.n, Capability: *capability, Mode: *mode, Payload: payload,
+				Deadline: *deadline, AdapterID: *adapterID, AdapterEndpoint: *endpoint,
+				Remaining:  max(time.Duration(*remaining*float64(time.Second)), 0),
+				DeadlineIn: max(time.Duration(*deadlineIn*float64(time.Second)), 0),
+				Overdue:    time.Duration(overdue * float64(time.Second)),
+				PendingFor: time.Duration(*pending * float64(time.Second)),
+				Measured:   measured,
+			}
+		case !startable:
+			a.err = ErrNotStartable
+		case pastDeadline:
+			a.err = &PastDeadlineError{Class: class}
+		case early > 0 && early >= s.tolerance.Seconds():
+			a.err = &EarlyError{By: time.Duration(early * float64(time.Second))}
+		default:
+			// Startable and due, yet not started: the execution's capability or adapter is gone,
+			// or a copy of the same dispatch in this batch started it.
+			a.err = ErrNotStartable
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if seen != len(reqs) {
+		return nil, fmt.Errorf("attempt start answered %d of %d rows", seen, len(reqs))
+	}
+	return answers, nil
 }
 
 // AttemptAccepted records that the adapter took the attempt as long-running work under a lease.

@@ -13,20 +13,19 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
-	"github.com/integrations-platform/integrations/pkg/grpcx"
+	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/services/gateway/internal/httpapi"
 )
 
-// rawBodyServer serves the REST API with a read timeout over a gRPC connection nothing answers:
-// a request whose body cannot be read is refused before any call is made.
+// rawBodyServer serves the REST API with a read timeout over a service that fails the test when
+// called: a request whose body cannot be read is refused before any call is made.
 func rawBodyServer(t *testing.T, readTimeout time.Duration) string {
 	t.Helper()
-	conn, err := grpcx.Dial("127.0.0.1:1") // lazy: never dialled by these requests
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	h, err := httpapi.Handler(context.Background(), conn, httpapi.Config{MaxBodyBytes: 1 << 20})
+	h, err := httpapi.Handler(context.Background(), neverCalled{t: t}, httpapi.Config{MaxBodyBytes: 1 << 20})
 	require.NoError(t, err)
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ReadTimeout = readTimeout
@@ -119,4 +118,15 @@ func TestTrailingDataAfterTheBodyIsRefused(t *testing.T) {
 	code, _, r = send(t, http.MethodPost, invoke, "", nil)
 	require.NotEqual(t, http.StatusInternalServerError, code, "an empty body is still an empty request: %+v", r)
 	require.Equal(t, 1, executions(t, b))
+}
+
+// neverCalled is a gateway service whose every call fails the test (Unimplemented otherwise).
+type neverCalled struct {
+	gatewayv1.UnimplementedGatewayServiceServer
+	t *testing.T
+}
+
+func (n neverCalled) InvokeCapability(context.Context, *gatewayv1.InvokeCapabilityRequest) (*gatewayv1.InvokeCapabilityResponse, error) {
+	n.t.Error("InvokeCapability was called for a request whose body could not be read")
+	return nil, status.Error(codes.Internal, "called")
 }

@@ -1,7 +1,6 @@
-// Package httpapi serves the REST face of GatewayService through grpc-gateway, calling the
-// service in process through the gRPC server's own interceptor chain (inprocess.go), so that
-// every REST call passes the same interceptors (auth, rate gate, errors, logging, recovery) as a
-// gRPC call without a loopback gRPC hop. Handler, the proxying form, is kept for tests.
+// Package httpapi serves the REST face of GatewayService through grpc-gateway, calling the service
+// in process through the gRPC server's own interceptors (InProcess), so that every REST call
+// passes the same interceptors (auth, rate limits, errors, logging) as a gRPC call.
 package httpapi
 
 import (
@@ -25,9 +24,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.uber.org/zap"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -44,8 +41,7 @@ import (
 
 // Config configures the REST server.
 type Config struct {
-	Addr     string
-	GRPCAddr string
+	Addr string
 	// MaxBodyBytes bounds a request body; larger bodies are refused before decoding.
 	MaxBodyBytes int64
 	// Extra routes served beside the API (e.g. system endpoints).
@@ -58,12 +54,11 @@ type Config struct {
 	ReadTimeout       time.Duration
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
-	// TLS, if set, is the certificate served on Addr and on GRPCAddr: the REST server serves
-	// TLS, and its proxy dials the gRPC port with TLS, accepting exactly that certificate.
+	// TLS, if set, is the certificate served on Addr.
 	TLS *tlsx.Source
 	// Precheck, if set, is asked about every API request with a bearer token before it is
-	// proxied (invoke: the request is an invoke); an error is the request's refusal, answered
-	// without the hop (server.RateGate.Precheck).
+	// decoded and served (invoke: the request is an invoke); an error is the request's refusal,
+	// answered without decoding the body (server.RateGate.Precheck).
 	Precheck func(ctx context.Context, token string, invoke bool) error
 	// Service, if set, is called in process with Unary (the gRPC server's whole unary chain,
 	// grpcx.Server.Unary) around each method, instead of proxying to GRPCAddr.
@@ -71,24 +66,9 @@ type Config struct {
 	Unary   grpc.UnaryServerInterceptor
 }
 
-// Run serves the REST API under app.
-func Run(ctx context.Context, app *lifecycle.App, log *zap.Logger, cfg Config) error {
-	var root http.Handler
-	var err error
-	if cfg.Service != nil {
-		root, err = InProcessHandler(ctx, cfg.Service, cfg.Unary, cfg)
-	} else {
-		self := grpc.WithTransportCredentials(insecure.NewCredentials())
-		if cfg.TLS != nil {
-			self = grpcx.SelfDialOption(cfg.TLS)
-		}
-		conn, derr := grpcx.Dial(cfg.GRPCAddr, self, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(cfg.MaxBodyBytes)*4)))
-		if derr != nil {
-			return derr
-		}
-		app.Close("rest-proxy-conn", conn.Close)
-		root, err = Handler(ctx, conn, cfg)
-	}
+// Run serves the REST API of api (InProcess) under app.
+func Run(ctx context.Context, app *lifecycle.App, log *zap.Logger, api gatewayv1.GatewayServiceServer, cfg Config) error {
+	root, err := Handler(ctx, api, cfg)
 	if err != nil {
 		return err
 	}
@@ -130,25 +110,8 @@ func restTLSConfig(src *tlsx.Source) *tls.Config {
 	return cfg
 }
 
-// Handler returns the REST API (and cfg.Extra) proxying to the gateway's gRPC server over conn.
-func Handler(ctx context.Context, conn *grpc.ClientConn, cfg Config) (http.Handler, error) {
-	return handler(cfg, func(mux *runtime.ServeMux) error {
-		return gatewayv1.RegisterGatewayServiceHandler(ctx, mux, conn)
-	})
-}
-
-// InProcessHandler returns the REST API (and cfg.Extra) calling svc in process, each call passing
-// unary (the gRPC server's interceptor chain) with its method's FullMethod.
-func InProcessHandler(ctx context.Context, svc gatewayv1.GatewayServiceServer, unary grpc.UnaryServerInterceptor, cfg Config) (http.Handler, error) {
-	if unary == nil {
-		return nil, errors.New("REST in process: no interceptor chain")
-	}
-	return handler(cfg, func(mux *runtime.ServeMux) error {
-		return gatewayv1.RegisterGatewayServiceHandlerServer(ctx, mux, &inProcess{impl: svc, unary: unary})
-	})
-}
-
-func handler(cfg Config, register func(*runtime.ServeMux) error) (http.Handler, error) {
+// Handler returns the REST API (and cfg.Extra) serving api (InProcess).
+func Handler(ctx context.Context, api gatewayv1.GatewayServiceServer, cfg Config) (http.Handler, error) {
 	var mux *runtime.ServeMux
 	mux = runtime.NewServeMux(
 		runtime.WithIncomingHeaderMatcher(headerMatcher),
@@ -159,7 +122,7 @@ func handler(cfg Config, register func(*runtime.ServeMux) error) (http.Handler, 
 		runtime.WithMiddlewares(probeMiddleware, precheckMiddleware(&mux, cfg.Precheck)),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, restMarshaler()),
 	)
-	if err := register(mux); err != nil {
+	if err := gatewayv1.RegisterGatewayServiceHandlerServer(ctx, mux, api); err != nil {
 		return nil, fmt.Errorf("register REST handlers: %w", err)
 	}
 	root := http.NewServeMux()

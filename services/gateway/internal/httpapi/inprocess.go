@@ -2,77 +2,71 @@ package httpapi
 
 import (
 	"context"
-	"fmt"
 
 	"google.golang.org/grpc"
 
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 )
 
-// inProcess is GatewayService as the REST handlers call it in process: each method runs the gRPC
-// server's unary interceptor chain (grpcx.Server.Unary: recovery, logging, decode, error mapping,
-// then auth and the rate gate) around the service's own method, with the FullMethod a gRPC call
-// of it carries. grpc-gateway's in-process handlers (RegisterGatewayServiceHandlerServer) call
-// the service directly and bypass the interceptors; without this a REST call would skip
-// authentication. The service has no streaming methods.
+// InProcess is the gateway service as the REST face calls it: in the same process, each method
+// through chain (the gRPC server's interceptors, grpcx.Server.Unary) with the method's full name,
+// exactly as a call arriving over gRPC passes them. It replaced a loopback gRPC connection from
+// grpc-gateway to the gateway's own port, whose encoding, TLS and HTTP/2 framing cost a REST
+// accept a third more CPU than a gRPC one (docs/capacity.md).
+func InProcess(impl gatewayv1.GatewayServiceServer, chain grpc.UnaryServerInterceptor) gatewayv1.GatewayServiceServer {
+	return inProcess{impl: impl, chain: chain}
+}
+
 type inProcess struct {
-	gatewayv1.UnimplementedGatewayServiceServer
-	impl  gatewayv1.GatewayServiceServer
-	unary grpc.UnaryServerInterceptor
+	gatewayv1.UnimplementedGatewayServiceServer // never reached: every method is below
+	impl                                        gatewayv1.GatewayServiceServer
+	chain                                       grpc.UnaryServerInterceptor
 }
 
-// unaryCall runs s.unary around method for req.
-func unaryCall[Req, Resp any](ctx context.Context, s *inProcess, fullMethod string, req *Req, method func(context.Context, *Req) (*Resp, error)) (*Resp, error) {
-	info := &grpc.UnaryServerInfo{Server: s.impl, FullMethod: fullMethod}
-	out, err := s.unary(ctx, req, info, func(ctx context.Context, r any) (any, error) {
-		return method(ctx, r.(*Req))
-	})
-	if err != nil {
-		return nil, err
-	}
-	resp, ok := out.(*Resp)
-	if !ok {
-		return nil, fmt.Errorf("%s: unexpected response %T", fullMethod, out)
-	}
-	return resp, nil
+// unary calls h through the chain as the gRPC server would call method.
+func unary[Req, Resp any](ctx context.Context, s inProcess, method string, req Req, h func(context.Context, Req) (Resp, error)) (Resp, error) {
+	out, err := s.chain(ctx, req, &grpc.UnaryServerInfo{Server: s.impl, FullMethod: method},
+		func(ctx context.Context, req any) (any, error) { return h(ctx, req.(Req)) })
+	resp, _ := out.(Resp)
+	return resp, err
 }
 
-func (s *inProcess) InvokeCapability(ctx context.Context, req *gatewayv1.InvokeCapabilityRequest) (*gatewayv1.InvokeCapabilityResponse, error) {
-	return unaryCall(ctx, s, gatewayv1.GatewayService_InvokeCapability_FullMethodName, req, s.impl.InvokeCapability)
+func (s inProcess) InvokeCapability(ctx context.Context, r *gatewayv1.InvokeCapabilityRequest) (*gatewayv1.InvokeCapabilityResponse, error) {
+	return unary(ctx, s, gatewayv1.GatewayService_InvokeCapability_FullMethodName, r, s.impl.InvokeCapability)
 }
 
-func (s *inProcess) GetExecution(ctx context.Context, req *gatewayv1.GetExecutionRequest) (*gatewayv1.GetExecutionResponse, error) {
-	return unaryCall(ctx, s, gatewayv1.GatewayService_GetExecution_FullMethodName, req, s.impl.GetExecution)
+func (s inProcess) GetExecution(ctx context.Context, r *gatewayv1.GetExecutionRequest) (*gatewayv1.GetExecutionResponse, error) {
+	return unary(ctx, s, gatewayv1.GatewayService_GetExecution_FullMethodName, r, s.impl.GetExecution)
 }
 
-func (s *inProcess) ListExecutions(ctx context.Context, req *gatewayv1.ListExecutionsRequest) (*gatewayv1.ListExecutionsResponse, error) {
-	return unaryCall(ctx, s, gatewayv1.GatewayService_ListExecutions_FullMethodName, req, s.impl.ListExecutions)
+func (s inProcess) ListExecutions(ctx context.Context, r *gatewayv1.ListExecutionsRequest) (*gatewayv1.ListExecutionsResponse, error) {
+	return unary(ctx, s, gatewayv1.GatewayService_ListExecutions_FullMethodName, r, s.impl.ListExecutions)
 }
 
-func (s *inProcess) CancelExecution(ctx context.Context, req *gatewayv1.CancelExecutionRequest) (*gatewayv1.CancelExecutionResponse, error) {
-	return unaryCall(ctx, s, gatewayv1.GatewayService_CancelExecution_FullMethodName, req, s.impl.CancelExecution)
+func (s inProcess) CancelExecution(ctx context.Context, r *gatewayv1.CancelExecutionRequest) (*gatewayv1.CancelExecutionResponse, error) {
+	return unary(ctx, s, gatewayv1.GatewayService_CancelExecution_FullMethodName, r, s.impl.CancelExecution)
 }
 
-func (s *inProcess) SetConsumer(ctx context.Context, req *gatewayv1.SetConsumerRequest) (*gatewayv1.SetConsumerResponse, error) {
-	return unaryCall(ctx, s, gatewayv1.GatewayService_SetConsumer_FullMethodName, req, s.impl.SetConsumer)
+func (s inProcess) SetConsumer(ctx context.Context, r *gatewayv1.SetConsumerRequest) (*gatewayv1.SetConsumerResponse, error) {
+	return unary(ctx, s, gatewayv1.GatewayService_SetConsumer_FullMethodName, r, s.impl.SetConsumer)
 }
 
-func (s *inProcess) RotateSigningSecret(ctx context.Context, req *gatewayv1.RotateSigningSecretRequest) (*gatewayv1.RotateSigningSecretResponse, error) {
-	return unaryCall(ctx, s, gatewayv1.GatewayService_RotateSigningSecret_FullMethodName, req, s.impl.RotateSigningSecret)
+func (s inProcess) RotateSigningSecret(ctx context.Context, r *gatewayv1.RotateSigningSecretRequest) (*gatewayv1.RotateSigningSecretResponse, error) {
+	return unary(ctx, s, gatewayv1.GatewayService_RotateSigningSecret_FullMethodName, r, s.impl.RotateSigningSecret)
 }
 
-func (s *inProcess) ListEvents(ctx context.Context, req *gatewayv1.ListEventsRequest) (*gatewayv1.ListEventsResponse, error) {
-	return unaryCall(ctx, s, gatewayv1.GatewayService_ListEvents_FullMethodName, req, s.impl.ListEvents)
+func (s inProcess) ListEvents(ctx context.Context, r *gatewayv1.ListEventsRequest) (*gatewayv1.ListEventsResponse, error) {
+	return unary(ctx, s, gatewayv1.GatewayService_ListEvents_FullMethodName, r, s.impl.ListEvents)
 }
 
-func (s *inProcess) GetEvent(ctx context.Context, req *gatewayv1.GetEventRequest) (*gatewayv1.GetEventResponse, error) {
-	return unaryCall(ctx, s, gatewayv1.GatewayService_GetEvent_FullMethodName, req, s.impl.GetEvent)
+func (s inProcess) GetEvent(ctx context.Context, r *gatewayv1.GetEventRequest) (*gatewayv1.GetEventResponse, error) {
+	return unary(ctx, s, gatewayv1.GatewayService_GetEvent_FullMethodName, r, s.impl.GetEvent)
 }
 
-func (s *inProcess) RedeliverEvent(ctx context.Context, req *gatewayv1.RedeliverEventRequest) (*gatewayv1.RedeliverEventResponse, error) {
-	return unaryCall(ctx, s, gatewayv1.GatewayService_RedeliverEvent_FullMethodName, req, s.impl.RedeliverEvent)
+func (s inProcess) RedeliverEvent(ctx context.Context, r *gatewayv1.RedeliverEventRequest) (*gatewayv1.RedeliverEventResponse, error) {
+	return unary(ctx, s, gatewayv1.GatewayService_RedeliverEvent_FullMethodName, r, s.impl.RedeliverEvent)
 }
 
-func (s *inProcess) RedriveEvents(ctx context.Context, req *gatewayv1.RedriveEventsRequest) (*gatewayv1.RedriveEventsResponse, error) {
-	return unaryCall(ctx, s, gatewayv1.GatewayService_RedriveEvents_FullMethodName, req, s.impl.RedriveEvents)
+func (s inProcess) RedriveEvents(ctx context.Context, r *gatewayv1.RedriveEventsRequest) (*gatewayv1.RedriveEventsResponse, error) {
+	return unary(ctx, s, gatewayv1.GatewayService_RedriveEvents_FullMethodName, r, s.impl.RedriveEvents)
 }

@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
-	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/services/gateway/internal/httpapi"
@@ -58,17 +56,13 @@ func rateLimitAnswers429(t *testing.T, precheck bool) {
 	t.Cleanup(func() { _ = adapters.Close() })
 	box, err := secret.NewBox("INTEGRATIONS_SECRET_KEY", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
 	require.NoError(t, err)
-	gatewayv1.RegisterGatewayServiceServer(srv, server.New(st, adapters, nil, nil, box,
-		server.Options{MaxPayloadBytes: 1 << 20, Scale: func(d time.Duration) time.Duration { return d }}, log))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
+	gw := server.New(st, adapters, nil, nil, box,
+		server.Options{MaxPayloadBytes: 1 << 20, Scale: func(d time.Duration) time.Duration { return d }}, log)
 	cfg := httpapi.Config{}
 	if precheck {
 		cfg.Precheck = gate.Precheck(st)
 	}
-	url := restServerWith(t, lis.Addr().String(), cfg)
+	url := restServerWith(t, httpapi.InProcess(gw, srv.Unary()), cfg)
 
 	first := call(t, http.MethodGet, url+"/v1/executions/"+uuid.NewString(), "")
 	require.Equal(t, http.StatusNotFound, first.code, "the first read is within the burst")

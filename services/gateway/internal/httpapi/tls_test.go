@@ -37,8 +37,8 @@ func TestRESTOverTLSSpeaksHTTP2(t *testing.T) {
 	app := lifecycle.New(log, lifecycle.Timeouts{Drain: 0, Soft: time.Second, Hard: 2 * time.Second})
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	ctx, cancel := context.WithCancel(context.Background())
-	require.NoError(t, httpapi.Run(ctx, app, log, httpapi.Config{
-		Addr: addr, GRPCAddr: "127.0.0.1:1", MaxBodyBytes: 1 << 20, TLS: src, Extra: map[string]http.Handler{"/probe": ok},
+	require.NoError(t, httpapi.Run(ctx, app, log, neverCalled{t: t}, httpapi.Config{
+		Addr: addr, MaxBodyBytes: 1 << 20, TLS: src, Extra: map[string]http.Handler{"/probe": ok},
 	}))
 	done := make(chan error, 1)
 	go func() { done <- app.Run(ctx) }()

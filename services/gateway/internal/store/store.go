@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/integrations-platform/integrations/pkg/db"
+	"github.com/integrations-platform/integrations/pkg/batch"
 	"github.com/integrations-platform/integrations/pkg/execution"
 )
 
@@ -51,6 +51,7 @@ type Store struct {
 	lastUsed *lastUsed // nil: keys' use is not recorded
 	// afterKeyRead, if set (by tests), runs between a key lookup's read and its cache write.
 	afterKeyRead func()
+	accepts      *batch.Batcher[NewExecution, *accepted] // async accepts (accept.go)
 }
 
 // missTTL is how long an unknown key's hash is remembered: long enough to spare Postgres a client
@@ -62,7 +63,11 @@ const missTTL = time.Second
 const cacheSize = 10000
 
 // New returns a Store on pool, reading API keys and capabilities afresh on every call.
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func New(pool *pgxpool.Pool) *Store {
+	s := &Store{pool: pool}
+	s.accepts = newAcceptBatcher(s)
+	return s
+}
 
 // WithCache keeps the API keys (with their revoked and expiry state) and capabilities found for
 // ttl (0: not at all), so the accept path does not read them on every call; a catalog change or a
@@ -166,63 +171,16 @@ type NewExecution struct {
 }
 
 // ExecutionAccept commits a new execution and its first step atomically: for async, the execution
-// pending at attempt 0 and the dispatch record of attempt 1, in one statement (one round trip, one
-// commit); for sync, the execution running at attempt 1 and that attempt's row. With an
-// idempotency key already used by the application, it returns the original execution
-// (created=false) if the request is the same, ErrIdempotencyReused if not, and writes nothing.
+// pending at attempt 0 and the dispatch record of attempt 1, in one statement shared with the
+// accepts running at the same moment (accept.go); for sync, the execution running at attempt 1
+// and that attempt's row, in one statement. With an idempotency key already used by the
+// application, it returns the original execution (created=false) if the request is the same,
+// ErrIdempotencyReused if not, and writes nothing.
 func (s *Store) ExecutionAccept(ctx context.Context, n NewExecution) (row *execution.Row, created bool, err error) {
-	var key *string
-	if n.IdempotencyKey != "" {
-		key = &n.IdempotencyKey
+	if n.Mode == execution.ModeSync {
+		return s.acceptSync(ctx, n)
 	}
-	if n.Mode != execution.ModeSync {
-		row, err = execution.Scan(s.pool.QueryRow(ctx, `
-			WITH e AS (
-				INSERT INTO executions (id, application_id, capability, mode, status, attempt, max_attempts,
-					payload, request_hash, idempotency_key, deadline_at)
-				VALUES ($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, now() + make_interval(secs => $10))
-				ON CONFLICT (application_id, idempotency_key) DO NOTHING
-				RETURNING `+execution.Columns+`
-			), d AS (
-				INSERT INTO dispatches (execution_id, attempt, due_at) SELECT id, 1, now() FROM e
-			)
-			SELECT `+execution.Columns+` FROM e`,
-			n.ID, n.ApplicationID, n.Capability, n.Mode, execution.StatusPending, n.MaxAttempts,
-			n.Payload, n.RequestHash, key, n.Budget.Seconds()))
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			err = db.WithTx(ctx, s.pool, func(tx pgx.Tx) error { return s.idempotentReplay(ctx, tx, n, &row) })
-			return row, false, err
-		case err != nil:
-			return nil, false, fmt.Errorf("insert execution and its dispatch: %w", err)
-		}
-		return row, true, nil
-	}
-	err = db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		row, err = execution.Scan(tx.QueryRow(ctx, `
-			INSERT INTO executions (id, application_id, capability, mode, status, attempt, max_attempts,
-				payload, request_hash, idempotency_key, deadline_at, lease_expires_at)
-			VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9,
-				now() + make_interval(secs => $10), now() + make_interval(secs => $10))
-			ON CONFLICT (application_id, idempotency_key) DO NOTHING
-			RETURNING `+execution.Columns,
-			n.ID, n.ApplicationID, n.Capability, n.Mode, execution.StatusRunning, n.MaxAttempts,
-			n.Payload, n.RequestHash, key, n.Budget.Seconds()))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return s.idempotentReplay(ctx, tx, n, &row)
-		}
-		if err != nil {
-			return fmt.Errorf("insert execution: %w", err)
-		}
-		created = true
-		_, err = tx.Exec(ctx, `INSERT INTO execution_attempts (execution_id, n, callback_token_hash) VALUES ($1, 1, $2)`,
-			n.ID, n.CallbackTokenHash)
-		if err != nil {
-			return fmt.Errorf("insert attempt 1: %w", err)
-		}
-		return nil
-	})
-	return row, created, err
+	return s.acceptAsync(ctx, n)
 }
 
 // SyncWithdraw takes back the accept of sync execution id whose one attempt's adapter call
@@ -297,14 +255,8 @@ type ListFilter struct {
 
 // ExecutionList lists the application's executions, newest first.
 func (s *Store) ExecutionList(ctx context.Context, applicationID string, f ListFilter) ([]*execution.Row, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+listColumns+`
-		FROM executions
-		WHERE application_id = $1
-			AND ($2 = '' OR status = $2)
-			AND ($3 = '' OR capability = $3)
-			AND ($4::uuid IS NULL OR id < $4::uuid)
-		ORDER BY id DESC
-		LIMIT $5`, applicationID, f.Status, f.Capability, nullable(f.Before), f.Limit)
+	query, args := executionListQuery(applicationID, f)
+	rows, err := s.pool.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list executions: %w", err)
 	}
@@ -313,6 +265,28 @@ func (s *Store) ExecutionList(ctx context.Context, applicationID string, f ListF
 		return nil, fmt.Errorf("list executions: %w", err)
 	}
 	return list, nil
+}
+
+// executionListQuery is ExecutionList's statement for the filters f has: the page boundary is
+// an index condition on executions_application_id_id_idx whatever plan Postgres caches.
+func executionListQuery(applicationID string, f ListFilter) (string, []any) {
+	w := &where{}
+	w.add("application_id = ?", applicationID)
+	if f.Status != "" {
+		w.add("status = ?", f.Status)
+	}
+	if f.Capability != "" {
+		w.add("capability = ?", f.Capability)
+	}
+	if f.Before != "" {
+		w.add("id < ?::uuid", f.Before)
+	}
+	limit := w.param(f.Limit)
+	return `SELECT ` + listColumns + `
+		FROM executions
+		WHERE ` + w.String() + `
+		ORDER BY id DESC
+		LIMIT ` + limit, w.args
 }
 
 // ConsumerSetWebhook registers the application's webhook. The signing secret is kept if the
@@ -329,10 +303,3 @@ var listColumns = strings.NewReplacer(
 	"payload, result,", "NULL::jsonb, NULL::jsonb,",
 	"progress,", "NULL::jsonb,",
 ).Replace(execution.Columns)
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}

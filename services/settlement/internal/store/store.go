@@ -1,11 +1,10 @@
 // Package store is the SQL the settlement service owns: the compare-and-set that writes an
-// execution's final outcome and the insertion of its completion event, in one transaction.
+// execution's final outcome and the insertion of its completion event, in one statement.
 package store
 
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/integrations-platform/integrations/pkg/batch"
 	"github.com/integrations-platform/integrations/pkg/db"
 	"github.com/integrations-platform/integrations/pkg/execution"
 )
@@ -56,72 +56,164 @@ type Settled struct {
 
 // Store settles executions.
 type Store struct {
-	pool *pgxpool.Pool
+	pool    *pgxpool.Pool
+	batcher *batch.Batcher[settleRequest, settleAnswered]
 }
 
 // New returns a Store on pool.
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
-
-// ExecutionSettle writes the outcome if and only if the execution is still in o.FromStatus at
-// o.Attempt; then, in the same transaction, it closes the attempt and inserts the completion
-// event. A losing writer gets a *ConflictError and changes nothing.
-func (s *Store) ExecutionSettle(ctx context.Context, o Outcome) (*Settled, error) {
-	var out *Settled
-	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = settle(ctx, tx, o)
-		return err
-	})
-	return out, err
+func New(pool *pgxpool.Pool) *Store {
+	s := &Store{pool: pool}
+	s.batcher = batch.New(s.settleBatch, batch.Options{Name: "settlement", MaxSize: settleBatchMax, Concurrency: settleBatchConcurrency})
+	return s
 }
 
-func settle(ctx context.Context, tx pgx.Tx, o Outcome) (*Settled, error) {
-	f := o.Failure
-	row, err := execution.Scan(tx.QueryRow(ctx, `
-		UPDATE executions
+// ExecutionSettle writes the outcome if and only if the execution is still in o.FromStatus at
+// o.Attempt; then, in the same statement, it closes the attempt, drops a waiting dispatch record
+// (from pending) and inserts the completion event. A losing writer gets a *ConflictError and
+// changes nothing. Concurrent calls (and AttemptFail's) are batched: one transaction, one
+// round trip, one statement each (settleBatch).
+func (s *Store) ExecutionSettle(ctx context.Context, o Outcome) (*Settled, error) {
+	a, err := s.batcher.Do(ctx, settleRequest{settle: &o})
+	return a.settled, err
+}
+
+// querier is a pool, a transaction or a savepoint.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// returned are the settled row's columns the caller's answer needs (Row.Proto without the
+// payload) that it does not already hold: no payload, no result (the request has it).
+const returned = `s.capability, s.mode, s.max_attempts, s.idempotency_key, s.progress, s.deadline_at,
+	s.created_at, s.updated_at, s.settled_at`
+
+// eventPayloadSQL is the completion event's body, as delivered to the application's consumer,
+// built in SQL from the settled row s (the event id is $11, the event type $12). It is what
+// eventPayload built in Go from the row read back (the same keys and values; jsonb orders the
+// keys): optional members are absent, not null; the failure's empty texts are absent; the
+// timestamp is settled_at in RFC 3339 with its fraction's trailing zeros trimmed, as Go's
+// time.RFC3339Nano writes it.
+const eventPayloadSQL = `jsonb_build_object(
+		'id', $11::uuid, 'type', $12::text,
+		'timestamp', to_char(s.settled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+			|| rtrim(rtrim(to_char(s.settled_at AT TIME ZONE 'UTC', '.US'), '0'), '.') || 'Z',
+		'data', jsonb_build_object('execution_id', s.id, 'capability', s.capability, 'mode', s.mode,
+				'status', s.status, 'attempt', s.attempt)
+			|| CASE WHEN s.idempotency_key IS NULL THEN '{}'::jsonb
+				ELSE jsonb_build_object('idempotency_key', s.idempotency_key) END
+			|| CASE WHEN s.result IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('result', s.result) END
+			|| CASE WHEN s.failure_reason IS NULL AND s.failure_class IS NULL THEN '{}'::jsonb
+				ELSE jsonb_build_object('failure', jsonb_strip_nulls(jsonb_build_object(
+					'class', nullif(s.failure_class, ''), 'reason', nullif(s.failure_reason, ''),
+					'code', nullif(s.failure_code, ''), 'message', nullif(s.failure_message, '')))) END)`
+
+// settleSQL is a settlement in one statement. cur locks the execution and reads its current
+// status and attempt (FOR UPDATE waits for a concurrent settler and then sees what it wrote, so
+// a loser's conflict answer names the winner's status); s is the compare-and-set; the attempt's
+// close, the dispatch record's deletion, the event and the relay's wake-up (pg_notify, delivered
+// at commit) happen only if s wrote. No row back: no such execution.
+//
+// $1 id, $2 attempt, $3 from status, $4 status, $5 result, $6..$9 failure class, reason, code,
+// message, $10 the attempt's outcome, $11 event id, $12 event type, $13 notify channel.
+const settleSQL = `
+	WITH cur AS (
+		SELECT id, status, attempt FROM executions WHERE id = $1 FOR UPDATE
+	), s AS (
+		UPDATE executions e
 		SET status = $4, result = $5, failure_class = $6, failure_reason = $7, failure_code = $8,
 			failure_message = $9, lease_expires_at = NULL, settled_at = now(), updated_at = now()
-		WHERE id = $1 AND attempt = $2 AND status = $3
-		RETURNING `+execution.Columns,
-		o.ExecutionID, o.Attempt, o.FromStatus, o.Status, o.Result,
-		nullable(f.Class), nullable(f.Reason), nullable(f.Code), nullable(f.Message)))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, conflict(ctx, tx, o.ExecutionID)
-	}
+		FROM cur
+		WHERE e.id = cur.id AND cur.attempt = $2 AND cur.status = $3
+		RETURNING e.*
+	), att AS (
+		UPDATE execution_attempts a SET ended_at = now(), outcome = $10,
+			failure_class = coalesce($6, a.failure_class), failure_code = coalesce($8, a.failure_code),
+			failure_message = coalesce($9, a.failure_message)
+		FROM s
+		WHERE a.execution_id = s.id AND a.n = $2 AND a.ended_at IS NULL
+	), dis AS (
+		-- The next attempt will not start: its waiting dispatch record goes too. One already
+		-- published finds the execution settled and is acknowledged without effect.
+		DELETE FROM dispatches d USING s WHERE d.execution_id = s.id AND $3::text = 'pending'
+	), ev AS (
+		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at)
+		SELECT $11::uuid, s.application_id, s.id, $12::text, ` + eventPayloadSQL + `, now()
+		FROM s
+		RETURNING id
+	), notified AS (
+		SELECT pg_notify($13::text, id::text) FROM ev
+	)
+	SELECT cur.status, cur.attempt, s.id IS NOT NULL, ` + returned + `, (SELECT count(*) FROM notified)
+	FROM cur LEFT JOIN s ON true`
+
+// settleArgs are settleSQL's arguments.
+func settleArgs(o Outcome, eventID uuid.UUID) []any {
+	f := o.Failure
+	return []any{o.ExecutionID, o.Attempt, o.FromStatus, o.Status, o.Result,
+		nullable(f.Class), nullable(f.Reason), nullable(f.Code), nullable(f.Message),
+		cmp.Or(o.AttemptOutcome, o.Status), eventID, execution.EventTypeExecutionComplete, execution.EventsNotifyChannel}
+}
+
+// settled is a settleSQL or attemptFailSQL answer.
+type settled struct {
+	cur      Conflict // the execution as the statement found it
+	won      bool
+	row      execution.Row // the returned columns
+	notified int64
+}
+
+// scanSettled reads the columns settleSQL selects; more are the statement's own, after them.
+func scanSettled(r pgx.Row, more ...any) (settled, error) {
+	var (
+		a                                 settled
+		capability, mode                  *string
+		maxAttempts                       *int32
+		deadline, created, updated, setAt *time.Time
+	)
+	err := r.Scan(append([]any{&a.cur.Status, &a.cur.Attempt, &a.won, &capability, &mode, &maxAttempts,
+		&a.row.IdempotencyKey, &a.row.Progress, &deadline, &created, &updated, &setAt, &a.notified}, more...)...)
 	if err != nil {
-		return nil, fmt.Errorf("settle execution %s: %w", o.ExecutionID, err)
+		return a, err
 	}
-	eventID, err := uuid.NewV7()
+	if a.won {
+		a.row.Capability, a.row.Mode, a.row.MaxAttempts = *capability, *mode, *maxAttempts
+		a.row.DeadlineAt, a.row.CreatedAt, a.row.UpdatedAt, a.row.SettledAt = *deadline, *created, *updated, setAt
+	}
+	return a, nil
+}
+
+func newEventID() (uuid.UUID, error) {
+	id, err := uuid.NewV7()
 	if err != nil {
-		return nil, fmt.Errorf("event id: %w", err)
+		return uuid.UUID{}, fmt.Errorf("event id: %w", err)
 	}
-	payload, err := eventPayload(eventID.String(), row)
+	return id, nil
+}
+
+func settle(ctx context.Context, q querier, o Outcome) (*Settled, error) {
+	eventID, err := newEventID()
 	if err != nil {
 		return nil, err
 	}
-	// The rest of the settlement in one round trip (pgx pipelines a batch): close the attempt,
-	// drop a waiting dispatch, insert the completion event, wake the event relay at commit.
-	b := &pgx.Batch{}
-	b.Queue(`
-		UPDATE execution_attempts SET ended_at = now(), outcome = $3,
-			failure_class = coalesce($4, failure_class), failure_code = coalesce($5, failure_code),
-			failure_message = coalesce($6, failure_message)
-		WHERE execution_id = $1 AND n = $2 AND ended_at IS NULL`,
-		o.ExecutionID, o.Attempt, cmp.Or(o.AttemptOutcome, o.Status), nullable(f.Class), nullable(f.Code), nullable(f.Message))
-	if o.FromStatus == execution.StatusPending {
-		// The next attempt will not start: its waiting dispatch record goes too. One already
-		// published finds the execution settled and is acknowledged without effect.
-		b.Queue(`DELETE FROM dispatches WHERE execution_id = $1`, o.ExecutionID)
+	a, err := scanSettled(q.QueryRow(ctx, settleSQL, settleArgs(o, eventID)...))
+	return settleAnswer(o, eventID, a, err)
+}
+
+// settleAnswer turns settleSQL's answer into ExecutionSettle's.
+func settleAnswer(o Outcome, eventID uuid.UUID, a settled, err error) (*Settled, error) {
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, ErrNotFound
+	case err != nil:
+		return nil, fmt.Errorf("settle execution %s: %w", o.ExecutionID, err)
+	case !a.won:
+		return nil, &ConflictError{a.cur}
 	}
-	b.Queue(`
-		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at)
-		VALUES ($1, $2, $3, $4, $5, now())`,
-		eventID, row.ApplicationID, row.ID, execution.EventTypeExecutionComplete, payload)
-	b.Queue(`SELECT pg_notify($1, $2)`, execution.EventsNotifyChannel, eventID.String())
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("close attempt %d, record the completion event of %s: %w", o.Attempt, o.ExecutionID, err)
-	}
-	return &Settled{Execution: row, EventID: eventID.String()}, nil
+	row := a.row
+	f := o.Failure
+	row.ID, row.Status, row.Attempt, row.Result = o.ExecutionID, o.Status, o.Attempt, o.Result
+	row.FailureClass, row.FailureReason, row.FailureCode, row.FailureMessage = nullable(f.Class), nullable(f.Reason), nullable(f.Code), nullable(f.Message)
+	return &Settled{Execution: &row, EventID: eventID.String()}, nil
 }
 
 // AttemptFailure is a failed attempt to record.
@@ -131,7 +223,8 @@ type AttemptFailure struct {
 	Failure     execution.Failure // class, code, message
 	Retryable   bool
 	RetryAfter  time.Duration
-	// Scale shrinks the retry schedule's delays (and RetryAfter) for tests and demos.
+	// Scale shrinks the retry schedule's delays (and RetryAfter) for tests and demos. It is linear
+	// (config.Common.Scale): the statement applies its factor, Scale(1h)/1h, to the schedule.
 	Scale func(time.Duration) time.Duration
 	// Outcome closes the attempt's row: "failed" unless set (an expired lease is "timeout").
 	Outcome string
@@ -148,97 +241,118 @@ type AttemptFailed struct {
 	EventID       string
 }
 
-// AttemptFail records a failed attempt and decides what follows, in one transaction: the next
+// AttemptFail records a failed attempt and decides what follows, in one statement: the next
 // attempt's dispatch record, due after the capability's retry delay for this attempt (or the
 // adapter's retry_after if later), or — when the failure is permanent, the ceiling is reached or
 // the next attempt would start past the deadline — the failed settlement with its event. The due
 // time and the deadline check are the database's: now() plus the delay, compared in SQL.
+// Concurrent calls (and ExecutionSettle's) are batched, as ExecutionSettle says.
 func (s *Store) AttemptFail(ctx context.Context, a AttemptFailure) (*AttemptFailed, error) {
-	var out *AttemptFailed
-	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = attemptFail(ctx, tx, a)
-		return err
-	})
-	return out, err
+	out, err := s.batcher.Do(ctx, settleRequest{fail: &a})
+	return out.failed, err
 }
 
-// attemptFail is the retry decision, within tx. It is the only place that decides between a next
-// attempt and a failed settlement: the FailAttempt call and the sweeper both come here.
-func attemptFail(ctx context.Context, tx pgx.Tx, a AttemptFailure) (*AttemptFailed, error) {
-	var (
-		status              string
-		attempt, maxAttempt int32
-		delaysMS            []int64
-	)
-	err := tx.QueryRow(ctx, `
-		SELECT e.status, e.attempt, e.max_attempts, c.retry_delays_ms
+// attemptFailSQL is the retry decision in one statement. cur locks the execution (and reads the
+// latest committed version, as in settleSQL); d is the decision for the running attempt $2 —
+// reason NULL means a next attempt, due delay after now() and by the deadline; s writes it (back
+// to pending, or failed and settled); then the attempt's close, and either the next attempt's
+// dispatch record or the completion event and the relay's wake-up.
+//
+// $1 id, $2 attempt, $3 retryable, $4 the delay scale, $5 the adapter's retry_after in seconds
+// (scaled), $6..$8 failure class, code, message, $9 the reason when no retry is left (NULL: the
+// standard ones), $10 the attempt's outcome, $11 event id, $12 event type, $13 notify channel.
+const attemptFailSQL = `
+	WITH cur AS (
+		SELECT e.id, e.status, e.attempt, e.max_attempts, e.deadline_at,
+			greatest($4::float8 * c.retry_delays_ms[least($2::int, cardinality(c.retry_delays_ms))] / 1000.0,
+				$5::float8) AS delay
 		FROM executions e JOIN capabilities c ON c.name = e.capability
 		WHERE e.id = $1
-		FOR UPDATE OF e`, a.ExecutionID).Scan(&status, &attempt, &maxAttempt, &delaysMS)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read execution %s: %w", a.ExecutionID, err)
-	}
-	if status != execution.StatusRunning || attempt != a.Attempt {
-		return nil, &ConflictError{Conflict{Status: status, Attempt: attempt}}
-	}
-	outcome := cmp.Or(a.Outcome, execution.StatusFailed)
+		FOR UPDATE OF e
+	), d AS (
+		SELECT id, delay, CASE
+			WHEN NOT $3::bool THEN '` + execution.ReasonAdapterPermanent + `'
+			WHEN attempt >= max_attempts THEN coalesce($9::text, '` + execution.ReasonAttemptLimit + `')
+			WHEN now() + make_interval(secs => delay) > deadline_at THEN coalesce($9::text, '` + execution.ReasonBudget + `')
+		END AS reason
+		FROM cur
+		WHERE status = 'running' AND attempt = $2
+	), s AS (
+		UPDATE executions e
+		SET status = CASE WHEN d.reason IS NULL THEN 'pending' ELSE 'failed' END,
+			result = CASE WHEN d.reason IS NULL THEN e.result END,
+			failure_class = $6, failure_reason = d.reason, failure_code = $7, failure_message = $8,
+			lease_expires_at = NULL, updated_at = now(),
+			settled_at = CASE WHEN d.reason IS NOT NULL THEN now() END
+		FROM d
+		WHERE e.id = d.id
+		RETURNING e.*, d.delay
+	), att AS (
+		UPDATE execution_attempts a SET ended_at = now(), outcome = $10,
+			failure_class = CASE WHEN s.status = 'pending' THEN $6 ELSE coalesce($6, a.failure_class) END,
+			failure_code = CASE WHEN s.status = 'pending' THEN $7 ELSE coalesce($7, a.failure_code) END,
+			failure_message = CASE WHEN s.status = 'pending' THEN $8 ELSE coalesce($8, a.failure_message) END
+		FROM s
+		WHERE a.execution_id = s.id AND a.n = $2 AND (a.ended_at IS NULL OR s.status = 'pending')
+	), dis AS (
+		INSERT INTO dispatches (execution_id, attempt, due_at)
+		SELECT s.id, $2 + 1, now() + make_interval(secs => s.delay) FROM s WHERE s.status = 'pending'
+		RETURNING due_at
+	), ev AS (
+		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at)
+		SELECT $11::uuid, s.application_id, s.id, $12::text, ` + eventPayloadSQL + `, now()
+		FROM s
+		WHERE s.status = 'failed'
+		RETURNING id
+	), notified AS (
+		SELECT pg_notify($13::text, id::text) FROM ev
+	)
+	SELECT cur.status, cur.attempt, s.id IS NOT NULL, ` + returned + `, (SELECT count(*) FROM notified),
+		s.status, s.failure_reason, dis.due_at
+	FROM cur LEFT JOIN s ON true LEFT JOIN dis ON true`
+
+// attemptFailArgs are attemptFailSQL's arguments.
+func attemptFailArgs(a AttemptFailure, eventID uuid.UUID) []any {
 	f := a.Failure
-	delay := a.Scale(time.Duration(delaysMS[min(int(a.Attempt), len(delaysMS))-1]) * time.Millisecond)
-	if hint := a.Scale(a.RetryAfter); hint > delay {
-		delay = hint
+	factor := float64(a.Scale(time.Hour)) / float64(time.Hour)
+	return []any{a.ExecutionID, a.Attempt, a.Retryable, factor, a.Scale(a.RetryAfter).Seconds(),
+		nullable(f.Class), nullable(f.Code), nullable(f.Message), nullable(a.ExhaustedReason),
+		cmp.Or(a.Outcome, execution.StatusFailed), eventID, execution.EventTypeExecutionComplete, execution.EventsNotifyChannel}
+}
+
+// attemptFail is the retry decision. It is the only place that decides between a next attempt
+// and a failed settlement: the FailAttempt call and the sweeper both come here.
+func attemptFail(ctx context.Context, q querier, a AttemptFailure) (*AttemptFailed, error) {
+	eventID, err := newEventID()
+	if err != nil {
+		return nil, err
 	}
+	var (
+		status, reason *string
+		next           *time.Time
+	)
+	ans, err := scanSettled(q.QueryRow(ctx, attemptFailSQL, attemptFailArgs(a, eventID)...), &status, &reason, &next)
+	return attemptFailAnswer(a, eventID, ans, status, reason, next, err)
+}
+
+// attemptFailAnswer turns attemptFailSQL's answer into AttemptFail's.
+func attemptFailAnswer(a AttemptFailure, eventID uuid.UUID, ans settled, status, reason *string, next *time.Time, err error) (*AttemptFailed, error) {
 	switch {
-	case !a.Retryable:
-		f.Reason = execution.ReasonAdapterPermanent
-	case a.Attempt >= maxAttempt:
-		f.Reason = cmp.Or(a.ExhaustedReason, execution.ReasonAttemptLimit)
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, ErrNotFound
+	case err != nil:
+		return nil, fmt.Errorf("record failed attempt %d of %s: %w", a.Attempt, a.ExecutionID, err)
+	case !ans.won:
+		return nil, &ConflictError{ans.cur}
 	}
-	var row *execution.Row
-	if f.Reason == "" {
-		// The next attempt is due delay after the database's now(), and it must start by the
-		// deadline the database wrote: both are computed and compared here, in SQL, so that the
-		// clocks of the hosts running settlement play no part. No row back means the budget does
-		// not allow it.
-		row, err = execution.Scan(tx.QueryRow(ctx, `
-			UPDATE executions
-			SET status = 'pending', failure_class = $2, failure_reason = NULL, failure_code = $3,
-				failure_message = $4, lease_expires_at = NULL, updated_at = now()
-			WHERE id = $1 AND now() + make_interval(secs => $5) <= deadline_at
-			RETURNING `+execution.Columns, a.ExecutionID, nullable(f.Class), nullable(f.Code), nullable(f.Message), delay.Seconds()))
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			f.Reason = cmp.Or(a.ExhaustedReason, execution.ReasonBudget)
-		case err != nil:
-			return nil, fmt.Errorf("return execution %s to pending: %w", a.ExecutionID, err)
-		}
+	row := ans.row
+	f := a.Failure
+	row.ID, row.Status, row.Attempt = a.ExecutionID, *status, a.Attempt
+	row.FailureClass, row.FailureReason, row.FailureCode, row.FailureMessage = nullable(f.Class), reason, nullable(f.Code), nullable(f.Message)
+	if *status == execution.StatusPending {
+		return &AttemptFailed{Execution: &row, NextAttemptAt: next}, nil
 	}
-	if f.Reason != "" {
-		settled, err := settle(ctx, tx, Outcome{ExecutionID: a.ExecutionID, Attempt: a.Attempt,
-			FromStatus: execution.StatusRunning, Status: execution.StatusFailed, Failure: f, AttemptOutcome: outcome})
-		if err != nil {
-			return nil, err
-		}
-		return &AttemptFailed{Execution: settled.Execution, EventID: settled.EventID}, nil
-	}
-	if _, err := tx.Exec(ctx, `
-		UPDATE execution_attempts SET ended_at = now(), outcome = $3, failure_class = $4,
-			failure_code = $5, failure_message = $6
-		WHERE execution_id = $1 AND n = $2`,
-		a.ExecutionID, a.Attempt, outcome, nullable(f.Class), nullable(f.Code), nullable(f.Message)); err != nil {
-		return nil, fmt.Errorf("close attempt %d: %w", a.Attempt, err)
-	}
-	var next time.Time
-	if err := tx.QueryRow(ctx, `
-		INSERT INTO dispatches (execution_id, attempt, due_at) VALUES ($1, $2, now() + make_interval(secs => $3))
-		RETURNING due_at`,
-		a.ExecutionID, a.Attempt+1, delay.Seconds()).Scan(&next); err != nil {
-		return nil, fmt.Errorf("schedule attempt %d: %w", a.Attempt+1, err)
-	}
-	return &AttemptFailed{Execution: row, NextAttemptAt: &next}, nil
+	return &AttemptFailed{Execution: &row, EventID: eventID.String()}, nil
 }
 
 // Why the sweeper ended an attempt.
@@ -397,64 +511,9 @@ func sweepOne(ctx context.Context, tx pgx.Tx, a AttemptFailure) (*AttemptFailed,
 	return out, nil
 }
 
-func conflict(ctx context.Context, tx pgx.Tx, id string) error {
-	var c Conflict
-	err := tx.QueryRow(ctx, `SELECT status, attempt FROM executions WHERE id = $1`, id).Scan(&c.Status, &c.Attempt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrNotFound
-	}
-	if err != nil {
-		return fmt.Errorf("read execution %s after a lost settlement: %w", id, err)
-	}
-	return &ConflictError{c}
-}
-
-// eventPayload is the completion event's body, as delivered to the application's consumer.
-func eventPayload(eventID string, r *execution.Row) ([]byte, error) {
-	type failure struct {
-		Class   string `json:"class,omitempty"`
-		Reason  string `json:"reason,omitempty"`
-		Code    string `json:"code,omitempty"`
-		Message string `json:"message,omitempty"`
-	}
-	data := map[string]any{
-		"execution_id": r.ID,
-		"capability":   r.Capability,
-		"mode":         r.Mode,
-		"status":       r.Status,
-		"attempt":      r.Attempt,
-	}
-	if r.IdempotencyKey != nil {
-		data["idempotency_key"] = *r.IdempotencyKey
-	}
-	if r.Result != nil {
-		data["result"] = json.RawMessage(r.Result)
-	}
-	if r.FailureReason != nil || r.FailureClass != nil {
-		data["failure"] = failure{Class: str(r.FailureClass), Reason: str(r.FailureReason), Code: str(r.FailureCode), Message: str(r.FailureMessage)}
-	}
-	body, err := json.Marshal(map[string]any{
-		"id":        eventID,
-		"type":      execution.EventTypeExecutionComplete,
-		"timestamp": r.SettledAt.UTC().Format(time.RFC3339Nano),
-		"data":      data,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("encode completion event: %w", err)
-	}
-	return body, nil
-}
-
 func nullable(s string) *string {
 	if s == "" {
 		return nil
 	}
 	return &s
-}
-
-func str(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }

@@ -1,0 +1,143 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/integrations-platform/integrations/pkg/batch"
+	"github.com/integrations-platform/integrations/pkg/db"
+)
+
+// Batching of concurrent settlements (Settle and FailAttempt calls): each batch is one pipelined
+// round trip of one statement per settlement, all in one implicit transaction (the batch is sent
+// with a single Sync), so one commit — one WAL flush — for the batch. One batch at a time: while
+// it commits, the next gathers; with two in flight a free runner takes the first one or two
+// callers at once and the batches stay small (BenchmarkSettleConcurrent, 64 callers: 32
+// settlements a batch and 0.32 ms each with one, 8 and 0.41–0.59 ms with two). The price is that
+// a batch waiting on a row lock (a sweeper pass holding the execution) holds the settlements
+// queued behind it for as long. 64 is above the settlements in flight at the bench's concurrency.
+const (
+	settleBatchMax         = 64
+	settleBatchConcurrency = 1
+)
+
+// settleRequest is one settlement to batch: exactly one of settle and fail is set.
+type settleRequest struct {
+	settle *Outcome
+	fail   *AttemptFailure
+}
+
+// settleAnswered is a settleRequest's answer: the one of settled and failed that its kind asks.
+type settleAnswered struct {
+	settled *Settled
+	failed  *AttemptFailed
+}
+
+func (r settleRequest) executionID() string {
+	if r.settle != nil {
+		return r.settle.ExecutionID
+	}
+	return r.fail.ExecutionID
+}
+
+// SettleStats are the settlement batcher's counts (batches, settlements in them, the largest).
+func (s *Store) SettleStats() batch.Stats { return s.batcher.Stats() }
+
+// settleBatch runs one batch of settlements in one transaction. The compare-and-set is each
+// statement's own: a loser gets its conflict answer and moves nothing, the others settle. The
+// statements run in the order of their execution ids, so that two batches running at once (of two
+// replicas) lock their executions in the same order (no deadlock between them), and two
+// settlements of the same execution in one batch run one after the other: the second sees the
+// first's write (each statement of a read-committed transaction takes a new snapshot) and loses.
+//
+// A batch whose connection is lost (or whose context ends) fails every caller with that error, a
+// connection error that the callers see as UNAVAILABLE: retry. Its transaction did not commit,
+// unless the connection was lost after the commit was sent — the same uncertainty as a lost
+// COMMIT, which a retry resolves (it finds the execution settled). A batch that fails on a
+// statement's error (which rolled the whole batch back) is run again one settlement per
+// statement, so that each caller gets its own answer and only the faulty one its error.
+func (s *Store) settleBatch(ctx context.Context, reqs []settleRequest) ([]settleAnswered, []error, error) {
+	if len(reqs) == 1 {
+		a, err := s.settleOne(ctx, reqs[0])
+		return []settleAnswered{a}, []error{err}, nil
+	}
+	order := make([]int, len(reqs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int { return cmp.Compare(reqs[i].executionID(), reqs[j].executionID()) })
+
+	eventIDs := make([]uuid.UUID, len(reqs))
+	b := &pgx.Batch{}
+	for _, i := range order {
+		id, err := newEventID()
+		if err != nil {
+			return nil, nil, err
+		}
+		eventIDs[i] = id
+		if r := reqs[i]; r.settle != nil {
+			b.Queue(settleSQL, settleArgs(*r.settle, id)...)
+		} else {
+			b.Queue(attemptFailSQL, attemptFailArgs(*r.fail, id)...)
+		}
+	}
+	answers := make([]settleAnswered, len(reqs))
+	errs := make([]error, len(reqs))
+	br := s.pool.SendBatch(ctx, b)
+	var failed error
+	for _, i := range order {
+		r := reqs[i]
+		if r.settle != nil {
+			a, err := scanSettled(br.QueryRow())
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				failed = err
+				break
+			}
+			answers[i].settled, errs[i] = settleAnswer(*r.settle, eventIDs[i], a, err)
+			continue
+		}
+		var (
+			status, reason *string
+			next           *time.Time
+		)
+		a, err := scanSettled(br.QueryRow(), &status, &reason, &next)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			failed = err
+			break
+		}
+		answers[i].failed, errs[i] = attemptFailAnswer(*r.fail, eventIDs[i], a, status, reason, next, err)
+	}
+	// Close reads the commit's answer: until it has, nothing is known to be written.
+	if err := br.Close(); err != nil && failed == nil {
+		failed = err
+	}
+	if failed == nil {
+		return answers, errs, nil
+	}
+	if db.IsConnectionError(failed) || ctx.Err() != nil {
+		return nil, nil, fmt.Errorf("settle a batch of %d: %w", len(reqs), failed)
+	}
+	// A statement's error rolled the batch back: each settlement on its own.
+	for i, r := range reqs {
+		a, err := s.settleOne(ctx, r)
+		answers[i], errs[i] = a, err
+	}
+	return answers, errs, nil
+}
+
+// settleOne runs one settlement in a statement of its own.
+func (s *Store) settleOne(ctx context.Context, r settleRequest) (settleAnswered, error) {
+	if r.settle != nil {
+		out, err := settle(ctx, s.pool, *r.settle)
+		return settleAnswered{settled: out}, err
+	}
+	out, err := attemptFail(ctx, s.pool, *r.fail)
+	return settleAnswered{failed: out}, err
+}
