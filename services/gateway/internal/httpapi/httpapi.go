@@ -60,10 +60,6 @@ type Config struct {
 	// decoded and served (invoke: the request is an invoke); an error is the request's refusal,
 	// answered without decoding the body (server.RateGate.Precheck).
 	Precheck func(ctx context.Context, token string, invoke bool) error
-	// Service, if set, is called in process with Unary (the gRPC server's whole unary chain,
-	// grpcx.Server.Unary) around each method, instead of proxying to GRPCAddr.
-	Service gatewayv1.GatewayServiceServer
-	Unary   grpc.UnaryServerInterceptor
 }
 
 // Run serves the REST API of api (InProcess) under app.

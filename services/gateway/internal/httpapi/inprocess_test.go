@@ -54,7 +54,7 @@ func TestInProcessRunsTheInterceptorChain(t *testing.T) {
 		}
 		return handler(ctx, req)
 	}
-	h, err := httpapi.InProcessHandler(context.Background(), svc, unary, httpapi.Config{MaxBodyBytes: 1 << 20})
+	h, err := httpapi.Handler(context.Background(), httpapi.InProcess(svc, unary), httpapi.Config{MaxBodyBytes: 1 << 20})
 	require.NoError(t, err)
 	rest := httptest.NewServer(h)
 	t.Cleanup(rest.Close)
