@@ -316,3 +316,15 @@ func TestWithTxRetriesABeginThatDied(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int{1}, vals)
 }
+
+// Statements refused for the moment are transient — UNAVAILABLE to a client — but not connection
+// errors (a batch re-run row by row on them stays possible).
+func TestIsTransient(t *testing.T) {
+	for code, want := range map[string]bool{"40001": true, "40P01": true, "55P03": true, "57014": true,
+		"23505": false, "22P02": false, "57P01": false, "42601": false} {
+		err := fmt.Errorf("insert: %w", &pgconn.PgError{Code: code})
+		require.Equal(t, want, db.IsTransient(err), code)
+		require.Equal(t, want || db.IsConnectionError(err), apperr.IsDependencyFailure(err), code)
+	}
+	require.False(t, db.IsTransient(context.Canceled))
+}

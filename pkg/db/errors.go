@@ -11,7 +11,29 @@ import (
 	"github.com/integrations-platform/integrations/pkg/apperr"
 )
 
-func init() { apperr.RegisterDependencyFailure(IsConnectionError) }
+func init() {
+	apperr.RegisterDependencyFailure(IsConnectionError)
+	apperr.RegisterDependencyFailure(IsTransient)
+}
+
+// IsTransient reports whether err is a statement Postgres refused for the moment rather than for
+// what it is: a serialization failure (40001), a deadlock (40P01), a lock not available in time
+// (55P03: lock_timeout) or a statement cancelled by statement_timeout (57014). Trying it again
+// later may well succeed, so a client is answered UNAVAILABLE (retry), never INTERNAL. A batch of
+// statements meets these more often than one statement alone: two batches locking rows, or a
+// batch bounded in how long it waits. Not a connection error: the connection is fine, and a
+// caller that re-runs a batch row by row on a statement's error may do so.
+func IsTransient(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "40001", "40P01", "55P03", "57014":
+		return true
+	}
+	return false
+}
 
 // IsConnectionError reports whether err says the database could not be reached or the
 // connection was lost, rather than that the statement was wrong: a dial failure, SQLSTATE class
