@@ -50,6 +50,8 @@ func TestPlanDelayLevels(t *testing.T) {
 		{time.Second - tol - time.Microsecond, "s.jobs.delay.500ms"}, // short by more
 		{4 * time.Second, "s.jobs.delay.1000ms"},
 		{5*time.Second - 3*time.Millisecond, "s.jobs.delay.5000ms"}, // a due time minus a claim's ms
+		{5*time.Second - 45*time.Millisecond, "s.jobs.delay.5000ms"}, // within a hundredth of the level
+		{5*time.Second - 55*time.Millisecond, "s.jobs.delay.1000ms"}, // short by more
 		{5 * time.Second, "s.jobs.delay.5000ms"},
 		{time.Hour, "s.jobs.delay.5000ms"},
 	} {
@@ -57,7 +59,7 @@ func TestPlanDelayLevels(t *testing.T) {
 		assert.Equal(t, tc.want != "", ok, "delay %v", tc.d)
 		assert.Equal(t, tc.want, q, "delay %v", tc.d)
 		if ok {
-			assert.LessOrEqual(t, ttl, tc.d+tol, "the level is never past the delay by more than the tolerance")
+			assert.LessOrEqual(t, ttl, tc.d+max(tol, ttl/100), "the level is never past the delay by more than its slack")
 		}
 	}
 
@@ -344,20 +346,19 @@ func hops(top *topology, d, early time.Duration) int {
 }
 
 // TestRetryDueInALevelTakesOneHop: with the executions route's levels, a retry due in exactly
-// one level's delay, computed a few milliseconds short of it (a claim after the settlement's
-// commit), takes one holding-queue hop; without the tolerance it walked down the levels — the
-// 10 (1 m) to 22 (2 h) hops issue 13 measured.
+// one level's delay, computed short of it by the time between the settlement's commit and the
+// dispatcher's claim — milliseconds when idle, hundreds under load — takes one holding-queue hop;
+// before the slack it walked down the levels — the 10 (1 m) to 22 (2 h) hops issue 13 measured.
 func TestRetryDueInALevelTakesOneHop(t *testing.T) {
 	t.Parallel()
 	levels := []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour}
 	top, err := plan("s", 1, Route{Name: "executions", DelayLevels: levels})
 	require.NoError(t, err)
-	exact := *top
-	exact.delayTolerance = 0
-	const spent = 5 * time.Millisecond
 	for _, l := range levels {
-		assert.Equal(t, 1, hops(top, l-spent, DelayTolerance), "a retry due in %v", l)
-		t.Logf("due in %v, %v short: %d hop with the tolerance, %d without", l, spent, hops(top, l-spent, DelayTolerance), hops(&exact, l-spent, time.Nanosecond))
+		spent := min(l/100, 250*time.Millisecond) // a loaded machine's lag, within each level's slack
+		assert.Equal(t, 1, hops(top, l-5*time.Millisecond, DelayTolerance), "a retry due in %v, 5 ms short", l)
+		assert.Equal(t, 1, hops(top, l-spent, DelayTolerance), "a retry due in %v, %v short", l, spent)
 	}
-	assert.Greater(t, hops(&exact, time.Minute-spent, time.Nanosecond), 5, "the walk the tolerance removes")
+	assert.Equal(t, 1, hops(top, time.Minute-400*time.Millisecond, DelayTolerance), "1 m, 400 ms short (a busy settlement batch)")
+	assert.Greater(t, hops(top, time.Minute-time.Second, DelayTolerance), 1, "short by more than the slack: the shorter levels")
 }

@@ -191,23 +191,35 @@ func RetryDelays(r Route, timeScale float64) (delays []time.Duration, budget tim
 	return delays, budget, nil
 }
 
-// delayQueue is the holding queue of the largest delay level not longer than d plus the route's
-// delay tolerance, and its TTL: a delay that falls a few milliseconds short of a level waits in
-// that level (arriving at most the tolerance late) instead of in the next shorter one (arriving
-// early, to be deferred again). ok is false when d is not positive (due already), when d plus the
-// tolerance is shorter than the smallest level, or when the route has no levels.
+// delayQueue is the holding queue of the delay level a message due in d waits in, and its TTL:
+// the level d reaches, or the next longer one when d falls short of it by no more than the slack
+// (levelSlack: the route's delay tolerance, or a hundredth of that level if more) — the message
+// then arrives at most that much late instead of early, to be deferred again down the shorter
+// levels. A delay comes out short of the level it was meant for by the time between writing its
+// due time and publishing it: milliseconds when idle, a few hundred under load (a settlement
+// batch's commit, the dispatcher's nudge and claim), which a fixed 50 ms did not cover. ok is
+// false when d is not positive (due already), when d is short of the smallest level by more than
+// its slack, or when the route has no levels.
 func (t *topology) delayQueue(d time.Duration) (queue string, ttl time.Duration, ok bool) {
 	if len(t.delayTTLs) == 0 || d <= 0 {
 		return "", 0, false
 	}
-	i, found := slices.BinarySearch(t.delayTTLs, d+t.delayTolerance)
-	if !found {
-		i-- // BinarySearch gives the insertion point: the first level longer than d
+	i, found := slices.BinarySearch(t.delayTTLs, d) // the first level not shorter than d
+	if !found && (i == len(t.delayTTLs) || t.delayTTLs[i]-d > t.levelSlack(t.delayTTLs[i])) {
+		i-- // the largest level shorter than d
 	}
 	if i < 0 {
 		return "", 0, false
 	}
 	return t.delayQueues[i], t.delayTTLs[i], true
+}
+
+// levelSlackDivisor: a message may wait in a level up to a hundredth of it longer than its delay.
+const levelSlackDivisor = 100
+
+// levelSlack is how much longer than its delay a message may wait in level.
+func (t *topology) levelSlack(level time.Duration) time.Duration {
+	return max(t.delayTolerance, level/levelSlackDivisor)
 }
 
 // retryQueue is the holding queue for a message whose attempt number `attempt` just failed.
