@@ -238,11 +238,15 @@ func (s *Store) startStatement(ctx context.Context, reqs []startRequest) ([]star
 				greatest(coalesce(extract(epoch FROM k.due - now()), 0), 0)::float8 AS early,
 				greatest(coalesce(extract(epoch FROM now() - k.due), 0), 0)::float8 AS overdue
 			FROM k
+		), lk AS (
+			-- The batch's executions locked in id order, as settlement batches lock theirs: two
+			-- batches of either kind touching the same executions cannot deadlock.
+			SELECT e.id FROM executions e WHERE e.id = ANY($1::uuid[]) ORDER BY e.id FOR UPDATE
 		), started AS (
 			UPDATE executions e
 			SET status = 'running', attempt = k.n,
 				lease_expires_at = now() + make_interval(secs => c.lease_ms / 1000.0 * k.scale), updated_at = now()
-			FROM k JOIN clock ON clock.ord = k.ord, capabilities c, adapters a
+			FROM k JOIN clock ON clock.ord = k.ord JOIN lk ON lk.id = k.id, capabilities c, adapters a
 			WHERE e.id = k.id AND e.status = 'pending' AND e.attempt = k.n - 1 AND k.n <= e.max_attempts
 				AND e.deadline_at > now() AND (clock.early = 0 OR clock.early < $7)
 				AND c.name = e.capability AND a.id = c.adapter_id
