@@ -48,6 +48,7 @@ import (
 	"time"
 
 	"github.com/integrations-platform/integrations/bench/internal/accept"
+	"github.com/integrations-platform/integrations/bench/internal/autovac"
 	"github.com/integrations-platform/integrations/bench/internal/flagx"
 	"github.com/integrations-platform/integrations/bench/internal/load"
 	"github.com/integrations-platform/integrations/bench/internal/procstat"
@@ -98,6 +99,7 @@ type options struct {
 	rlALimit       float64
 	swRates        []float64
 	retryN         int
+	autovacNap     time.Duration
 	// sw is the same-work River peer's process while the flow scenarios run (nil: not running).
 	sw *swPeer
 }
@@ -170,6 +172,7 @@ func parseFlags() (options, error) {
 	flag.IntVar(&o.maxErrors, "max-errors", 100, "stop a run after this many failed calls")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep the programs' log directory")
 	flag.IntVar(&o.peerPool, "peer-pool", 16, "the peers' (raw pgx, River) pool: min(callers, this) connections; 16 is their best on the 2-core dev machine (64 backends do worse)")
+	flag.DurationVar(&o.autovacNap, "autovacuum-naptime", 10*time.Second, "when the server's autovacuum is off (as on the dev machines), the bench vacuums and analyzes the tables over autovacuum's thresholds itself, this often (0: not at all: every generic plan stays the one made on the warm-up's nearly empty tables)")
 	var without string
 	flag.StringVar(&without, "diagnose-without", "", "DIAGNOSIS ONLY: programs not to start (e.g. dispatcher); the figures are then not the platform's")
 	flag.Parse()
@@ -276,12 +279,17 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	var standIn *autovac.StandIn
+	if machine.PGSettings["autovacuum"] == "off" && o.autovacNap > 0 {
+		standIn = autovac.Start(ctx, st.DB, o.autovacNap)
+	}
 	rep := &Report{
 		Benchmark: "bench", Started: started.UTC(), Machine: machine,
 		Config: Config{
 			Scenarios: keys(o.scenarios), Callers: o.callers, N: o.n, Duration: o.duration.String(), Reps: o.reps,
 			Warmup: o.warmup.String(), Drain: o.drain, ServiceDBParams: o.dbParams.Encode(), GatewayPprof: o.pprof,
 			LogLevel: "info", TimeScale: 1, DiagnoseWithout: o.without, PeerPool: o.peerPool,
+			AutovacuumStandIn: autovacText(machine, standIn, o.autovacNap),
 		},
 	}
 	printHeader(os.Stdout, rep)
@@ -309,6 +317,14 @@ func run() error {
 			return fmt.Errorf("-mq-json: %w", err)
 		}
 		rep.MQ = json.RawMessage(raw)
+	}
+	if standIn != nil {
+		av := standIn.Stop()
+		rep.Config.AutovacuumStandIn += fmt.Sprintf(": %d passes, %d vacuums, %d analyzes", av.Passes, av.Vacuums, av.Analyzes)
+		if av.Errors > 0 {
+			rep.Config.AutovacuumStandIn += fmt.Sprintf(", %d failed (last: %v)", av.Errors, av.LastErr)
+		}
+		fmt.Println("autovacuum stand-in" + strings.TrimPrefix(rep.Config.AutovacuumStandIn, "stand-in"))
 	}
 	rep.Finished = time.Now().UTC()
 	fmt.Println()

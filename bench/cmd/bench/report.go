@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/integrations-platform/integrations/bench/internal/autovac"
 	"github.com/integrations-platform/integrations/bench/internal/stack"
 )
 
@@ -107,6 +108,8 @@ type Config struct {
 	PeerPool int `json:"peer_pool"`
 	// DiagnoseWithout lists programs left out for a diagnosis run (empty for a benchmark).
 	DiagnoseWithout []string `json:"diagnose_without,omitempty"`
+	// AutovacuumStandIn says whether the bench stood in for a server's autovacuum that is off.
+	AutovacuumStandIn string `json:"autovacuum_stand_in"`
 }
 
 // Row is one scenario × transport × concurrency: the median of its repetitions.
@@ -172,7 +175,7 @@ func describeMachine(ctx context.Context, st *stack.Stack) (Machine, error) {
 		return m, err
 	}
 	for _, name := range []string{"fsync", "synchronous_commit", "full_page_writes", "wal_sync_method",
-		"commit_delay", "shared_buffers", "max_connections", "max_wal_size"} {
+		"commit_delay", "shared_buffers", "autovacuum", "max_connections", "max_wal_size"} {
 		var v string
 		if err := st.DB.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v); err != nil {
 			return m, err
@@ -208,6 +211,7 @@ func printHeader(w io.Writer, r *Report) {
 	}
 	fmt.Fprintf(w, "closed loop, %s, %d repetitions (median), warm-up %s, %s; whole stack running (log level %s, time scale %g); %s; peers' pool min(callers, %d)\n",
 		runs, r.Config.Reps, r.Config.Warmup, drained, r.Config.LogLevel, r.Config.TimeScale, svcParams, r.Config.PeerPool)
+	fmt.Fprintf(w, "autovacuum=%s: %s\n", m.PGSettings["autovacuum"], r.Config.AutovacuumStandIn)
 	if len(r.Config.DiagnoseWithout) > 0 {
 		fmt.Fprintf(w, "DIAGNOSIS RUN without %s: not the platform's figures\n", strings.Join(r.Config.DiagnoseWithout, ", "))
 	}
@@ -261,4 +265,16 @@ func passFail(ok bool) string {
 		return "PASS"
 	}
 	return "FAIL"
+}
+
+// autovacText says how the server's tables are kept vacuumed and analyzed during the run.
+func autovacText(m Machine, s *autovac.StandIn, naptime time.Duration) string {
+	switch {
+	case m.PGSettings["autovacuum"] != "off":
+		return "the server's own"
+	case s != nil:
+		return fmt.Sprintf("stand-in by the bench every %s at the server's autovacuum thresholds (the server has it off)", naptime)
+	default:
+		return "NONE: the server has it off and -autovacuum-naptime=0; no table is analyzed, generic plans stay those of empty tables"
+	}
 }
