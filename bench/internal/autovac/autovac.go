@@ -41,6 +41,7 @@ type Stats struct {
 type StandIn struct {
 	pool    *pgxpool.Pool
 	naptime time.Duration
+	schemas []string // empty: every schema
 	cancel  context.CancelFunc
 	done    chan struct{}
 
@@ -48,10 +49,11 @@ type StandIn struct {
 	stats Stats
 }
 
-// Start starts a stand-in over pool's database, its first pass at once.
-func Start(ctx context.Context, pool *pgxpool.Pool, naptime time.Duration) *StandIn {
+// Start starts a stand-in over the tables of pool's database (of the schemas named, if any), its
+// first pass at once.
+func Start(ctx context.Context, pool *pgxpool.Pool, naptime time.Duration, schemas ...string) *StandIn {
 	ctx, cancel := context.WithCancel(ctx)
-	s := &StandIn{pool: pool, naptime: naptime, cancel: cancel, done: make(chan struct{})}
+	s := &StandIn{pool: pool, naptime: naptime, schemas: schemas, cancel: cancel, done: make(chan struct{})}
 	go s.loop(ctx)
 	return s
 }
@@ -105,7 +107,8 @@ func (s *StandIn) pass(ctx context.Context) (vacuums, analyzes int, err error) {
 			t.n_mod_since_analyze > current_setting('autovacuum_analyze_threshold')::float8
 				+ current_setting('autovacuum_analyze_scale_factor')::float8 * greatest(c.reltuples, 0)
 		FROM pg_stat_user_tables t JOIN pg_class c ON c.oid = t.relid
-		ORDER BY 1`)
+		WHERE cardinality($1::text[]) = 0 OR t.schemaname = ANY($1)
+		ORDER BY 1`, s.schemas)
 	if err != nil {
 		return 0, 0, fmt.Errorf("autovacuum stand-in: list tables: %w", err)
 	}
