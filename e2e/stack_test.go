@@ -253,6 +253,7 @@ func (s *stack) launch(name, binary string) {
 	{
 		env := append(append([]string{}, s.env...), "INTEGRATIONS_GRPC_ADDR="+s.addrs[name])
 		env = append(env, identityEnv(binary)...)
+		env = append(env, "INTEGRATIONS_METRICS_ADDR="+s.metricsAddr(name))
 		if s.publicTLS && clientFacing[binary] {
 			env = append(env, "INTEGRATIONS_PUBLIC_TLS_CERT_FILE="+devca.CertFile(tlsDir, devca.Public),
 				"INTEGRATIONS_PUBLIC_TLS_KEY_FILE="+devca.KeyFile(tlsDir, devca.Public))
@@ -274,6 +275,17 @@ func (s *stack) launch(name, binary string) {
 		s.binaryOf[name] = binary
 		s.mu.Unlock()
 	}
+}
+
+// metricsAddr is the metrics listener's address of an instance, the same across its restarts.
+func (s *stack) metricsAddr(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := name + "-metrics"
+	if _, ok := s.addrs[key]; !ok {
+		s.addrs[key] = freeAddr(s.t)
+	}
+	return s.addrs[key]
 }
 
 // clientFacing are the programs whose port is the clients' (applications', adapters'), not the

@@ -29,6 +29,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
+	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/safetext"
 )
 
@@ -81,7 +82,8 @@ const (
 // input, and an error from a dependency may too.
 const logMessageMax = 512
 
-// NewServer returns a server whose unary calls pass through, in order: panic recovery, logging,
+// NewServer returns a server whose unary calls pass through, in order: the per-RPC metrics
+// (pkg/metrics), panic recovery, logging,
 // the refusal of a request that could not be decoded (decode.go), error mapping (ToStatus), the
 // caller's identity (Policy, on an internal port), then cfg.Interceptors.
 func NewServer(cfg ServerConfig) *Server {
@@ -111,6 +113,10 @@ func NewServer(cfg ServerConfig) *Server {
 		opts = append(opts, grpc.Creds(cfg.Public))
 	}
 	chain = append(chain, cfg.Interceptors...)
+	// Per-RPC metrics (grpc_server_*), outermost: they see the status the caller gets (a panic,
+	// a refusal and a handler's error all mapped within) and the whole call's time.
+	chain = append([]grpc.UnaryServerInterceptor{metrics.GRPCServer().UnaryServerInterceptor()}, chain...)
+	streams = append([]grpc.StreamServerInterceptor{metrics.GRPCServer().StreamServerInterceptor()}, streams...)
 	opts = append(opts, grpc.ChainUnaryInterceptor(chain...), grpc.ChainStreamInterceptor(streams...))
 	if cfg.MaxConcurrentStreams > 0 {
 		opts = append(opts, grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams))
@@ -322,6 +328,9 @@ func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
+		// Per-RPC client metrics (grpc_client_*).
+		grpc.WithChainUnaryInterceptor(metrics.GRPCClient().UnaryClientInterceptor()),
+		grpc.WithChainStreamInterceptor(metrics.GRPCClient().StreamClientInterceptor()),
 	}, opts...)
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {

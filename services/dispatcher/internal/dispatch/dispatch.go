@@ -17,6 +17,7 @@ import (
 
 	dispatcherv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/dispatcher/v1"
 	queuev1 "github.com/integrations-platform/integrations/pkg/gen/integrations/queue/v1"
+	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
 	"github.com/integrations-platform/integrations/services/dispatcher/internal/store"
@@ -30,6 +31,11 @@ var (
 	published = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "integrations_dispatcher_published_total",
 		Help: "Dispatch records published to the broker and deleted.",
+	})
+	dispatchLag = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name:    "integrations_dispatch_lag_seconds",
+		Help:    "Time from a dispatch's due time to its publish being confirmed (0 when published ahead of it).",
+		Buckets: metrics.LatencyBuckets(),
 	})
 	publishFailures = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "integrations_dispatcher_publish_failures_total",
@@ -212,6 +218,9 @@ func (d *Dispatcher) batch(ctx context.Context) (batchResult, error) {
 			continue
 		}
 		done = append(done, claimed[i].ID)
+		// How late after its due time the dispatch went out, on the database's clock (0 for
+		// one published ahead into a holding queue).
+		dispatchLag.Observe(max(0, (claimed[i].ClaimedAt.Sub(claimed[i].DueAt) + time.Since(start)).Seconds()))
 	}
 	if len(failed) > 0 {
 		// Not published (or not known to be): give the claim up so that they go out with the next

@@ -24,8 +24,10 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/integrations-platform/integrations/pkg/execution"
 	queuev1 "github.com/integrations-platform/integrations/pkg/gen/integrations/queue/v1"
 	"github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/safetext"
 	"github.com/integrations-platform/integrations/pkg/secret"
@@ -206,6 +208,12 @@ func (d *Deliverer) deliverClaimed(ctx context.Context, ev *store.Delivery, logg
 		return verdict{kind: verdictStopped}
 	}
 
+	deliveryResult := "delivered"
+	if res.err != nil {
+		deliveryResult = "failed"
+	}
+	deliverySeconds.WithLabelValues(deliveryResult).Observe(elapsed.Seconds())
+
 	a := store.Attempt{StatusCode: res.statusCode, Duration: elapsed, ResponseBody: res.body, Outcome: "delivered",
 		Claim: ev.Claim, Attempts: ev.Attempts}
 	attempt := int(ev.Attempts) + 1 // the event's own count, not the message's
@@ -237,6 +245,9 @@ func (d *Deliverer) deliverClaimed(ctx context.Context, ev *store.Delivery, logg
 		logger.Info("event moved on during the attempt; attempt kept in the history only", fields...)
 		return verdict{}
 	case a.Outcome == "delivered":
+		if ev.Type == execution.EventTypeExecutionComplete {
+			endToEndSeconds.Observe(metrics.Since(ev.ExecutionCreatedAt))
+		}
 		logger.Info("event delivered", fields...)
 		return verdict{}
 	case a.Outcome == "dead":

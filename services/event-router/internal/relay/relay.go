@@ -20,6 +20,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/execution"
 	queuev1 "github.com/integrations-platform/integrations/pkg/gen/integrations/queue/v1"
+	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
 	"github.com/integrations-platform/integrations/services/event-router/internal/store"
@@ -119,6 +120,14 @@ var (
 		Name: "integrations_event_notices_republished_total",
 		Help: "Pending events whose notice was lost and published again, by evidence: stale (overdue), dead_lettered, or handoff (handed in process by a replica that died).",
 	}, []string{"evidence"})
+	// relayLag is the time from an event being written (settled) to its notice being confirmed
+	// by the broker, or to its hand-off to this replica's deliverer, by path. The event's time is
+	// the database's and now is this host's: a skew between them shows here (clamped at 0).
+	relayLag = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "integrations_relay_lag_seconds",
+		Help:    "Time from an event's creation to its notice published (broker) or handed to a deliverer in process (handoff).",
+		Buckets: metrics.LatencyBuckets(),
+	}, []string{"path"})
 	deadLettersCleared = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "integrations_event_dead_letters_cleared_total",
 		Help: "Dead-lettered event notices removed from the DLQ because their event was delivered or dead since.",
@@ -227,6 +236,9 @@ func (r *Relay) pass(ctx context.Context) error {
 		}
 		if len(here) > 0 {
 			r.handedOff.Add(int64(len(here)))
+			for _, d := range here {
+				relayLag.WithLabelValues("handoff").Observe(metrics.Since(d.CreatedAt))
+			}
 			r.opts.Handoff.Offer(here)
 		}
 		if len(claimed) == 0 {
@@ -250,6 +262,7 @@ func (r *Relay) pass(ctx context.Context) error {
 				continue
 			}
 			done = append(done, claimed[i].ID)
+			relayLag.WithLabelValues("broker").Observe(metrics.Since(claimed[i].CreatedAt))
 		}
 		if len(done) > 0 {
 			if err := r.store.EventMarkRelayed(ctx, done, claimed[0].ClaimedUntil); err != nil {

@@ -42,6 +42,8 @@ type Unrelayed struct {
 	ID            string
 	ApplicationID string
 	ClaimedUntil  time.Time
+	// CreatedAt is when the event was written (the database's clock): for the relay-lag metric.
+	CreatedAt time.Time
 }
 
 // EventClaimUnrelayed reserves up to limit events not yet published to the broker.
@@ -87,8 +89,10 @@ func (s *Store) EventClaimForRelay(ctx context.Context, limit int, ttl time.Dura
 		SELECT m.id, m.application_id, m.here, m.relay_claimed_until, m.delivery_claimed_until, m.type, m.created_at, m.attempts,
 			CASE WHEN m.here THEN e.payload END, a.consumer_kind, a.consumer_endpoint,
 			CASE WHEN m.here THEN a.signing_secret_enc END,
-			CASE WHEN m.here AND a.signing_secret_prev_until > now() THEN a.signing_secret_prev_enc END
-		FROM marked m JOIN integration_events e ON e.id = m.id JOIN applications a ON a.id = m.application_id`,
+			CASE WHEN m.here AND a.signing_secret_prev_until > now() THEN a.signing_secret_prev_enc END,
+			x.created_at
+		FROM marked m JOIN integration_events e ON e.id = m.id JOIN applications a ON a.id = m.application_id
+			JOIN executions x ON x.id = e.execution_id`,
 		limit, ttl.Seconds(), local, deliveryTTL.Seconds())
 	if err != nil {
 		return nil, nil, fmt.Errorf("claim unrelayed events: %w", err)
@@ -101,11 +105,11 @@ func (s *Store) EventClaimForRelay(ctx context.Context, limit int, ttl time.Dura
 		var isHere bool
 		var relayClaim, deliveryClaim *time.Time
 		if err := rows.Scan(&d.EventID, &d.ApplicationID, &isHere, &relayClaim, &deliveryClaim, &d.Type, &d.CreatedAt,
-			&d.Attempts, &d.Payload, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret); err != nil {
+			&d.Attempts, &d.Payload, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret, &d.ExecutionCreatedAt); err != nil {
 			return nil, nil, fmt.Errorf("claim unrelayed events: %w", err)
 		}
 		if !isHere {
-			pub = append(pub, Unrelayed{ID: d.EventID, ApplicationID: d.ApplicationID, ClaimedUntil: *relayClaim})
+			pub = append(pub, Unrelayed{ID: d.EventID, ApplicationID: d.ApplicationID, ClaimedUntil: *relayClaim, CreatedAt: d.CreatedAt})
 			continue
 		}
 		d.Status = "pending"
@@ -243,6 +247,9 @@ type Delivery struct {
 	// PrevSealedSecret is the application's previous signing secret while its overlap lasts
 	// (signing_secret_prev_until in the future), nil otherwise.
 	PrevSealedSecret []byte
+	// ExecutionCreatedAt is when the event's execution was accepted (the database's clock), read
+	// in the claim's own statement: for the accept → delivered metric.
+	ExecutionCreatedAt time.Time
 	// Wait is how long until the event's next attempt is due, when it is pending but not yet.
 	Wait time.Duration
 	// ClaimWait is how long another delivery's claim on the event still runs, if one does.
@@ -275,8 +282,10 @@ func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Dura
 				CASE WHEN a.signing_secret_prev_until > now() THEN a.signing_secret_prev_enc END AS prev_secret,
 				COALESCE(extract(epoch FROM
 					CASE WHEN e.attempts > 0 THEN e.next_attempt_at END - now()), 0)::float8 AS wait,
-				COALESCE(extract(epoch FROM e.delivery_claimed_until - now()), 0)::float8 AS claim_wait
+				COALESCE(extract(epoch FROM e.delivery_claimed_until - now()), 0)::float8 AS claim_wait,
+				x.created_at AS execution_created_at
 			FROM integration_events e JOIN applications a ON a.id = e.application_id
+				JOIN executions x ON x.id = e.execution_id
 			WHERE e.id = $1
 			FOR UPDATE OF e
 		), claimed AS (
@@ -288,7 +297,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Dura
 		SELECT ev.*, (SELECT delivery_claimed_until FROM claimed) FROM ev`, eventID, ttl.Seconds()).
 		Scan(&d.EventID, &d.ApplicationID, &d.Type, &d.CreatedAt, &d.Payload,
 			&d.Status, &d.Attempts, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret,
-			&wait, &claimWait, &claim)
+			&wait, &claimWait, &d.ExecutionCreatedAt, &claim)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}

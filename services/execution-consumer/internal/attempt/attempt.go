@@ -91,6 +91,7 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 		return mq.Fail(err)
 	}
 	logger.Info("attempt started", zap.String("capability", started.Capability))
+	queueWaitSeconds.Observe(started.Overdue.Seconds())
 
 	payload, err := execution.Struct(started.Payload)
 	if err != nil {
@@ -99,12 +100,14 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	// Bounded by what the database measured the lease and deadline to leave, not by their times
 	// read on this host's clock.
 	callCtx, cancel := context.WithDeadline(ctx, started.LocalCallDeadline())
+	callStart := time.Now()
 	out := h.adapters.Execute(callCtx, adaptercall.Adapter{ID: started.AdapterID, Endpoint: started.AdapterEndpoint}, &adapterv1.ExecuteRequest{
 		ExecutionId: started.ExecutionID, Attempt: started.Attempt, Capability: started.Capability,
 		Payload: payload, DeadlineTime: timestamppb.New(started.Deadline), DeadlineIn: durationpb.New(time.Until(started.LocalDeadline())), CallbackToken: token,
 		Mode: execution.ModeToProto(started.Mode),
 	})
 	cancel()
+	adapterCallSeconds.WithLabelValues(callOutcome(out)).Observe(time.Since(callStart).Seconds())
 	if out.Replayed {
 		// Not a configuration fault: this call's token was used by someone before it arrived.
 		logger.Error("possible attack: the adapter saw this call's platform token used before; attempt spent",

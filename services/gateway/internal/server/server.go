@@ -162,6 +162,13 @@ func New(st *store.Store, adapters *adaptercall.Pool, dispatcher dispatcherv1.Di
 
 // InvokeCapability implements GatewayService.InvokeCapability.
 func (s *Server) InvokeCapability(ctx context.Context, req *gatewayv1.InvokeCapabilityRequest) (*gatewayv1.InvokeCapabilityResponse, error) {
+	start := time.Now()
+	resp, err := s.invokeCapability(ctx, req)
+	acceptSeconds.WithLabelValues(modeLabel(req.GetMode()), outcomeLabel(err)).Observe(time.Since(start).Seconds())
+	return resp, err
+}
+
+func (s *Server) invokeCapability(ctx context.Context, req *gatewayv1.InvokeCapabilityRequest) (*gatewayv1.InvokeCapabilityResponse, error) {
 	appID := applicationID(ctx)
 	in, err := s.validateInvoke(ctx, req)
 	if err != nil {

@@ -53,7 +53,9 @@ func (s *Server) Settle(ctx context.Context, req *settlementv1.SettleRequest) (*
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	settled, err := s.store.ExecutionSettle(ctx, o)
+	settleSeconds.WithLabelValues("settle", resultLabel(err)).Observe(time.Since(start).Seconds())
 	var conflict *store.ConflictError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -96,7 +98,9 @@ func (s *Server) FailAttempt(ctx context.Context, req *settlementv1.FailAttemptR
 		Failure:   execution.Failure{Class: req.GetFailure().GetClass(), Code: req.GetFailure().GetCode(), Message: req.GetFailure().GetMessage()},
 		Retryable: req.GetRetryable(), RetryAfter: req.GetRetryAfter().AsDuration(), Scale: s.scale,
 	}
+	start := time.Now()
 	res, err := s.store.AttemptFail(ctx, a)
+	settleSeconds.WithLabelValues("fail_attempt", resultLabel(err)).Observe(time.Since(start).Seconds())
 	var conflict *store.ConflictError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
