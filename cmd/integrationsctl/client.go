@@ -28,6 +28,8 @@ type clientFlags struct {
 	// tls dials the gateway with TLS, verified against caFile if given or the system's roots.
 	tls    bool
 	caFile string
+	// output is how read commands print: text (for people) or json.
+	output string
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
@@ -37,9 +39,13 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 		"dial the gateway with TLS (env INTEGRATIONS_GATEWAY_TLS=true; implied by --ca-file)")
 	cmd.PersistentFlags().StringVar(&f.caFile, "ca-file", os.Getenv("INTEGRATIONS_GATEWAY_CA_FILE"),
 		"CA certificate (PEM) to verify the gateway's with, instead of the system's roots (env INTEGRATIONS_GATEWAY_CA_FILE)")
+	cmd.PersistentFlags().StringVarP(&f.output, "output", "o", outputText, "how read commands print: text or json")
 }
 
 func (f *clientFlags) dial(ctx context.Context) (gatewayv1.GatewayServiceClient, context.Context, func(), error) {
+	if err := f.checkOutput(); err != nil {
+		return nil, nil, nil, err
+	}
 	if f.apiKey == "" {
 		return nil, nil, nil, errors.New("an API key is required: --api-key or INTEGRATIONS_API_KEY")
 	}
@@ -172,6 +178,10 @@ func listCmd(f *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if f.output == outputJSON {
+				writeJSON(cmd.OutOrStdout(), resp)
+				return nil
+			}
 			for _, e := range resp.GetExecutions() {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s  %-28s %-20s attempt %d\n", e.GetId(), e.GetStatus(), e.GetCapability(), e.GetAttempt())
 			}
@@ -291,6 +301,10 @@ func eventsCmd(f *clientFlags) *cobra.Command {
 			resp, err := client.ListEvents(ctx, req)
 			if err != nil {
 				return err
+			}
+			if f.output == outputJSON {
+				writeJSON(cmd.OutOrStdout(), resp)
+				return nil
 			}
 			for _, e := range resp.GetEvents() {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s  %-24s %-22s execution %s  attempts %d  %s\n", e.GetId(), e.GetStatus(),
