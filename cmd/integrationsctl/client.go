@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -102,15 +103,28 @@ func invokeCmd(f *clientFlags) *cobra.Command {
 			}
 			e := resp.GetExecution()
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "execution %s %s attempt %d\n", e.GetId(), e.GetStatus(), e.GetAttempt())
 			if !wait || isFinal(e.GetStatus()) {
+				fmt.Fprintf(out, "execution %s %s attempt %d\n", e.GetId(), e.GetStatus(), e.GetAttempt())
 				fmt.Fprintln(out, printJSON.Format(e))
 				return nil
 			}
+			// On a terminal, one line rewritten as the execution moves; piped, only the settled
+			// execution, so that a script reads one JSON document.
+			live := isTerminal(out)
+			last := ""
+			show := func(e *executionv1.Execution) {
+				if line := progressLine(e); live && line != last {
+					fmt.Fprintf(out, "\r\033[K%s", line)
+					last = line
+				}
+			}
+			show(e)
 			deadline := time.Now().Add(timeout)
-			last := e.GetStatus().String() + fmt.Sprint(e.GetAttempt())
 			for !isFinal(e.GetStatus()) {
 				if time.Now().After(deadline) {
+					if live {
+						fmt.Fprintln(out)
+					}
 					return fmt.Errorf("execution %s not settled within %s", e.GetId(), timeout)
 				}
 				time.Sleep(200 * time.Millisecond) // polling the API: the CLI has no event stream
@@ -119,10 +133,10 @@ func invokeCmd(f *clientFlags) *cobra.Command {
 					return err
 				}
 				e = got.GetExecution()
-				if now := e.GetStatus().String() + fmt.Sprint(e.GetAttempt()); now != last {
-					fmt.Fprintf(out, "execution %s %s attempt %d\n", e.GetId(), e.GetStatus(), e.GetAttempt())
-					last = now
-				}
+				show(e)
+			}
+			if live {
+				fmt.Fprintln(out)
 			}
 			fmt.Fprintln(out, printJSON.Format(e))
 			return nil
@@ -131,7 +145,7 @@ func invokeCmd(f *clientFlags) *cobra.Command {
 	cmd.Flags().StringVar(&payload, "payload", "{}", "the request payload, a JSON object")
 	cmd.Flags().StringVar(&mode, "mode", "async", "async or sync")
 	cmd.Flags().StringVar(&idempotencyKey, "idempotency-key", "", "idempotency key")
-	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the execution settles, printing each change")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the execution settles; on a terminal, show a live line of its status, attempt and progress")
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long --wait waits")
 	return cmd
 }
@@ -389,4 +403,23 @@ func parseTime(flag, v string) (*timestamppb.Timestamp, error) {
 		return timestamppb.New(time.Now().Add(-d)), nil
 	}
 	return nil, fmt.Errorf("%s: %q is neither an RFC 3339 time nor a duration", flag, v)
+}
+
+// isTerminal tells whether w is a terminal (a variable: tests stand in for one).
+var isTerminal = func(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// progressLine is invoke --wait's live line: status, attempt and, when the adapter reported one,
+// its progress percentage (a "percent" number in the progress object).
+func progressLine(e *executionv1.Execution) string {
+	line := fmt.Sprintf("execution %s  %s  attempt %d/%d", e.GetId(),
+		strings.TrimPrefix(e.GetStatus().String(), "EXECUTION_STATUS_"), e.GetAttempt(), e.GetMaxAttempts())
+	if p, ok := e.GetProgress().GetFields()["percent"]; ok {
+		if _, isNum := p.GetKind().(*structpb.Value_NumberValue); isNum {
+			line += fmt.Sprintf("  %.0f%%", p.GetNumberValue())
+		}
+	}
+	return line
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
@@ -93,4 +95,62 @@ func TestReadCommandsPrintJSON(t *testing.T) {
 
 	_, err = runRoot(t, "list", "--gateway", addr, "--api-key", "k", "-o", "yaml")
 	require.ErrorContains(t, err, `--output: "yaml" is not text or json`)
+}
+
+// waitGateway is a gateway whose execution runs with progress, then succeeds on the third read.
+type waitGateway struct {
+	fakeGateway
+	reads chan struct{}
+}
+
+func (w *waitGateway) InvokeCapability(context.Context, *gatewayv1.InvokeCapabilityRequest) (*gatewayv1.InvokeCapabilityResponse, error) {
+	return &gatewayv1.InvokeCapabilityResponse{Execution: &executionv1.Execution{Id: "e1", MaxAttempts: 3,
+		Status: executionv1.ExecutionStatus_EXECUTION_STATUS_PENDING}}, nil
+}
+
+func (w *waitGateway) GetExecution(context.Context, *gatewayv1.GetExecutionRequest) (*gatewayv1.GetExecutionResponse, error) {
+	w.reads <- struct{}{}
+	e := &executionv1.Execution{Id: "e1", MaxAttempts: 3, Attempt: 1, Status: executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING}
+	switch len(w.reads) {
+	case 1:
+		p, _ := structpb.NewStruct(map[string]any{"percent": 40})
+		e.Progress = p
+	case 2:
+		e.Status = executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED
+	}
+	return &gatewayv1.GetExecutionResponse{Execution: e}, nil
+}
+
+func serveWait(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	gatewayv1.RegisterGatewayServiceServer(srv, &waitGateway{reads: make(chan struct{}, 10)})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+func TestInvokeWaitPipedPrintsOnlyTheSettledExecution(t *testing.T) {
+	out, err := runRoot(t, "invoke", "dummy.echo", "--wait", "--gateway", serveWait(t), "--api-key", "k")
+	require.NoError(t, err)
+	var e struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &e), "one JSON document, nothing else: %q", out)
+	require.Equal(t, "EXECUTION_STATUS_SUCCEEDED", e.Status)
+	require.NotContains(t, out, "\r")
+}
+
+func TestInvokeWaitOnATerminalShowsALiveLine(t *testing.T) {
+	was := isTerminal
+	isTerminal = func(io.Writer) bool { return true }
+	t.Cleanup(func() { isTerminal = was })
+	out, err := runRoot(t, "invoke", "dummy.echo", "--wait", "--gateway", serveWait(t), "--api-key", "k")
+	require.NoError(t, err)
+	require.Contains(t, out, "\r\033[Kexecution e1  PENDING  attempt 0/3")
+	require.Contains(t, out, "\r\033[Kexecution e1  RUNNING  attempt 1/3  40%")
+	require.Contains(t, out, "\r\033[Kexecution e1  SUCCEEDED  attempt 1/3\n{")
 }
