@@ -129,7 +129,9 @@ func TestGetExecutionTimelineAuthorisation(t *testing.T) {
 		require.NoError(t, call("the-admin-token", gatewayv1.GatewayService_GetExecutionTimeline_FullMethodName, req, h))
 	}
 	err = call("the-admin-token", gatewayv1.GatewayService_GetExecution_FullMethodName, &gatewayv1.GetExecutionRequest{Id: id},
-		func(ctx context.Context, req any) (any, error) { return b.server.GetExecution(ctx, req.(*gatewayv1.GetExecutionRequest)) })
+		func(ctx context.Context, req any) (any, error) {
+			return b.server.GetExecution(ctx, req.(*gatewayv1.GetExecutionRequest))
+		})
 	c, _ = code(err)
 	require.Equal(t, codes.PermissionDenied, c)
 }
