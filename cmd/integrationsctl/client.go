@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -28,6 +29,8 @@ type clientFlags struct {
 	// tls dials the gateway with TLS, verified against caFile if given or the system's roots.
 	tls    bool
 	caFile string
+	// output is how read commands print: text (for people) or json.
+	output string
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
@@ -37,9 +40,13 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 		"dial the gateway with TLS (env INTEGRATIONS_GATEWAY_TLS=true; implied by --ca-file)")
 	cmd.PersistentFlags().StringVar(&f.caFile, "ca-file", os.Getenv("INTEGRATIONS_GATEWAY_CA_FILE"),
 		"CA certificate (PEM) to verify the gateway's with, instead of the system's roots (env INTEGRATIONS_GATEWAY_CA_FILE)")
+	cmd.PersistentFlags().StringVarP(&f.output, "output", "o", outputText, "how read commands print: text or json")
 }
 
 func (f *clientFlags) dial(ctx context.Context) (gatewayv1.GatewayServiceClient, context.Context, func(), error) {
+	if err := f.checkOutput(); err != nil {
+		return nil, nil, nil, err
+	}
 	if f.apiKey == "" {
 		return nil, nil, nil, errors.New("an API key is required: --api-key or INTEGRATIONS_API_KEY")
 	}
@@ -96,15 +103,28 @@ func invokeCmd(f *clientFlags) *cobra.Command {
 			}
 			e := resp.GetExecution()
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "execution %s %s attempt %d\n", e.GetId(), e.GetStatus(), e.GetAttempt())
 			if !wait || isFinal(e.GetStatus()) {
+				fmt.Fprintf(out, "execution %s %s attempt %d\n", e.GetId(), e.GetStatus(), e.GetAttempt())
 				fmt.Fprintln(out, printJSON.Format(e))
 				return nil
 			}
+			// On a terminal, one line rewritten as the execution moves; piped, only the settled
+			// execution, so that a script reads one JSON document.
+			live := isTerminal(out)
+			last := ""
+			show := func(e *executionv1.Execution) {
+				if line := progressLine(e); live && line != last {
+					fmt.Fprintf(out, "\r\033[K%s", line)
+					last = line
+				}
+			}
+			show(e)
 			deadline := time.Now().Add(timeout)
-			last := e.GetStatus().String() + fmt.Sprint(e.GetAttempt())
 			for !isFinal(e.GetStatus()) {
 				if time.Now().After(deadline) {
+					if live {
+						fmt.Fprintln(out)
+					}
 					return fmt.Errorf("execution %s not settled within %s", e.GetId(), timeout)
 				}
 				time.Sleep(200 * time.Millisecond) // polling the API: the CLI has no event stream
@@ -113,10 +133,10 @@ func invokeCmd(f *clientFlags) *cobra.Command {
 					return err
 				}
 				e = got.GetExecution()
-				if now := e.GetStatus().String() + fmt.Sprint(e.GetAttempt()); now != last {
-					fmt.Fprintf(out, "execution %s %s attempt %d\n", e.GetId(), e.GetStatus(), e.GetAttempt())
-					last = now
-				}
+				show(e)
+			}
+			if live {
+				fmt.Fprintln(out)
 			}
 			fmt.Fprintln(out, printJSON.Format(e))
 			return nil
@@ -125,7 +145,7 @@ func invokeCmd(f *clientFlags) *cobra.Command {
 	cmd.Flags().StringVar(&payload, "payload", "{}", "the request payload, a JSON object")
 	cmd.Flags().StringVar(&mode, "mode", "async", "async or sync")
 	cmd.Flags().StringVar(&idempotencyKey, "idempotency-key", "", "idempotency key")
-	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the execution settles, printing each change")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the execution settles; on a terminal, show a live line of its status, attempt and progress")
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long --wait waits")
 	return cmd
 }
@@ -171,6 +191,10 @@ func listCmd(f *clientFlags) *cobra.Command {
 			resp, err := client.ListExecutions(ctx, &gatewayv1.ListExecutionsRequest{PageSize: limit})
 			if err != nil {
 				return err
+			}
+			if f.output == outputJSON {
+				writeJSON(cmd.OutOrStdout(), resp)
+				return nil
 			}
 			for _, e := range resp.GetExecutions() {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s  %-28s %-20s attempt %d\n", e.GetId(), e.GetStatus(), e.GetCapability(), e.GetAttempt())
@@ -292,6 +316,10 @@ func eventsCmd(f *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if f.output == outputJSON {
+				writeJSON(cmd.OutOrStdout(), resp)
+				return nil
+			}
 			for _, e := range resp.GetEvents() {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s  %-24s %-22s execution %s  attempts %d  %s\n", e.GetId(), e.GetStatus(),
 					e.GetType(), e.GetExecutionId(), e.GetAttempts(), e.GetCreateTime().AsTime().Format(time.RFC3339))
@@ -375,4 +403,23 @@ func parseTime(flag, v string) (*timestamppb.Timestamp, error) {
 		return timestamppb.New(time.Now().Add(-d)), nil
 	}
 	return nil, fmt.Errorf("%s: %q is neither an RFC 3339 time nor a duration", flag, v)
+}
+
+// isTerminal tells whether w is a terminal (a variable: tests stand in for one).
+var isTerminal = func(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// progressLine is invoke --wait's live line: status, attempt and, when the adapter reported one,
+// its progress percentage (a "percent" number in the progress object).
+func progressLine(e *executionv1.Execution) string {
+	line := fmt.Sprintf("execution %s  %s  attempt %d/%d", e.GetId(),
+		strings.TrimPrefix(e.GetStatus().String(), "EXECUTION_STATUS_"), e.GetAttempt(), e.GetMaxAttempts())
+	if p, ok := e.GetProgress().GetFields()["percent"]; ok {
+		if _, isNum := p.GetKind().(*structpb.Value_NumberValue); isNum {
+			line += fmt.Sprintf("  %.0f%%", p.GetNumberValue())
+		}
+	}
+	return line
 }

@@ -39,6 +39,7 @@ func root() *cobra.Command {
 	client.register(cmd)
 	cmd.AddCommand(migrateCmd(&databaseURL), catalogCmd(&databaseURL),
 		invokeCmd(&client), getCmd(&client), listCmd(&client), consumerCmd(&client), eventsCmd(&client), keysCmd(&client))
+	cmd.AddCommand(timelineCmd(&client), diagnoseCmd(&client))
 	cmd.AddCommand(platformKeyCmd(), devCertsCmd(), healthCmd())
 	return cmd
 }

@@ -115,7 +115,7 @@ func run() error {
 		// A call over its limit is held (and one waiting for its token waits): the bound per
 		// connection keeps one connection firing calls without waiting from piling them up.
 		MaxConcurrentStreams: 1000,
-		Interceptors:         []grpc.UnaryServerInterceptor{server.AuthInterceptor(st), gate.Interceptor()},
+		Interceptors:         []grpc.UnaryServerInterceptor{server.AuthInterceptor(st, cfg.AdminToken), gate.Interceptor()},
 	})
 	gw := server.New(st, adapters,
 		dispatcherv1.NewDispatcherServiceClient(dispatcherConn), settlementv1.NewSettlementServiceClient(settlementConn),

@@ -76,10 +76,17 @@ var ErrNotRunning = errors.New("attempt is not running under a live lease")
 // (less than lease near the deadline): the interval an adapter on another clock can go by.
 func (s *Store) LeaseRenew(ctx context.Context, id string, n int32, lease time.Duration) (until time.Time, granted time.Duration, err error) {
 	var secs float64
+	// The attempt's row counts the renewal for the timeline, in the same statement.
 	err = s.pool.QueryRow(ctx, `
-		UPDATE executions SET lease_expires_at = least(now() + make_interval(secs => $3), deadline_at), updated_at = now()
-		WHERE id = $1 AND attempt = $2 AND status = 'running' AND lease_expires_at > now() AND deadline_at > now()
-		RETURNING lease_expires_at, extract(epoch FROM lease_expires_at - now())::float8`, id, n, lease.Seconds()).Scan(&until, &secs)
+		WITH e AS (
+			UPDATE executions SET lease_expires_at = least(now() + make_interval(secs => $3), deadline_at), updated_at = now()
+			WHERE id = $1 AND attempt = $2 AND status = 'running' AND lease_expires_at > now() AND deadline_at > now()
+			RETURNING id, lease_expires_at, extract(epoch FROM lease_expires_at - now())::float8 AS secs
+		), t AS (
+			UPDATE execution_attempts SET renewals = renewals + 1, last_renewed_at = now()
+			WHERE execution_id = (SELECT id FROM e) AND n = $2
+		)
+		SELECT lease_expires_at, secs FROM e`, id, n, lease.Seconds()).Scan(&until, &secs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, 0, ErrNotRunning
 	}

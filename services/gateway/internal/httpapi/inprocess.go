@@ -70,3 +70,7 @@ func (s inProcess) RedeliverEvent(ctx context.Context, r *gatewayv1.RedeliverEve
 func (s inProcess) RedriveEvents(ctx context.Context, r *gatewayv1.RedriveEventsRequest) (*gatewayv1.RedriveEventsResponse, error) {
 	return unary(ctx, s, gatewayv1.GatewayService_RedriveEvents_FullMethodName, r, s.impl.RedriveEvents)
 }
+
+func (s inProcess) GetExecutionTimeline(ctx context.Context, r *gatewayv1.GetExecutionTimelineRequest) (*gatewayv1.GetExecutionTimelineResponse, error) {
+	return unary(ctx, s, gatewayv1.GatewayService_GetExecutionTimeline_FullMethodName, r, s.impl.GetExecutionTimeline)
+}

@@ -12,6 +12,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -25,6 +26,90 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// TimelineEntryKind says what a timeline entry records, and so which of its fields are set.
+type TimelineEntryKind int32
+
+const (
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_UNSPECIFIED TimelineEntryKind = 0
+	// The gateway accepted the invocation: mode, idempotency_key.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_ACCEPTED TimelineEntryKind = 1
+	// An attempt started: attempt.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_ATTEMPT_STARTED TimelineEntryKind = 2
+	// An attempt ended, or the adapter took it as long work ("accepted"): attempt, outcome,
+	// error_class, error_code, error_message, duration (since the attempt's start).
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_ATTEMPT_ENDED TimelineEntryKind = 3
+	// The adapter renewed the attempt's lease: attempt, renewals (how many times in all; at is the
+	// last renewal).
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_LEASE_RENEWED TimelineEntryKind = 4
+	// The last progress the adapter reported (what is stored): attempt, progress.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_PROGRESS TimelineEntryKind = 5
+	// An outcome the adapter reported after its attempt had ended (recorded, never applied):
+	// attempt, outcome.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_LATE_OUTCOME TimelineEntryKind = 6
+	// The execution settled: status, error_class, reason, error_code, error_message.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_SETTLED TimelineEntryKind = 7
+	// An event of the execution was recorded: event_id, event_type, delivery_status.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_EVENT TimelineEntryKind = 8
+	// One delivery attempt of an event: event_id, event_type, delivery, status_code, duration,
+	// response_start, error_message.
+	TimelineEntryKind_TIMELINE_ENTRY_KIND_DELIVERY TimelineEntryKind = 9
+)
+
+// Enum value maps for TimelineEntryKind.
+var (
+	TimelineEntryKind_name = map[int32]string{
+		0: "TIMELINE_ENTRY_KIND_UNSPECIFIED",
+		1: "TIMELINE_ENTRY_KIND_ACCEPTED",
+		2: "TIMELINE_ENTRY_KIND_ATTEMPT_STARTED",
+		3: "TIMELINE_ENTRY_KIND_ATTEMPT_ENDED",
+		4: "TIMELINE_ENTRY_KIND_LEASE_RENEWED",
+		5: "TIMELINE_ENTRY_KIND_PROGRESS",
+		6: "TIMELINE_ENTRY_KIND_LATE_OUTCOME",
+		7: "TIMELINE_ENTRY_KIND_SETTLED",
+		8: "TIMELINE_ENTRY_KIND_EVENT",
+		9: "TIMELINE_ENTRY_KIND_DELIVERY",
+	}
+	TimelineEntryKind_value = map[string]int32{
+		"TIMELINE_ENTRY_KIND_UNSPECIFIED":     0,
+		"TIMELINE_ENTRY_KIND_ACCEPTED":        1,
+		"TIMELINE_ENTRY_KIND_ATTEMPT_STARTED": 2,
+		"TIMELINE_ENTRY_KIND_ATTEMPT_ENDED":   3,
+		"TIMELINE_ENTRY_KIND_LEASE_RENEWED":   4,
+		"TIMELINE_ENTRY_KIND_PROGRESS":        5,
+		"TIMELINE_ENTRY_KIND_LATE_OUTCOME":    6,
+		"TIMELINE_ENTRY_KIND_SETTLED":         7,
+		"TIMELINE_ENTRY_KIND_EVENT":           8,
+		"TIMELINE_ENTRY_KIND_DELIVERY":        9,
+	}
+)
+
+func (x TimelineEntryKind) Enum() *TimelineEntryKind {
+	p := new(TimelineEntryKind)
+	*p = x
+	return p
+}
+
+func (x TimelineEntryKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TimelineEntryKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_integrations_gateway_v1_gateway_proto_enumTypes[0].Descriptor()
+}
+
+func (TimelineEntryKind) Type() protoreflect.EnumType {
+	return &file_integrations_gateway_v1_gateway_proto_enumTypes[0]
+}
+
+func (x TimelineEntryKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TimelineEntryKind.Descriptor instead.
+func (TimelineEntryKind) EnumDescriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{0}
+}
 
 type InvokeCapabilityRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1218,11 +1303,348 @@ func (x *RedriveEventsResponse) GetCount() int64 {
 	return 0
 }
 
+type GetExecutionTimelineRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetExecutionTimelineRequest) Reset() {
+	*x = GetExecutionTimelineRequest{}
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetExecutionTimelineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetExecutionTimelineRequest) ProtoMessage() {}
+
+func (x *GetExecutionTimelineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetExecutionTimelineRequest.ProtoReflect.Descriptor instead.
+func (*GetExecutionTimelineRequest) Descriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GetExecutionTimelineRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type GetExecutionTimelineResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId   string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	ApplicationId string                 `protobuf:"bytes,2,opt,name=application_id,json=applicationId,proto3" json:"application_id,omitempty"`
+	Capability    string                 `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
+	Status        v1.ExecutionStatus     `protobuf:"varint,4,opt,name=status,proto3,enum=integrations.execution.v1.ExecutionStatus" json:"status,omitempty"`
+	// Oldest first; entries at the same instant keep the order of the flow (accept before the
+	// first attempt, an attempt's end before the settlement, an event before its deliveries).
+	Entries       []*TimelineEntry `protobuf:"bytes,5,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetExecutionTimelineResponse) Reset() {
+	*x = GetExecutionTimelineResponse{}
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetExecutionTimelineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetExecutionTimelineResponse) ProtoMessage() {}
+
+func (x *GetExecutionTimelineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetExecutionTimelineResponse.ProtoReflect.Descriptor instead.
+func (*GetExecutionTimelineResponse) Descriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GetExecutionTimelineResponse) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *GetExecutionTimelineResponse) GetApplicationId() string {
+	if x != nil {
+		return x.ApplicationId
+	}
+	return ""
+}
+
+func (x *GetExecutionTimelineResponse) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+func (x *GetExecutionTimelineResponse) GetStatus() v1.ExecutionStatus {
+	if x != nil {
+		return x.Status
+	}
+	return v1.ExecutionStatus(0)
+}
+
+func (x *GetExecutionTimelineResponse) GetEntries() []*TimelineEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// TimelineEntry is one thing that happened to an execution. Fields that do not apply to its
+// kind are unset.
+type TimelineEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	At    *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	Kind  TimelineEntryKind      `protobuf:"varint,2,opt,name=kind,proto3,enum=integrations.gateway.v1.TimelineEntryKind" json:"kind,omitempty"`
+	// The attempt number (1-based), 0 when the entry is not about one attempt.
+	Attempt int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// A one-line description, for people.
+	Summary        string  `protobuf:"bytes,4,opt,name=summary,proto3" json:"summary,omitempty"`
+	Mode           v1.Mode `protobuf:"varint,5,opt,name=mode,proto3,enum=integrations.execution.v1.Mode" json:"mode,omitempty"`
+	IdempotencyKey string  `protobuf:"bytes,6,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// An attempt's outcome as stored: succeeded, failed, accepted, timeout, cancelled; for a late
+	// outcome, succeeded or failed.
+	Outcome      string `protobuf:"bytes,7,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	ErrorClass   string `protobuf:"bytes,8,opt,name=error_class,json=errorClass,proto3" json:"error_class,omitempty"`
+	ErrorCode    string `protobuf:"bytes,9,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage string `protobuf:"bytes,10,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	// The settlement's reason (e.g. attempts_exhausted, deadline_exceeded, cancelled).
+	Reason    string             `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	Status    v1.ExecutionStatus `protobuf:"varint,12,opt,name=status,proto3,enum=integrations.execution.v1.ExecutionStatus" json:"status,omitempty"`
+	Renewals  int32              `protobuf:"varint,13,opt,name=renewals,proto3" json:"renewals,omitempty"`
+	Progress  *structpb.Struct   `protobuf:"bytes,14,opt,name=progress,proto3" json:"progress,omitempty"`
+	EventId   string             `protobuf:"bytes,15,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	EventType string             `protobuf:"bytes,16,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	// pending, delivered or dead.
+	DeliveryStatus string `protobuf:"bytes,17,opt,name=delivery_status,json=deliveryStatus,proto3" json:"delivery_status,omitempty"`
+	// The delivery attempt's number (1-based).
+	Delivery int32 `protobuf:"varint,18,opt,name=delivery,proto3" json:"delivery,omitempty"`
+	// The receiver's HTTP status code, 0 when it gave none (unreachable, timeout, gRPC consumer).
+	StatusCode int32                `protobuf:"varint,19,opt,name=status_code,json=statusCode,proto3" json:"status_code,omitempty"`
+	Duration   *durationpb.Duration `protobuf:"bytes,20,opt,name=duration,proto3" json:"duration,omitempty"`
+	// The start of the receiver's answer (at most 256 bytes).
+	ResponseStart string `protobuf:"bytes,21,opt,name=response_start,json=responseStart,proto3" json:"response_start,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimelineEntry) Reset() {
+	*x = TimelineEntry{}
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimelineEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimelineEntry) ProtoMessage() {}
+
+func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_gateway_v1_gateway_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
+func (*TimelineEntry) Descriptor() ([]byte, []int) {
+	return file_integrations_gateway_v1_gateway_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *TimelineEntry) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *TimelineEntry) GetKind() TimelineEntryKind {
+	if x != nil {
+		return x.Kind
+	}
+	return TimelineEntryKind_TIMELINE_ENTRY_KIND_UNSPECIFIED
+}
+
+func (x *TimelineEntry) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *TimelineEntry) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetMode() v1.Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return v1.Mode(0)
+}
+
+func (x *TimelineEntry) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetErrorClass() string {
+	if x != nil {
+		return x.ErrorClass
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetStatus() v1.ExecutionStatus {
+	if x != nil {
+		return x.Status
+	}
+	return v1.ExecutionStatus(0)
+}
+
+func (x *TimelineEntry) GetRenewals() int32 {
+	if x != nil {
+		return x.Renewals
+	}
+	return 0
+}
+
+func (x *TimelineEntry) GetProgress() *structpb.Struct {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+func (x *TimelineEntry) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetDeliveryStatus() string {
+	if x != nil {
+		return x.DeliveryStatus
+	}
+	return ""
+}
+
+func (x *TimelineEntry) GetDelivery() int32 {
+	if x != nil {
+		return x.Delivery
+	}
+	return 0
+}
+
+func (x *TimelineEntry) GetStatusCode() int32 {
+	if x != nil {
+		return x.StatusCode
+	}
+	return 0
+}
+
+func (x *TimelineEntry) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *TimelineEntry) GetResponseStart() string {
+	if x != nil {
+		return x.ResponseStart
+	}
+	return ""
+}
+
 var File_integrations_gateway_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"\n" +
-	"%integrations/gateway/v1/gateway.proto\x12\x17integrations.gateway.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a#integrations/events/v1/events.proto\x1a)integrations/execution/v1/execution.proto\"\xca\x01\n" +
+	"%integrations/gateway/v1/gateway.proto\x12\x17integrations.gateway.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a#integrations/events/v1/events.proto\x1a)integrations/execution/v1/execution.proto\"\xca\x01\n" +
 	"\x17InvokeCapabilityRequest\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x01 \x01(\tR\n" +
@@ -1295,7 +1717,55 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x14RedriveEventsRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"-\n" +
 	"\x15RedriveEventsResponse\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x03R\x05count2\xbd\v\n" +
+	"\x05count\x18\x01 \x01(\x03R\x05count\"-\n" +
+	"\x1bGetExecutionTimelineRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x8e\x02\n" +
+	"\x1cGetExecutionTimelineResponse\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12%\n" +
+	"\x0eapplication_id\x18\x02 \x01(\tR\rapplicationId\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x03 \x01(\tR\n" +
+	"capability\x12B\n" +
+	"\x06status\x18\x04 \x01(\x0e2*.integrations.execution.v1.ExecutionStatusR\x06status\x12@\n" +
+	"\aentries\x18\x05 \x03(\v2&.integrations.gateway.v1.TimelineEntryR\aentries\"\xb7\x06\n" +
+	"\rTimelineEntry\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12>\n" +
+	"\x04kind\x18\x02 \x01(\x0e2*.integrations.gateway.v1.TimelineEntryKindR\x04kind\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x18\n" +
+	"\asummary\x18\x04 \x01(\tR\asummary\x123\n" +
+	"\x04mode\x18\x05 \x01(\x0e2\x1f.integrations.execution.v1.ModeR\x04mode\x12'\n" +
+	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\x12\x18\n" +
+	"\aoutcome\x18\a \x01(\tR\aoutcome\x12\x1f\n" +
+	"\verror_class\x18\b \x01(\tR\n" +
+	"errorClass\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\t \x01(\tR\terrorCode\x12#\n" +
+	"\rerror_message\x18\n" +
+	" \x01(\tR\ferrorMessage\x12\x16\n" +
+	"\x06reason\x18\v \x01(\tR\x06reason\x12B\n" +
+	"\x06status\x18\f \x01(\x0e2*.integrations.execution.v1.ExecutionStatusR\x06status\x12\x1a\n" +
+	"\brenewals\x18\r \x01(\x05R\brenewals\x123\n" +
+	"\bprogress\x18\x0e \x01(\v2\x17.google.protobuf.StructR\bprogress\x12\x19\n" +
+	"\bevent_id\x18\x0f \x01(\tR\aeventId\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x10 \x01(\tR\teventType\x12'\n" +
+	"\x0fdelivery_status\x18\x11 \x01(\tR\x0edeliveryStatus\x12\x1a\n" +
+	"\bdelivery\x18\x12 \x01(\x05R\bdelivery\x12\x1f\n" +
+	"\vstatus_code\x18\x13 \x01(\x05R\n" +
+	"statusCode\x125\n" +
+	"\bduration\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12%\n" +
+	"\x0eresponse_start\x18\x15 \x01(\tR\rresponseStart*\xfb\x02\n" +
+	"\x11TimelineEntryKind\x12#\n" +
+	"\x1fTIMELINE_ENTRY_KIND_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cTIMELINE_ENTRY_KIND_ACCEPTED\x10\x01\x12'\n" +
+	"#TIMELINE_ENTRY_KIND_ATTEMPT_STARTED\x10\x02\x12%\n" +
+	"!TIMELINE_ENTRY_KIND_ATTEMPT_ENDED\x10\x03\x12%\n" +
+	"!TIMELINE_ENTRY_KIND_LEASE_RENEWED\x10\x04\x12 \n" +
+	"\x1cTIMELINE_ENTRY_KIND_PROGRESS\x10\x05\x12$\n" +
+	" TIMELINE_ENTRY_KIND_LATE_OUTCOME\x10\x06\x12\x1f\n" +
+	"\x1bTIMELINE_ENTRY_KIND_SETTLED\x10\a\x12\x1d\n" +
+	"\x19TIMELINE_ENTRY_KIND_EVENT\x10\b\x12 \n" +
+	"\x1cTIMELINE_ENTRY_KIND_DELIVERY\x10\t2\xe9\f\n" +
 	"\x0eGatewayService\x12\xa8\x01\n" +
 	"\x10InvokeCapability\x120.integrations.gateway.v1.InvokeCapabilityRequest\x1a1.integrations.gateway.v1.InvokeCapabilityResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/capabilities/{capability}:invoke\x12\x88\x01\n" +
 	"\fGetExecution\x12,.integrations.gateway.v1.GetExecutionRequest\x1a-.integrations.gateway.v1.GetExecutionResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/executions/{id}\x12\x89\x01\n" +
@@ -1308,7 +1778,8 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"/v1/events\x12x\n" +
 	"\bGetEvent\x12(.integrations.gateway.v1.GetEventRequest\x1a).integrations.gateway.v1.GetEventResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/events/{id}\x12\x97\x01\n" +
 	"\x0eRedeliverEvent\x12..integrations.gateway.v1.RedeliverEventRequest\x1a/.integrations.gateway.v1.RedeliverEventResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/events/{id}:redeliver\x12\x8d\x01\n" +
-	"\rRedriveEvents\x12-.integrations.gateway.v1.RedriveEventsRequest\x1a..integrations.gateway.v1.RedriveEventsResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/events:redriveBYZWgithub.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1;gatewayv1b\x06proto3"
+	"\rRedriveEvents\x12-.integrations.gateway.v1.RedriveEventsRequest\x1a..integrations.gateway.v1.RedriveEventsResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/events:redrive\x12\xa9\x01\n" +
+	"\x14GetExecutionTimeline\x124.integrations.gateway.v1.GetExecutionTimelineRequest\x1a5.integrations.gateway.v1.GetExecutionTimelineResponse\"$\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/executions/{id}/timelineBYZWgithub.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1;gatewayv1b\x06proto3"
 
 var (
 	file_integrations_gateway_v1_gateway_proto_rawDescOnce sync.Once
@@ -1322,83 +1793,99 @@ func file_integrations_gateway_v1_gateway_proto_rawDescGZIP() []byte {
 	return file_integrations_gateway_v1_gateway_proto_rawDescData
 }
 
-var file_integrations_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_integrations_gateway_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_integrations_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_integrations_gateway_v1_gateway_proto_goTypes = []any{
-	(*InvokeCapabilityRequest)(nil),     // 0: integrations.gateway.v1.InvokeCapabilityRequest
-	(*InvokeCapabilityResponse)(nil),    // 1: integrations.gateway.v1.InvokeCapabilityResponse
-	(*GetExecutionRequest)(nil),         // 2: integrations.gateway.v1.GetExecutionRequest
-	(*GetExecutionResponse)(nil),        // 3: integrations.gateway.v1.GetExecutionResponse
-	(*CancelExecutionRequest)(nil),      // 4: integrations.gateway.v1.CancelExecutionRequest
-	(*CancelExecutionResponse)(nil),     // 5: integrations.gateway.v1.CancelExecutionResponse
-	(*ListExecutionsRequest)(nil),       // 6: integrations.gateway.v1.ListExecutionsRequest
-	(*ListExecutionsResponse)(nil),      // 7: integrations.gateway.v1.ListExecutionsResponse
-	(*WebhookConsumer)(nil),             // 8: integrations.gateway.v1.WebhookConsumer
-	(*GrpcConsumer)(nil),                // 9: integrations.gateway.v1.GrpcConsumer
-	(*SetConsumerRequest)(nil),          // 10: integrations.gateway.v1.SetConsumerRequest
-	(*SetConsumerResponse)(nil),         // 11: integrations.gateway.v1.SetConsumerResponse
-	(*RotateSigningSecretRequest)(nil),  // 12: integrations.gateway.v1.RotateSigningSecretRequest
-	(*RotateSigningSecretResponse)(nil), // 13: integrations.gateway.v1.RotateSigningSecretResponse
-	(*ListEventsRequest)(nil),           // 14: integrations.gateway.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 15: integrations.gateway.v1.ListEventsResponse
-	(*GetEventRequest)(nil),             // 16: integrations.gateway.v1.GetEventRequest
-	(*GetEventResponse)(nil),            // 17: integrations.gateway.v1.GetEventResponse
-	(*RedeliverEventRequest)(nil),       // 18: integrations.gateway.v1.RedeliverEventRequest
-	(*RedeliverEventResponse)(nil),      // 19: integrations.gateway.v1.RedeliverEventResponse
-	(*RedriveEventsRequest)(nil),        // 20: integrations.gateway.v1.RedriveEventsRequest
-	(*RedriveEventsResponse)(nil),       // 21: integrations.gateway.v1.RedriveEventsResponse
-	(v1.Mode)(0),                        // 22: integrations.execution.v1.Mode
-	(*structpb.Struct)(nil),             // 23: google.protobuf.Struct
-	(*v1.Execution)(nil),                // 24: integrations.execution.v1.Execution
-	(v1.ExecutionStatus)(0),             // 25: integrations.execution.v1.ExecutionStatus
-	(*timestamppb.Timestamp)(nil),       // 26: google.protobuf.Timestamp
-	(v11.EventStatus)(0),                // 27: integrations.events.v1.EventStatus
-	(*v11.Event)(nil),                   // 28: integrations.events.v1.Event
+	(TimelineEntryKind)(0),               // 0: integrations.gateway.v1.TimelineEntryKind
+	(*InvokeCapabilityRequest)(nil),      // 1: integrations.gateway.v1.InvokeCapabilityRequest
+	(*InvokeCapabilityResponse)(nil),     // 2: integrations.gateway.v1.InvokeCapabilityResponse
+	(*GetExecutionRequest)(nil),          // 3: integrations.gateway.v1.GetExecutionRequest
+	(*GetExecutionResponse)(nil),         // 4: integrations.gateway.v1.GetExecutionResponse
+	(*CancelExecutionRequest)(nil),       // 5: integrations.gateway.v1.CancelExecutionRequest
+	(*CancelExecutionResponse)(nil),      // 6: integrations.gateway.v1.CancelExecutionResponse
+	(*ListExecutionsRequest)(nil),        // 7: integrations.gateway.v1.ListExecutionsRequest
+	(*ListExecutionsResponse)(nil),       // 8: integrations.gateway.v1.ListExecutionsResponse
+	(*WebhookConsumer)(nil),              // 9: integrations.gateway.v1.WebhookConsumer
+	(*GrpcConsumer)(nil),                 // 10: integrations.gateway.v1.GrpcConsumer
+	(*SetConsumerRequest)(nil),           // 11: integrations.gateway.v1.SetConsumerRequest
+	(*SetConsumerResponse)(nil),          // 12: integrations.gateway.v1.SetConsumerResponse
+	(*RotateSigningSecretRequest)(nil),   // 13: integrations.gateway.v1.RotateSigningSecretRequest
+	(*RotateSigningSecretResponse)(nil),  // 14: integrations.gateway.v1.RotateSigningSecretResponse
+	(*ListEventsRequest)(nil),            // 15: integrations.gateway.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),           // 16: integrations.gateway.v1.ListEventsResponse
+	(*GetEventRequest)(nil),              // 17: integrations.gateway.v1.GetEventRequest
+	(*GetEventResponse)(nil),             // 18: integrations.gateway.v1.GetEventResponse
+	(*RedeliverEventRequest)(nil),        // 19: integrations.gateway.v1.RedeliverEventRequest
+	(*RedeliverEventResponse)(nil),       // 20: integrations.gateway.v1.RedeliverEventResponse
+	(*RedriveEventsRequest)(nil),         // 21: integrations.gateway.v1.RedriveEventsRequest
+	(*RedriveEventsResponse)(nil),        // 22: integrations.gateway.v1.RedriveEventsResponse
+	(*GetExecutionTimelineRequest)(nil),  // 23: integrations.gateway.v1.GetExecutionTimelineRequest
+	(*GetExecutionTimelineResponse)(nil), // 24: integrations.gateway.v1.GetExecutionTimelineResponse
+	(*TimelineEntry)(nil),                // 25: integrations.gateway.v1.TimelineEntry
+	(v1.Mode)(0),                         // 26: integrations.execution.v1.Mode
+	(*structpb.Struct)(nil),              // 27: google.protobuf.Struct
+	(*v1.Execution)(nil),                 // 28: integrations.execution.v1.Execution
+	(v1.ExecutionStatus)(0),              // 29: integrations.execution.v1.ExecutionStatus
+	(*timestamppb.Timestamp)(nil),        // 30: google.protobuf.Timestamp
+	(v11.EventStatus)(0),                 // 31: integrations.events.v1.EventStatus
+	(*v11.Event)(nil),                    // 32: integrations.events.v1.Event
+	(*durationpb.Duration)(nil),          // 33: google.protobuf.Duration
 }
 var file_integrations_gateway_v1_gateway_proto_depIdxs = []int32{
-	22, // 0: integrations.gateway.v1.InvokeCapabilityRequest.mode:type_name -> integrations.execution.v1.Mode
-	23, // 1: integrations.gateway.v1.InvokeCapabilityRequest.payload:type_name -> google.protobuf.Struct
-	24, // 2: integrations.gateway.v1.InvokeCapabilityResponse.execution:type_name -> integrations.execution.v1.Execution
-	24, // 3: integrations.gateway.v1.GetExecutionResponse.execution:type_name -> integrations.execution.v1.Execution
-	24, // 4: integrations.gateway.v1.CancelExecutionResponse.execution:type_name -> integrations.execution.v1.Execution
-	25, // 5: integrations.gateway.v1.ListExecutionsRequest.status:type_name -> integrations.execution.v1.ExecutionStatus
-	24, // 6: integrations.gateway.v1.ListExecutionsResponse.executions:type_name -> integrations.execution.v1.Execution
-	8,  // 7: integrations.gateway.v1.SetConsumerRequest.webhook:type_name -> integrations.gateway.v1.WebhookConsumer
-	9,  // 8: integrations.gateway.v1.SetConsumerRequest.grpc:type_name -> integrations.gateway.v1.GrpcConsumer
-	8,  // 9: integrations.gateway.v1.SetConsumerResponse.webhook:type_name -> integrations.gateway.v1.WebhookConsumer
-	9,  // 10: integrations.gateway.v1.SetConsumerResponse.grpc:type_name -> integrations.gateway.v1.GrpcConsumer
-	26, // 11: integrations.gateway.v1.RotateSigningSecretResponse.previous_secret_expire_time:type_name -> google.protobuf.Timestamp
-	27, // 12: integrations.gateway.v1.ListEventsRequest.status:type_name -> integrations.events.v1.EventStatus
-	26, // 13: integrations.gateway.v1.ListEventsRequest.since:type_name -> google.protobuf.Timestamp
-	26, // 14: integrations.gateway.v1.ListEventsRequest.until:type_name -> google.protobuf.Timestamp
-	28, // 15: integrations.gateway.v1.ListEventsResponse.events:type_name -> integrations.events.v1.Event
-	28, // 16: integrations.gateway.v1.GetEventResponse.event:type_name -> integrations.events.v1.Event
-	28, // 17: integrations.gateway.v1.RedeliverEventResponse.event:type_name -> integrations.events.v1.Event
-	26, // 18: integrations.gateway.v1.RedriveEventsRequest.since:type_name -> google.protobuf.Timestamp
-	0,  // 19: integrations.gateway.v1.GatewayService.InvokeCapability:input_type -> integrations.gateway.v1.InvokeCapabilityRequest
-	2,  // 20: integrations.gateway.v1.GatewayService.GetExecution:input_type -> integrations.gateway.v1.GetExecutionRequest
-	6,  // 21: integrations.gateway.v1.GatewayService.ListExecutions:input_type -> integrations.gateway.v1.ListExecutionsRequest
-	4,  // 22: integrations.gateway.v1.GatewayService.CancelExecution:input_type -> integrations.gateway.v1.CancelExecutionRequest
-	10, // 23: integrations.gateway.v1.GatewayService.SetConsumer:input_type -> integrations.gateway.v1.SetConsumerRequest
-	12, // 24: integrations.gateway.v1.GatewayService.RotateSigningSecret:input_type -> integrations.gateway.v1.RotateSigningSecretRequest
-	14, // 25: integrations.gateway.v1.GatewayService.ListEvents:input_type -> integrations.gateway.v1.ListEventsRequest
-	16, // 26: integrations.gateway.v1.GatewayService.GetEvent:input_type -> integrations.gateway.v1.GetEventRequest
-	18, // 27: integrations.gateway.v1.GatewayService.RedeliverEvent:input_type -> integrations.gateway.v1.RedeliverEventRequest
-	20, // 28: integrations.gateway.v1.GatewayService.RedriveEvents:input_type -> integrations.gateway.v1.RedriveEventsRequest
-	1,  // 29: integrations.gateway.v1.GatewayService.InvokeCapability:output_type -> integrations.gateway.v1.InvokeCapabilityResponse
-	3,  // 30: integrations.gateway.v1.GatewayService.GetExecution:output_type -> integrations.gateway.v1.GetExecutionResponse
-	7,  // 31: integrations.gateway.v1.GatewayService.ListExecutions:output_type -> integrations.gateway.v1.ListExecutionsResponse
-	5,  // 32: integrations.gateway.v1.GatewayService.CancelExecution:output_type -> integrations.gateway.v1.CancelExecutionResponse
-	11, // 33: integrations.gateway.v1.GatewayService.SetConsumer:output_type -> integrations.gateway.v1.SetConsumerResponse
-	13, // 34: integrations.gateway.v1.GatewayService.RotateSigningSecret:output_type -> integrations.gateway.v1.RotateSigningSecretResponse
-	15, // 35: integrations.gateway.v1.GatewayService.ListEvents:output_type -> integrations.gateway.v1.ListEventsResponse
-	17, // 36: integrations.gateway.v1.GatewayService.GetEvent:output_type -> integrations.gateway.v1.GetEventResponse
-	19, // 37: integrations.gateway.v1.GatewayService.RedeliverEvent:output_type -> integrations.gateway.v1.RedeliverEventResponse
-	21, // 38: integrations.gateway.v1.GatewayService.RedriveEvents:output_type -> integrations.gateway.v1.RedriveEventsResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	26, // 0: integrations.gateway.v1.InvokeCapabilityRequest.mode:type_name -> integrations.execution.v1.Mode
+	27, // 1: integrations.gateway.v1.InvokeCapabilityRequest.payload:type_name -> google.protobuf.Struct
+	28, // 2: integrations.gateway.v1.InvokeCapabilityResponse.execution:type_name -> integrations.execution.v1.Execution
+	28, // 3: integrations.gateway.v1.GetExecutionResponse.execution:type_name -> integrations.execution.v1.Execution
+	28, // 4: integrations.gateway.v1.CancelExecutionResponse.execution:type_name -> integrations.execution.v1.Execution
+	29, // 5: integrations.gateway.v1.ListExecutionsRequest.status:type_name -> integrations.execution.v1.ExecutionStatus
+	28, // 6: integrations.gateway.v1.ListExecutionsResponse.executions:type_name -> integrations.execution.v1.Execution
+	9,  // 7: integrations.gateway.v1.SetConsumerRequest.webhook:type_name -> integrations.gateway.v1.WebhookConsumer
+	10, // 8: integrations.gateway.v1.SetConsumerRequest.grpc:type_name -> integrations.gateway.v1.GrpcConsumer
+	9,  // 9: integrations.gateway.v1.SetConsumerResponse.webhook:type_name -> integrations.gateway.v1.WebhookConsumer
+	10, // 10: integrations.gateway.v1.SetConsumerResponse.grpc:type_name -> integrations.gateway.v1.GrpcConsumer
+	30, // 11: integrations.gateway.v1.RotateSigningSecretResponse.previous_secret_expire_time:type_name -> google.protobuf.Timestamp
+	31, // 12: integrations.gateway.v1.ListEventsRequest.status:type_name -> integrations.events.v1.EventStatus
+	30, // 13: integrations.gateway.v1.ListEventsRequest.since:type_name -> google.protobuf.Timestamp
+	30, // 14: integrations.gateway.v1.ListEventsRequest.until:type_name -> google.protobuf.Timestamp
+	32, // 15: integrations.gateway.v1.ListEventsResponse.events:type_name -> integrations.events.v1.Event
+	32, // 16: integrations.gateway.v1.GetEventResponse.event:type_name -> integrations.events.v1.Event
+	32, // 17: integrations.gateway.v1.RedeliverEventResponse.event:type_name -> integrations.events.v1.Event
+	30, // 18: integrations.gateway.v1.RedriveEventsRequest.since:type_name -> google.protobuf.Timestamp
+	29, // 19: integrations.gateway.v1.GetExecutionTimelineResponse.status:type_name -> integrations.execution.v1.ExecutionStatus
+	25, // 20: integrations.gateway.v1.GetExecutionTimelineResponse.entries:type_name -> integrations.gateway.v1.TimelineEntry
+	30, // 21: integrations.gateway.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
+	0,  // 22: integrations.gateway.v1.TimelineEntry.kind:type_name -> integrations.gateway.v1.TimelineEntryKind
+	26, // 23: integrations.gateway.v1.TimelineEntry.mode:type_name -> integrations.execution.v1.Mode
+	29, // 24: integrations.gateway.v1.TimelineEntry.status:type_name -> integrations.execution.v1.ExecutionStatus
+	27, // 25: integrations.gateway.v1.TimelineEntry.progress:type_name -> google.protobuf.Struct
+	33, // 26: integrations.gateway.v1.TimelineEntry.duration:type_name -> google.protobuf.Duration
+	1,  // 27: integrations.gateway.v1.GatewayService.InvokeCapability:input_type -> integrations.gateway.v1.InvokeCapabilityRequest
+	3,  // 28: integrations.gateway.v1.GatewayService.GetExecution:input_type -> integrations.gateway.v1.GetExecutionRequest
+	7,  // 29: integrations.gateway.v1.GatewayService.ListExecutions:input_type -> integrations.gateway.v1.ListExecutionsRequest
+	5,  // 30: integrations.gateway.v1.GatewayService.CancelExecution:input_type -> integrations.gateway.v1.CancelExecutionRequest
+	11, // 31: integrations.gateway.v1.GatewayService.SetConsumer:input_type -> integrations.gateway.v1.SetConsumerRequest
+	13, // 32: integrations.gateway.v1.GatewayService.RotateSigningSecret:input_type -> integrations.gateway.v1.RotateSigningSecretRequest
+	15, // 33: integrations.gateway.v1.GatewayService.ListEvents:input_type -> integrations.gateway.v1.ListEventsRequest
+	17, // 34: integrations.gateway.v1.GatewayService.GetEvent:input_type -> integrations.gateway.v1.GetEventRequest
+	19, // 35: integrations.gateway.v1.GatewayService.RedeliverEvent:input_type -> integrations.gateway.v1.RedeliverEventRequest
+	21, // 36: integrations.gateway.v1.GatewayService.RedriveEvents:input_type -> integrations.gateway.v1.RedriveEventsRequest
+	23, // 37: integrations.gateway.v1.GatewayService.GetExecutionTimeline:input_type -> integrations.gateway.v1.GetExecutionTimelineRequest
+	2,  // 38: integrations.gateway.v1.GatewayService.InvokeCapability:output_type -> integrations.gateway.v1.InvokeCapabilityResponse
+	4,  // 39: integrations.gateway.v1.GatewayService.GetExecution:output_type -> integrations.gateway.v1.GetExecutionResponse
+	8,  // 40: integrations.gateway.v1.GatewayService.ListExecutions:output_type -> integrations.gateway.v1.ListExecutionsResponse
+	6,  // 41: integrations.gateway.v1.GatewayService.CancelExecution:output_type -> integrations.gateway.v1.CancelExecutionResponse
+	12, // 42: integrations.gateway.v1.GatewayService.SetConsumer:output_type -> integrations.gateway.v1.SetConsumerResponse
+	14, // 43: integrations.gateway.v1.GatewayService.RotateSigningSecret:output_type -> integrations.gateway.v1.RotateSigningSecretResponse
+	16, // 44: integrations.gateway.v1.GatewayService.ListEvents:output_type -> integrations.gateway.v1.ListEventsResponse
+	18, // 45: integrations.gateway.v1.GatewayService.GetEvent:output_type -> integrations.gateway.v1.GetEventResponse
+	20, // 46: integrations.gateway.v1.GatewayService.RedeliverEvent:output_type -> integrations.gateway.v1.RedeliverEventResponse
+	22, // 47: integrations.gateway.v1.GatewayService.RedriveEvents:output_type -> integrations.gateway.v1.RedriveEventsResponse
+	24, // 48: integrations.gateway.v1.GatewayService.GetExecutionTimeline:output_type -> integrations.gateway.v1.GetExecutionTimelineResponse
+	38, // [38:49] is the sub-list for method output_type
+	27, // [27:38] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_integrations_gateway_v1_gateway_proto_init() }
@@ -1419,13 +1906,14 @@ func file_integrations_gateway_v1_gateway_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_integrations_gateway_v1_gateway_proto_rawDesc), len(file_integrations_gateway_v1_gateway_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   22,
+			NumEnums:      1,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_integrations_gateway_v1_gateway_proto_goTypes,
 		DependencyIndexes: file_integrations_gateway_v1_gateway_proto_depIdxs,
+		EnumInfos:         file_integrations_gateway_v1_gateway_proto_enumTypes,
 		MessageInfos:      file_integrations_gateway_v1_gateway_proto_msgTypes,
 	}.Build()
 	File_integrations_gateway_v1_gateway_proto = out.File

@@ -399,6 +399,45 @@ func local_request_GatewayService_RedriveEvents_0(ctx context.Context, marshaler
 	return msg, metadata, err
 }
 
+func request_GatewayService_GetExecutionTimeline_0(ctx context.Context, marshaler runtime.Marshaler, client GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetExecutionTimelineRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "id")
+	}
+	protoReq.Id, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "id", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetExecutionTimeline(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_GatewayService_GetExecutionTimeline_0(ctx context.Context, marshaler runtime.Marshaler, server GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetExecutionTimelineRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "id")
+	}
+	protoReq.Id, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "id", err)
+	}
+	msg, err := server.GetExecutionTimeline(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterGatewayServiceHandlerServer registers the http handlers for service GatewayService to "mux".
 // UnaryRPC     :call GatewayServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -604,6 +643,26 @@ func RegisterGatewayServiceHandlerServer(ctx context.Context, mux *runtime.Serve
 			return
 		}
 		forward_GatewayService_RedriveEvents_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_GatewayService_GetExecutionTimeline_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/integrations.gateway.v1.GatewayService/GetExecutionTimeline", runtime.WithHTTPPathPattern("/v1/executions/{id}/timeline"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_GatewayService_GetExecutionTimeline_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_GatewayService_GetExecutionTimeline_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -815,31 +874,50 @@ func RegisterGatewayServiceHandlerClient(ctx context.Context, mux *runtime.Serve
 		}
 		forward_GatewayService_RedriveEvents_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_GatewayService_GetExecutionTimeline_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/integrations.gateway.v1.GatewayService/GetExecutionTimeline", runtime.WithHTTPPathPattern("/v1/executions/{id}/timeline"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_GatewayService_GetExecutionTimeline_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_GatewayService_GetExecutionTimeline_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
 var (
-	pattern_GatewayService_InvokeCapability_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "capabilities", "capability"}, "invoke"))
-	pattern_GatewayService_GetExecution_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "executions", "id"}, ""))
-	pattern_GatewayService_ListExecutions_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "executions"}, ""))
-	pattern_GatewayService_CancelExecution_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "executions", "id"}, "cancel"))
-	pattern_GatewayService_SetConsumer_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "consumer"}, ""))
-	pattern_GatewayService_RotateSigningSecret_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "consumer"}, "rotate-secret"))
-	pattern_GatewayService_ListEvents_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "events"}, ""))
-	pattern_GatewayService_GetEvent_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "events", "id"}, ""))
-	pattern_GatewayService_RedeliverEvent_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "events", "id"}, "redeliver"))
-	pattern_GatewayService_RedriveEvents_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "events"}, "redrive"))
+	pattern_GatewayService_InvokeCapability_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "capabilities", "capability"}, "invoke"))
+	pattern_GatewayService_GetExecution_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "executions", "id"}, ""))
+	pattern_GatewayService_ListExecutions_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "executions"}, ""))
+	pattern_GatewayService_CancelExecution_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "executions", "id"}, "cancel"))
+	pattern_GatewayService_SetConsumer_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "consumer"}, ""))
+	pattern_GatewayService_RotateSigningSecret_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "consumer"}, "rotate-secret"))
+	pattern_GatewayService_ListEvents_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "events"}, ""))
+	pattern_GatewayService_GetEvent_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "events", "id"}, ""))
+	pattern_GatewayService_RedeliverEvent_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "events", "id"}, "redeliver"))
+	pattern_GatewayService_RedriveEvents_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "events"}, "redrive"))
+	pattern_GatewayService_GetExecutionTimeline_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "executions", "id", "timeline"}, ""))
 )
 
 var (
-	forward_GatewayService_InvokeCapability_0    = runtime.ForwardResponseMessage
-	forward_GatewayService_GetExecution_0        = runtime.ForwardResponseMessage
-	forward_GatewayService_ListExecutions_0      = runtime.ForwardResponseMessage
-	forward_GatewayService_CancelExecution_0     = runtime.ForwardResponseMessage
-	forward_GatewayService_SetConsumer_0         = runtime.ForwardResponseMessage
-	forward_GatewayService_RotateSigningSecret_0 = runtime.ForwardResponseMessage
-	forward_GatewayService_ListEvents_0          = runtime.ForwardResponseMessage
-	forward_GatewayService_GetEvent_0            = runtime.ForwardResponseMessage
-	forward_GatewayService_RedeliverEvent_0      = runtime.ForwardResponseMessage
-	forward_GatewayService_RedriveEvents_0       = runtime.ForwardResponseMessage
+	forward_GatewayService_InvokeCapability_0     = runtime.ForwardResponseMessage
+	forward_GatewayService_GetExecution_0         = runtime.ForwardResponseMessage
+	forward_GatewayService_ListExecutions_0       = runtime.ForwardResponseMessage
+	forward_GatewayService_CancelExecution_0      = runtime.ForwardResponseMessage
+	forward_GatewayService_SetConsumer_0          = runtime.ForwardResponseMessage
+	forward_GatewayService_RotateSigningSecret_0  = runtime.ForwardResponseMessage
+	forward_GatewayService_ListEvents_0           = runtime.ForwardResponseMessage
+	forward_GatewayService_GetEvent_0             = runtime.ForwardResponseMessage
+	forward_GatewayService_RedeliverEvent_0       = runtime.ForwardResponseMessage
+	forward_GatewayService_RedriveEvents_0        = runtime.ForwardResponseMessage
+	forward_GatewayService_GetExecutionTimeline_0 = runtime.ForwardResponseMessage
 )

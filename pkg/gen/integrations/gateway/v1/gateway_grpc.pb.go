@@ -19,16 +19,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	GatewayService_InvokeCapability_FullMethodName    = "/integrations.gateway.v1.GatewayService/InvokeCapability"
-	GatewayService_GetExecution_FullMethodName        = "/integrations.gateway.v1.GatewayService/GetExecution"
-	GatewayService_ListExecutions_FullMethodName      = "/integrations.gateway.v1.GatewayService/ListExecutions"
-	GatewayService_CancelExecution_FullMethodName     = "/integrations.gateway.v1.GatewayService/CancelExecution"
-	GatewayService_SetConsumer_FullMethodName         = "/integrations.gateway.v1.GatewayService/SetConsumer"
-	GatewayService_RotateSigningSecret_FullMethodName = "/integrations.gateway.v1.GatewayService/RotateSigningSecret"
-	GatewayService_ListEvents_FullMethodName          = "/integrations.gateway.v1.GatewayService/ListEvents"
-	GatewayService_GetEvent_FullMethodName            = "/integrations.gateway.v1.GatewayService/GetEvent"
-	GatewayService_RedeliverEvent_FullMethodName      = "/integrations.gateway.v1.GatewayService/RedeliverEvent"
-	GatewayService_RedriveEvents_FullMethodName       = "/integrations.gateway.v1.GatewayService/RedriveEvents"
+	GatewayService_InvokeCapability_FullMethodName     = "/integrations.gateway.v1.GatewayService/InvokeCapability"
+	GatewayService_GetExecution_FullMethodName         = "/integrations.gateway.v1.GatewayService/GetExecution"
+	GatewayService_ListExecutions_FullMethodName       = "/integrations.gateway.v1.GatewayService/ListExecutions"
+	GatewayService_CancelExecution_FullMethodName      = "/integrations.gateway.v1.GatewayService/CancelExecution"
+	GatewayService_SetConsumer_FullMethodName          = "/integrations.gateway.v1.GatewayService/SetConsumer"
+	GatewayService_RotateSigningSecret_FullMethodName  = "/integrations.gateway.v1.GatewayService/RotateSigningSecret"
+	GatewayService_ListEvents_FullMethodName           = "/integrations.gateway.v1.GatewayService/ListEvents"
+	GatewayService_GetEvent_FullMethodName             = "/integrations.gateway.v1.GatewayService/GetEvent"
+	GatewayService_RedeliverEvent_FullMethodName       = "/integrations.gateway.v1.GatewayService/RedeliverEvent"
+	GatewayService_RedriveEvents_FullMethodName        = "/integrations.gateway.v1.GatewayService/RedriveEvents"
+	GatewayService_GetExecutionTimeline_FullMethodName = "/integrations.gateway.v1.GatewayService/GetExecutionTimeline"
 )
 
 // GatewayServiceClient is the client API for GatewayService service.
@@ -70,6 +71,12 @@ type GatewayServiceClient interface {
 	// RedriveEvents redelivers every dead event of the calling application (optionally only those
 	// created since a time), as RedeliverEvent does for one, and answers how many.
 	RedriveEvents(ctx context.Context, in *RedriveEventsRequest, opts ...grpc.CallOption) (*RedriveEventsResponse, error)
+	// GetExecutionTimeline answers what happened to one execution, in order, on one time axis:
+	// the accept, each attempt's start and end, lease renewals, progress, late outcomes, the
+	// settlement, every event of the execution and each delivery attempt of it. An application
+	// sees only its own executions (another's id answers NOT_FOUND); the deployment's admin token
+	// sees every application's.
+	GetExecutionTimeline(ctx context.Context, in *GetExecutionTimelineRequest, opts ...grpc.CallOption) (*GetExecutionTimelineResponse, error)
 }
 
 type gatewayServiceClient struct {
@@ -180,6 +187,16 @@ func (c *gatewayServiceClient) RedriveEvents(ctx context.Context, in *RedriveEve
 	return out, nil
 }
 
+func (c *gatewayServiceClient) GetExecutionTimeline(ctx context.Context, in *GetExecutionTimelineRequest, opts ...grpc.CallOption) (*GetExecutionTimelineResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetExecutionTimelineResponse)
+	err := c.cc.Invoke(ctx, GatewayService_GetExecutionTimeline_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServiceServer is the server API for GatewayService service.
 // All implementations must embed UnimplementedGatewayServiceServer
 // for forward compatibility.
@@ -219,6 +236,12 @@ type GatewayServiceServer interface {
 	// RedriveEvents redelivers every dead event of the calling application (optionally only those
 	// created since a time), as RedeliverEvent does for one, and answers how many.
 	RedriveEvents(context.Context, *RedriveEventsRequest) (*RedriveEventsResponse, error)
+	// GetExecutionTimeline answers what happened to one execution, in order, on one time axis:
+	// the accept, each attempt's start and end, lease renewals, progress, late outcomes, the
+	// settlement, every event of the execution and each delivery attempt of it. An application
+	// sees only its own executions (another's id answers NOT_FOUND); the deployment's admin token
+	// sees every application's.
+	GetExecutionTimeline(context.Context, *GetExecutionTimelineRequest) (*GetExecutionTimelineResponse, error)
 	mustEmbedUnimplementedGatewayServiceServer()
 }
 
@@ -258,6 +281,9 @@ func (UnimplementedGatewayServiceServer) RedeliverEvent(context.Context, *Redeli
 }
 func (UnimplementedGatewayServiceServer) RedriveEvents(context.Context, *RedriveEventsRequest) (*RedriveEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RedriveEvents not implemented")
+}
+func (UnimplementedGatewayServiceServer) GetExecutionTimeline(context.Context, *GetExecutionTimelineRequest) (*GetExecutionTimelineResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetExecutionTimeline not implemented")
 }
 func (UnimplementedGatewayServiceServer) mustEmbedUnimplementedGatewayServiceServer() {}
 func (UnimplementedGatewayServiceServer) testEmbeddedByValue()                        {}
@@ -460,6 +486,24 @@ func _GatewayService_RedriveEvents_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GatewayService_GetExecutionTimeline_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetExecutionTimelineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServiceServer).GetExecutionTimeline(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GatewayService_GetExecutionTimeline_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServiceServer).GetExecutionTimeline(ctx, req.(*GetExecutionTimelineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GatewayService_ServiceDesc is the grpc.ServiceDesc for GatewayService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -506,6 +550,10 @@ var GatewayService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RedriveEvents",
 			Handler:    _GatewayService_RedriveEvents_Handler,
+		},
+		{
+			MethodName: "GetExecutionTimeline",
+			Handler:    _GatewayService_GetExecutionTimeline_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

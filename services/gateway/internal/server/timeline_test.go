@@ -1,0 +1,137 @@
+package server
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+	"github.com/integrations-platform/integrations/pkg/execution"
+	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	"github.com/integrations-platform/integrations/services/gateway/internal/store"
+)
+
+// retriedExecution writes an execution that failed attempt 1, renewed attempt 2's lease twice,
+// succeeded on attempt 2 and whose completion event was delivered on the second try, with every
+// time set a second apart so that the expected order is the only right one.
+func retriedExecution(t *testing.T, b *bundle) string {
+	t.Helper()
+	_, executionID := insertEvent(t, b, testEvent{deliveries: 2})
+	b.schema.InsertAttempts(t, executionID,
+		dbtest.Attempt{N: 1, Outcome: "failed", FailureClass: execution.ClassTimeout},
+		dbtest.Attempt{N: 2, Outcome: execution.StatusSucceeded})
+	for _, q := range []string{
+		`UPDATE executions SET created_at = '2026-01-01 10:00:00Z', updated_at = '2026-01-01 10:00:06Z',
+			settled_at = '2026-01-01 10:00:06Z', attempt = 2, max_attempts = 3, idempotency_key = 'order-7',
+			progress = '{"percent": 80}'
+			WHERE id = $1`,
+		`UPDATE execution_attempts SET started_at = '2026-01-01 10:00:01Z', ended_at = '2026-01-01 10:00:02Z',
+			failure_message = 'provider timed out' WHERE execution_id = $1 AND n = 1`,
+		`UPDATE execution_attempts SET started_at = '2026-01-01 10:00:03Z', ended_at = '2026-01-01 10:00:05Z',
+			renewals = 2, last_renewed_at = '2026-01-01 10:00:04Z' WHERE execution_id = $1 AND n = 2`,
+		`UPDATE integration_events SET created_at = '2026-01-01 10:00:06Z' WHERE execution_id = $1`,
+		`UPDATE event_deliveries SET at = '2026-01-01 10:00:07Z'::timestamptz + make_interval(secs => n),
+			status_code = CASE n WHEN 2 THEN 204 ELSE 500 END, response_body = repeat('x', 1000)
+			WHERE event_id IN (SELECT id FROM integration_events WHERE execution_id = $1)`,
+	} {
+		_, err := b.schema.Pool.Exec(context.Background(), q, executionID)
+		require.NoError(t, err, q)
+	}
+	return executionID
+}
+
+func TestGetExecutionTimelineOrdersEveryHop(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := retriedExecution(t, b)
+
+	resp, err := b.server.GetExecutionTimeline(b.ctx, &gatewayv1.GetExecutionTimelineRequest{Id: id})
+
+	require.NoError(t, err)
+	require.Equal(t, id, resp.GetExecutionId())
+	type step struct {
+		kind    gatewayv1.TimelineEntryKind
+		attempt int32
+	}
+	var got []step
+	for _, e := range resp.GetEntries() {
+		got = append(got, step{e.GetKind(), e.GetAttempt()})
+	}
+	require.Equal(t, []step{
+		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_ACCEPTED, 0},
+		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_ATTEMPT_STARTED, 1},
+		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_ATTEMPT_ENDED, 1},
+		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_ATTEMPT_STARTED, 2},
+		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_LEASE_RENEWED, 2},
+		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_ATTEMPT_ENDED, 2},
+		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_PROGRESS, 2},
+		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_SETTLED, 2},
+		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_EVENT, 0},
+		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_DELIVERY, 0},
+		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_DELIVERY, 0},
+	}, got)
+	en := resp.GetEntries()
+	require.Equal(t, "order-7", en[0].GetIdempotencyKey())
+	require.Equal(t, execution.ClassTimeout, en[2].GetErrorClass())
+	require.Equal(t, "provider timed out", en[2].GetErrorMessage())
+	require.Equal(t, int32(2), en[4].GetRenewals())
+	require.Equal(t, float64(80), en[6].GetProgress().GetFields()["percent"].GetNumberValue())
+	require.Equal(t, "execution.completed", en[8].GetEventType())
+	require.Equal(t, int32(500), en[9].GetStatusCode())
+	require.Equal(t, int32(204), en[10].GetStatusCode())
+	require.Len(t, en[10].GetResponseStart(), 256, "only the start of the answer")
+	for i := 1; i < len(en); i++ {
+		require.False(t, en[i].GetAt().AsTime().Before(en[i-1].GetAt().AsTime()), "entry %d before %d", i, i-1)
+	}
+}
+
+func TestGetExecutionTimelineAuthorisation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	addOtherApp(t, b)
+	id := retriedExecution(t, b)
+	theirs := b.schema.InsertExecution(t, dbtest.Execution{Application: otherApp, Status: execution.StatusPending})
+
+	_, err := b.server.GetExecutionTimeline(b.ctx, &gatewayv1.GetExecutionTimelineRequest{Id: theirs})
+	c, _ := code(err)
+	require.Equal(t, codes.NotFound, c, "another application's execution")
+
+	_, err = b.server.GetExecutionTimeline(b.ctx, &gatewayv1.GetExecutionTimelineRequest{Id: "nope"})
+	c, _ = code(err)
+	require.Equal(t, codes.InvalidArgument, c)
+	require.Equal(t, "id", field(err))
+
+	// Through the interceptor: another application's key gets NOT_FOUND, the admin token reads
+	// both applications' timelines and nothing else.
+	auth := AuthInterceptor(b.server.store, "the-admin-token")
+	call := func(token, method string, req any, h grpc.UnaryHandler) error {
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
+		_, err := auth(ctx, req, &grpc.UnaryServerInfo{Server: b.server, FullMethod: method}, h)
+		return err
+	}
+	timeline := func(id string) (any, grpc.UnaryHandler) {
+		req := &gatewayv1.GetExecutionTimelineRequest{Id: id}
+		return req, func(ctx context.Context, req any) (any, error) {
+			return b.server.GetExecutionTimeline(ctx, req.(*gatewayv1.GetExecutionTimelineRequest))
+		}
+	}
+	_, otherKey, err := b.server.store.CreateKey(context.Background(), store.NewKey{ApplicationID: otherApp})
+	require.NoError(t, err)
+	req, h := timeline(id)
+	c, _ = code(call(otherKey, gatewayv1.GatewayService_GetExecutionTimeline_FullMethodName, req, h))
+	require.Equal(t, codes.NotFound, c, "other application's key")
+	for _, x := range []string{id, theirs} {
+		req, h := timeline(x)
+		require.NoError(t, call("the-admin-token", gatewayv1.GatewayService_GetExecutionTimeline_FullMethodName, req, h))
+	}
+	err = call("the-admin-token", gatewayv1.GatewayService_GetExecution_FullMethodName, &gatewayv1.GetExecutionRequest{Id: id},
+		func(ctx context.Context, req any) (any, error) {
+			return b.server.GetExecution(ctx, req.(*gatewayv1.GetExecutionRequest))
+		})
+	c, _ = code(err)
+	require.Equal(t, codes.PermissionDenied, c)
+}
