@@ -79,7 +79,7 @@ func TestSyncOutcomeNotRecordedByTheDeadlineIsReportedLater(t *testing.T) {
 	t.Parallel()
 	b := syncSetup(t, 300*time.Millisecond)
 	b.settlement.mu.Lock()
-	b.settlement.downUntil = time.Now().Add(syncAnswerFloor + time.Second)
+	b.settlement.downUntil = time.Now().Add(syncAnswerFloor + 300*time.Millisecond)
 	b.settlement.mu.Unlock()
 
 	_, err := invokeSync(b)
