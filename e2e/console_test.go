@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,6 +161,18 @@ func TestConsoleInABrowser(t *testing.T) {
 		ev := s.eventOf(t, s.apiKey, id)
 		return ev != nil && ev["status"] == "EVENT_STATUS_DELIVERED"
 	}, 30*time.Second, 20*time.Millisecond, "the delivery is recorded")
+	// The REST API has the console's filters too: the admin token lists across applications.
+	code, body := s.call(http.MethodGet, "/v1/executions?query=console-&created_after="+url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)), s.apiKey, nil)
+	require.Equal(t, http.StatusOK, code, "%v", body)
+	require.Len(t, body["executions"], 1)
+	assert.Equal(t, id, body["executions"].([]any)[0].(map[string]any)["id"])
+	code, body = s.call(http.MethodGet, "/v1/executions?application_id=app-b", adminToken, nil)
+	require.Equal(t, http.StatusOK, code, "%v", body)
+	require.Len(t, body["executions"], 1)
+	assert.Equal(t, theirs, body["executions"].([]any)[0].(map[string]any)["id"])
+	code, body = s.call(http.MethodGet, "/v1/executions?application_id=app-b", s.apiKey, nil)
+	assert.Equal(t, http.StatusBadRequest, code, "an application names only itself: %v", body)
+
 	base := s.restURL
 	link := func(id string) chromedp.CSS { return chromedp.CSS(`a[href="/console/executions/` + id + `"]`) }
 
