@@ -187,6 +187,12 @@ func TestConsoleInABrowser(t *testing.T) {
 	assert.Contains(t, main, "console-1", "its idempotency key")
 	assert.NotContains(t, main, theirs, "another application's execution is not listed")
 	br.shot("executions")
+	// Keyboard first: the first Tab reaches the skip link, which moves focus to the content.
+	assert.Equal(t, "en", runAction(br, chromedp.Evaluate[string](`document.documentElement.lang`)))
+	br.do(chromedp.KeyEvent(kb.Tab))
+	assert.Equal(t, "skip", runAction(br, chromedp.Evaluate[string](`document.activeElement.className`)), "the skip link comes first")
+	br.do(chromedp.KeyEvent(kb.Enter))
+	assert.Equal(t, "main", runAction(br, chromedp.Evaluate[string](`document.activeElement.id`)), "the skip link moves focus to the content")
 	br.do(chromedp.Navigate(base+"/console/executions?q=console-"), chromedp.WaitVisible(link(id)))
 
 	// Its timeline: every hop, in order, on one axis.
