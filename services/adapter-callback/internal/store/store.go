@@ -127,10 +127,10 @@ func progressPayloadSQL(id string) string {
 // progress_events and the execution is async, writes its execution.progress event in the same
 // statement — so the event exists if and only if the progress was stored.
 //
-// Coalescing (docs/decisions.md, "Progress events"): the execution's latest progress event that
-// no one has claimed for delivery yet — pending, never attempted, not relayed nor under a relay or
-// delivery claim — is replaced (its progress, and the new sequence number) rather than joined by
-// another; the router holds an event back while an earlier one of its execution is pending, so
+// Coalescing (docs/decisions.md, "Progress events"): the execution's latest event, if it is a
+// progress event that no one has claimed for delivery yet — pending, never attempted, not relayed
+// nor under a relay or delivery claim — is replaced (its progress, and the new sequence number)
+// rather than joined by another; the router holds an event back while an earlier one of its execution is pending, so
 // while one progress event is being delivered, all reports meanwhile fold into the one waiting
 // behind it. SKIP LOCKED: an event a relay is claiming at this moment is left to it, and the
 // report makes a new event. The sequence comes from the execution's counter, advanced by this
@@ -146,14 +146,14 @@ var progressSetSQL = `
 		RETURNING e.id, e.application_id, e.capability, e.attempt, e.event_seq, e.updated_at,
 			c.progress_events AND e.mode = 'async' AS evented
 	), waiting AS (
-		SELECT ev.id FROM integration_events ev JOIN x ON ev.execution_id = x.id
+		-- The execution's latest event (the counter's previous value: one index lookup, however
+		-- long its history), if it is a progress event no one has claimed yet.
+		SELECT ev.id FROM integration_events ev JOIN x ON ev.execution_id = x.id AND ev.sequence = x.event_seq - 1
 		WHERE x.evented AND ev.type = $5 AND ev.delivery_status = 'pending' AND ev.attempts = 0
 			AND ev.relayed_at IS NULL
 			AND (ev.relay_claimed_until IS NULL OR ev.relay_claimed_until < now())
 			AND (ev.delivery_claimed_until IS NULL OR ev.delivery_claimed_until < now())
 			AND NOT EXISTS (SELECT 1 FROM event_deliveries d WHERE d.event_id = ev.id)
-		ORDER BY ev.sequence DESC
-		LIMIT 1
 		FOR UPDATE OF ev SKIP LOCKED
 	), upd AS (
 		UPDATE integration_events ev SET sequence = x.event_seq, payload = ` + progressPayloadSQL("ev.id") + `

@@ -66,14 +66,16 @@ func earlierPendingSQL(ev string) string {
 // claims up to local — the oldest that are pending, due and under no live delivery claim — for
 // delivery in process, in the same statement: each of those is marked relayed and claimed for
 // delivery for deliveryTTL (as DeliveryClaim claims it), and comes back with what its delivery
-// needs. The others come back to be published, under the relay's claim for ttl. Only an event no
-// earlier event of whose execution is pending is claimed (the ordering rule): the others stay
-// unrelayed, and the record that delivers or kills their predecessor wakes the relay for them
-// (DeliveryRecord). So an event handed in process costs no statement of its own before its
-// attempt: the relay's claim is its delivery claim. An event handed in process whose replica dies is relayed and pending: its claim
+// needs. The others come back to be published, under the relay's claim for ttl. So an event
+// handed in process costs no statement of its own before its attempt: the relay's claim is its
+// delivery claim. An event handed in process whose replica dies is relayed and pending: its claim
 // expires and EventReleaseHandoffs gives it back to the relay. A handed event carries the mark of
 // its hand-off — relayed, with relay_claimed_until its delivery claim's end — until its attempt
 // is recorded or its claim released.
+//
+// Only an event none of whose execution's earlier events is pending is claimed (the ordering
+// rule, docs/decisions.md "Progress events"): the others stay unrelayed, and the record that
+// delivers or kills their predecessor wakes the relay for them (DeliveryRecord).
 func (s *Store) EventClaimForRelay(ctx context.Context, limit int, ttl time.Duration, local int, deliveryTTL time.Duration) ([]Unrelayed, []*Delivery, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH todo AS (
@@ -294,7 +296,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Dura
 	var d Delivery
 	var wait, claimWait float64
 	var claim *time.Time
-	var held bool
+	var behind bool // ev.held, read with ev.*: d.Held says whether the statement gave the event back
 	// One statement (one round trip, one commit): read the event under its row lock, and claim
 	// it in the same statement if it is pending, due and unclaimed.
 	err := s.pool.QueryRow(ctx, `
@@ -325,7 +327,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Dura
 			COALESCE((SELECT held FROM claimed), false) FROM ev`, eventID, ttl.Seconds()).
 		Scan(&d.EventID, &d.ApplicationID, &d.Type, &d.CreatedAt, &d.Payload,
 			&d.Status, &d.Attempts, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret,
-			&wait, &claimWait, &d.ExecutionCreatedAt, &held, &claim, &d.Held)
+			&wait, &claimWait, &d.ExecutionCreatedAt, &behind, &claim, &d.Held)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
