@@ -169,3 +169,30 @@ func TestProgressSetCoalescesWhileAnEventWaits(t *testing.T) {
 	require.NotEqual(t, last.ID, fresh.ID)
 	require.Len(t, b.events(t, id), 3)
 }
+
+// Concurrent reports of one execution wait for each other on the execution's row and each takes
+// its own sequence number from the counter there, even though a waiting statement's snapshot
+// predates the event the other wrote: no report fails on the (execution_id, sequence) key.
+func TestProgressSetConcurrentReportsTakeDistinctSequences(t *testing.T) {
+	t.Parallel()
+	b := setupProgress(t)
+	ctx := context.Background()
+	id := b.running(t, "test.progress", execution.ModeAsync)
+	const reports = 24
+	errs := make(chan error, reports)
+	for i := range reports {
+		go func() {
+			_, err := b.store.ProgressSet(ctx, id, 1, percent(i))
+			errs <- err
+		}()
+	}
+	for range reports {
+		require.NoError(t, <-errs)
+	}
+	var seq int32
+	require.NoError(t, b.schema.Pool.QueryRow(ctx, `SELECT event_seq FROM executions WHERE id = $1`, id).Scan(&seq))
+	require.Equal(t, int32(reports), seq, "every report took a number")
+	evs := b.events(t, id)
+	require.NotEmpty(t, evs)
+	require.Equal(t, int32(reports), evs[len(evs)-1].Sequence, "the latest event holds the last number")
+}
