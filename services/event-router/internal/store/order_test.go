@@ -161,3 +161,31 @@ func TestDeliveryRecordWakesTheRelayForTheNextEvent(t *testing.T) {
 	// The LISTEN ends with the connection; it must not go back to the pool listening.
 	conn.Conn().Close(ctx) //nolint:errcheck // closing is the point
 }
+
+// A replica that dies holding an execution's first event in process: its successor stays held
+// while the hand-off's claim lasts and after the hand-off is released; the relay gives the first
+// event out again, and the second only once that one is delivered.
+func TestOrderSurvivesALostHandoff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupOrder(t, 2)
+	_, here := b.claimAll(t, 10)
+	require.Equal(t, []string{b.events[0]}, here)
+	// The replica dies: its hand-off mark and delivery claim run out.
+	_, err := b.schema.Pool.Exec(ctx, `UPDATE integration_events SET relay_claimed_until = now() - interval '1 second',
+		delivery_claimed_until = now() - interval '1 second' WHERE id = $1`, b.events[0])
+	require.NoError(t, err)
+	pub, here := b.claimAll(t, 10)
+	require.Empty(t, append(pub, here...), "the successor is held behind the lost event")
+
+	n, err := b.store.EventReleaseHandoffs(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	pub, here = b.claimAll(t, 10)
+	require.Equal(t, []string{b.events[0]}, append(pub, here...), "the lost event goes out again, first")
+	_, err = b.schema.Pool.Exec(ctx, `UPDATE integration_events SET delivery_claimed_until = NULL WHERE id = $1`, b.events[0])
+	require.NoError(t, err)
+	b.record(t, b.events[0], "delivered")
+	pub, here = b.claimAll(t, 10)
+	require.Equal(t, []string{b.events[1]}, append(pub, here...))
+}
