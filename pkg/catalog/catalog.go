@@ -103,6 +103,10 @@ type Capability struct {
 	RetryDelays []string `yaml:"retry_delays"`
 	Lease       string   `yaml:"lease"`
 	SyncTimeout string   `yaml:"sync_timeout"`
+	// ProgressEvents makes each progress report of an async execution an execution.progress
+	// event delivered to the application, ordered before the completion event (docs/decisions.md,
+	// "Progress events").
+	ProgressEvents bool `yaml:"progress_events"`
 }
 
 // Defaults (DESIGN.md §3).
@@ -269,6 +273,10 @@ func (c *Catalog) Validate() error {
 		}
 		if d, err := duration(cp.SyncTimeout, DefaultSyncTimeout); err != nil || d < time.Millisecond {
 			bad("%s.sync_timeout: %q must be a duration of at least 1ms", where, cp.SyncTimeout)
+		}
+		if cp.ProgressEvents && !slices.Contains(cp.Modes, "async") {
+			// A sync execution's progress is never sent: its caller waits for the answer.
+			bad("%s.progress_events: only an async capability sends progress events; add async to modes", where)
 		}
 	}
 	return errors.Join(errs...)
@@ -522,14 +530,15 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, c *Catalog, opts ...ApplyOpt
 			slices.Sort(modes)
 			modes = slices.Compact(modes)
 			if _, err := tx.Exec(ctx, `
-				INSERT INTO capabilities (name, adapter_id, modes, max_attempts, async_budget_ms, retry_delays_ms, lease_ms, sync_timeout_ms)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+				INSERT INTO capabilities (name, adapter_id, modes, max_attempts, async_budget_ms, retry_delays_ms, lease_ms, sync_timeout_ms,
+					progress_events)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 				ON CONFLICT (name) DO UPDATE SET adapter_id = excluded.adapter_id, modes = excluded.modes,
 					max_attempts = excluded.max_attempts, async_budget_ms = excluded.async_budget_ms,
 					retry_delays_ms = excluded.retry_delays_ms, lease_ms = excluded.lease_ms,
-					sync_timeout_ms = excluded.sync_timeout_ms, updated_at = now()`,
+					sync_timeout_ms = excluded.sync_timeout_ms, progress_events = excluded.progress_events, updated_at = now()`,
 				cp.Name, cp.Adapter, modes, maxAttempts, millis(cp.AsyncBudget, MaxAsyncBudget), delays,
-				millis(cp.Lease, DefaultLease), millis(cp.SyncTimeout, DefaultSyncTimeout)); err != nil {
+				millis(cp.Lease, DefaultLease), millis(cp.SyncTimeout, DefaultSyncTimeout), cp.ProgressEvents); err != nil {
 				return fmt.Errorf("apply capability %s: %w", cp.Name, err)
 			}
 		}

@@ -94,6 +94,7 @@ type spec struct {
 	modes                    string
 	asyncBudget              string
 	retryDelays              string
+	capExtra                 string // extra lines under the capability
 }
 
 const (
@@ -135,8 +136,8 @@ capabilities:
     max_attempts: 3
     async_budget: %s
     retry_delays: %s
-`, or(s.adapterID, "adp"), testCredential, or(s.capAdapter, "adp"), or(s.modes, "[async, sync]"),
-		or(s.asyncBudget, "24h"), or(s.retryDelays, "[1m, 5m]"))
+%s`, or(s.adapterID, "adp"), testCredential, or(s.capAdapter, "adp"), or(s.modes, "[async, sync]"),
+		or(s.asyncBudget, "24h"), or(s.retryDelays, "[1m, 5m]"), s.capExtra)
 	return b.String()
 }
 
@@ -181,6 +182,9 @@ func TestValidationErrorsNameTheField(t *testing.T) {
 			[]string{"applications[0].consumer.grpc.target", `"a.example"`}},
 		{"grpc target with a bad port", spec{appExtra: "    consumer: {grpc: {target: 'a.example:70000'}}\n"},
 			[]string{"applications[0].consumer.grpc.target"}},
+		{"progress events on a sync-only capability", spec{modes: "[sync]", capExtra: "    progress_events: true\n"},
+			[]string{"capabilities[0].progress_events", "async"}},
+		{"progress events not a boolean", spec{capExtra: "    progress_events: often\n"}, []string{"often", "bool"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -201,7 +205,7 @@ func rows(t *testing.T, pool *pgxpool.Pool) []string {
 	for _, q := range []string{
 		`SELECT row_to_json(x)::text FROM (SELECT id, name, api_key_hash, consumer_kind, consumer_endpoint, signing_secret_enc FROM applications ORDER BY id) x`,
 		`SELECT row_to_json(x)::text FROM (SELECT id, name, endpoint, credential_hash FROM adapters ORDER BY id) x`,
-		`SELECT row_to_json(x)::text FROM (SELECT name, adapter_id, modes, max_attempts, async_budget_ms, retry_delays_ms, lease_ms, sync_timeout_ms FROM capabilities ORDER BY name) x`,
+		`SELECT row_to_json(x)::text FROM (SELECT name, adapter_id, modes, max_attempts, async_budget_ms, retry_delays_ms, lease_ms, sync_timeout_ms, progress_events FROM capabilities ORDER BY name) x`,
 	} {
 		r, err := pool.Query(context.Background(), q)
 		require.NoError(t, err)
@@ -368,4 +372,26 @@ func TestApplyRefusesAWebhookItCannotSign(t *testing.T) {
 	got := readConsumer(t, s.Pool, "app")
 	require.Equal(t, "grpc", *got.kind)
 	require.Nil(t, got.sealed)
+}
+
+// progress_events is stored on the capability, and applying a catalog without it turns it off
+// again: the catalog is the whole truth about a capability.
+func TestApplyProgressEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := dbtest.NewSchema(t)
+	flag := func() bool {
+		var on bool
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT progress_events FROM capabilities WHERE name = 'test.echo'`).Scan(&on))
+		return on
+	}
+	on, err := catalog.Parse([]byte(catalogYAML(t, spec{capExtra: "    progress_events: true\n"})), env(nil))
+	require.NoError(t, err)
+	require.NoError(t, catalog.Apply(ctx, s.Pool, on))
+	require.True(t, flag())
+
+	off, err := catalog.Parse([]byte(catalogYAML(t, spec{})), env(nil))
+	require.NoError(t, err)
+	require.NoError(t, catalog.Apply(ctx, s.Pool, off))
+	require.False(t, flag())
 }

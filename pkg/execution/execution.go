@@ -50,10 +50,14 @@ const (
 	ClassUnavailable           = "unavailable"
 	ClassProtocol              = "protocol"
 	EventTypeExecutionComplete = "execution.completed"
+	// EventTypeExecutionProgress is a progress report's event, for capabilities that declare
+	// progress_events.
+	EventTypeExecutionProgress = "execution.progress"
 )
 
-// EventsNotifyChannel is the Postgres NOTIFY channel on which a settlement announces a new
-// completion event, waking the event router's relay.
+// EventsNotifyChannel is the Postgres NOTIFY channel on which a settlement or a progress report
+// announces a new event, and a delivery an event whose successor may now go, waking the event
+// router's relay.
 const EventsNotifyChannel = "integration_events"
 
 var statusToProto = map[string]executionv1.ExecutionStatus{

@@ -15,6 +15,10 @@
 //	                                                         refuses: the hostile-input suite)
 //	{"dummy": {"result_depth": 70}}                          the echo's result is nested 70 deep
 //	{"dummy": {"progress_nul": true, "complete_later_ms": 100}}  the progress report holds a NUL
+//	{"dummy": {"complete_later_ms": 1000, "progress_steps": 4}}  reports progress 4 times, evenly
+//	                                                         spread ({"percent": 20, "step": 1},
+//	                                                         ... 80, 4), instead of 50% half way;
+//	                                                         0: no report
 //
 // Keys may be combined: sleep_ms applies first, then the first of hang, fail_permanent,
 // fail_transient (while attempts remain) and complete_later_ms that is set; otherwise the echo.
@@ -66,6 +70,10 @@ type script struct {
 	resultNUL   bool
 	resultDepth int
 	progressNUL bool
+	// progressSteps, when hasProgressSteps, is how many progress reports complete_later work
+	// makes, evenly spread over it; otherwise it reports 50% half way.
+	progressSteps    int
+	hasProgressSteps bool
 }
 
 // behaviour names what the attempt will do, for the log.
@@ -145,20 +153,30 @@ func run(ctx context.Context, log *zap.Logger, req *adapter.Request, sc script, 
 			fmt.Sprintf("scripted transient failure %d of %d", req.Attempt, sc.failTransient), true).RetryAfter(sc.retryAfter)
 	case sc.hasCompleteLate:
 		return adapter.Later(sc.lease, func(ctx context.Context, cb *adapter.Callbacks) adapter.Result {
-			half := sc.completeLater / 2
-			if err := sleep(ctx, half); err != nil {
-				done(JournalCancelled)
-				return cancelled(err)
+			steps := 1
+			if sc.hasProgressSteps {
+				steps = sc.progressSteps
 			}
-			progress := map[string]any{"percent": 50}
-			if sc.progressNUL {
-				progress["note"] = "half\x00way"
+			// Report i of steps is due at i/(steps+1) of the work; the work ends at its whole.
+			start := time.Now()
+			for i := 1; i <= steps; i++ {
+				if err := sleep(ctx, time.Until(start.Add(sc.completeLater*time.Duration(i)/time.Duration(steps+1)))); err != nil {
+					done(JournalCancelled)
+					return cancelled(err)
+				}
+				progress := map[string]any{"percent": 100 * i / (steps + 1)}
+				if sc.hasProgressSteps {
+					progress["step"] = i
+				}
+				if sc.progressNUL {
+					progress["note"] = "half\x00way"
+				}
+				if err := cb.ReportProgress(ctx, progress); err != nil {
+					// Progress is informative; the work goes on without it.
+					log.Warn("progress report failed", zap.Error(err))
+				}
 			}
-			if err := cb.ReportProgress(ctx, progress); err != nil {
-				// Progress is informative; the work goes on without it.
-				log.Warn("progress report failed", zap.Error(err))
-			}
-			if err := sleep(ctx, sc.completeLater-half); err != nil {
+			if err := sleep(ctx, time.Until(start.Add(sc.completeLater))); err != nil {
 				done(JournalCancelled)
 				return cancelled(err)
 			}
@@ -257,6 +275,12 @@ func parse(v any) (script, error) {
 			}
 		case "progress_nul":
 			sc.progressNUL, err = boolean(key, val)
+		case "progress_steps":
+			sc.progressSteps, err = count(key, val)
+			sc.hasProgressSteps = true
+			if err == nil && sc.progressSteps > 1000 {
+				err = fmt.Errorf("%s.%s must be at most 1000", ScriptKey, key)
+			}
 		default:
 			err = fmt.Errorf("%s.%s is not a known key", ScriptKey, key)
 		}

@@ -221,6 +221,29 @@ func TestCompleteLater(t *testing.T) {
 	}
 }
 
+// progress_steps: N reports, evenly spread, each with its step, then the completion; 0: none.
+func TestCompleteLaterProgressSteps(t *testing.T) {
+	t.Parallel()
+	for _, steps := range []float64{4, 0} {
+		b := setup(t)
+		_, err := b.execute(t, call{payload: script(map[string]any{"complete_later_ms": 100.0, "progress_steps": steps})})
+		require.NoError(t, err)
+		select {
+		case <-b.cb.completed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no completion callback")
+		}
+		b.cb.mu.Lock()
+		got := b.cb.progress
+		b.cb.mu.Unlock()
+		var want []map[string]any
+		for i := 1; i <= int(steps); i++ {
+			want = append(want, map[string]any{"percent": float64(100 * i / (int(steps) + 1)), "step": float64(i)})
+		}
+		require.Equal(t, want, got, "%v steps", steps)
+	}
+}
+
 func TestHangNeverAnswers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -289,11 +289,16 @@ func (s *Server) ReportProgress(ctx context.Context, req *adapterv1.ReportProgre
 	if err != nil {
 		return nil, err
 	}
-	if err := s.store.ProgressSet(ctx, req.GetExecutionId(), req.GetAttempt(), progress); err != nil {
+	ev, err := s.store.ProgressSet(ctx, req.GetExecutionId(), req.GetAttempt(), progress)
+	if err != nil {
 		if errors.Is(err, store.ErrNotRunning) {
 			return nil, s.stopped(ctx, req.GetExecutionId(), req.GetAttempt())
 		}
 		return nil, err
+	}
+	if ev.ID != "" {
+		s.log.Debug("progress event written", log.ExecutionID(req.GetExecutionId()), log.Attempt(req.GetAttempt()),
+			log.EventID(ev.ID), zap.Int32("sequence", ev.Sequence), zap.Bool("replaced", ev.Replaced))
 	}
 	return &adapterv1.ReportProgressResponse{}, nil
 }

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/integrations-platform/integrations/pkg/execution"
 )
 
 // ErrNotFound means no such adapter, execution or attempt.
@@ -96,18 +99,108 @@ func (s *Store) LeaseRenew(ctx context.Context, id string, n int32, lease time.D
 	return until, time.Duration(secs * float64(time.Second)), nil
 }
 
-// ProgressSet stores the running attempt's progress.
-func (s *Store) ProgressSet(ctx context.Context, id string, n int32, progress []byte) error {
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE executions SET progress = $3, updated_at = now()
-		WHERE id = $1 AND attempt = $2 AND status = 'running'`, id, n, progress)
+// ProgressEvent is the execution.progress event a progress report wrote or replaced.
+type ProgressEvent struct {
+	// ID is the event's id; empty when the report made no event (the capability does not declare
+	// progress_events, or the execution is sync).
+	ID string
+	// Sequence is the event's place among its execution's events (data.sequence).
+	Sequence int32
+	// Replaced is set when the report took over an earlier progress event still waiting for
+	// delivery (coalescing) rather than adding one.
+	Replaced bool
+}
+
+// progressPayloadSQL is a progress event's body as delivered, built from the updated execution x
+// for the event id given: the completion event's envelope (settlement's eventPayloadSQL, the
+// timestamp written alike), its data the progress as reported and the event's sequence.
+func progressPayloadSQL(id string) string {
+	return `jsonb_build_object(
+		'id', ` + id + `, 'type', $5::text,
+		'timestamp', to_char(x.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+			|| rtrim(rtrim(to_char(x.updated_at AT TIME ZONE 'UTC', '.US'), '0'), '.') || 'Z',
+		'data', jsonb_build_object('execution_id', x.id, 'capability', x.capability, 'attempt', x.attempt,
+			'sequence', x.event_seq, 'progress', $3::jsonb))`
+}
+
+// progressSetSQL stores the running attempt's progress and, when the capability declares
+// progress_events and the execution is async, writes its execution.progress event in the same
+// statement — so the event exists if and only if the progress was stored.
+//
+// Coalescing (docs/decisions.md, "Progress events"): the execution's latest event, if it is a
+// progress event that no one has claimed for delivery yet — pending, never attempted, not relayed
+// nor under a relay or delivery claim — is replaced (its progress, and the new sequence number)
+// rather than joined by another; the router holds an event back while an earlier one of its execution is pending, so
+// while one progress event is being delivered, all reports meanwhile fold into the one waiting
+// behind it. SKIP LOCKED: an event a relay is claiming at this moment is left to it, and the
+// report makes a new event. The sequence comes from the execution's counter, advanced by this
+// statement's update of the row whose lock orders all of the execution's event writers.
+//
+// $1 id, $2 attempt, $3 progress, $4 new event id, $5 event type, $6 notify channel.
+var progressSetSQL = `
+	WITH x AS (
+		UPDATE executions e SET progress = $3, updated_at = now(),
+			event_seq = e.event_seq + CASE WHEN c.progress_events AND e.mode = 'async' THEN 1 ELSE 0 END
+		FROM capabilities c
+		WHERE e.id = $1 AND e.attempt = $2 AND e.status = 'running' AND c.name = e.capability
+		RETURNING e.id, e.application_id, e.capability, e.attempt, e.event_seq, e.updated_at,
+			c.progress_events AND e.mode = 'async' AS evented
+	), waiting AS (
+		-- The execution's latest event (the counter's previous value: one index lookup, however
+		-- long its history), if it is a progress event no one has claimed yet.
+		SELECT ev.id FROM integration_events ev JOIN x ON ev.execution_id = x.id AND ev.sequence = x.event_seq - 1
+		WHERE x.evented AND ev.type = $5 AND ev.delivery_status = 'pending' AND ev.attempts = 0
+			AND ev.relayed_at IS NULL
+			AND (ev.relay_claimed_until IS NULL OR ev.relay_claimed_until < now())
+			AND (ev.delivery_claimed_until IS NULL OR ev.delivery_claimed_until < now())
+			AND NOT EXISTS (SELECT 1 FROM event_deliveries d WHERE d.event_id = ev.id)
+		FOR UPDATE OF ev SKIP LOCKED
+	), upd AS (
+		UPDATE integration_events ev SET sequence = x.event_seq, payload = ` + progressPayloadSQL("ev.id") + `
+		FROM waiting w, x
+		WHERE ev.id = w.id
+		RETURNING ev.id, ev.sequence
+	), ins AS (
+		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at, sequence)
+		SELECT $4::uuid, x.application_id, x.id, $5::text, ` + progressPayloadSQL("$4::uuid") + `, now(), x.event_seq
+		FROM x
+		WHERE x.evented AND NOT EXISTS (SELECT 1 FROM upd)
+		RETURNING id, sequence
+	), ev AS (
+		SELECT id, sequence, true AS replaced FROM upd UNION ALL SELECT id, sequence, false FROM ins
+	), notified AS (
+		SELECT pg_notify($6::text, id::text) FROM ev
+	)
+	SELECT (SELECT id::text FROM ev), (SELECT sequence FROM ev), coalesce((SELECT replaced FROM ev), false),
+		(SELECT count(*) FROM notified)
+	FROM x`
+
+// ProgressSet stores the running attempt's progress and, for an async execution of a capability
+// that declares progress_events, writes or replaces its execution.progress event (progressSetSQL),
+// waking the event router's relay at commit.
+func (s *Store) ProgressSet(ctx context.Context, id string, n int32, progress []byte) (ProgressEvent, error) {
+	eventID, err := uuid.NewV7()
 	if err != nil {
-		return fmt.Errorf("store progress of %s: %w", id, err)
+		return ProgressEvent{}, fmt.Errorf("event id: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
-		return ErrNotRunning
+	var (
+		ev       ProgressEvent
+		evID     *string
+		seq      *int32
+		notified int64
+	)
+	err = s.pool.QueryRow(ctx, progressSetSQL, id, n, progress, eventID, execution.EventTypeExecutionProgress,
+		execution.EventsNotifyChannel).Scan(&evID, &seq, &ev.Replaced, &notified)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ProgressEvent{}, ErrNotRunning
 	}
-	return nil
+	if err != nil {
+		return ProgressEvent{}, fmt.Errorf("store progress of %s: %w", id, err)
+	}
+	if evID != nil {
+		ev.ID, ev.Sequence = *evID, *seq
+	}
+	return ev, nil
 }
 
 // AttemptLateOutcomeSet records, for audit, an outcome the adapter reported for attempt n after

@@ -143,6 +143,11 @@ func (d *Deliverer) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	switch {
 	case ev.Status != "pending":
 		return mq.Ack() // a duplicate notice of a delivered or dead event
+	case ev.Held:
+		// An earlier event of its execution is pending (redelivered after this one was relayed):
+		// the claim gave this one back to the relay, which sends it after that one.
+		logger.Debug("event held behind an earlier event of its execution; given back to the relay")
+		return mq.Ack()
 	case ev.Wait > 0:
 		// Early: the next attempt is not due yet (a notice handed out again after a restart, or a
 		// second copy). Come back when it is.

@@ -210,7 +210,7 @@ func (b *bundle) newEvent(t *testing.T, app string) string {
 	id := uuid.NewString()
 	payload, err := json.Marshal(map[string]any{
 		"id": id, "type": "execution.completed", "timestamp": time.Now().UTC().Format(time.RFC3339Nano),
-		"data": map[string]any{"execution_id": exec, "status": "succeeded", "result": map[string]any{"echo": "hi"}},
+		"data": map[string]any{"execution_id": exec, "status": "succeeded", "result": map[string]any{"echo": "hi"}, "sequence": 1},
 	})
 	require.NoError(t, err)
 	_, err = b.s.Pool.Exec(context.Background(), `
@@ -552,6 +552,7 @@ func TestGRPCConsumer(t *testing.T) {
 	req := got[1]
 	assert.Equal(t, id, req.GetId())
 	assert.Equal(t, "execution.completed", req.GetType())
+	assert.Equal(t, int32(1), req.GetSequence(), "data.sequence, as a field of its own")
 	assert.Equal(t, string(payload), string(req.GetBody()), "the exact body a webhook would get")
 	assert.Equal(t, "succeeded", req.GetData().GetFields()["status"].GetStringValue())
 	assert.WithinDuration(t, time.Now(), req.GetTime().AsTime(), time.Minute)

@@ -129,22 +129,32 @@ func (c *grpcClients) deliver(ctx context.Context, target string, ev *store.Deli
 		err: fmt.Errorf("gRPC consumer answered %s: %s", st.Code(), st.Message())}
 }
 
-// deliverRequest is the event as Deliver carries it: the webhook body's id, type, timestamp and
-// data, and the body itself, byte for byte.
+// deliverRequest is the event as Deliver carries it: the webhook body's id, type, timestamp,
+// data and data.sequence, and the body itself, byte for byte.
 func deliverRequest(ev *store.Delivery) (*eventsv1.DeliverRequest, error) {
 	var body struct {
 		Type      string         `json:"type"`
 		Timestamp *time.Time     `json:"timestamp"`
 		Data      map[string]any `json:"data"`
 	}
+	var seq struct {
+		Data struct {
+			Sequence int32 `json:"sequence"`
+		} `json:"data"`
+	}
 	if err := json.Unmarshal(ev.Payload, &body); err != nil {
 		return nil, fmt.Errorf("decode event body: %w", err)
+	}
+	// data.sequence again, as a number of its own: in data it is a Struct's float.
+	if err := json.Unmarshal(ev.Payload, &seq); err != nil {
+		return nil, fmt.Errorf("decode event sequence: %w", err)
 	}
 	data, err := structpb.NewStruct(body.Data)
 	if err != nil {
 		return nil, fmt.Errorf("event data: %w", err)
 	}
-	req := &eventsv1.DeliverRequest{Id: ev.EventID, Type: ev.Type, Time: timestamppb.New(ev.CreatedAt), Data: data, Body: ev.Payload}
+	req := &eventsv1.DeliverRequest{Id: ev.EventID, Type: ev.Type, Time: timestamppb.New(ev.CreatedAt), Data: data, Body: ev.Payload,
+		Sequence: seq.Data.Sequence}
 	if body.Type != "" {
 		req.Type = body.Type
 	}

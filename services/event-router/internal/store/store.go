@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/integrations-platform/integrations/pkg/batch"
+	"github.com/integrations-platform/integrations/pkg/execution"
 )
 
 // ErrNotFound means no such event.
@@ -52,6 +53,15 @@ func (s *Store) EventClaimUnrelayed(ctx context.Context, limit int, ttl time.Dur
 	return pub, err
 }
 
+// earlierPendingSQL selects an event of the same execution as the event aliased ev that comes
+// before it and is still pending (neither delivered nor dead): the ordering rule's condition for
+// holding ev back. It is an index probe on (execution_id, sequence). A dead event holds nothing
+// back, so a consumer that refused one event for good still gets the ones after it.
+func earlierPendingSQL(ev string) string {
+	return `SELECT 1 FROM integration_events p
+		WHERE p.execution_id = ` + ev + `.execution_id AND p.sequence < ` + ev + `.sequence AND p.delivery_status = 'pending'`
+}
+
 // EventClaimForRelay reserves up to limit events not yet published to the broker, and of them
 // claims up to local — the oldest that are pending, due and under no live delivery claim — for
 // delivery in process, in the same statement: each of those is marked relayed and claimed for
@@ -62,11 +72,16 @@ func (s *Store) EventClaimUnrelayed(ctx context.Context, limit int, ttl time.Dur
 // expires and EventReleaseHandoffs gives it back to the relay. A handed event carries the mark of
 // its hand-off — relayed, with relay_claimed_until its delivery claim's end — until its attempt
 // is recorded or its claim released.
+//
+// Only an event none of whose execution's earlier events is pending is claimed (the ordering
+// rule, docs/decisions.md "Progress events"): the others stay unrelayed, and the record that
+// delivers or kills their predecessor wakes the relay for them (DeliveryRecord).
 func (s *Store) EventClaimForRelay(ctx context.Context, limit int, ttl time.Duration, local int, deliveryTTL time.Duration) ([]Unrelayed, []*Delivery, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH todo AS (
-			SELECT id, created_at FROM integration_events
+			SELECT id, created_at FROM integration_events t
 			WHERE relayed_at IS NULL AND (relay_claimed_until IS NULL OR relay_claimed_until < now())
+				AND NOT EXISTS (`+earlierPendingSQL("t")+`)
 			ORDER BY created_at
 			LIMIT $1
 			FOR UPDATE SKIP LOCKED
@@ -258,6 +273,10 @@ type Delivery struct {
 	// Claim identifies this call's claim (its expiry, as the database wrote it) when it claimed
 	// the event: DeliveryRecord and DeliveryRelease act only while it still holds.
 	Claim time.Time
+	// Held is set when an earlier event of the same execution is still pending (the ordering
+	// rule): DeliveryClaim did not claim the event but gave it back to the relay (unrelayed),
+	// which claims it once its predecessors are delivered or dead. Its notice is done with.
+	Held bool
 }
 
 // DeliveryClaim reads an event with its application's consumer and, if it is pending and due,
@@ -269,10 +288,15 @@ type Delivery struct {
 //
 // After a redelivery (attempts reset to 0) next_attempt_at is ignored: the redelivered event is
 // due at once.
+//
+// An event with an earlier event of its execution still pending (one redelivered after it was
+// relayed) is not claimed: it is made unrelayed, so that the relay claims it after its
+// predecessors, and comes back Held.
 func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Duration) (*Delivery, error) {
 	var d Delivery
 	var wait, claimWait float64
 	var claim *time.Time
+	var behind bool // ev.held, read with ev.*: d.Held says whether the statement gave the event back
 	// One statement (one round trip, one commit): read the event under its row lock, and claim
 	// it in the same statement if it is pending, due and unclaimed.
 	err := s.pool.QueryRow(ctx, `
@@ -283,28 +307,34 @@ func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Dura
 				COALESCE(extract(epoch FROM
 					CASE WHEN e.attempts > 0 THEN e.next_attempt_at END - now()), 0)::float8 AS wait,
 				COALESCE(extract(epoch FROM e.delivery_claimed_until - now()), 0)::float8 AS claim_wait,
-				x.created_at AS execution_created_at
+				x.created_at AS execution_created_at,
+				EXISTS (`+earlierPendingSQL("e")+`) AS held
 			FROM integration_events e JOIN applications a ON a.id = e.application_id
 				JOIN executions x ON x.id = e.execution_id
 			WHERE e.id = $1
 			FOR UPDATE OF e
 		), claimed AS (
-			UPDATE integration_events e SET delivery_claimed_until = now() + make_interval(secs => $2)
+			-- Not held: claimed for one attempt. Held: given back to the relay instead.
+			UPDATE integration_events e SET
+				delivery_claimed_until = CASE WHEN ev.held THEN e.delivery_claimed_until ELSE now() + make_interval(secs => $2) END,
+				relayed_at = CASE WHEN ev.held THEN NULL ELSE e.relayed_at END,
+				relay_claimed_until = CASE WHEN ev.held THEN NULL ELSE e.relay_claimed_until END
 			FROM ev
-			WHERE e.id = ev.id AND ev.delivery_status = 'pending' AND ev.wait <= 0 AND ev.claim_wait <= 0
-			RETURNING e.delivery_claimed_until
+			WHERE e.id = ev.id AND ev.delivery_status = 'pending' AND ev.claim_wait <= 0 AND (ev.held OR ev.wait <= 0)
+			RETURNING ev.held, e.delivery_claimed_until
 		)
-		SELECT ev.*, (SELECT delivery_claimed_until FROM claimed) FROM ev`, eventID, ttl.Seconds()).
+		SELECT ev.*, (SELECT delivery_claimed_until FROM claimed WHERE NOT held),
+			COALESCE((SELECT held FROM claimed), false) FROM ev`, eventID, ttl.Seconds()).
 		Scan(&d.EventID, &d.ApplicationID, &d.Type, &d.CreatedAt, &d.Payload,
 			&d.Status, &d.Attempts, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret,
-			&wait, &claimWait, &d.ExecutionCreatedAt, &claim)
+			&wait, &claimWait, &d.ExecutionCreatedAt, &behind, &claim, &d.Held)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read and claim event %s: %w", eventID, err)
 	}
-	if d.Status != "pending" {
+	if d.Status != "pending" || d.Held {
 		return &d, nil
 	}
 	d.Wait = max(time.Duration(wait*float64(time.Second)), 0)
@@ -383,7 +413,7 @@ func (s *Store) RecordStats() batch.Stats { return s.records.Stats() }
 // order (ord). The UPDATE answers the ord of each request it applied, so two records of one event
 // in a batch (a stale claim's beside a live one) are each answered for themselves; the INSERT
 // numbers the attempts of one event after its history, in request order. Only the applied ords
-// are read back.
+// are read back. $10 is the relay's NOTIFY channel.
 const deliveryRecordSQL = `
 	WITH req AS (
 		SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::float8[], $5::int[], $6::timestamptz[],
@@ -400,7 +430,15 @@ const deliveryRecordSQL = `
 		FROM req
 		WHERE e.id = req.event_id AND e.delivery_status = 'pending' AND e.attempts = req.attempts
 			AND e.delivery_claimed_until = req.claim
-		RETURNING req.ord
+		RETURNING req.ord, e.execution_id, e.sequence, e.delivery_status
+	), successors AS (
+		-- An event delivered or dead lets the next event of its execution go (the ordering rule),
+		-- which waits unrelayed: wake the relay for it at commit.
+		SELECT pg_notify($10::text, upd.execution_id::text) FROM upd
+		WHERE upd.delivery_status <> 'pending' AND EXISTS (
+			SELECT 1 FROM integration_events n
+			WHERE n.execution_id = upd.execution_id AND n.sequence > upd.sequence
+				AND n.delivery_status = 'pending' AND n.relayed_at IS NULL)
 	), ins AS (
 		INSERT INTO event_deliveries (event_id, n, status_code, error, duration_ms, response_body)
 		SELECT req.event_id,
@@ -409,7 +447,7 @@ const deliveryRecordSQL = `
 			req.status_code, nullif(req.err, ''), req.duration_ms, nullif(req.body, '')
 		FROM req
 	)
-	SELECT ord FROM upd`
+	SELECT ord, (SELECT count(*) FROM successors) FROM upd`
 
 // recordBatch runs deliveryRecordSQL for reqs. A batch that fails for one of its rows (say two
 // replicas numbering one event's attempt alike) is run again row by row, so that only that row's
@@ -448,11 +486,16 @@ func (s *Store) recordRows(ctx context.Context, reqs []record) ([]bool, error) {
 			codes[i] = &c
 		}
 	}
-	rows, err := s.pool.Query(ctx, deliveryRecordSQL, ids, outcomes, errs, nextIn, attempts, claims, codes, millis, bodies)
+	rows, err := s.pool.Query(ctx, deliveryRecordSQL, ids, outcomes, errs, nextIn, attempts, claims, codes, millis, bodies,
+		execution.EventsNotifyChannel)
 	if err != nil {
 		return nil, fmt.Errorf("record delivery of %d events: %w", n, err)
 	}
-	ords, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	ords, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int64, error) {
+		var ord, notified int64
+		err := r.Scan(&ord, &notified)
+		return ord, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("record delivery of %d events: %w", n, err)
 	}

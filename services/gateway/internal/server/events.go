@@ -42,7 +42,7 @@ func eventStatusFromProto(s eventsv1.EventStatus) string {
 func eventProto(e *store.Event) (*eventsv1.Event, error) {
 	out := &eventsv1.Event{
 		Id: e.ID, Type: e.Type, ExecutionId: e.ExecutionID, CreateTime: timestamppb.New(e.CreatedAt),
-		Status: eventStatusToProto[e.Status], Attempts: e.Attempts,
+		Status: eventStatusToProto[e.Status], Attempts: e.Attempts, Sequence: e.Sequence,
 		NextAttemptTime: optTime(e.NextAttemptAt), DeliveredTime: optTime(e.DeliveredAt), DeadTime: optTime(e.DeadAt),
 	}
 	if e.LastError != nil {

@@ -115,16 +115,22 @@ func TimelineProto(tl *store.Timeline) *gatewayv1.GetExecutionTimelineResponse {
 		add(*e.SettledAt, gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_SETTLED, en)
 	}
 	for _, ev := range tl.Events {
-		add(ev.CreatedAt, gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_EVENT, &gatewayv1.TimelineEntry{
-			EventId: ev.ID, EventType: ev.Type, DeliveryStatus: ev.Status,
-			Summary: fmt.Sprintf("event %s recorded (%s)", ev.Type, ev.Status),
-		})
+		recorded := &gatewayv1.TimelineEntry{
+			EventId: ev.ID, EventType: ev.Type, EventSequence: ev.Sequence, DeliveryStatus: ev.Status,
+			Summary: fmt.Sprintf("event %s #%d recorded (%s)", ev.Type, ev.Sequence, ev.Status),
+		}
+		if len(ev.Progress) > 0 {
+			if p, err := structFromJSON(ev.Progress); err == nil {
+				recorded.Progress = p
+			}
+		}
+		add(ev.CreatedAt, gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_EVENT, recorded)
 		for _, d := range ev.Deliveries {
 			en := &gatewayv1.TimelineEntry{
-				EventId: ev.ID, EventType: ev.Type, Delivery: d.N, StatusCode: deref32(d.StatusCode),
+				EventId: ev.ID, EventType: ev.Type, EventSequence: ev.Sequence, Delivery: d.N, StatusCode: deref32(d.StatusCode),
 				Duration: durationpb.New(d.Duration), ResponseStart: deref(d.ResponseBody), ErrorMessage: deref(d.Error),
 			}
-			en.Summary = fmt.Sprintf("delivery %d of %s: ", d.N, ev.Type)
+			en.Summary = fmt.Sprintf("delivery %d of %s #%d: ", d.N, ev.Type, ev.Sequence)
 			if en.StatusCode != 0 {
 				en.Summary += fmt.Sprintf("HTTP %d", en.StatusCode)
 			} else if en.ErrorMessage != "" {

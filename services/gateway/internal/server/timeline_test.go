@@ -135,3 +135,57 @@ func TestGetExecutionTimelineAuthorisation(t *testing.T) {
 	c, _ = code(err)
 	require.Equal(t, codes.PermissionDenied, c)
 }
+
+// An execution of a progress_events capability: its progress events appear on the timeline in
+// sequence order before the completion event, each with its type, sequence, the progress it
+// carries and its delivery attempts; the events API shows their type and sequence too.
+func TestGetExecutionTimelineShowsProgressEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := retriedExecution(t, b)
+	ctx := context.Background()
+	for _, q := range []string{
+		`UPDATE integration_events SET sequence = 3 WHERE execution_id = $1`,
+		`INSERT INTO integration_events (id, application_id, execution_id, type, payload, created_at, sequence, delivery_status, delivered_at)
+			SELECT gen_random_uuid(), application_id, id, 'execution.progress',
+				jsonb_build_object('type', 'execution.progress', 'data', jsonb_build_object('execution_id', id, 'sequence', s,
+					'progress', jsonb_build_object('percent', s * 40))),
+				'2026-01-01 10:00:04Z'::timestamptz + make_interval(secs => s * 0.25), s, 'delivered', now()
+			FROM executions, generate_series(1, 2) s WHERE id = $1`,
+		`INSERT INTO event_deliveries (event_id, n, at, status_code, duration_ms)
+			SELECT e.id, 1, e.created_at + interval '10 milliseconds', 204, 3
+			FROM integration_events e WHERE e.execution_id = $1 AND e.type = 'execution.progress'`,
+	} {
+		_, err := b.schema.Pool.Exec(ctx, q, id)
+		require.NoError(t, err, q)
+	}
+
+	resp, err := b.server.GetExecutionTimeline(b.ctx, &gatewayv1.GetExecutionTimelineRequest{Id: id})
+	require.NoError(t, err)
+	type ev struct {
+		kind     gatewayv1.TimelineEntryKind
+		typ      string
+		sequence int32
+		percent  float64
+	}
+	var got []ev
+	for _, e := range resp.GetEntries() {
+		if e.GetEventId() != "" {
+			got = append(got, ev{e.GetKind(), e.GetEventType(), e.GetEventSequence(), e.GetProgress().GetFields()["percent"].GetNumberValue()})
+		}
+	}
+	const event, delivery = gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_EVENT, gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_DELIVERY
+	require.Equal(t, []ev{
+		{event, "execution.progress", 1, 40}, {delivery, "execution.progress", 1, 0},
+		{event, "execution.progress", 2, 80}, {delivery, "execution.progress", 2, 0},
+		{event, "execution.completed", 3, 0}, {delivery, "execution.completed", 3, 0}, {delivery, "execution.completed", 3, 0},
+	}, got)
+
+	list, err := b.server.ListEvents(b.ctx, &gatewayv1.ListEventsRequest{ExecutionId: id})
+	require.NoError(t, err)
+	types := map[int32]string{}
+	for _, e := range list.GetEvents() {
+		types[e.GetSequence()] = e.GetType()
+	}
+	require.Equal(t, map[int32]string{1: "execution.progress", 2: "execution.progress", 3: "execution.completed"}, types)
+}

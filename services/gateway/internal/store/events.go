@@ -34,11 +34,13 @@ type Event struct {
 	LastError     *string
 	DeliveredAt   *time.Time
 	DeadAt        *time.Time
+	// Sequence is the event's place among its execution's events (data.sequence).
+	Sequence int32
 }
 
 // eventColumns are the columns scanEvent reads, in order.
 const eventColumns = `id::text, type, execution_id::text, payload->'data', created_at, delivery_status, attempts,
-	next_attempt_at, last_error, delivered_at, dead_at`
+	next_attempt_at, last_error, delivered_at, dead_at, sequence`
 
 // eventListColumns are eventColumns with the event's data less its "result" (an execution's
 // result, up to a MiB): list items leave it out, GetEvent has it. The rest of data (status,
@@ -48,7 +50,7 @@ var eventListColumns = strings.Replace(eventColumns, "payload->'data'", "(payloa
 func scanEvent(r pgx.Row) (*Event, error) {
 	var e Event
 	err := r.Scan(&e.ID, &e.Type, &e.ExecutionID, &e.Data, &e.CreatedAt, &e.Status, &e.Attempts,
-		&e.NextAttemptAt, &e.LastError, &e.DeliveredAt, &e.DeadAt)
+		&e.NextAttemptAt, &e.LastError, &e.DeliveredAt, &e.DeadAt, &e.Sequence)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +95,7 @@ func (s *Store) EventList(ctx context.Context, applicationID string, f EventFilt
 
 // eventListQuery is EventList's statement for the filters f has: a status filter is an index
 // condition on integration_events_application_id_status_id_idx, an execution filter on
-// integration_events_execution_id_type_key, and the page boundary on either id index, whatever
+// integration_events_execution_id_sequence_key, and the page boundary on either id index, whatever
 // plan Postgres caches. The ORDER BY names the table's column: a bare "id" is the output column
 // id::text, and sorting by the text left no index usable for the order (every list read and
 // sorted all of the application's matching events).

@@ -28,10 +28,13 @@ type TimelineAttempt struct {
 
 // TimelineEvent is one of the execution's events with its delivery attempts, oldest first.
 type TimelineEvent struct {
-	ID         string
-	Type       string
-	CreatedAt  time.Time
-	Status     string
+	ID        string
+	Type      string
+	CreatedAt time.Time
+	Status    string
+	Sequence  int32
+	// Progress is an execution.progress event's report (JSON), nil for other events.
+	Progress   []byte
 	Deliveries []Delivery
 }
 
@@ -44,7 +47,7 @@ type Timeline struct {
 
 // ExecutionTimeline reads one execution's history: its row, its attempts and its events with
 // their deliveries, in three queries by execution id (the primary keys of executions and
-// execution_attempts, integration_events' (execution_id, type) index, event_deliveries' primary
+// execution_attempts, integration_events' (execution_id, sequence) index, event_deliveries' primary
 // key). applicationID restricts it to that application's executions (another's is ErrNotFound);
 // AnyApplication reads any.
 func (s *Store) ExecutionTimeline(ctx context.Context, applicationID, id string) (*Timeline, error) {
@@ -72,12 +75,13 @@ func (s *Store) ExecutionTimeline(ctx context.Context, applicationID, id string)
 		return nil, fmt.Errorf("read attempts of %s: %w", id, err)
 	}
 	rows, err = s.pool.Query(ctx, `
-		SELECT e.id::text, e.type, e.created_at, e.delivery_status,
+		SELECT e.id::text, e.type, e.created_at, e.delivery_status, e.sequence,
+			CASE WHEN e.type = $3 THEN e.payload->'data'->'progress' END,
 			d.n, d.at, d.status_code, d.error, d.duration_ms, left(d.response_body, $2)
 		FROM integration_events e
 		LEFT JOIN event_deliveries d ON d.event_id = e.id
 		WHERE e.execution_id = $1
-		ORDER BY e.created_at, e.id, d.n`, id, ResponseStartLen)
+		ORDER BY e.sequence, d.n`, id, ResponseStartLen, execution.EventTypeExecutionProgress)
 	if err != nil {
 		return nil, fmt.Errorf("read events of %s: %w", id, err)
 	}
@@ -88,7 +92,7 @@ func (s *Store) ExecutionTimeline(ctx context.Context, applicationID, id string)
 		var at *time.Time
 		var ms *int64
 		var d Delivery
-		if err := rows.Scan(&ev.ID, &ev.Type, &ev.CreatedAt, &ev.Status,
+		if err := rows.Scan(&ev.ID, &ev.Type, &ev.CreatedAt, &ev.Status, &ev.Sequence, &ev.Progress,
 			&n, &at, &d.StatusCode, &d.Error, &ms, &d.ResponseBody); err != nil {
 			return nil, fmt.Errorf("read events of %s: %w", id, err)
 		}

@@ -36,6 +36,7 @@ func goEventPayload(t *testing.T, eventID string, r *execution.Row) []byte {
 		"mode":         r.Mode,
 		"status":       r.Status,
 		"attempt":      r.Attempt,
+		"sequence":     1, // the execution's only event here (progress events come first: TestCompletionFollowsProgressEvents)
 	}
 	if r.IdempotencyKey != nil {
 		data["idempotency_key"] = *r.IdempotencyKey
@@ -176,4 +177,47 @@ func TestSettlementNotifiesTheRelay(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]int{out.EventID: 1, failed.EventID: 1}, want)
+}
+
+// The completion event takes the sequence number after the execution's progress events (the
+// counter on its row); a failed attempt that retries writes no event and takes no number.
+func TestCompletionFollowsProgressEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.insertRunning(t, 1, dayFromNow())
+	// Two progress events, as adapter-callback writes them.
+	_, err := b.schema.Pool.Exec(ctx, `
+		INSERT INTO integration_events (id, application_id, execution_id, type, payload, sequence)
+		SELECT gen_random_uuid(), application_id, id, 'execution.progress', '{}', s FROM executions, generate_series(1, 2) s
+		WHERE id = $1`, id)
+	require.NoError(t, err)
+	_, err = b.schema.Pool.Exec(ctx, `UPDATE executions SET event_seq = 2 WHERE id = $1`, id)
+	require.NoError(t, err)
+
+	failed, err := b.store.AttemptFail(ctx, AttemptFailure{ExecutionID: id, Attempt: 1, Retryable: true, Scale: identity,
+		Failure: execution.Failure{Class: execution.ClassTransient, Message: "down"}})
+	require.NoError(t, err)
+	require.NotNil(t, failed.NextAttemptAt)
+	var seq int32
+	require.NoError(t, b.schema.Pool.QueryRow(ctx, `SELECT event_seq FROM executions WHERE id = $1`, id).Scan(&seq))
+	require.Equal(t, int32(2), seq, "a retry writes no event")
+
+	_, err = b.schema.Pool.Exec(ctx, `UPDATE executions SET status = 'running', attempt = 2, lease_expires_at = now() + interval '1 minute' WHERE id = $1`, id)
+	require.NoError(t, err)
+	b.schema.InsertAttempts(t, id, dbtest.Attempt{N: 2})
+	out, err := b.store.ExecutionSettle(ctx, Outcome{ExecutionID: id, Attempt: 2, FromStatus: execution.StatusRunning,
+		Status: execution.StatusSucceeded, Result: []byte(`{}`)})
+	require.NoError(t, err)
+	var payload []byte
+	require.NoError(t, b.schema.Pool.QueryRow(ctx, `SELECT sequence, payload FROM integration_events WHERE id = $1`, out.EventID).
+		Scan(&seq, &payload))
+	require.Equal(t, int32(3), seq)
+	var body struct {
+		Data struct {
+			Sequence int32 `json:"sequence"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(payload, &body))
+	require.Equal(t, int32(3), body.Data.Sequence)
 }

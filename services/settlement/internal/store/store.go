@@ -98,13 +98,15 @@ const returned = `s.capability, s.mode, s.max_attempts, s.idempotency_key, s.pro
 // eventPayload built in Go from the row read back (the same keys and values; jsonb orders the
 // keys): optional members are absent, not null; the failure's empty texts are absent; the
 // timestamp is settled_at in RFC 3339 with its fraction's trailing zeros trimmed, as Go's
-// time.RFC3339Nano writes it.
+// time.RFC3339Nano writes it. data.sequence is the event's place among its execution's events
+// (after its progress events, if its capability has them): s.event_seq, which the statement's
+// update of the execution has just advanced.
 const eventPayloadSQL = `jsonb_build_object(
 		'id', $11::uuid, 'type', $12::text,
 		'timestamp', to_char(s.settled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
 			|| rtrim(rtrim(to_char(s.settled_at AT TIME ZONE 'UTC', '.US'), '0'), '.') || 'Z',
 		'data', jsonb_build_object('execution_id', s.id, 'capability', s.capability, 'mode', s.mode,
-				'status', s.status, 'attempt', s.attempt)
+				'status', s.status, 'attempt', s.attempt, 'sequence', s.event_seq)
 			|| CASE WHEN s.idempotency_key IS NULL THEN '{}'::jsonb
 				ELSE jsonb_build_object('idempotency_key', s.idempotency_key) END
 			|| CASE WHEN s.result IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('result', s.result) END
@@ -127,7 +129,8 @@ const settleSQL = `
 	), s AS (
 		UPDATE executions e
 		SET status = $4, result = $5, failure_class = $6, failure_reason = $7, failure_code = $8,
-			failure_message = $9, lease_expires_at = NULL, settled_at = now(), updated_at = now()
+			failure_message = $9, lease_expires_at = NULL, settled_at = now(), updated_at = now(),
+			event_seq = e.event_seq + 1
 		FROM cur
 		WHERE e.id = cur.id AND cur.attempt = $2 AND cur.status = $3
 		RETURNING e.*
@@ -142,8 +145,8 @@ const settleSQL = `
 		-- published finds the execution settled and is acknowledged without effect.
 		DELETE FROM dispatches d USING s WHERE d.execution_id = s.id AND $3::text = 'pending'
 	), ev AS (
-		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at)
-		SELECT $11::uuid, s.application_id, s.id, $12::text, ` + eventPayloadSQL + `, now()
+		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at, sequence)
+		SELECT $11::uuid, s.application_id, s.id, $12::text, ` + eventPayloadSQL + `, now(), s.event_seq
 		FROM s
 		RETURNING id
 	), notified AS (
@@ -293,7 +296,8 @@ const attemptFailSQL = `
 			result = CASE WHEN d.reason IS NULL THEN e.result END,
 			failure_class = $6, failure_reason = d.reason, failure_code = $7, failure_message = $8,
 			lease_expires_at = NULL, updated_at = now(),
-			settled_at = CASE WHEN d.reason IS NOT NULL THEN now() END
+			settled_at = CASE WHEN d.reason IS NOT NULL THEN now() END,
+			event_seq = e.event_seq + CASE WHEN d.reason IS NOT NULL THEN 1 ELSE 0 END
 		FROM d
 		WHERE e.id = d.id
 		RETURNING e.*, d.delay
@@ -309,8 +313,8 @@ const attemptFailSQL = `
 		SELECT s.id, $2 + 1, now() + make_interval(secs => s.delay) FROM s WHERE s.status = 'pending'
 		RETURNING due_at
 	), ev AS (
-		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at)
-		SELECT $11::uuid, s.application_id, s.id, $12::text, ` + eventPayloadSQL + `, now()
+		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at, sequence)
+		SELECT $11::uuid, s.application_id, s.id, $12::text, ` + eventPayloadSQL + `, now(), s.event_seq
 		FROM s
 		WHERE s.status = 'failed'
 		RETURNING id

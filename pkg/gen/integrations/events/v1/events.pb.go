@@ -177,7 +177,7 @@ type Event struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Time-ordered UUID (v7). Stable across attempts and redeliveries: the receiver's dedup key.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// The event type, e.g. "execution.completed".
+	// The event type: "execution.completed", or "execution.progress" (progress_events).
 	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	// The execution the event is about.
 	ExecutionId string `protobuf:"bytes,3,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
@@ -194,7 +194,10 @@ type Event struct {
 	DeliveredTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=delivered_time,json=deliveredTime,proto3" json:"delivered_time,omitempty"`
 	DeadTime      *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=dead_time,json=deadTime,proto3" json:"dead_time,omitempty"`
 	// Every delivery attempt, oldest first. Only filled when reading one event.
-	Deliveries    []*DeliveryAttempt `protobuf:"bytes,12,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	Deliveries []*DeliveryAttempt `protobuf:"bytes,12,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	// The event's place among its execution's events (1, 2, ...; the body's data.sequence): the
+	// progress events of a capability that declares progress_events, then the completion event.
+	Sequence      int32 `protobuf:"varint,13,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -313,18 +316,30 @@ func (x *Event) GetDeliveries() []*DeliveryAttempt {
 	return nil
 }
 
+func (x *Event) GetSequence() int32 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
 type DeliverRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The event id: the receiver's dedup key (the webhook-id of a webhook delivery).
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// The event type, e.g. "execution.completed".
+	// The event type: "execution.completed", or "execution.progress" for a capability that
+	// declares progress_events.
 	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	// The event's time (the webhook body's "timestamp").
 	Time *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
 	// The event body's "data" object.
 	Data *structpb.Struct `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
 	// The exact JSON body a webhook consumer would receive, for receivers that keep it verbatim.
-	Body          []byte `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
+	Body []byte `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
+	// The event's place among its execution's events (1, 2, ...; data.sequence). Events of one
+	// execution are delivered in this order; after a retry or a redelivery an older one may come
+	// again, so a receiver keeps the highest it has applied per execution and ignores lower ones.
+	Sequence      int32 `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -394,6 +409,13 @@ func (x *DeliverRequest) GetBody() []byte {
 	return nil
 }
 
+func (x *DeliverRequest) GetSequence() int32 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
 type DeliverResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -442,7 +464,7 @@ const file_integrations_events_v1_events_proto_rawDesc = "" +
 	"statusCode\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x125\n" +
 	"\bduration\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12#\n" +
-	"\rresponse_body\x18\x06 \x01(\tR\fresponseBody\"\xbd\x04\n" +
+	"\rresponse_body\x18\x06 \x01(\tR\fresponseBody\"\xd9\x04\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12!\n" +
@@ -460,13 +482,15 @@ const file_integrations_events_v1_events_proto_rawDesc = "" +
 	"\tdead_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\bdeadTime\x12G\n" +
 	"\n" +
 	"deliveries\x18\f \x03(\v2'.integrations.events.v1.DeliveryAttemptR\n" +
-	"deliveries\"\xa5\x01\n" +
+	"deliveries\x12\x1a\n" +
+	"\bsequence\x18\r \x01(\x05R\bsequence\"\xc1\x01\n" +
 	"\x0eDeliverRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12.\n" +
 	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12+\n" +
 	"\x04data\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x04data\x12\x12\n" +
-	"\x04body\x18\x05 \x01(\fR\x04body\"\x11\n" +
+	"\x04body\x18\x05 \x01(\fR\x04body\x12\x1a\n" +
+	"\bsequence\x18\x06 \x01(\x05R\bsequence\"\x11\n" +
 	"\x0fDeliverResponse*x\n" +
 	"\vEventStatus\x12\x1c\n" +
 	"\x18EVENT_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +

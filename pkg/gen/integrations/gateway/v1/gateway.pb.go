@@ -49,10 +49,11 @@ const (
 	TimelineEntryKind_TIMELINE_ENTRY_KIND_LATE_OUTCOME TimelineEntryKind = 6
 	// The execution settled: status, error_class, reason, error_code, error_message.
 	TimelineEntryKind_TIMELINE_ENTRY_KIND_SETTLED TimelineEntryKind = 7
-	// An event of the execution was recorded: event_id, event_type, delivery_status.
+	// An event of the execution was recorded: event_id, event_type, event_sequence,
+	// delivery_status; for an execution.progress event, progress (the report it carries).
 	TimelineEntryKind_TIMELINE_ENTRY_KIND_EVENT TimelineEntryKind = 8
-	// One delivery attempt of an event: event_id, event_type, delivery, status_code, duration,
-	// response_start, error_message.
+	// One delivery attempt of an event: event_id, event_type, event_sequence, delivery,
+	// status_code, duration, response_start, error_message.
 	TimelineEntryKind_TIMELINE_ENTRY_KIND_DELIVERY TimelineEntryKind = 9
 )
 
@@ -1506,6 +1507,9 @@ type TimelineEntry struct {
 	Duration   *durationpb.Duration `protobuf:"bytes,20,opt,name=duration,proto3" json:"duration,omitempty"`
 	// The start of the receiver's answer (at most 256 bytes).
 	ResponseStart string `protobuf:"bytes,21,opt,name=response_start,json=responseStart,proto3" json:"response_start,omitempty"`
+	// The event's place among the execution's events (its data.sequence): the order in which they
+	// are delivered.
+	EventSequence int32 `protobuf:"varint,22,opt,name=event_sequence,json=eventSequence,proto3" json:"event_sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1687,6 +1691,13 @@ func (x *TimelineEntry) GetResponseStart() string {
 	return ""
 }
 
+func (x *TimelineEntry) GetEventSequence() int32 {
+	if x != nil {
+		return x.EventSequence
+	}
+	return 0
+}
+
 var File_integrations_gateway_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
@@ -1779,7 +1790,7 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"capability\x18\x03 \x01(\tR\n" +
 	"capability\x12B\n" +
 	"\x06status\x18\x04 \x01(\x0e2*.integrations.execution.v1.ExecutionStatusR\x06status\x12@\n" +
-	"\aentries\x18\x05 \x03(\v2&.integrations.gateway.v1.TimelineEntryR\aentries\"\xb7\x06\n" +
+	"\aentries\x18\x05 \x03(\v2&.integrations.gateway.v1.TimelineEntryR\aentries\"\xde\x06\n" +
 	"\rTimelineEntry\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12>\n" +
 	"\x04kind\x18\x02 \x01(\x0e2*.integrations.gateway.v1.TimelineEntryKindR\x04kind\x12\x18\n" +
@@ -1806,7 +1817,8 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"\vstatus_code\x18\x13 \x01(\x05R\n" +
 	"statusCode\x125\n" +
 	"\bduration\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12%\n" +
-	"\x0eresponse_start\x18\x15 \x01(\tR\rresponseStart*\xfb\x02\n" +
+	"\x0eresponse_start\x18\x15 \x01(\tR\rresponseStart\x12%\n" +
+	"\x0eevent_sequence\x18\x16 \x01(\x05R\reventSequence*\xfb\x02\n" +
 	"\x11TimelineEntryKind\x12#\n" +
 	"\x1fTIMELINE_ENTRY_KIND_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cTIMELINE_ENTRY_KIND_ACCEPTED\x10\x01\x12'\n" +
