@@ -26,6 +26,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	svcconfig "github.com/integrations-platform/integrations/services/gateway/internal/config"
+	"github.com/integrations-platform/integrations/services/gateway/internal/console"
 	"github.com/integrations-platform/integrations/services/gateway/internal/httpapi"
 	"github.com/integrations-platform/integrations/services/gateway/internal/ratelimit"
 	"github.com/integrations-platform/integrations/services/gateway/internal/server"
@@ -151,6 +152,23 @@ func run() error {
 	app.Close("dispatcher-conn", dispatcherConn.Close)
 	app.Close("settlement-conn", settlementConn.Close)
 	app.Close("postgres", func() error { pool.Close(); return nil })
+	sys := system.Config{
+		AdminToken: cfg.AdminToken,
+		Keys:       st,
+		Broker:     mq.Config{URL: cfg.AMQPURL, Scope: cfg.QueueScope, TimeScale: cfg.TimeScale, Logger: logger},
+		Timeout:    2 * time.Second,
+		Logger:     logger,
+	}
+	extra := system.Handlers(sys)
+	// The console calls gw directly with the signed-in caller's identity: it checks its session
+	// itself, and gw's methods apply the caller's tenancy as to any API call.
+	extra[console.Prefix], err = console.Handler(console.Config{
+		API: gw, Store: st, Box: box, AdminToken: cfg.AdminToken, System: sys,
+		Secure: publicTLS != nil, SessionTTL: cfg.ConsoleSessionTTL, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
 	// REST is registered first so that it stops first, with the gRPC server: both serve gw.
 	if err := httpapi.Run(ctx, app, logger, httpapi.InProcess(gw, srv.Unary()), httpapi.Config{
 		Addr: cfg.HTTPAddr, MaxBodyBytes: int64(2*cfg.MaxPayloadBytes + 64<<10),
@@ -159,13 +177,7 @@ func run() error {
 		TLS: publicTLS,
 		// A request over its rate limit is refused before its body is decoded.
 		Precheck: gate.Precheck(st),
-		Extra: system.Handlers(system.Config{
-			AdminToken: cfg.AdminToken,
-			Keys:       st,
-			Broker:     mq.Config{URL: cfg.AMQPURL, Scope: cfg.QueueScope, TimeScale: cfg.TimeScale, Logger: logger},
-			Timeout:    2 * time.Second,
-			Logger:     logger,
-		}),
+		Extra:    extra,
 	}); err != nil {
 		return err
 	}

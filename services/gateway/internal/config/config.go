@@ -47,6 +47,8 @@ type Config struct {
 	// CacheTTL is how long API keys' applications and capabilities read from Postgres are kept
 	// (0: read on every call); a catalog change or a revoked key takes effect within it.
 	CacheTTL time.Duration `env:"INTEGRATIONS_GATEWAY_CACHE_TTL" envDefault:"5s"`
+	// ConsoleSessionTTL is how long a sign-in to the console under /console/ lasts.
+	ConsoleSessionTTL time.Duration `env:"INTEGRATIONS_CONSOLE_SESSION_TTL" envDefault:"8h"`
 	// Platform is the key that signs the platform's token on every call to an adapter.
 	Platform platformtoken.SignerConfig
 	// The REST server's timeouts: for the request's headers, for the whole request (headers and
@@ -103,6 +105,9 @@ func (c Config) Validate() error {
 	}
 	if c.SecretRotationOverlap < 0 || c.SecretRotationOverlap > 30*24*time.Hour {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_SECRET_ROTATION_OVERLAP: %v must be between 0s and 720h", c.SecretRotationOverlap))
+	}
+	if c.ConsoleSessionTTL < time.Minute || c.ConsoleSessionTTL > 7*24*time.Hour {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_CONSOLE_SESSION_TTL: %v must be between 1m and 168h", c.ConsoleSessionTTL))
 	}
 	if c.CacheTTL < 0 || c.CacheTTL > time.Hour {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_GATEWAY_CACHE_TTL: %v must be between 0s and 1h", c.CacheTTL))

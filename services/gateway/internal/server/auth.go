@@ -21,6 +21,7 @@ type operatorKey struct{}
 // operatorMethods are the calls the admin token may make: reads of any application's data.
 var operatorMethods = map[string]bool{
 	gatewayv1.GatewayService_GetExecutionTimeline_FullMethodName: true,
+	gatewayv1.GatewayService_ListExecutions_FullMethodName:       true,
 }
 
 // isOperator tells a call made with the admin token.
@@ -55,7 +56,7 @@ func AuthInterceptor(st *store.Store, adminToken ...string) grpc.UnaryServerInte
 		}
 		if admin != "" && subtle.ConstantTimeCompare([]byte(token), []byte(admin)) == 1 {
 			if !operatorMethods[info.FullMethod] {
-				return nil, apperr.New(apperr.KindPermissionDenied, "OPERATOR_READ_ONLY", "the admin token reads execution timelines only; call %s with an application's API key", info.FullMethod)
+				return nil, apperr.New(apperr.KindPermissionDenied, "OPERATOR_READ_ONLY", "the admin token reads execution timelines and lists only; call %s with an application's API key", info.FullMethod)
 			}
 			return handler(context.WithValue(ctx, operatorKey{}, true), req)
 		}
@@ -69,22 +70,49 @@ func AuthInterceptor(st *store.Store, adminToken ...string) grpc.UnaryServerInte
 
 // authenticate returns the application token belongs to. Its refusals never echo the token.
 func authenticate(ctx context.Context, st *store.Store, token string) (string, error) {
+	app, _, err := AuthenticateKey(ctx, st, token)
+	return app, err
+}
+
+// KeyRef names the API key a console session was opened with, without the key: the key id of
+// a generated key ("" for a chosen one) and the key's hash, enough to find its record again
+// and so to end the session when the key is revoked or expires.
+type KeyRef struct {
+	KeyID string `json:"k,omitempty"`
+	Hash  []byte `json:"h"`
+}
+
+// AuthenticateKey checks token as every API call is checked and returns its application and a
+// KeyRef to check it again by (ReauthenticateKey). Its refusals never echo the token.
+func AuthenticateKey(ctx context.Context, st *store.Store, token string) (string, KeyRef, error) {
 	if len(token) > apikey.MaxTokenLen {
-		return "", apperr.Unauthenticated("malformed API key: longer than %d characters", apikey.MaxTokenLen)
+		return "", KeyRef{}, apperr.Unauthenticated("malformed API key: longer than %d characters", apikey.MaxTokenLen)
 	}
 	if !apikey.PrintableASCII(token) {
-		return "", apperr.Unauthenticated("malformed API key: only printable ASCII characters are allowed")
+		return "", KeyRef{}, apperr.Unauthenticated("malformed API key: only printable ASCII characters are allowed")
 	}
-	hash := apikey.Hash(token)
-	var rec *store.KeyRecord
+	ref := KeyRef{Hash: apikey.Hash(token)}
 	key, err := apikey.Parse(token)
 	switch {
 	case err == nil:
-		rec, err = st.KeyForGenerated(ctx, key.ID, hash)
+		ref.KeyID = key.ID
 	case errors.Is(err, apikey.ErrNotGenerated):
-		rec, err = st.KeyForChosen(ctx, hash)
 	default:
-		return "", apperr.Unauthenticated("malformed API key: its checksum does not match (copied incompletely?)")
+		return "", KeyRef{}, apperr.Unauthenticated("malformed API key: its checksum does not match (copied incompletely?)")
+	}
+	app, err := ReauthenticateKey(ctx, st, ref)
+	return app, ref, err
+}
+
+// ReauthenticateKey returns the application of the key ref names, refused as the key itself
+// would be (unknown, revoked, expired).
+func ReauthenticateKey(ctx context.Context, st *store.Store, ref KeyRef) (string, error) {
+	var rec *store.KeyRecord
+	var err error
+	if ref.KeyID != "" {
+		rec, err = st.KeyForGenerated(ctx, ref.KeyID, ref.Hash)
+	} else {
+		rec, err = st.KeyForChosen(ctx, ref.Hash)
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return "", apperr.Unauthenticated("unknown API key")
@@ -93,7 +121,7 @@ func authenticate(ctx context.Context, st *store.Store, token string) (string, e
 		return "", err
 	}
 	switch {
-	case subtle.ConstantTimeCompare(rec.Hash, hash) != 1:
+	case subtle.ConstantTimeCompare(rec.Hash, ref.Hash) != 1:
 		return "", apperr.Unauthenticated("unknown API key")
 	case rec.Revoked:
 		return "", apperr.Unauthenticated("API key revoked")
@@ -102,6 +130,20 @@ func authenticate(ctx context.Context, st *store.Store, token string) (string, e
 	}
 	st.Touch(rec.ID)
 	return rec.ApplicationID, nil
+}
+
+// AsApplication is ctx as a call authenticated for appID, for a caller in this process that
+// authenticated the application itself (the console, by its session): the Server's methods then
+// apply the application's tenancy exactly as to a call over the API.
+func AsApplication(ctx context.Context, appID string) context.Context {
+	return context.WithValue(ctx, applicationKey{}, appID)
+}
+
+// AsOperator is ctx as a call made with the admin token, for a caller in this process that
+// checked the token itself (the console): only the operator's reads (operatorMethods) are meant
+// to be called with it.
+func AsOperator(ctx context.Context) context.Context {
+	return context.WithValue(ctx, operatorKey{}, true)
 }
 
 func applicationID(ctx context.Context) string {

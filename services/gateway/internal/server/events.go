@@ -202,6 +202,13 @@ func (s *Server) RedriveEvents(ctx context.Context, req *gatewayv1.RedriveEvents
 		return nil, err
 	}
 	appID := applicationID(ctx)
+	if req.GetValidateOnly() {
+		n, err := s.store.EventRedriveCount(ctx, appID, since)
+		if err != nil {
+			return nil, err
+		}
+		return &gatewayv1.RedriveEventsResponse{Count: n}, nil
+	}
 	n, err := s.store.EventRedrive(ctx, appID, since)
 	if err != nil {
 		return nil, err

@@ -69,6 +69,9 @@ func listItem(r *execution.Row) (*executionv1.Execution, error) {
 
 var capabilityPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,127}$`)
 
+// applicationPattern is an application id's form (the catalog's and the key endpoints').
+var applicationPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
 // IdempotencyKeyMax bounds an idempotency key, in bytes.
 const IdempotencyKeyMax = 255
 
@@ -641,7 +644,21 @@ func (s *Server) ListExecutions(ctx context.Context, req *gatewayv1.ListExecutio
 		}
 		f.Before = string(raw)
 	}
-	rows, err := s.store.ExecutionList(ctx, applicationID(ctx), f)
+	var err error
+	if f.CreatedAfter, err = optTimestamp("created_after", req.GetCreatedAfter()); err != nil {
+		return nil, err
+	}
+	if f.CreatedBefore, err = optTimestamp("created_before", req.GetCreatedBefore()); err != nil {
+		return nil, err
+	}
+	if f.Query = req.GetQuery(); len(f.Query) > IdempotencyKeyMax || !ValidIdempotencyKey(f.Query) {
+		return nil, apperr.Invalid("query", "an execution id or the start of an idempotency key: at most %d printable characters without spaces", IdempotencyKeyMax)
+	}
+	app, err := listApplication(ctx, req.GetApplicationId())
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.store.ExecutionList(ctx, app, f)
 	if err != nil {
 		return nil, err
 	}
@@ -657,6 +674,25 @@ func (s *Server) ListExecutions(ctx context.Context, req *gatewayv1.ListExecutio
 		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(rows[len(rows)-1].ID))
 	}
 	return resp, nil
+}
+
+// listApplication is the application whose executions a list reads: the caller's own, or for
+// the operator (admin token) the one named, or every application's when none is.
+func listApplication(ctx context.Context, named string) (string, error) {
+	if isOperator(ctx) {
+		if named != "" && !applicationPattern.MatchString(named) {
+			return "", apperr.Invalid("application_id", "%s is not an application id", jsonbound.Quote(named))
+		}
+		return named, nil // store.AnyApplication when none is named
+	}
+	app := applicationID(ctx)
+	if app == "" {
+		return "", apperr.Unauthenticated("no application for this call")
+	}
+	if named != "" && named != app {
+		return "", apperr.Invalid("application_id", "an application's key lists its own executions only; leave application_id empty")
+	}
+	return app, nil
 }
 
 // SetConsumer implements GatewayService.SetConsumer. Either kind of consumer gets a signing

@@ -255,3 +255,17 @@ func (s *Store) SigningSecretRotate(ctx context.Context, applicationID string, s
 	}
 	return until, nil
 }
+
+// EventRedriveCount counts the dead events of the application (created at or after since, if
+// set) that EventRedrive would reset: the preview an operator sees before redriving.
+func (s *Store) EventRedriveCount(ctx context.Context, applicationID string, since *time.Time) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `
+		SELECT count(*) FROM integration_events
+		WHERE application_id = $1 AND delivery_status = 'dead'
+			AND ($2::timestamptz IS NULL OR created_at >= $2)`, applicationID, since).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count dead events of %s: %w", applicationID, err)
+	}
+	return n, nil
+}

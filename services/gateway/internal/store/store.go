@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -248,12 +249,18 @@ func (s *Store) ExecutionGet(ctx context.Context, applicationID, id string) (*ex
 type ListFilter struct {
 	Status     string
 	Capability string
+	// CreatedAfter (inclusive) and CreatedBefore (exclusive) bound created_at when set.
+	CreatedAfter, CreatedBefore *time.Time
+	// Query matches the execution with this id (when it is one) or those whose idempotency key
+	// starts with it.
+	Query string
 	// Before is the id to continue after (exclusive), from the previous page.
 	Before string
 	Limit  int
 }
 
-// ExecutionList lists the application's executions, newest first.
+// ExecutionList lists the application's executions, newest first; AnyApplication lists every
+// application's (the operator's view).
 func (s *Store) ExecutionList(ctx context.Context, applicationID string, f ListFilter) ([]*execution.Row, error) {
 	query, args := executionListQuery(applicationID, f)
 	rows, err := s.pool.Query(ctx, query, args...)
@@ -271,12 +278,29 @@ func (s *Store) ExecutionList(ctx context.Context, applicationID string, f ListF
 // an index condition on executions_application_id_id_idx whatever plan Postgres caches.
 func executionListQuery(applicationID string, f ListFilter) (string, []any) {
 	w := &where{}
-	w.add("application_id = ?", applicationID)
+	if applicationID != AnyApplication {
+		w.add("application_id = ?", applicationID)
+	}
 	if f.Status != "" {
 		w.add("status = ?", f.Status)
 	}
 	if f.Capability != "" {
 		w.add("capability = ?", f.Capability)
+	}
+	if f.CreatedAfter != nil {
+		w.add("created_at >= ?", *f.CreatedAfter)
+	}
+	if f.CreatedBefore != nil {
+		w.add("created_at < ?", *f.CreatedBefore)
+	}
+	if f.Query != "" {
+		// An id is matched exactly (the primary key); the key by prefix, its LIKE wildcards
+		// escaped so that "a_b" means those three characters.
+		if uuid.Validate(f.Query) == nil {
+			w.add("(id = ?::uuid OR idempotency_key = "+w.param(f.Query)+")", f.Query)
+		} else {
+			w.add("idempotency_key LIKE ? ESCAPE '\\'", likePrefix(f.Query))
+		}
 	}
 	if f.Before != "" {
 		w.add("id < ?::uuid", f.Before)
@@ -284,9 +308,14 @@ func executionListQuery(applicationID string, f ListFilter) (string, []any) {
 	limit := w.param(f.Limit)
 	return `SELECT ` + listColumns + `
 		FROM executions
-		WHERE ` + w.String() + `
+		` + w.clause() + `
 		ORDER BY id DESC
 		LIMIT ` + limit, w.args
+}
+
+// likePrefix is a LIKE pattern matching the texts that start with s.
+func likePrefix(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s) + "%"
 }
 
 // ConsumerSetWebhook registers the application's webhook. The signing secret is kept if the

@@ -28,3 +28,11 @@ func (w *where) param(arg any) string {
 }
 
 func (w *where) String() string { return strings.Join(w.conds, " AND ") }
+
+// clause is "WHERE" and the conditions, or nothing when there are none.
+func (w *where) clause() string {
+	if len(w.conds) == 0 {
+		return ""
+	}
+	return "WHERE " + w.String()
+}

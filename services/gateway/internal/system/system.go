@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -73,8 +74,23 @@ func admin(token string, next http.Handler) http.Handler {
 	})
 }
 
-// diagnostic answers one line per configured route: a publish + consume round trip through the
-// route's work queue, its queues' presence, depths and this process's durability counters.
+// Routes are the routes the system endpoints and the console act on, by name.
+func Routes() []string { return []string{routes.Executions.Name, routes.Events.Name} }
+
+// Diagnose runs the broker diagnostic: per route, a publish + consume round trip through its work
+// queue, its queues' presence and depths, and this process's durability counters.
+func Diagnose(ctx context.Context, cfg Config) ([]mq.Diagnosis, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*cfg.Timeout+5*time.Second)
+	defer cancel()
+	b, err := mq.Dial(ctx, cfg.Broker)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	defer func() { _ = b.Close() }()
+	return b.Diagnose(ctx, []mq.Route{routes.Executions, routes.Events}, cfg.Timeout), nil
+}
+
+// diagnostic answers one line per configured route (Diagnose).
 func diagnostic(cfg Config) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -82,17 +98,13 @@ func diagnostic(cfg Config) http.Handler {
 			http.Error(w, "use POST", http.StatusMethodNotAllowed)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 3*cfg.Timeout+5*time.Second)
-		defer cancel()
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		b, err := mq.Dial(ctx, cfg.Broker)
+		results, err := Diagnose(r.Context(), cfg)
 		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "broker FAIL: %v\n", err)
 			return
 		}
-		defer func() { _ = b.Close() }()
-		results := b.Diagnose(ctx, []mq.Route{routes.Executions, routes.Events}, cfg.Timeout)
 		code := http.StatusOK
 		for _, d := range results {
 			if !d.OK {
@@ -107,9 +119,9 @@ func diagnostic(cfg Config) http.Handler {
 	})
 }
 
-// deadLetter is a dead letter as the API shows it: why it died, not its body (which may hold an
-// application's data).
-type deadLetter struct {
+// DeadLetter is a dead letter as the API and the console show it: why it died, not its body
+// (which may hold an application's data).
+type DeadLetter struct {
 	ID             string    `json:"id"`
 	Reason         string    `json:"reason"`
 	LastError      string    `json:"last_error,omitempty"`
@@ -121,6 +133,51 @@ type deadLetter struct {
 	BodyBytes      int       `json:"body_bytes"`
 }
 
+// ErrUnknownRoute is a route name other than executions and events.
+var ErrUnknownRoute = errors.New("route: must be one of executions, events")
+
+// DeadLetters lists up to limit of the route's dead letters, oldest first, leaving them queued.
+func DeadLetters(ctx context.Context, cfg Config, route string, limit int) ([]DeadLetter, error) {
+	rt, ok := knownRoutes[route]
+	if !ok {
+		return nil, ErrUnknownRoute
+	}
+	var out []DeadLetter
+	err := withBroker(ctx, cfg, func(ctx context.Context, b *mq.Broker) error {
+		list, err := b.DeadLetters(ctx, rt.Name, limit)
+		if err != nil {
+			return err
+		}
+		out = make([]DeadLetter, 0, len(list))
+		for _, d := range list {
+			out = append(out, DeadLetter{ID: d.ID, Reason: d.Reason, LastError: d.LastError, Attempts: d.Attempts,
+				FirstFailureAt: d.FirstFailureAt, LastFailureAt: d.LastFailureAt, DeadAt: d.DeadAt,
+				SourceQueue: d.SourceQueue, BodyBytes: len(d.Body)})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// RedriveDeadLetters moves the route's dead letters with the given ids (none: all of them) back
+// to its work queue with a fresh attempt budget, and answers how many moved.
+func RedriveDeadLetters(ctx context.Context, cfg Config, route string, ids []string) (int, error) {
+	rt, ok := knownRoutes[route]
+	if !ok {
+		return 0, ErrUnknownRoute
+	}
+	var moved int
+	err := withBroker(ctx, cfg, func(ctx context.Context, b *mq.Broker) error {
+		var err error
+		moved, err = b.Redrive(ctx, rt.Name, ids)
+		return err
+	})
+	if err == nil {
+		cfg.Logger.Info("dead letters redriven", zap.String("route", rt.Name), zap.Int("moved", moved))
+	}
+	return moved, err
+}
+
 func deadLetters(cfg Config) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
@@ -128,9 +185,9 @@ func deadLetters(cfg Config) http.Handler {
 			writeError(w, http.StatusMethodNotAllowed, "use GET")
 			return
 		}
-		route, ok := knownRoutes[r.URL.Query().Get("route")]
-		if !ok {
-			writeError(w, http.StatusBadRequest, "route: must be one of executions, events")
+		route := r.URL.Query().Get("route")
+		if _, ok := knownRoutes[route]; !ok {
+			writeError(w, http.StatusBadRequest, ErrUnknownRoute.Error())
 			return
 		}
 		limit := 50
@@ -142,20 +199,12 @@ func deadLetters(cfg Config) http.Handler {
 			}
 			limit = n
 		}
-		withBroker(w, r, cfg, func(ctx context.Context, b *mq.Broker) {
-			list, err := b.DeadLetters(ctx, route.Name, limit)
-			if err != nil {
-				writeError(w, http.StatusServiceUnavailable, err.Error())
-				return
-			}
-			out := make([]deadLetter, 0, len(list))
-			for _, d := range list {
-				out = append(out, deadLetter{ID: d.ID, Reason: d.Reason, LastError: d.LastError, Attempts: d.Attempts,
-					FirstFailureAt: d.FirstFailureAt, LastFailureAt: d.LastFailureAt, DeadAt: d.DeadAt,
-					SourceQueue: d.SourceQueue, BodyBytes: len(d.Body)})
-			}
-			writeJSON(w, http.StatusOK, map[string]any{"route": route.Name, "dead_letters": out})
-		})
+		out, err := DeadLetters(r.Context(), cfg, route, limit)
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"route": route, "dead_letters": out})
 	})
 }
 
@@ -176,34 +225,29 @@ func redrive(cfg Config) http.Handler {
 			writeError(w, http.StatusBadRequest, "body: "+err.Error())
 			return
 		}
-		route, ok := knownRoutes[req.Route]
-		if !ok {
-			writeError(w, http.StatusBadRequest, "route: must be one of executions, events")
+		if _, ok := knownRoutes[req.Route]; !ok {
+			writeError(w, http.StatusBadRequest, ErrUnknownRoute.Error())
 			return
 		}
-		withBroker(w, r, cfg, func(ctx context.Context, b *mq.Broker) {
-			moved, err := b.Redrive(ctx, route.Name, req.IDs)
-			if err != nil {
-				writeError(w, http.StatusServiceUnavailable, err.Error())
-				return
-			}
-			cfg.Logger.Info("dead letters redriven", zap.String("route", route.Name), zap.Int("moved", moved))
-			writeJSON(w, http.StatusOK, map[string]any{"route": route.Name, "redriven": moved})
-		})
+		moved, err := RedriveDeadLetters(r.Context(), cfg, req.Route, req.IDs)
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"route": req.Route, "redriven": moved})
 	})
 }
 
 // withBroker connects for one request: the gateway holds no broker connection of its own.
-func withBroker(w http.ResponseWriter, r *http.Request, cfg Config, fn func(ctx context.Context, b *mq.Broker)) {
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+func withBroker(ctx context.Context, cfg Config, fn func(ctx context.Context, b *mq.Broker) error) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	b, err := mq.Dial(ctx, cfg.Broker)
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "broker: "+err.Error())
-		return
+		return fmt.Errorf("broker: %w", err)
 	}
 	defer func() { _ = b.Close() }()
-	fn(ctx, b)
+	return fn(ctx, b)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

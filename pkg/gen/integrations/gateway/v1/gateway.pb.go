@@ -422,7 +422,17 @@ type ListExecutionsRequest struct {
 	// Only executions with this status.
 	Status v1.ExecutionStatus `protobuf:"varint,3,opt,name=status,proto3,enum=integrations.execution.v1.ExecutionStatus" json:"status,omitempty"`
 	// Only executions of this capability.
-	Capability    string `protobuf:"bytes,4,opt,name=capability,proto3" json:"capability,omitempty"`
+	Capability string `protobuf:"bytes,4,opt,name=capability,proto3" json:"capability,omitempty"`
+	// Only executions created at or after this time.
+	CreatedAfter *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
+	// Only executions created before this time.
+	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
+	// Only the execution with this id, or executions whose idempotency key starts with this text.
+	Query string `protobuf:"bytes,7,opt,name=query,proto3" json:"query,omitempty"`
+	// Only this application's executions. Taken from the admin token only (the operator's view
+	// across applications); an application's key lists its own executions and may name only its
+	// own application here.
+	ApplicationId string `protobuf:"bytes,8,opt,name=application_id,json=applicationId,proto3" json:"application_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -481,6 +491,34 @@ func (x *ListExecutionsRequest) GetStatus() v1.ExecutionStatus {
 func (x *ListExecutionsRequest) GetCapability() string {
 	if x != nil {
 		return x.Capability
+	}
+	return ""
+}
+
+func (x *ListExecutionsRequest) GetCreatedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAfter
+	}
+	return nil
+}
+
+func (x *ListExecutionsRequest) GetCreatedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedBefore
+	}
+	return nil
+}
+
+func (x *ListExecutionsRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *ListExecutionsRequest) GetApplicationId() string {
+	if x != nil {
+		return x.ApplicationId
 	}
 	return ""
 }
@@ -1217,7 +1255,9 @@ func (x *RedeliverEventResponse) GetEvent() *v11.Event {
 type RedriveEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only dead events created at or after this time; all dead events when unset.
-	Since         *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
+	Since *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
+	// Change nothing: answer how many dead events a redrive would make pending (a preview).
+	ValidateOnly  bool `protobuf:"varint,2,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1259,9 +1299,16 @@ func (x *RedriveEventsRequest) GetSince() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *RedriveEventsRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
 type RedriveEventsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// How many dead events were made pending again.
+	// How many dead events were made pending again (with validate_only: would be).
 	Count         int64 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1673,7 +1720,7 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x16CancelExecutionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"]\n" +
 	"\x17CancelExecutionResponse\x12B\n" +
-	"\texecution\x18\x01 \x01(\v2$.integrations.execution.v1.ExecutionR\texecution\"\xb7\x01\n" +
+	"\texecution\x18\x01 \x01(\v2$.integrations.execution.v1.ExecutionR\texecution\"\xf8\x02\n" +
 	"\x15ListExecutionsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -1681,7 +1728,11 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x06status\x18\x03 \x01(\x0e2*.integrations.execution.v1.ExecutionStatusR\x06status\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x04 \x01(\tR\n" +
-	"capability\"\x86\x01\n" +
+	"capability\x12?\n" +
+	"\rcreated_after\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
+	"\x0ecreated_before\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12\x14\n" +
+	"\x05query\x18\a \x01(\tR\x05query\x12%\n" +
+	"\x0eapplication_id\x18\b \x01(\tR\rapplicationId\"\x86\x01\n" +
 	"\x16ListExecutionsResponse\x12D\n" +
 	"\n" +
 	"executions\x18\x01 \x03(\v2$.integrations.execution.v1.ExecutionR\n" +
@@ -1724,9 +1775,10 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x15RedeliverEventRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"M\n" +
 	"\x16RedeliverEventResponse\x123\n" +
-	"\x05event\x18\x01 \x01(\v2\x1d.integrations.events.v1.EventR\x05event\"H\n" +
+	"\x05event\x18\x01 \x01(\v2\x1d.integrations.events.v1.EventR\x05event\"m\n" +
 	"\x14RedriveEventsRequest\x120\n" +
-	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"-\n" +
+	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12#\n" +
+	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\"-\n" +
 	"\x15RedriveEventsResponse\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x03R\x05count\"-\n" +
 	"\x1bGetExecutionTimelineRequest\x12\x0e\n" +
@@ -1850,54 +1902,56 @@ var file_integrations_gateway_v1_gateway_proto_depIdxs = []int32{
 	28, // 3: integrations.gateway.v1.GetExecutionResponse.execution:type_name -> integrations.execution.v1.Execution
 	28, // 4: integrations.gateway.v1.CancelExecutionResponse.execution:type_name -> integrations.execution.v1.Execution
 	29, // 5: integrations.gateway.v1.ListExecutionsRequest.status:type_name -> integrations.execution.v1.ExecutionStatus
-	28, // 6: integrations.gateway.v1.ListExecutionsResponse.executions:type_name -> integrations.execution.v1.Execution
-	9,  // 7: integrations.gateway.v1.SetConsumerRequest.webhook:type_name -> integrations.gateway.v1.WebhookConsumer
-	10, // 8: integrations.gateway.v1.SetConsumerRequest.grpc:type_name -> integrations.gateway.v1.GrpcConsumer
-	9,  // 9: integrations.gateway.v1.SetConsumerResponse.webhook:type_name -> integrations.gateway.v1.WebhookConsumer
-	10, // 10: integrations.gateway.v1.SetConsumerResponse.grpc:type_name -> integrations.gateway.v1.GrpcConsumer
-	30, // 11: integrations.gateway.v1.RotateSigningSecretResponse.previous_secret_expire_time:type_name -> google.protobuf.Timestamp
-	31, // 12: integrations.gateway.v1.ListEventsRequest.status:type_name -> integrations.events.v1.EventStatus
-	30, // 13: integrations.gateway.v1.ListEventsRequest.since:type_name -> google.protobuf.Timestamp
-	30, // 14: integrations.gateway.v1.ListEventsRequest.until:type_name -> google.protobuf.Timestamp
-	32, // 15: integrations.gateway.v1.ListEventsResponse.events:type_name -> integrations.events.v1.Event
-	32, // 16: integrations.gateway.v1.GetEventResponse.event:type_name -> integrations.events.v1.Event
-	32, // 17: integrations.gateway.v1.RedeliverEventResponse.event:type_name -> integrations.events.v1.Event
-	30, // 18: integrations.gateway.v1.RedriveEventsRequest.since:type_name -> google.protobuf.Timestamp
-	29, // 19: integrations.gateway.v1.GetExecutionTimelineResponse.status:type_name -> integrations.execution.v1.ExecutionStatus
-	25, // 20: integrations.gateway.v1.GetExecutionTimelineResponse.entries:type_name -> integrations.gateway.v1.TimelineEntry
-	30, // 21: integrations.gateway.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
-	0,  // 22: integrations.gateway.v1.TimelineEntry.kind:type_name -> integrations.gateway.v1.TimelineEntryKind
-	26, // 23: integrations.gateway.v1.TimelineEntry.mode:type_name -> integrations.execution.v1.Mode
-	29, // 24: integrations.gateway.v1.TimelineEntry.status:type_name -> integrations.execution.v1.ExecutionStatus
-	27, // 25: integrations.gateway.v1.TimelineEntry.progress:type_name -> google.protobuf.Struct
-	33, // 26: integrations.gateway.v1.TimelineEntry.duration:type_name -> google.protobuf.Duration
-	1,  // 27: integrations.gateway.v1.GatewayService.InvokeCapability:input_type -> integrations.gateway.v1.InvokeCapabilityRequest
-	3,  // 28: integrations.gateway.v1.GatewayService.GetExecution:input_type -> integrations.gateway.v1.GetExecutionRequest
-	7,  // 29: integrations.gateway.v1.GatewayService.ListExecutions:input_type -> integrations.gateway.v1.ListExecutionsRequest
-	5,  // 30: integrations.gateway.v1.GatewayService.CancelExecution:input_type -> integrations.gateway.v1.CancelExecutionRequest
-	11, // 31: integrations.gateway.v1.GatewayService.SetConsumer:input_type -> integrations.gateway.v1.SetConsumerRequest
-	13, // 32: integrations.gateway.v1.GatewayService.RotateSigningSecret:input_type -> integrations.gateway.v1.RotateSigningSecretRequest
-	15, // 33: integrations.gateway.v1.GatewayService.ListEvents:input_type -> integrations.gateway.v1.ListEventsRequest
-	17, // 34: integrations.gateway.v1.GatewayService.GetEvent:input_type -> integrations.gateway.v1.GetEventRequest
-	19, // 35: integrations.gateway.v1.GatewayService.RedeliverEvent:input_type -> integrations.gateway.v1.RedeliverEventRequest
-	21, // 36: integrations.gateway.v1.GatewayService.RedriveEvents:input_type -> integrations.gateway.v1.RedriveEventsRequest
-	23, // 37: integrations.gateway.v1.GatewayService.GetExecutionTimeline:input_type -> integrations.gateway.v1.GetExecutionTimelineRequest
-	2,  // 38: integrations.gateway.v1.GatewayService.InvokeCapability:output_type -> integrations.gateway.v1.InvokeCapabilityResponse
-	4,  // 39: integrations.gateway.v1.GatewayService.GetExecution:output_type -> integrations.gateway.v1.GetExecutionResponse
-	8,  // 40: integrations.gateway.v1.GatewayService.ListExecutions:output_type -> integrations.gateway.v1.ListExecutionsResponse
-	6,  // 41: integrations.gateway.v1.GatewayService.CancelExecution:output_type -> integrations.gateway.v1.CancelExecutionResponse
-	12, // 42: integrations.gateway.v1.GatewayService.SetConsumer:output_type -> integrations.gateway.v1.SetConsumerResponse
-	14, // 43: integrations.gateway.v1.GatewayService.RotateSigningSecret:output_type -> integrations.gateway.v1.RotateSigningSecretResponse
-	16, // 44: integrations.gateway.v1.GatewayService.ListEvents:output_type -> integrations.gateway.v1.ListEventsResponse
-	18, // 45: integrations.gateway.v1.GatewayService.GetEvent:output_type -> integrations.gateway.v1.GetEventResponse
-	20, // 46: integrations.gateway.v1.GatewayService.RedeliverEvent:output_type -> integrations.gateway.v1.RedeliverEventResponse
-	22, // 47: integrations.gateway.v1.GatewayService.RedriveEvents:output_type -> integrations.gateway.v1.RedriveEventsResponse
-	24, // 48: integrations.gateway.v1.GatewayService.GetExecutionTimeline:output_type -> integrations.gateway.v1.GetExecutionTimelineResponse
-	38, // [38:49] is the sub-list for method output_type
-	27, // [27:38] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	30, // 6: integrations.gateway.v1.ListExecutionsRequest.created_after:type_name -> google.protobuf.Timestamp
+	30, // 7: integrations.gateway.v1.ListExecutionsRequest.created_before:type_name -> google.protobuf.Timestamp
+	28, // 8: integrations.gateway.v1.ListExecutionsResponse.executions:type_name -> integrations.execution.v1.Execution
+	9,  // 9: integrations.gateway.v1.SetConsumerRequest.webhook:type_name -> integrations.gateway.v1.WebhookConsumer
+	10, // 10: integrations.gateway.v1.SetConsumerRequest.grpc:type_name -> integrations.gateway.v1.GrpcConsumer
+	9,  // 11: integrations.gateway.v1.SetConsumerResponse.webhook:type_name -> integrations.gateway.v1.WebhookConsumer
+	10, // 12: integrations.gateway.v1.SetConsumerResponse.grpc:type_name -> integrations.gateway.v1.GrpcConsumer
+	30, // 13: integrations.gateway.v1.RotateSigningSecretResponse.previous_secret_expire_time:type_name -> google.protobuf.Timestamp
+	31, // 14: integrations.gateway.v1.ListEventsRequest.status:type_name -> integrations.events.v1.EventStatus
+	30, // 15: integrations.gateway.v1.ListEventsRequest.since:type_name -> google.protobuf.Timestamp
+	30, // 16: integrations.gateway.v1.ListEventsRequest.until:type_name -> google.protobuf.Timestamp
+	32, // 17: integrations.gateway.v1.ListEventsResponse.events:type_name -> integrations.events.v1.Event
+	32, // 18: integrations.gateway.v1.GetEventResponse.event:type_name -> integrations.events.v1.Event
+	32, // 19: integrations.gateway.v1.RedeliverEventResponse.event:type_name -> integrations.events.v1.Event
+	30, // 20: integrations.gateway.v1.RedriveEventsRequest.since:type_name -> google.protobuf.Timestamp
+	29, // 21: integrations.gateway.v1.GetExecutionTimelineResponse.status:type_name -> integrations.execution.v1.ExecutionStatus
+	25, // 22: integrations.gateway.v1.GetExecutionTimelineResponse.entries:type_name -> integrations.gateway.v1.TimelineEntry
+	30, // 23: integrations.gateway.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
+	0,  // 24: integrations.gateway.v1.TimelineEntry.kind:type_name -> integrations.gateway.v1.TimelineEntryKind
+	26, // 25: integrations.gateway.v1.TimelineEntry.mode:type_name -> integrations.execution.v1.Mode
+	29, // 26: integrations.gateway.v1.TimelineEntry.status:type_name -> integrations.execution.v1.ExecutionStatus
+	27, // 27: integrations.gateway.v1.TimelineEntry.progress:type_name -> google.protobuf.Struct
+	33, // 28: integrations.gateway.v1.TimelineEntry.duration:type_name -> google.protobuf.Duration
+	1,  // 29: integrations.gateway.v1.GatewayService.InvokeCapability:input_type -> integrations.gateway.v1.InvokeCapabilityRequest
+	3,  // 30: integrations.gateway.v1.GatewayService.GetExecution:input_type -> integrations.gateway.v1.GetExecutionRequest
+	7,  // 31: integrations.gateway.v1.GatewayService.ListExecutions:input_type -> integrations.gateway.v1.ListExecutionsRequest
+	5,  // 32: integrations.gateway.v1.GatewayService.CancelExecution:input_type -> integrations.gateway.v1.CancelExecutionRequest
+	11, // 33: integrations.gateway.v1.GatewayService.SetConsumer:input_type -> integrations.gateway.v1.SetConsumerRequest
+	13, // 34: integrations.gateway.v1.GatewayService.RotateSigningSecret:input_type -> integrations.gateway.v1.RotateSigningSecretRequest
+	15, // 35: integrations.gateway.v1.GatewayService.ListEvents:input_type -> integrations.gateway.v1.ListEventsRequest
+	17, // 36: integrations.gateway.v1.GatewayService.GetEvent:input_type -> integrations.gateway.v1.GetEventRequest
+	19, // 37: integrations.gateway.v1.GatewayService.RedeliverEvent:input_type -> integrations.gateway.v1.RedeliverEventRequest
+	21, // 38: integrations.gateway.v1.GatewayService.RedriveEvents:input_type -> integrations.gateway.v1.RedriveEventsRequest
+	23, // 39: integrations.gateway.v1.GatewayService.GetExecutionTimeline:input_type -> integrations.gateway.v1.GetExecutionTimelineRequest
+	2,  // 40: integrations.gateway.v1.GatewayService.InvokeCapability:output_type -> integrations.gateway.v1.InvokeCapabilityResponse
+	4,  // 41: integrations.gateway.v1.GatewayService.GetExecution:output_type -> integrations.gateway.v1.GetExecutionResponse
+	8,  // 42: integrations.gateway.v1.GatewayService.ListExecutions:output_type -> integrations.gateway.v1.ListExecutionsResponse
+	6,  // 43: integrations.gateway.v1.GatewayService.CancelExecution:output_type -> integrations.gateway.v1.CancelExecutionResponse
+	12, // 44: integrations.gateway.v1.GatewayService.SetConsumer:output_type -> integrations.gateway.v1.SetConsumerResponse
+	14, // 45: integrations.gateway.v1.GatewayService.RotateSigningSecret:output_type -> integrations.gateway.v1.RotateSigningSecretResponse
+	16, // 46: integrations.gateway.v1.GatewayService.ListEvents:output_type -> integrations.gateway.v1.ListEventsResponse
+	18, // 47: integrations.gateway.v1.GatewayService.GetEvent:output_type -> integrations.gateway.v1.GetEventResponse
+	20, // 48: integrations.gateway.v1.GatewayService.RedeliverEvent:output_type -> integrations.gateway.v1.RedeliverEventResponse
+	22, // 49: integrations.gateway.v1.GatewayService.RedriveEvents:output_type -> integrations.gateway.v1.RedriveEventsResponse
+	24, // 50: integrations.gateway.v1.GatewayService.GetExecutionTimeline:output_type -> integrations.gateway.v1.GetExecutionTimelineResponse
+	40, // [40:51] is the sub-list for method output_type
+	29, // [29:40] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_integrations_gateway_v1_gateway_proto_init() }

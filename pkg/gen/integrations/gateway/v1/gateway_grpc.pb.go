@@ -46,7 +46,8 @@ type GatewayServiceClient interface {
 	InvokeCapability(ctx context.Context, in *InvokeCapabilityRequest, opts ...grpc.CallOption) (*InvokeCapabilityResponse, error)
 	// GetExecution reads one of the calling application's executions.
 	GetExecution(ctx context.Context, in *GetExecutionRequest, opts ...grpc.CallOption) (*GetExecutionResponse, error)
-	// ListExecutions lists the calling application's executions, newest first.
+	// ListExecutions lists the calling application's executions, newest first. The deployment's
+	// admin token lists every application's (application_id narrows it to one).
 	ListExecutions(ctx context.Context, in *ListExecutionsRequest, opts ...grpc.CallOption) (*ListExecutionsResponse, error)
 	// CancelExecution settles one of the calling application's executions CANCELLED (failure
 	// reason "cancelled") if it is still pending or running, and asks a running adapter to stop
@@ -211,7 +212,8 @@ type GatewayServiceServer interface {
 	InvokeCapability(context.Context, *InvokeCapabilityRequest) (*InvokeCapabilityResponse, error)
 	// GetExecution reads one of the calling application's executions.
 	GetExecution(context.Context, *GetExecutionRequest) (*GetExecutionResponse, error)
-	// ListExecutions lists the calling application's executions, newest first.
+	// ListExecutions lists the calling application's executions, newest first. The deployment's
+	// admin token lists every application's (application_id narrows it to one).
 	ListExecutions(context.Context, *ListExecutionsRequest) (*ListExecutionsResponse, error)
 	// CancelExecution settles one of the calling application's executions CANCELLED (failure
 	// reason "cancelled") if it is still pending or running, and asks a running adapter to stop

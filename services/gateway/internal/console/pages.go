@@ -1,0 +1,521 @@
+package console
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/integrations-platform/integrations/pkg/apperr"
+	"github.com/integrations-platform/integrations/pkg/execution"
+	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
+	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
+	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	"github.com/integrations-platform/integrations/pkg/mq"
+	"github.com/integrations-platform/integrations/services/gateway/internal/server"
+	"github.com/integrations-platform/integrations/services/gateway/internal/store"
+	"github.com/integrations-platform/integrations/services/gateway/internal/system"
+)
+
+// pageSize is how many rows a list page shows.
+const pageSize = 50
+
+// timeLayouts are the times a filter takes: the browser's datetime-local value (UTC, as the
+// console shows every time), with or without seconds, or RFC 3339.
+var timeLayouts = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339Nano}
+
+// parseTime reads the optional time filter field of q.
+func parseTime(q url.Values, field string) (*timestamppb.Timestamp, error) {
+	v := strings.TrimSpace(q.Get(field))
+	if v == "" {
+		return nil, nil
+	}
+	for _, layout := range timeLayouts {
+		if t, err := time.ParseInLocation(layout, v, time.UTC); err == nil {
+			return timestamppb.New(t), nil
+		}
+	}
+	return nil, &badInput{field, "not a time: use 2026-01-02T15:04 (UTC) or RFC 3339"}
+}
+
+// --- sign-in ---
+
+type loginData struct{ Next string }
+
+func (h *handler) loginPage(w http.ResponseWriter, r *http.Request) {
+	if _, err := h.session(r); err == nil {
+		http.Redirect(w, r, Prefix+"executions", http.StatusSeeOther)
+		return
+	}
+	h.render(w, http.StatusOK, "login", view{Title: "Sign in", Data: loginData{Next: safeNext(r.URL.Query().Get("next"))}})
+}
+
+// safeNext is where to go after signing in: a console page, never another site.
+func safeNext(next string) string {
+	if strings.HasPrefix(next, Prefix) && !strings.HasPrefix(next, "//") && !strings.ContainsAny(next, "\\\r\n") {
+		return next
+	}
+	return Prefix + "executions"
+}
+
+func (h *handler) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		h.render(w, http.StatusBadRequest, "login", view{Title: "Sign in", Error: "The form could not be read.", Data: loginData{Next: Prefix + "executions"}})
+		return
+	}
+	next := safeNext(r.PostFormValue("next"))
+	token := strings.TrimSpace(r.PostFormValue("token"))
+	refuse := func(code int, msg string) {
+		h.render(w, code, "login", view{Title: "Sign in", Error: msg, Data: loginData{Next: next}})
+	}
+	if token == "" {
+		refuse(http.StatusBadRequest, "API key or admin token: required.")
+		return
+	}
+	csrf, err := newCSRF()
+	if err != nil {
+		h.fail(w, r, nil, http.StatusInternalServerError, "Could not start a session.")
+		return
+	}
+	s := &session{CSRF: csrf, Expires: h.cfg.Now().Add(h.cfg.SessionTTL)}
+	if h.cfg.AdminToken != "" && subtleEqual(token, h.cfg.AdminToken) {
+		s.Role, s.AdminHash = roleOperator, adminHash(h.cfg.AdminToken)
+	} else {
+		app, ref, err := server.AuthenticateKey(r.Context(), h.cfg.Store, token)
+		if err != nil {
+			if e, ok := apperr.As(err); ok && e.Kind == apperr.KindUnauthenticated {
+				refuse(http.StatusUnauthorized, "Not signed in: "+e.Message+".")
+				return
+			}
+			h.failAPI(w, r, nil, err)
+			return
+		}
+		s.Role, s.Application, s.Key = roleApplication, app, &ref
+	}
+	value, err := seal(h.cfg.Box, s)
+	if err != nil {
+		h.cfg.Logger.Error("console session not sealed", zap.Error(err))
+		h.fail(w, r, nil, http.StatusInternalServerError, "Could not start a session.")
+		return
+	}
+	h.setCookie(w, value, s.Expires)
+	h.record(r.Context(), s, "login", "", nil)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (h *handler) logout(w http.ResponseWriter, r *http.Request, s *session) {
+	h.setCookie(w, "", time.Time{})
+	h.record(r.Context(), s, "logout", "", nil)
+	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
+}
+
+// --- executions ---
+
+type executionsData struct {
+	Filter     url.Values
+	Statuses   []string
+	Executions []*executionv1.Execution
+	Next       string
+}
+
+func (h *handler) executions(w http.ResponseWriter, r *http.Request, s *session) {
+	q := r.URL.Query()
+	req, err := executionsRequest(q, s)
+	if err != nil {
+		if b, ok := asBadInput(err); ok {
+			h.fail(w, r, s, http.StatusBadRequest, b.Error())
+			return
+		}
+		h.failAPI(w, r, s, err)
+		return
+	}
+	resp, err := h.cfg.API.ListExecutions(as(r.Context(), s), req)
+	if err != nil {
+		h.failAPI(w, r, s, err)
+		return
+	}
+	d := executionsData{Filter: q, Executions: resp.GetExecutions(),
+		Statuses: []string{execution.StatusPending, execution.StatusRunning, execution.StatusSucceeded, execution.StatusFailed, execution.StatusCancelled}}
+	if tok := resp.GetNextPageToken(); tok != "" {
+		next := url.Values{}
+		for k, v := range q {
+			next[k] = v
+		}
+		next.Set("page", tok)
+		d.Next = Prefix + "executions?" + next.Encode()
+	}
+	h.render(w, http.StatusOK, "executions", view{Title: "Executions", Nav: "executions", Session: s, Data: d})
+}
+
+// executionsRequest reads the executions page's filters.
+func executionsRequest(q url.Values, s *session) (*gatewayv1.ListExecutionsRequest, error) {
+	req := &gatewayv1.ListExecutionsRequest{PageSize: pageSize, PageToken: q.Get("page"),
+		Capability: strings.TrimSpace(q.Get("capability")), Query: strings.TrimSpace(q.Get("q"))}
+	if v := q.Get("status"); v != "" {
+		if req.Status = execution.StatusToProto(v); req.Status == executionv1.ExecutionStatus_EXECUTION_STATUS_UNSPECIFIED {
+			return nil, &badInput{"status", fmt.Sprintf("%q is not a status: one of pending, running, succeeded, failed, cancelled", v)}
+		}
+	}
+	if v := strings.TrimSpace(q.Get("application")); v != "" {
+		if s.Role != roleOperator {
+			return nil, &badInput{"application", "only the operator filters by application"}
+		}
+		req.ApplicationId = v
+	}
+	var err error
+	if req.CreatedAfter, err = parseTime(q, "created_from"); err != nil {
+		return nil, err
+	}
+	if req.CreatedBefore, err = parseTime(q, "created_to"); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// --- timeline ---
+
+// timelineRow is one entry of the timeline, placed on the page's time axis.
+type timelineRow struct {
+	*gatewayv1.TimelineEntry
+	Offset time.Duration // since the accept
+	Pct    float64       // position on the axis, 0..100
+}
+
+type timelineData struct {
+	Timeline *gatewayv1.GetExecutionTimelineResponse
+	Rows     []timelineRow
+	Span     time.Duration
+}
+
+func (h *handler) timeline(w http.ResponseWriter, r *http.Request, s *session) {
+	id := r.PathValue("id")
+	if uuid.Validate(id) != nil {
+		h.fail(w, r, s, http.StatusBadRequest, "id: not an execution id")
+		return
+	}
+	tl, err := h.cfg.API.GetExecutionTimeline(as(r.Context(), s), &gatewayv1.GetExecutionTimelineRequest{Id: id})
+	if err != nil {
+		h.failAPI(w, r, s, err)
+		return
+	}
+	d := timelineData{Timeline: tl}
+	entries := tl.GetEntries()
+	if len(entries) > 0 {
+		start := entries[0].GetAt().AsTime()
+		d.Span = entries[len(entries)-1].GetAt().AsTime().Sub(start)
+		for _, e := range entries {
+			off := e.GetAt().AsTime().Sub(start)
+			row := timelineRow{TimelineEntry: e, Offset: off}
+			if d.Span > 0 {
+				row.Pct = 100 * float64(off) / float64(d.Span)
+			}
+			d.Rows = append(d.Rows, row)
+		}
+	}
+	h.render(w, http.StatusOK, "timeline", view{Title: "Execution " + id, Nav: "executions", Session: s, Data: d})
+}
+
+// --- events ---
+
+type eventsData struct {
+	Filter url.Values
+	Events []*eventsv1.Event
+	Next   string
+}
+
+var eventStatuses = map[string]eventsv1.EventStatus{
+	"pending": eventsv1.EventStatus_EVENT_STATUS_PENDING, "delivered": eventsv1.EventStatus_EVENT_STATUS_DELIVERED,
+	"dead": eventsv1.EventStatus_EVENT_STATUS_DEAD,
+}
+
+func (h *handler) events(w http.ResponseWriter, r *http.Request, s *session) {
+	q := r.URL.Query()
+	req := &gatewayv1.ListEventsRequest{PageSize: pageSize, PageToken: q.Get("page"), ExecutionId: strings.TrimSpace(q.Get("execution_id"))}
+	var err error
+	if v := q.Get("status"); v != "" {
+		st, ok := eventStatuses[v]
+		if !ok {
+			h.fail(w, r, s, http.StatusBadRequest, fmt.Sprintf("status: %q is not an event status: one of pending, delivered, dead", v))
+			return
+		}
+		req.Status = st
+	}
+	if req.Since, err = parseTime(q, "since"); err == nil {
+		req.Until, err = parseTime(q, "until")
+	}
+	if b, ok := asBadInput(err); ok {
+		h.fail(w, r, s, http.StatusBadRequest, b.Error())
+		return
+	}
+	resp, err := h.cfg.API.ListEvents(as(r.Context(), s), req)
+	if err != nil {
+		h.failAPI(w, r, s, err)
+		return
+	}
+	d := eventsData{Filter: q, Events: resp.GetEvents()}
+	if tok := resp.GetNextPageToken(); tok != "" {
+		next := url.Values{}
+		for k, v := range q {
+			next[k] = v
+		}
+		next.Set("page", tok)
+		d.Next = Prefix + "events?" + next.Encode()
+	}
+	h.render(w, http.StatusOK, "events", view{Title: "Events", Nav: "events", Session: s, Data: d})
+}
+
+func (h *handler) getEvent(w http.ResponseWriter, r *http.Request, s *session) (*eventsv1.Event, bool) {
+	id := r.PathValue("id")
+	if uuid.Validate(id) != nil {
+		h.fail(w, r, s, http.StatusBadRequest, "id: not an event id")
+		return nil, false
+	}
+	resp, err := h.cfg.API.GetEvent(as(r.Context(), s), &gatewayv1.GetEventRequest{Id: id})
+	if err != nil {
+		h.failAPI(w, r, s, err)
+		return nil, false
+	}
+	return resp.GetEvent(), true
+}
+
+func (h *handler) event(w http.ResponseWriter, r *http.Request, s *session) {
+	ev, ok := h.getEvent(w, r, s)
+	if !ok {
+		return
+	}
+	h.render(w, http.StatusOK, "event", view{Title: "Event " + ev.GetId(), Nav: "events", Session: s, Data: ev})
+}
+
+// confirmData is a confirmation page: what will happen, and the form that does it.
+type confirmData struct {
+	Heading string
+	What    string
+	Action  string
+	Fields  map[string]string
+	Button  string
+	Back    string
+	// Nothing is set when there is nothing to do: the page says so and shows no button.
+	Nothing bool
+}
+
+func (h *handler) redeliverConfirm(w http.ResponseWriter, r *http.Request, s *session) {
+	ev, ok := h.getEvent(w, r, s)
+	if !ok {
+		return
+	}
+	h.render(w, http.StatusOK, "confirm", view{Title: "Redeliver event", Nav: "events", Session: s, Data: confirmData{
+		Heading: "Redeliver event " + ev.GetId(),
+		What: fmt.Sprintf("The %s event of execution %s (now %s, %d attempts made) becomes pending with a fresh attempt budget and is delivered again. Its delivery history is kept; the receiver sees the same event id.",
+			ev.GetType(), ev.GetExecutionId(), eventStatusName(ev.GetStatus()), ev.GetAttempts()),
+		Action: Prefix + "events/" + ev.GetId() + "/redeliver", Button: "Redeliver", Back: Prefix + "events/" + ev.GetId(),
+	}})
+}
+
+func (h *handler) redeliver(w http.ResponseWriter, r *http.Request, s *session) {
+	id := r.PathValue("id")
+	if uuid.Validate(id) != nil {
+		h.fail(w, r, s, http.StatusBadRequest, "id: not an event id")
+		return
+	}
+	resp, err := h.cfg.API.RedeliverEvent(as(r.Context(), s), &gatewayv1.RedeliverEventRequest{Id: id})
+	if err != nil {
+		h.failAPI(w, r, s, err)
+		return
+	}
+	h.record(r.Context(), s, "event.redeliver", id, map[string]any{"execution_id": resp.GetEvent().GetExecutionId(), "type": resp.GetEvent().GetType()})
+	http.Redirect(w, r, Prefix+"events/"+id, http.StatusSeeOther)
+}
+
+func (h *handler) redriveRequest(w http.ResponseWriter, r *http.Request, s *session, form url.Values) (*gatewayv1.RedriveEventsRequest, bool) {
+	since, err := parseTime(form, "since")
+	if err != nil {
+		h.fail(w, r, s, http.StatusBadRequest, err.Error())
+		return nil, false
+	}
+	return &gatewayv1.RedriveEventsRequest{Since: since}, true
+}
+
+func (h *handler) redriveConfirm(w http.ResponseWriter, r *http.Request, s *session) {
+	req, ok := h.redriveRequest(w, r, s, r.URL.Query())
+	if !ok {
+		return
+	}
+	req.ValidateOnly = true
+	resp, err := h.cfg.API.RedriveEvents(as(r.Context(), s), req)
+	if err != nil {
+		h.failAPI(w, r, s, err)
+		return
+	}
+	since := "ever"
+	fields := map[string]string{}
+	if req.GetSince() != nil {
+		since = req.GetSince().AsTime().UTC().Format(time.RFC3339)
+		fields["since"] = since
+	}
+	h.render(w, http.StatusOK, "confirm", view{Title: "Redrive dead events", Nav: "events", Session: s, Data: confirmData{
+		Heading: "Redrive dead events",
+		What:    fmt.Sprintf("Redrive %d dead events created since %s: each becomes pending with a fresh attempt budget and is delivered again.", resp.GetCount(), since),
+		Action:  Prefix + "events/redrive", Fields: fields, Button: fmt.Sprintf("Redrive %d events", resp.GetCount()),
+		Back: Prefix + "events?status=dead", Nothing: resp.GetCount() == 0,
+	}})
+}
+
+func (h *handler) redrive(w http.ResponseWriter, r *http.Request, s *session) {
+	req, ok := h.redriveRequest(w, r, s, r.PostForm)
+	if !ok {
+		return
+	}
+	resp, err := h.cfg.API.RedriveEvents(as(r.Context(), s), req)
+	if err != nil {
+		h.failAPI(w, r, s, err)
+		return
+	}
+	target := ""
+	if req.GetSince() != nil {
+		target = "since " + req.GetSince().AsTime().UTC().Format(time.RFC3339)
+	}
+	h.record(r.Context(), s, "events.redrive", target, map[string]any{"count": resp.GetCount()})
+	http.Redirect(w, r, Prefix+"events?status=pending", http.StatusSeeOther)
+}
+
+// --- operator: dead letters, diagnostic ---
+
+// deadLetterLimit is how many of a route's dead letters the page lists (and counts for a
+// redrive's preview).
+const deadLetterLimit = 200
+
+type deadLettersData struct {
+	Routes []routeDeadLetters
+}
+
+type routeDeadLetters struct {
+	Route   string
+	Letters []system.DeadLetter
+	Error   string
+	More    bool
+}
+
+func (h *handler) deadLetters(w http.ResponseWriter, r *http.Request, s *session) {
+	var d deadLettersData
+	for _, route := range system.Routes() {
+		list, err := system.DeadLetters(r.Context(), h.cfg.System, route, deadLetterLimit)
+		rd := routeDeadLetters{Route: route, Letters: list, More: len(list) == deadLetterLimit}
+		if err != nil {
+			h.cfg.Logger.Warn("console dead letters not read", zap.String("route", route), zap.Error(err))
+			rd.Error = "the broker could not be read: " + err.Error()
+		}
+		d.Routes = append(d.Routes, rd)
+	}
+	h.render(w, http.StatusOK, "deadletters", view{Title: "Dead letters", Nav: "dead-letters", Session: s, Data: d})
+}
+
+func routeParam(w http.ResponseWriter, r *http.Request, h *handler, s *session, v string) (string, bool) {
+	for _, route := range system.Routes() {
+		if v == route {
+			return route, true
+		}
+	}
+	h.fail(w, r, s, http.StatusBadRequest, fmt.Sprintf("route: %q is not a route: one of %s", v, strings.Join(system.Routes(), ", ")))
+	return "", false
+}
+
+func (h *handler) deadLetterRedriveConfirm(w http.ResponseWriter, r *http.Request, s *session) {
+	route, ok := routeParam(w, r, h, s, r.URL.Query().Get("route"))
+	if !ok {
+		return
+	}
+	list, err := system.DeadLetters(r.Context(), h.cfg.System, route, deadLetterLimit)
+	if err != nil {
+		h.fail(w, r, s, http.StatusServiceUnavailable, "The broker could not be read: "+err.Error())
+		return
+	}
+	count := strconv.Itoa(len(list))
+	if len(list) == deadLetterLimit {
+		count = "at least " + count
+	}
+	h.render(w, http.StatusOK, "confirm", view{Title: "Redrive dead letters", Nav: "dead-letters", Session: s, Data: confirmData{
+		Heading: "Redrive the " + route + " route's dead letters",
+		What:    fmt.Sprintf("Move %s dead letters of the %s route back to its work queue, each with a fresh attempt budget.", count, route),
+		Action:  Prefix + "dead-letters/redrive", Fields: map[string]string{"route": route},
+		Button: "Redrive " + route + " dead letters", Back: Prefix + "dead-letters", Nothing: len(list) == 0,
+	}})
+}
+
+func (h *handler) deadLetterRedrive(w http.ResponseWriter, r *http.Request, s *session) {
+	route, ok := routeParam(w, r, h, s, r.PostFormValue("route"))
+	if !ok {
+		return
+	}
+	moved, err := system.RedriveDeadLetters(r.Context(), h.cfg.System, route, nil)
+	if err != nil {
+		h.fail(w, r, s, http.StatusServiceUnavailable, "The broker could not be reached: "+err.Error())
+		return
+	}
+	h.record(r.Context(), s, "dead_letters.redrive", route, map[string]any{"count": moved})
+	http.Redirect(w, r, Prefix+"dead-letters", http.StatusSeeOther)
+}
+
+type diagnosticData struct {
+	Ran     bool
+	Results []mq.Diagnosis
+	Error   string
+}
+
+func (h *handler) diagnosticPage(w http.ResponseWriter, r *http.Request, s *session) {
+	h.render(w, http.StatusOK, "diagnostic", view{Title: "Broker diagnostic", Nav: "diagnostic", Session: s})
+}
+
+func (h *handler) diagnostic(w http.ResponseWriter, r *http.Request, s *session) {
+	d := diagnosticData{Ran: true}
+	results, err := system.Diagnose(r.Context(), h.cfg.System)
+	d.Results = results
+	ok := err == nil
+	if err != nil {
+		d.Error = err.Error()
+	}
+	for _, x := range results {
+		ok = ok && x.OK
+	}
+	h.record(r.Context(), s, "diagnostic.run", "", map[string]any{"ok": ok})
+	h.render(w, http.StatusOK, "diagnostic", view{Title: "Broker diagnostic", Nav: "diagnostic", Session: s, Data: d})
+}
+
+// --- audit ---
+
+type auditData struct {
+	Entries []store.AuditEntry
+	Next    string
+}
+
+func (h *handler) audit(w http.ResponseWriter, r *http.Request, s *session) {
+	actor := s.actor()
+	if s.Role == roleOperator {
+		actor = store.AnyApplication
+	}
+	var before int64
+	if v := r.URL.Query().Get("before"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			h.fail(w, r, s, http.StatusBadRequest, "before: not an audit entry number")
+			return
+		}
+		before = n
+	}
+	list, err := h.cfg.Store.AuditList(r.Context(), actor, before, pageSize)
+	if err != nil {
+		h.failAPI(w, r, s, err)
+		return
+	}
+	d := auditData{Entries: list}
+	if len(list) == pageSize {
+		d.Next = Prefix + "audit?before=" + strconv.FormatInt(list[len(list)-1].ID, 10)
+	}
+	h.render(w, http.StatusOK, "audit", view{Title: "Audit log", Nav: "audit", Session: s, Data: d})
+}
