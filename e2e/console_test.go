@@ -198,10 +198,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	// Its timeline: every hop, in order, on one axis.
 	br.do(chromedp.Click(link(id)), chromedp.WaitVisible(chromedp.CSS("table.timeline")))
 	rows := runAction(br, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("tr.entry")).map(r => r.dataset.kind + (r.dataset.attempt !== "0" ? " " + r.dataset.attempt : ""))`))
-	// The stored progress has no time of its own: the timeline puts the last one at the
-	// settlement, after the attempt's end (the callback's completion).
+	// The progress report at its own time, within attempt 3, before the callback's completion.
 	want := []string{"accepted", "attempt started 1", "attempt ended 1", "attempt started 2", "attempt ended 2",
-		"attempt started 3", "attempt ended 3", "progress 3", "settled 3", "event", "delivery"}
+		"attempt started 3", "progress 3", "attempt ended 3", "settled 3", "event", "delivery"}
 	require.Equal(t, want, withoutRenewals(rows), "each hop in order")
 	assert.Contains(t, br.text(`tr.entry[data-kind="progress"]`), `"percent":50`, "the progress the adapter reported")
 	assert.Contains(t, br.text(`tr.entry[data-kind="attempt ended"][data-attempt="3"]`), "succeeded", "attempt 3 completed through the callback")

@@ -42,7 +42,8 @@ const (
 	// The adapter renewed the attempt's lease: attempt, renewals (how many times in all; at is the
 	// last renewal).
 	TimelineEntryKind_TIMELINE_ENTRY_KIND_LEASE_RENEWED TimelineEntryKind = 4
-	// The last progress the adapter reported (what is stored): attempt, progress.
+	// An attempt's progress reports: attempt, progress_reports (how many; at is the last report),
+	// progress (the last report's value, on the attempt that made it: only that one is stored).
 	TimelineEntryKind_TIMELINE_ENTRY_KIND_PROGRESS TimelineEntryKind = 5
 	// An outcome the adapter reported after its attempt had ended (recorded, never applied):
 	// attempt, outcome.
@@ -1510,8 +1511,10 @@ type TimelineEntry struct {
 	// The event's place among the execution's events (its data.sequence): the order in which they
 	// are delivered.
 	EventSequence int32 `protobuf:"varint,22,opt,name=event_sequence,json=eventSequence,proto3" json:"event_sequence,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// A progress entry's count of the reports its attempt made (the entry is at the last one).
+	ProgressReports int32 `protobuf:"varint,23,opt,name=progress_reports,json=progressReports,proto3" json:"progress_reports,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TimelineEntry) Reset() {
@@ -1698,6 +1701,13 @@ func (x *TimelineEntry) GetEventSequence() int32 {
 	return 0
 }
 
+func (x *TimelineEntry) GetProgressReports() int32 {
+	if x != nil {
+		return x.ProgressReports
+	}
+	return 0
+}
+
 var File_integrations_gateway_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
@@ -1790,7 +1800,7 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"capability\x18\x03 \x01(\tR\n" +
 	"capability\x12B\n" +
 	"\x06status\x18\x04 \x01(\x0e2*.integrations.execution.v1.ExecutionStatusR\x06status\x12@\n" +
-	"\aentries\x18\x05 \x03(\v2&.integrations.gateway.v1.TimelineEntryR\aentries\"\xde\x06\n" +
+	"\aentries\x18\x05 \x03(\v2&.integrations.gateway.v1.TimelineEntryR\aentries\"\x89\a\n" +
 	"\rTimelineEntry\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12>\n" +
 	"\x04kind\x18\x02 \x01(\x0e2*.integrations.gateway.v1.TimelineEntryKindR\x04kind\x12\x18\n" +
@@ -1818,7 +1828,8 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"statusCode\x125\n" +
 	"\bduration\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12%\n" +
 	"\x0eresponse_start\x18\x15 \x01(\tR\rresponseStart\x12%\n" +
-	"\x0eevent_sequence\x18\x16 \x01(\x05R\reventSequence*\xfb\x02\n" +
+	"\x0eevent_sequence\x18\x16 \x01(\x05R\reventSequence\x12)\n" +
+	"\x10progress_reports\x18\x17 \x01(\x05R\x0fprogressReports*\xfb\x02\n" +
 	"\x11TimelineEntryKind\x12#\n" +
 	"\x1fTIMELINE_ENTRY_KIND_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cTIMELINE_ENTRY_KIND_ACCEPTED\x10\x01\x12'\n" +
