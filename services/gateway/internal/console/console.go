@@ -110,6 +110,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Referrer-Policy", "same-origin")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && crossSite(r) {
+		h.fail(w, r, nil, http.StatusForbidden, "This form was sent from another site: the console takes forms from its own pages only.")
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 
@@ -150,8 +154,13 @@ type sessionHandler func(w http.ResponseWriter, r *http.Request, s *session)
 func (h *handler) authed(next sessionHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s, err := h.session(r)
+		if err != nil && !errors.Is(err, errNoSession) {
+			h.cfg.Logger.Warn("console session not checked", zap.Error(err))
+			h.fail(w, r, nil, http.StatusServiceUnavailable, "The session could not be checked; try again.")
+			return
+		}
 		if err != nil {
-			h.setCookie(w, "", time.Time{})
+			h.setCookie(w, r, "", time.Time{})
 			if r.Method == http.MethodGet {
 				http.Redirect(w, r, Prefix+"login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 				return
@@ -212,6 +221,9 @@ func (h *handler) session(r *http.Request) (*session, error) {
 		if h.cfg.AdminToken == "" || subtle.ConstantTimeCompare(s.AdminHash, adminHash(h.cfg.AdminToken)) != 1 {
 			return nil, errNoSession
 		}
+		if err := h.checkNotEnded(r.Context(), s); err != nil {
+			return nil, err
+		}
 	case roleApplication:
 		if s.Key == nil {
 			return nil, errNoSession
@@ -220,10 +232,25 @@ func (h *handler) session(r *http.Request) (*session, error) {
 		if err != nil || app != s.Application {
 			return nil, errNoSession
 		}
+		if err := h.checkNotEnded(r.Context(), s); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, errNoSession
 	}
 	return s, nil
+}
+
+// checkNotEnded is errNoSession for a session signed out of, an error when that cannot be read.
+func (h *handler) checkNotEnded(ctx context.Context, s *session) error {
+	ended, err := h.cfg.Store.ConsoleSessionEnded(ctx, s.ID)
+	if err != nil {
+		return err
+	}
+	if ended {
+		return errNoSession
+	}
+	return nil
 }
 
 // as is ctx as the session's principal calls the gateway service.
@@ -279,7 +306,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, s *session, code 
 func (h *handler) failAPI(w http.ResponseWriter, r *http.Request, s *session, err error) {
 	st := grpcx.ToStatus(err)
 	if st.Code() == codes.Unauthenticated {
-		h.setCookie(w, "", time.Time{})
+		h.setCookie(w, r, "", time.Time{})
 		http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
 		return
 	}
@@ -301,7 +328,8 @@ func (h *handler) failAPI(w http.ResponseWriter, r *http.Request, s *session, er
 // when its entry cannot be written: the failure is logged for the operator instead.
 func (h *handler) record(ctx context.Context, s *session, action, target string, detail map[string]any) {
 	if err := h.cfg.Store.AuditAppend(context.WithoutCancel(ctx), s.actor(), action, target, detail); err != nil {
-		h.cfg.Logger.Error("console audit entry not written", zap.String("action", action), zap.String("actor", s.actor()), zap.Error(err))
+		h.cfg.Logger.Error("console audit entry not written", zap.String("action", action), zap.String("actor_role", s.actor().Role),
+			zap.String("actor", s.actor().ID), zap.Error(err))
 	}
 }
 

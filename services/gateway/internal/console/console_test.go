@@ -151,7 +151,7 @@ func TestLoginSetsASealedStrictCookie(t *testing.T) {
 	requireLogin(t, c.get("/console/executions"), "no session")
 	p := c.post("/console/login", url.Values{"token": {"wrong-key-0123456789"}})
 	require.Equal(t, http.StatusUnauthorized, p.code)
-	require.Contains(t, p.body, "unknown API key")
+	require.Contains(t, p.body, "not a valid API key")
 	require.Empty(t, p.header.Values("Set-Cookie"))
 	p = c.post("/console/login", url.Values{"token": {""}})
 	require.Equal(t, http.StatusBadRequest, p.code)

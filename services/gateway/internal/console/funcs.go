@@ -1,7 +1,6 @@
 package console
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"html/template"
 	"math"
@@ -19,8 +18,6 @@ import (
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/services/gateway/internal/server"
 )
-
-func subtleEqual(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
 
 // timeFormat is how the console shows a time: UTC to the millisecond, as the logs do.
 const timeFormat = "2006-01-02 15:04:05.000Z"

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -84,14 +85,14 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, nil, http.StatusInternalServerError, "Could not start a session.")
 		return
 	}
-	s := &session{CSRF: csrf, Expires: h.cfg.Now().Add(h.cfg.SessionTTL)}
-	if h.cfg.AdminToken != "" && subtleEqual(token, h.cfg.AdminToken) {
+	s := &session{ID: uuid.NewString(), CSRF: csrf, Expires: h.cfg.Now().Add(h.cfg.SessionTTL)}
+	if isAdminToken(token, h.cfg.AdminToken) {
 		s.Role, s.AdminHash = roleOperator, adminHash(h.cfg.AdminToken)
 	} else {
 		app, ref, err := server.AuthenticateKey(r.Context(), h.cfg.Store, token)
 		if err != nil {
 			if e, ok := apperr.As(err); ok && e.Kind == apperr.KindUnauthenticated {
-				refuse(http.StatusUnauthorized, "Not signed in: "+e.Message+".")
+				refuse(http.StatusUnauthorized, loginRefusal(e.Message))
 				return
 			}
 			h.failAPI(w, r, nil, err)
@@ -105,13 +106,29 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, nil, http.StatusInternalServerError, "Could not start a session.")
 		return
 	}
-	h.setCookie(w, value, s.Expires)
+	h.setCookie(w, r, value, s.Expires)
 	h.record(r.Context(), s, "login", "", nil)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+// loginRefusal is what a refused sign-in says. A well-formed key that is unknown, revoked or
+// expired gets one answer: which of them it is would tell someone holding an old key that it
+// once was one. A malformed one (too long, a broken checksum) says so: that tells nothing the
+// key's own form does not.
+func loginRefusal(reason string) string {
+	if strings.HasPrefix(reason, "malformed") {
+		return "Not signed in: " + reason + "."
+	}
+	return "Not signed in: not a valid API key or admin token (unknown, revoked or expired)."
+}
+
 func (h *handler) logout(w http.ResponseWriter, r *http.Request, s *session) {
-	h.setCookie(w, "", time.Time{})
+	h.setCookie(w, r, "", time.Time{})
+	if err := h.cfg.Store.ConsoleSessionEnd(context.WithoutCancel(r.Context()), s.ID, s.Expires); err != nil {
+		h.cfg.Logger.Error("console session end not recorded", zap.Error(err))
+		h.fail(w, r, nil, http.StatusServiceUnavailable, "Signing out could not be recorded: this browser's cookie is gone, but a copy of it would still work. Sign in and out again.")
+		return
+	}
 	h.record(r.Context(), s, "logout", "", nil)
 	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
 }
@@ -495,10 +512,6 @@ type auditData struct {
 }
 
 func (h *handler) audit(w http.ResponseWriter, r *http.Request, s *session) {
-	actor := s.actor()
-	if s.Role == roleOperator {
-		actor = store.AnyApplication
-	}
 	var before int64
 	if v := r.URL.Query().Get("before"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -508,7 +521,7 @@ func (h *handler) audit(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		before = n
 	}
-	list, err := h.cfg.Store.AuditList(r.Context(), actor, before, pageSize)
+	list, err := h.cfg.Store.AuditList(r.Context(), s.actor(), before, pageSize)
 	if err != nil {
 		h.failAPI(w, r, s, err)
 		return
