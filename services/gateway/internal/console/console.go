@@ -129,12 +129,14 @@ func (h *handler) routes() {
 	m.HandleFunc("POST /console/logout", h.authed(h.logout))
 	m.HandleFunc("GET /console/executions", h.authed(h.executions))
 	m.HandleFunc("GET /console/executions/{id}", h.authed(h.timeline))
-	m.HandleFunc("GET /console/events", h.application(h.events))
-	m.HandleFunc("GET /console/events/redrive", h.application(h.redriveConfirm))
-	m.HandleFunc("POST /console/events/redrive", h.application(h.redrive))
-	m.HandleFunc("GET /console/events/{id}", h.application(h.event))
-	m.HandleFunc("GET /console/events/{id}/redeliver", h.application(h.redeliverConfirm))
-	m.HandleFunc("POST /console/events/{id}/redeliver", h.application(h.redeliver))
+	m.HandleFunc("GET /console/executions/{id}/cancel", h.authed(h.cancelConfirm))
+	m.HandleFunc("POST /console/executions/{id}/cancel", h.authed(h.cancel))
+	m.HandleFunc("GET /console/events", h.authed(h.events))
+	m.HandleFunc("GET /console/events/redrive", h.authed(h.redriveConfirm))
+	m.HandleFunc("POST /console/events/redrive", h.authed(h.redrive))
+	m.HandleFunc("GET /console/events/{id}", h.authed(h.event))
+	m.HandleFunc("GET /console/events/{id}/redeliver", h.authed(h.redeliverConfirm))
+	m.HandleFunc("POST /console/events/{id}/redeliver", h.authed(h.redeliver))
 	m.HandleFunc("GET /console/dead-letters", h.operator(h.deadLetters))
 	m.HandleFunc("GET /console/dead-letters/redrive", h.operator(h.deadLetterRedriveConfirm))
 	m.HandleFunc("POST /console/dead-letters/redrive", h.operator(h.deadLetterRedrive))
@@ -181,17 +183,6 @@ func (h *handler) authed(next sessionHandler) http.HandlerFunc {
 		}
 		next(w, r, s)
 	}
-}
-
-// application is authed for pages only an application has (its events): an operator gets 403.
-func (h *handler) application(next sessionHandler) http.HandlerFunc {
-	return h.authed(func(w http.ResponseWriter, r *http.Request, s *session) {
-		if s.Role != roleApplication {
-			h.fail(w, r, s, http.StatusForbidden, "Events are an application's: sign in with the application's API key to see and redeliver them.")
-			return
-		}
-		next(w, r, s)
-	})
 }
 
 // operator is authed for the operator's pages: an application gets 404, as for anything it may

@@ -946,7 +946,10 @@ type ListEventsRequest struct {
 	// Only events created at or after this time.
 	Since *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
 	// Only events created before this time.
-	Until         *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=until,proto3" json:"until,omitempty"`
+	Until *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=until,proto3" json:"until,omitempty"`
+	// Only this application's events. Taken from the admin token only (the operator's view across
+	// applications); an application's key lists its own events and may name only itself here.
+	ApplicationId string `protobuf:"bytes,7,opt,name=application_id,json=applicationId,proto3" json:"application_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1021,6 +1024,13 @@ func (x *ListEventsRequest) GetUntil() *timestamppb.Timestamp {
 		return x.Until
 	}
 	return nil
+}
+
+func (x *ListEventsRequest) GetApplicationId() string {
+	if x != nil {
+		return x.ApplicationId
+	}
+	return ""
 }
 
 type ListEventsResponse struct {
@@ -1258,7 +1268,10 @@ type RedriveEventsRequest struct {
 	// Only dead events created at or after this time; all dead events when unset.
 	Since *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
 	// Change nothing: answer how many dead events a redrive would make pending (a preview).
-	ValidateOnly  bool `protobuf:"varint,2,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	ValidateOnly bool `protobuf:"varint,2,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	// Only this application's dead events. Taken from the admin token only (empty: every
+	// application's); an application's key redrives its own and may name only itself here.
+	ApplicationId string `protobuf:"bytes,3,opt,name=application_id,json=applicationId,proto3" json:"application_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1305,6 +1318,13 @@ func (x *RedriveEventsRequest) GetValidateOnly() bool {
 		return x.ValidateOnly
 	}
 	return false
+}
+
+func (x *RedriveEventsRequest) GetApplicationId() string {
+	if x != nil {
+		return x.ApplicationId
+	}
+	return ""
 }
 
 type RedriveEventsResponse struct {
@@ -1766,7 +1786,7 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x1aRotateSigningSecretRequest\"\x9f\x01\n" +
 	"\x1bRotateSigningSecretResponse\x12%\n" +
 	"\x0esigning_secret\x18\x01 \x01(\tR\rsigningSecret\x12Y\n" +
-	"\x1bprevious_secret_expire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x18previousSecretExpireTime\"\x93\x02\n" +
+	"\x1bprevious_secret_expire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x18previousSecretExpireTime\"\xba\x02\n" +
 	"\x11ListEventsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -1774,7 +1794,8 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x06status\x18\x03 \x01(\x0e2#.integrations.events.v1.EventStatusR\x06status\x12!\n" +
 	"\fexecution_id\x18\x04 \x01(\tR\vexecutionId\x120\n" +
 	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
-	"\x05until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"s\n" +
+	"\x05until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12%\n" +
+	"\x0eapplication_id\x18\a \x01(\tR\rapplicationId\"s\n" +
 	"\x12ListEventsResponse\x125\n" +
 	"\x06events\x18\x01 \x03(\v2\x1d.integrations.events.v1.EventR\x06events\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"!\n" +
@@ -1785,10 +1806,11 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x15RedeliverEventRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"M\n" +
 	"\x16RedeliverEventResponse\x123\n" +
-	"\x05event\x18\x01 \x01(\v2\x1d.integrations.events.v1.EventR\x05event\"m\n" +
+	"\x05event\x18\x01 \x01(\v2\x1d.integrations.events.v1.EventR\x05event\"\x94\x01\n" +
 	"\x14RedriveEventsRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12#\n" +
-	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\"-\n" +
+	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\x12%\n" +
+	"\x0eapplication_id\x18\x03 \x01(\tR\rapplicationId\"-\n" +
 	"\x15RedriveEventsResponse\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x03R\x05count\"-\n" +
 	"\x1bGetExecutionTimelineRequest\x12\x0e\n" +
