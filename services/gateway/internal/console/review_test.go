@@ -188,3 +188,30 @@ func TestWhatAnApplicationWroteIsEscaped(t *testing.T) {
 	}
 	require.Contains(t, c.get("/console/executions/"+id).body, "&lt;script&gt;alert(1)&lt;/script&gt;")
 }
+
+// Every answer of the console — a page, an error page, a redirect, the stylesheet — is never
+// cached, never framed (a confirmation page cannot be clicked through from another site's
+// frame) and runs no script.
+func TestEveryAnswerCarriesTheSecurityHeaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.client(t)
+	pages := map[string]page{"login": c.get("/console/login"), "redirect to login": c.get("/console/executions"),
+		"stylesheet": c.get("/console/static/console.css")}
+	c.login(dbtest.TestAPIKey)
+	pages["executions"] = c.get("/console/executions")
+	pages["404"] = c.get("/console/nowhere")
+	pages["400"] = c.get("/console/executions?status=done")
+	for name, p := range pages {
+		require.Equal(t, "no-store", p.header.Get("Cache-Control"), name)
+		require.Equal(t, "DENY", p.header.Get("X-Frame-Options"), name)
+		require.Equal(t, "nosniff", p.header.Get("X-Content-Type-Options"), name)
+		require.Equal(t, "same-origin", p.header.Get("Referrer-Policy"), name)
+		csp := p.header.Get("Content-Security-Policy")
+		for _, want := range []string{"default-src 'none'", "frame-ancestors 'none'", "form-action 'self'", "base-uri 'none'"} {
+			require.Contains(t, csp, want, name)
+		}
+		require.NotContains(t, csp, "script-src", name)
+		require.NotContains(t, csp, "unsafe-inline", name)
+	}
+}
