@@ -31,6 +31,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
 	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/safetext"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 )
 
 // Server is a gRPC server with its health service.
@@ -82,7 +83,9 @@ const (
 // input, and an error from a dependency may too.
 const logMessageMax = 512
 
-// NewServer returns a server whose unary calls pass through, in order: the per-RPC metrics
+// NewServer returns a server whose calls are traced (pkg/telemetry: a span per call when tracing is
+// on, the caller's trace context passed on either way) and whose unary calls pass through, in
+// order: the per-RPC metrics
 // (pkg/metrics), panic recovery, logging,
 // the refusal of a request that could not be decoded (decode.go), error mapping (ToStatus), the
 // caller's identity (Policy, on an internal port), then cfg.Interceptors.
@@ -98,7 +101,9 @@ func NewServer(cfg ServerConfig) *Server {
 	// Calls run on a pool of goroutines (a new one only when all are busy): a goroutine per call
 	// grew its stack afresh on every call, a tenth of the gateway's CPU under a flood of refused
 	// calls. (Marked experimental in grpc-go, and there since 1.30.)
-	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(newDecodeCodec()), grpc.NumStreamWorkers(streamWorkers)}
+	// Tracing first, so that its span (or, tracing off, the caller's trace context) is in the
+	// context of every interceptor after it: the logs and the handler's writes are in the trace.
+	opts := []grpc.ServerOption{telemetry.ServerOption(), grpc.ForceServerCodecV2(newDecodeCodec()), grpc.NumStreamWorkers(streamWorkers)}
 	switch {
 	case cfg.Internal != nil:
 		chain = append(chain, policyUnary(cfg.Policy))
@@ -135,10 +140,10 @@ func NewServer(cfg ServerConfig) *Server {
 
 // Unary is the server's chain of unary interceptors as one, for a call served in process (the
 // REST face calling the service directly): the same recovery, logging, error mapping and service
-// interceptors as a call over the network. A call served this way has no peer and no decode note
-// of the server's codec.
+// interceptors as a call over the network, and the same tracing (telemetry.InProcessServer). A
+// call served this way has no peer and no decode note of the server's codec.
 func (s *Server) Unary() grpc.UnaryServerInterceptor {
-	chain := s.unary
+	chain := append([]grpc.UnaryServerInterceptor{telemetry.InProcessServer()}, s.unary...)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		return callChain(chain, ctx, req, info, handler)
 	}
@@ -328,6 +333,8 @@ func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
+		// Tracing: a client span per call when on; the caller's trace context passed on either way.
+		telemetry.DialOption(),
 		// Per-RPC client metrics (grpc_client_*).
 		grpc.WithChainUnaryInterceptor(metrics.GRPCClient().UnaryClientInterceptor()),
 		grpc.WithChainStreamInterceptor(metrics.GRPCClient().StreamClientInterceptor()),

@@ -1,0 +1,177 @@
+package telemetry
+
+import (
+	"context"
+	"strings"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+)
+
+// ServerOption traces a gRPC server's calls. On, it is otelgrpc's stats handler: a server span
+// per call, continuing the caller's trace, with the execution id (and attempt) of the request on
+// it. Off, it is a unary interceptor that only carries an incoming traceparent into the handler's
+// context — one metadata lookup per call, nothing allocated when there is none — so that what the
+// handler writes (a row, a message, a call) continues the caller's trace even here. Given before
+// the server's own interceptors, it runs outside them.
+func ServerOption() grpc.ServerOption {
+	if Enabled() {
+		return grpc.StatsHandler(annotated{Handler: otelgrpc.NewServerHandler(otelgrpc.WithFilter(traced))})
+	}
+	return grpc.ChainUnaryInterceptor(propagateServer)
+}
+
+// DialOption traces a gRPC client's calls: on, otelgrpc's stats handler (a client span per call,
+// its trace context in the call's metadata); off, a unary interceptor that passes ctx's span
+// context on in the metadata when there is one, and does nothing when there is none.
+func DialOption() grpc.DialOption {
+	if Enabled() {
+		return grpc.WithStatsHandler(annotated{Handler: otelgrpc.NewClientHandler(otelgrpc.WithFilter(traced)), client: true})
+	}
+	return grpc.WithChainUnaryInterceptor(propagateClient)
+}
+
+// traced leaves the health and reflection services out of traces: probes every few seconds are
+// no hop of any execution.
+func traced(info *stats.RPCTagInfo) bool {
+	return !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.") &&
+		!strings.HasPrefix(info.FullMethodName, "/grpc.reflection.")
+}
+
+// InProcessServer is ServerOption for calls served in process, through a server's interceptor
+// chain without the network (the gateway's REST face): it takes the caller's trace context from
+// the incoming metadata (traceparent, tracestate, baggage) and, on, records a server span named
+// after the method, as otelgrpc would over the network.
+func InProcessServer() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx = extractIncoming(ctx)
+		if !Enabled() {
+			return handler(ctx, req)
+		}
+		service, method := splitMethod(info.FullMethod)
+		ctx, span := otel.Tracer(tracerName).Start(ctx, strings.TrimPrefix(info.FullMethod, "/"),
+			trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("rpc.system.name", "grpc"), attribute.String("rpc.service", service), attribute.String("rpc.method", method)))
+		defer span.End()
+		annotateRequest(span, req)
+		resp, err := handler(ctx, req)
+		code := status.Code(err)
+		span.SetAttributes(attribute.String("rpc.response.status_code", code.String()))
+		if serverError(code) {
+			span.SetStatus(otelcodes.Error, status.Convert(err).Message())
+		}
+		return resp, err
+	}
+}
+
+func splitMethod(full string) (service, method string) {
+	full = strings.TrimPrefix(full, "/")
+	if i := strings.LastIndex(full, "/"); i >= 0 {
+		return full[:i], full[i+1:]
+	}
+	return "", full
+}
+
+// serverError is the codes a server's span marks as errors (the OpenTelemetry semantic
+// conventions): a refusal of the caller's request is the caller's error, not the server's.
+func serverError(c codes.Code) bool {
+	switch c {
+	case codes.Unknown, codes.DeadlineExceeded, codes.Unimplemented, codes.Internal, codes.Unavailable, codes.DataLoss:
+		return true
+	}
+	return false
+}
+
+// annotated is an otelgrpc stats handler that also puts the request's execution id, attempt and
+// event id on the call's span: the request is the first payload a server receives and a client
+// sends.
+type annotated struct {
+	stats.Handler
+	client bool
+}
+
+func (h annotated) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	switch p := s.(type) {
+	case *stats.InPayload:
+		if !h.client {
+			annotateRequest(trace.SpanFromContext(ctx), p.Payload)
+		}
+	case *stats.OutPayload:
+		if h.client {
+			annotateRequest(trace.SpanFromContext(ctx), p.Payload)
+		}
+	}
+	h.Handler.HandleRPC(ctx, s)
+}
+
+// annotateRequest sets the attributes a request names (by its generated getters) on span.
+func annotateRequest(span trace.Span, req any) {
+	if !span.IsRecording() {
+		return
+	}
+	if m, ok := req.(interface{ GetExecutionId() string }); ok && m.GetExecutionId() != "" {
+		span.SetAttributes(ExecutionID(m.GetExecutionId()))
+	}
+	if m, ok := req.(interface{ GetAttempt() int32 }); ok && m.GetAttempt() > 0 {
+		span.SetAttributes(Attempt(m.GetAttempt()))
+	}
+	if m, ok := req.(interface{ GetEventId() string }); ok && m.GetEventId() != "" {
+		span.SetAttributes(EventID(m.GetEventId()))
+	}
+}
+
+// propagateServer carries an incoming trace context into the handler's context (tracing off).
+func propagateServer(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	return handler(extractIncoming(ctx), req)
+}
+
+// extractIncoming returns ctx with the trace context of its incoming metadata, if it has any. The
+// lookup of traceparent alone copies nothing; the metadata is read whole only when it is there.
+func extractIncoming(ctx context.Context) context.Context {
+	if len(metadata.ValueFromIncomingContext(ctx, "traceparent")) == 0 {
+		return ctx
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	return otel.GetTextMapPropagator().Extract(ctx, mdCarrier(md))
+}
+
+// propagateClient puts ctx's trace context into the call's metadata (tracing off).
+func propagateClient(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	md, ok := metadata.FromOutgoingContext(ctx)
+	if !ok {
+		md = metadata.MD{}
+	}
+	otel.GetTextMapPropagator().Inject(ctx, mdCarrier(md))
+	return invoker(metadata.NewOutgoingContext(ctx, md), method, req, reply, cc, opts...)
+}
+
+// mdCarrier is gRPC metadata as a propagation.TextMapCarrier.
+type mdCarrier metadata.MD
+
+func (c mdCarrier) Get(key string) string {
+	if v := metadata.MD(c).Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (c mdCarrier) Set(key, value string) { metadata.MD(c).Set(key, value) }
+
+func (c mdCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}

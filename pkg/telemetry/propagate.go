@@ -1,0 +1,43 @@
+package telemetry
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// w3c is the W3C trace context alone: what a row stores. Baggage is not kept on rows: it is the
+// caller's, and an execution outlives the call that made it.
+var w3c = propagation.TraceContext{}
+
+// Traceparent renders ctx's span context as W3C traceparent and tracestate values, to store on a
+// row; both empty when ctx carries no valid span context (nothing to continue).
+func Traceparent(ctx context.Context) (traceparent, tracestate string) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return "", ""
+	}
+	c := propagation.MapCarrier{}
+	w3c.Inject(ctx, c)
+	return c["traceparent"], c["tracestate"]
+}
+
+// WithTraceparent returns ctx carrying the remote span context that a stored traceparent (and
+// tracestate) name, so that spans started from it — here or, through the headers, in the next
+// service — continue that trace. An empty or malformed traceparent leaves ctx as it is: a row
+// written before tracing, or by a caller that sent none, starts no trace of its own here.
+func WithTraceparent(ctx context.Context, traceparent, tracestate string) context.Context {
+	if traceparent == "" {
+		return ctx
+	}
+	return w3c.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent, "tracestate": tracestate})
+}
+
+// SpanContextOf is the span context a stored traceparent (and tracestate) name; the zero
+// SpanContext (not valid) for an empty or malformed one.
+func SpanContextOf(traceparent, tracestate string) trace.SpanContext {
+	if traceparent == "" {
+		return trace.SpanContext{}
+	}
+	return trace.SpanContextFromContext(WithTraceparent(context.Background(), traceparent, tracestate))
+}
