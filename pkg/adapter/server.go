@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -400,7 +401,7 @@ func (v service) Execute(ctx context.Context, in *adapterv1.ExecuteRequest) (*ad
 				res = invalidResult(log, "Later work returned Later")
 			}
 		} else {
-			res = s.accept(log, req, in.GetCallbackToken(), res)
+			res = s.accept(ctx, log, req, in.GetCallbackToken(), res)
 		}
 	}
 	resp, err := toResponse(res)
@@ -437,8 +438,9 @@ func invalidResult(log *zap.Logger, why string) Result {
 	return Fail(ClassPermanent, CodeInvalidResult, "adapter returned an invalid result", false)
 }
 
-// accept starts Later work in the background and answers Accepted, or answers why it cannot.
-func (s *Server) accept(log *zap.Logger, req *Request, token string, res Result) Result {
+// accept starts Later work in the background and answers Accepted, or answers why it cannot. The
+// work outlives call (the Execute call's context) but continues its trace.
+func (s *Server) accept(call context.Context, log *zap.Logger, req *Request, token string, res Result) Result {
 	// Counted in before dialling, so that Shutdown, which waits for the count, never races a
 	// dial when it closes the connection.
 	if !s.startWork() {
@@ -461,7 +463,7 @@ func (s *Server) accept(log *zap.Logger, req *Request, token string, res Result)
 	cb.leaseEnd.Store(time.Now().Add(res.lease).UnixNano())
 	// Tracked before Accepted is answered, so that a Cancel that follows the answer finds the
 	// work.
-	ctx, cancel := context.WithCancelCause(s.base)
+	ctx, cancel := context.WithCancelCause(trace.ContextWithSpanContext(s.base, trace.SpanContextFromContext(call)))
 	untrack := s.track(workKey{req.ExecutionID, req.Attempt}, cancel)
 	go func() {
 		defer untrack()

@@ -39,6 +39,13 @@ func DialOption() grpc.DialOption {
 	return grpc.WithChainUnaryInterceptor(propagateClient)
 }
 
+// PropagateDialOption passes ctx's trace context on in a gRPC client's calls, without a span of
+// its own whether tracing is on or off: for a call that is already one span's only work (the
+// event-router's delivery to a gRPC consumer, whose "deliver" span is the client span).
+func PropagateDialOption() grpc.DialOption {
+	return grpc.WithChainUnaryInterceptor(propagateClient)
+}
+
 // traced leaves the health and reflection services out of traces: probes every few seconds are
 // no hop of any execution.
 func traced(info *stats.RPCTagInfo) bool {

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"net/http"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -40,4 +41,14 @@ func SpanContextOf(traceparent, tracestate string) trace.SpanContext {
 		return trace.SpanContext{}
 	}
 	return trace.SpanContextFromContext(WithTraceparent(context.Background(), traceparent, tracestate))
+}
+
+// InjectHTTP writes ctx's W3C trace context (traceparent, tracestate) into an outgoing request's
+// headers, e.g. a webhook's, so that the receiver can continue the trace; nothing when ctx has
+// none. Baggage is left out: it is the platform's callers', not the receiver's to read.
+func InjectHTTP(ctx context.Context, h http.Header) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return
+	}
+	w3c.Inject(ctx, propagation.HeaderCarrier(h))
 }
