@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel"
@@ -89,4 +90,13 @@ func TestTraceContextAcrossTheBroker(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 2, children, "both attempts of the retried message are children of its publish")
+}
+
+// A delivery without trace headers costs its handler no allocation for tracing.
+func TestExtractTraceWithoutHeadersAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	h := map[string]any{"x-delivery-attempt": int32(2), "k": "v"}
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = extractTrace(ctx, h) }))
+	tbl := amqp.Table{"k": "v"}
+	assert.Zero(t, testing.AllocsPerRun(100, func() { injectTrace(ctx, trace.SpanContext{}, tbl) }), "nor a publish outside any trace")
 }

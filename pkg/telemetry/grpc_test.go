@@ -13,6 +13,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -135,4 +136,23 @@ func TestGRPCSpansOn(t *testing.T) {
 		assert.Equal(t, "exec-2", a[ExecutionIDKey], "%v span", s.SpanKind())
 		assert.Equal(t, "3", a[AttemptKey], "%v span", s.SpanKind())
 	}
+}
+
+// Off, tracing costs a call without a trace context no allocation, on the server or the client:
+// the platform's hot path is benchmarked.
+func TestOffCostsNoAllocationWithoutATrace(t *testing.T) {
+	clearEnv(t)
+	_, err := Setup(context.Background(), "test", zap.NewNop())
+	require.NoError(t, err)
+	require.False(t, Enabled())
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer x", "content-type", "application/grpc"))
+	info := &grpc.UnaryServerInfo{FullMethod: "/x.v1.S/M"}
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	server := testing.AllocsPerRun(100, func() { _, _ = propagateServer(ctx, nil, info, handler) })
+	assert.Zero(t, server, "server side, no traceparent")
+	inProcess := InProcessServer()
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = inProcess(ctx, nil, info, handler) }), "in process, no traceparent")
+	invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	client := testing.AllocsPerRun(100, func() { _ = propagateClient(context.Background(), "/x.v1.S/M", nil, nil, nil, invoker) })
+	assert.Zero(t, client, "client side, no span context")
 }
