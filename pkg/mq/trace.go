@@ -4,12 +4,13 @@ import (
 	"context"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 )
 
 // Trace context travels in the message's headers as W3C traceparent, tracestate and baggage,
-// written by the global propagator (pkg/telemetry sets it): a publish writes the trace of the
+// written by the platform's propagator (telemetry.Propagator): a publish writes the trace of the
 // message's SpanContext or of the publish's ctx, a consume gives the handler a context carrying
 // it. The port starts no span of its own (a handler knows what the message is about and starts
 // its own). The headers are application headers: retry, deferral and dead-letter copies keep
@@ -24,7 +25,7 @@ func injectTrace(ctx context.Context, sc trace.SpanContext, h amqp.Table) {
 	} else if !trace.SpanContextFromContext(ctx).IsValid() {
 		return
 	}
-	otel.GetTextMapPropagator().Inject(ctx, tableCarrier(h))
+	telemetry.Propagator().Inject(ctx, tableCarrier(h))
 }
 
 // extractTrace returns ctx carrying the trace context of a delivery's headers; ctx itself when
@@ -33,7 +34,7 @@ func extractTrace(ctx context.Context, h map[string]any) context.Context {
 	if _, ok := h[hdrTraceparent]; !ok {
 		return ctx
 	}
-	return otel.GetTextMapPropagator().Extract(ctx, tableCarrier(h))
+	return telemetry.Propagator().Extract(ctx, tableCarrier(h))
 }
 
 // tableCarrier is a header table as a propagation.TextMapCarrier. AMQP long strings arrive as

@@ -24,7 +24,7 @@ import (
 // the server's own interceptors, it runs outside them.
 func ServerOption() grpc.ServerOption {
 	if Enabled() {
-		return grpc.StatsHandler(annotated{Handler: otelgrpc.NewServerHandler(otelgrpc.WithFilter(traced))})
+		return grpc.StatsHandler(annotated{Handler: otelgrpc.NewServerHandler(otelgrpc.WithFilter(traced), otelgrpc.WithPropagators(propagator))})
 	}
 	return grpc.ChainUnaryInterceptor(propagateServer)
 }
@@ -34,7 +34,7 @@ func ServerOption() grpc.ServerOption {
 // context on in the metadata when there is one, and does nothing when there is none.
 func DialOption() grpc.DialOption {
 	if Enabled() {
-		return grpc.WithStatsHandler(annotated{Handler: otelgrpc.NewClientHandler(otelgrpc.WithFilter(traced)), client: true})
+		return grpc.WithStatsHandler(annotated{Handler: otelgrpc.NewClientHandler(otelgrpc.WithFilter(traced), otelgrpc.WithPropagators(propagator)), client: true})
 	}
 	return grpc.WithChainUnaryInterceptor(propagateClient)
 }
@@ -147,7 +147,7 @@ func extractIncoming(ctx context.Context) context.Context {
 		return ctx
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	return otel.GetTextMapPropagator().Extract(ctx, mdCarrier(md))
+	return propagator.Extract(ctx, mdCarrier(md))
 }
 
 // propagateClient puts ctx's trace context into the call's metadata (tracing off).
@@ -159,7 +159,7 @@ func propagateClient(ctx context.Context, method string, req, reply any, cc *grp
 	if !ok {
 		md = metadata.MD{}
 	}
-	otel.GetTextMapPropagator().Inject(ctx, mdCarrier(md))
+	propagator.Inject(ctx, mdCarrier(md))
 	return invoker(metadata.NewOutgoingContext(ctx, md), method, req, reply, cc, opts...)
 }
 

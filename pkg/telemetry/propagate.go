@@ -8,6 +8,16 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// propagator is the W3C trace context and baggage: what the platform's code injects and extracts
+// on calls and messages whether or not Setup ran (a test, integrationsctl), so that passing a
+// trace on never depends on a global having been set. Setup also makes it the global one, for
+// libraries that read that.
+var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+
+// Propagator is the W3C trace context and baggage propagator the platform uses everywhere (gRPC
+// metadata, message headers).
+func Propagator() propagation.TextMapPropagator { return propagator }
+
 // w3c is the W3C trace context alone: what a row stores. Baggage is not kept on rows: it is the
 // caller's, and an execution outlives the call that made it.
 var w3c = propagation.TraceContext{}

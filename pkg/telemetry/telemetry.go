@@ -24,7 +24,6 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -90,7 +89,7 @@ type settings struct {
 // default); the shutdown it returns flushes them, and belongs last in the program's close order
 // (lifecycle.App.Flush). A variable with a value Setup cannot use is an error naming it.
 func Setup(ctx context.Context, service string, log *zap.Logger) (ShutdownFunc, error) {
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	otel.SetTextMapPropagator(propagator)
 	s, err := readSettings(os.Getenv)
 	if err != nil {
 		return nil, err
