@@ -27,6 +27,7 @@ import (
 	plog "github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/platformtoken"
 	"github.com/integrations-platform/integrations/pkg/safetext"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 )
 
 // Codes the SDK itself puts on failures it answers on the handler's behalf, so that they can
@@ -376,6 +377,9 @@ func (v service) Execute(ctx context.Context, in *adapterv1.ExecuteRequest) (*ad
 	if err := s.authenticate(ctx, adapterv1.AdapterService_Execute_FullMethodName, in.GetExecutionId(), in.GetAttempt(), in); err != nil {
 		return nil, err
 	}
+	// The attempt's trace, whether or not the adapter's gRPC server was built by grpcx: its work
+	// and callbacks continue it.
+	ctx = telemetry.FromIncoming(ctx)
 	// Acknowledge receipt before any work starts: a platform whose call then fails on a broken
 	// connection without this header knows the handler never ran, and spends no attempt.
 	_ = grpc.SendHeader(ctx, metadata.Pairs(adaptercall.ReceivedHeader, "1"))

@@ -135,6 +135,16 @@ func annotateRequest(span trace.Span, req any) {
 	}
 }
 
+// FromIncoming returns ctx carrying the trace context of its incoming gRPC metadata, when ctx has
+// none yet: for a handler whose server was not built with ServerOption (an adapter on the SDK
+// registered on a grpc.Server of its own), so that it continues its caller's trace all the same.
+func FromIncoming(ctx context.Context) context.Context {
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx
+	}
+	return extractIncoming(ctx)
+}
+
 // propagateServer carries an incoming trace context into the handler's context (tracing off).
 func propagateServer(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	return handler(extractIncoming(ctx), req)
