@@ -11,6 +11,7 @@
 package telemetry
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -104,6 +105,15 @@ func Setup(ctx context.Context, service string, log *zap.Logger) (ShutdownFunc, 
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		log.Warn("tracing error", zap.Error(err))
 	}))
+	// Later detectors win: OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME override the default
+	// service name. A malformed OTEL_RESOURCE_ATTRIBUTES is refused, as any variable we read.
+	res, err := resource.New(ctx,
+		resource.WithAttributes(semconv.ServiceName(service)),
+		resource.WithFromEnv(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: OTEL_RESOURCE_ATTRIBUTES: %w", err)
+	}
 	var client otlptrace.Client
 	switch s.protocol {
 	case "grpc":
@@ -113,16 +123,7 @@ func Setup(ctx context.Context, service string, log *zap.Logger) (ShutdownFunc, 
 	}
 	exp, err := otlptrace.New(ctx, client)
 	if err != nil {
-		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
-	}
-	// Later detectors win: OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME override the default
-	// service name.
-	res, err := resource.New(ctx,
-		resource.WithAttributes(semconv.ServiceName(service)),
-		resource.WithFromEnv(),
-	)
-	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
-		return nil, fmt.Errorf("tracing: resource (%s): %w", "OTEL_RESOURCE_ATTRIBUTES", err)
+		return nil, fmt.Errorf("tracing: OTLP exporter (OTEL_EXPORTER_OTLP_*): %w", err)
 	}
 	// The sampler is the SDK's, from OTEL_TRACES_SAMPLER (validated above) and
 	// OTEL_TRACES_SAMPLER_ARG; the batch processor's queue and delays from OTEL_BSP_*.
@@ -132,7 +133,7 @@ func Setup(ctx context.Context, service string, log *zap.Logger) (ShutdownFunc, 
 	)
 	otel.SetTracerProvider(tp)
 	enabled.Store(true)
-	log.Info("tracing on", zap.String("protocol", s.protocol), zap.String("sampler", os.Getenv(envSampler)))
+	log.Info("tracing on", zap.String("protocol", s.protocol), zap.String("sampler", cmp.Or(os.Getenv(envSampler), "parentbased_always_on")))
 	return func(ctx context.Context) error {
 		enabled.Store(false)
 		if err := tp.Shutdown(ctx); err != nil {

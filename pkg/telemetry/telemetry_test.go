@@ -181,3 +181,13 @@ func TestSetupExportsOverOTLP(t *testing.T) {
 	}
 	assert.Equal(t, map[string]any{"integrations.execution_id": "exec-1", "integrations.attempt": int64(2)}, attrs)
 }
+
+// A malformed OTEL_RESOURCE_ATTRIBUTES stops the program naming it, before anything is dialled.
+func TestSetupRefusesMalformedResourceAttributes(t *testing.T) {
+	clearEnv(t)
+	t.Setenv(envEndpoint, "http://127.0.0.1:1")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment")
+	_, err := Setup(context.Background(), "test", zap.NewNop())
+	require.ErrorContains(t, err, "OTEL_RESOURCE_ATTRIBUTES")
+	require.False(t, Enabled())
+}
