@@ -16,27 +16,48 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// ServerOption traces a gRPC server's calls. On, it is otelgrpc's stats handler: a server span
-// per call, continuing the caller's trace, with the execution id (and attempt) of the request on
-// it. Off, it is a unary interceptor that only carries an incoming traceparent into the handler's
-// context — one metadata lookup per call, nothing allocated when there is none — so that what the
-// handler writes (a row, a message, a call) continues the caller's trace even here. Given before
-// the server's own interceptors, it runs outside them.
+// ServerOption traces a gRPC server's calls when tracing is on: otelgrpc's stats handler, a
+// server span per call continuing the caller's trace, with the execution id (and attempt) of the
+// request on it. Off, it is no option at all: WrapServer passes the caller's trace context on.
 func ServerOption() grpc.ServerOption {
 	if Enabled() {
 		return grpc.StatsHandler(annotated{Handler: otelgrpc.NewServerHandler(otelgrpc.WithFilter(traced), otelgrpc.WithPropagators(propagator))})
 	}
-	return grpc.ChainUnaryInterceptor(propagateServer)
+	return grpc.EmptyServerOption{}
 }
 
-// DialOption traces a gRPC client's calls: on, otelgrpc's stats handler (a client span per call,
-// its trace context in the call's metadata); off, a unary interceptor that passes ctx's span
-// context on in the metadata when there is one, and does nothing when there is none.
+// WrapServer returns next, the server's outermost unary interceptor, taking the caller's trace
+// context from the incoming metadata first when the context has none (tracing off, or a call
+// served in process): what the handler writes — a row, a message, a call — continues the caller's
+// trace even through a service that records nothing. It wraps an interceptor rather than being
+// one, because each level of a gRPC interceptor chain allocates per call: off, it costs a metadata
+// lookup and nothing allocated when there is no traceparent.
+func WrapServer(next grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		return next(FromIncoming(ctx), req, info, handler)
+	}
+}
+
+// DialOption traces a gRPC client's calls when tracing is on: otelgrpc's stats handler, a client
+// span per call, its trace context in the call's metadata. Off, it is no option at all: WrapClient
+// passes ctx's trace context on.
 func DialOption() grpc.DialOption {
 	if Enabled() {
 		return grpc.WithStatsHandler(annotated{Handler: otelgrpc.NewClientHandler(otelgrpc.WithFilter(traced), otelgrpc.WithPropagators(propagator)), client: true})
 	}
-	return grpc.WithChainUnaryInterceptor(propagateClient)
+	return grpc.EmptyDialOption{}
+}
+
+// WrapClient returns next, the client's outermost unary interceptor, putting ctx's trace context
+// into the call's metadata first when tracing is off (on, the stats handler does, with its client
+// span's): nothing done, and nothing allocated, when ctx has none.
+func WrapClient(next grpc.UnaryClientInterceptor) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if !Enabled() {
+			ctx = injectOutgoing(ctx)
+		}
+		return next(ctx, method, req, reply, cc, invoker, opts...)
+	}
 }
 
 // PropagateDialOption passes ctx's trace context on in a gRPC client's calls, without a span of
@@ -54,9 +75,10 @@ func traced(info *stats.RPCTagInfo) bool {
 }
 
 // InProcessServer is ServerOption for calls served in process, through a server's interceptor
-// chain without the network (the gateway's REST face): it takes the caller's trace context from
-// the incoming metadata (traceparent, tracestate, baggage) and, on, records a server span named
-// after the method, as otelgrpc would over the network.
+// chain without the network (the gateway's REST face), when tracing is on: it takes the caller's
+// trace context from the incoming metadata (traceparent, tracestate, baggage) and records a server
+// span named after the method, as otelgrpc would over the network. (Off, WrapServer on the chain's
+// outermost interceptor passes the trace context on.)
 func InProcessServer() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		ctx = extractIncoming(ctx)
@@ -145,11 +167,6 @@ func FromIncoming(ctx context.Context) context.Context {
 	return extractIncoming(ctx)
 }
 
-// propagateServer carries an incoming trace context into the handler's context (tracing off).
-func propagateServer(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	return handler(extractIncoming(ctx), req)
-}
-
 // extractIncoming returns ctx with the trace context of its incoming metadata, if it has any. The
 // lookup of traceparent alone copies nothing; the metadata is read whole only when it is there.
 func extractIncoming(ctx context.Context) context.Context {
@@ -160,17 +177,24 @@ func extractIncoming(ctx context.Context) context.Context {
 	return propagator.Extract(ctx, mdCarrier(md))
 }
 
-// propagateClient puts ctx's trace context into the call's metadata (tracing off).
+// propagateClient is an interceptor of its own that puts ctx's trace context into the call's
+// metadata, for PropagateDialOption.
 func propagateClient(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return invoker(injectOutgoing(ctx), method, req, reply, cc, opts...)
+}
+
+// injectOutgoing returns ctx with its trace context in the outgoing metadata; ctx itself when it
+// has none.
+func injectOutgoing(ctx context.Context) context.Context {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return invoker(ctx, method, req, reply, cc, opts...)
+		return ctx
 	}
 	md, ok := metadata.FromOutgoingContext(ctx)
 	if !ok {
 		md = metadata.MD{}
 	}
 	propagator.Inject(ctx, mdCarrier(md))
-	return invoker(metadata.NewOutgoingContext(ctx, md), method, req, reply, cc, opts...)
+	return metadata.NewOutgoingContext(ctx, md)
 }
 
 // mdCarrier is gRPC metadata as a propagation.TextMapCarrier.

@@ -67,8 +67,8 @@ func clearEnv(t *testing.T) {
 }
 
 // With no OTEL_* variables, nothing records and nothing is exported, yet the W3C propagator is
-// set and a gRPC call passes the caller's trace context on through a service that records
-// nothing.
+// set and a gRPC call passes the caller's trace context on (WrapClient, WrapServer: grpcx wraps
+// its outermost interceptors so) through a service that records nothing.
 func TestSetupOffPropagatesOnly(t *testing.T) {
 	clearEnv(t)
 	shutdown, err := Setup(context.Background(), "test", zap.NewNop())
@@ -93,13 +93,17 @@ func TestSetupOffPropagatesOnly(t *testing.T) {
 		mu.Unlock()
 		return h(ctx, req)
 	}
-	srv := grpc.NewServer(ServerOption(), grpc.ChainUnaryInterceptor(seen))
+	srv := grpc.NewServer(ServerOption(), grpc.ChainUnaryInterceptor(WrapServer(seen)))
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), DialOption())
+	passThrough := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), DialOption(),
+		grpc.WithChainUnaryInterceptor(WrapClient(passThrough)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 
