@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
@@ -23,6 +25,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 	"github.com/integrations-platform/integrations/services/event-router/internal/store"
 )
 
@@ -238,6 +241,13 @@ func (r *Relay) pass(ctx context.Context) error {
 			r.handedOff.Add(int64(len(here)))
 			for _, d := range here {
 				relayLag.WithLabelValues("handoff").Observe(metrics.Since(d.CreatedAt))
+				// A relay span per event in its execution's trace, as for a notice; the hand-off
+				// carries it to the delivery in place of a message's headers.
+				_, span := telemetry.Start(telemetry.WithTraceparent(ctx, d.Traceparent, d.Tracestate), "relay",
+					trace.SpanKindProducer, telemetry.ExecutionID(d.ExecutionID), telemetry.EventID(d.EventID),
+					attribute.String("integrations.relay", "handoff"))
+				d.Traceparent, d.Tracestate = telemetry.Traceparent(trace.ContextWithSpanContext(ctx, span.SpanContext()))
+				span.End()
 			}
 			r.opts.Handoff.Offer(here)
 		}
@@ -248,15 +258,27 @@ func (r *Relay) pass(ctx context.Context) error {
 			continue
 		}
 		msgs := make([]mq.Outgoing, len(claimed))
+		// One span per event's notice, in its execution's trace (from the event's row), not one
+		// for the batch (docs/decisions.md, Tracing).
+		spans := make([]trace.Span, len(claimed))
 		for i, c := range claimed {
 			body, err := proto.Marshal(&queuev1.EventNotice{EventId: c.ID, ApplicationId: c.ApplicationID})
 			if err != nil {
+				endAll(spans)
 				return fmt.Errorf("encode event notice: %w", err)
 			}
-			msgs[i] = mq.Outgoing{ID: c.ID, Body: body}
+			_, spans[i] = telemetry.Start(telemetry.WithTraceparent(ctx, c.Traceparent, c.Tracestate), "relay",
+				trace.SpanKindProducer, telemetry.ExecutionID(c.ExecutionID), telemetry.EventID(c.ID),
+				attribute.String("integrations.relay", "broker"))
+			msgs[i] = mq.Outgoing{ID: c.ID, Body: body, SpanContext: spans[i].SpanContext()}
 		}
 		var done []string
-		for i, err := range r.pub.PublishAll(ctx, routes.Events.Name, msgs) {
+		errs := r.pub.PublishAll(ctx, routes.Events.Name, msgs)
+		for i, err := range errs {
+			telemetry.Fail(spans[i], err)
+		}
+		endAll(spans)
+		for i, err := range errs {
 			if err != nil {
 				r.log.Warn("event publish not confirmed", zap.String("event_id", claimed[i].ID), zap.Error(err))
 				continue
@@ -271,6 +293,15 @@ func (r *Relay) pass(ctx context.Context) error {
 		}
 		if len(claimed)+len(here) < batchSize {
 			return nil
+		}
+	}
+}
+
+// endAll ends the spans started (a nil one was not).
+func endAll(spans []trace.Span) {
+	for _, span := range spans {
+		if span != nil {
+			span.End()
 		}
 	}
 }

@@ -45,6 +45,10 @@ type Unrelayed struct {
 	ClaimedUntil  time.Time
 	// CreatedAt is when the event was written (the database's clock): for the relay-lag metric.
 	CreatedAt time.Time
+	// ExecutionID is the event's execution; Traceparent and Tracestate its trace context, which
+	// the relay's notice continues. Empty: none.
+	ExecutionID             string
+	Traceparent, Tracestate string
 }
 
 // EventClaimUnrelayed reserves up to limit events not yet published to the broker.
@@ -105,7 +109,7 @@ func (s *Store) EventClaimForRelay(ctx context.Context, limit int, ttl time.Dura
 			CASE WHEN m.here THEN e.payload END, a.consumer_kind, a.consumer_endpoint,
 			CASE WHEN m.here THEN a.signing_secret_enc END,
 			CASE WHEN m.here AND a.signing_secret_prev_until > now() THEN a.signing_secret_prev_enc END,
-			x.created_at
+			x.created_at, e.execution_id::text, coalesce(e.traceparent, ''), coalesce(e.tracestate, '')
 		FROM marked m JOIN integration_events e ON e.id = m.id JOIN applications a ON a.id = m.application_id
 			JOIN executions x ON x.id = e.execution_id`,
 		limit, ttl.Seconds(), local, deliveryTTL.Seconds())
@@ -120,11 +124,13 @@ func (s *Store) EventClaimForRelay(ctx context.Context, limit int, ttl time.Dura
 		var isHere bool
 		var relayClaim, deliveryClaim *time.Time
 		if err := rows.Scan(&d.EventID, &d.ApplicationID, &isHere, &relayClaim, &deliveryClaim, &d.Type, &d.CreatedAt,
-			&d.Attempts, &d.Payload, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret, &d.ExecutionCreatedAt); err != nil {
+			&d.Attempts, &d.Payload, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret, &d.ExecutionCreatedAt,
+			&d.ExecutionID, &d.Traceparent, &d.Tracestate); err != nil {
 			return nil, nil, fmt.Errorf("claim unrelayed events: %w", err)
 		}
 		if !isHere {
-			pub = append(pub, Unrelayed{ID: d.EventID, ApplicationID: d.ApplicationID, ClaimedUntil: *relayClaim, CreatedAt: d.CreatedAt})
+			pub = append(pub, Unrelayed{ID: d.EventID, ApplicationID: d.ApplicationID, ClaimedUntil: *relayClaim, CreatedAt: d.CreatedAt,
+				ExecutionID: d.ExecutionID, Traceparent: d.Traceparent, Tracestate: d.Tracestate})
 			continue
 		}
 		d.Status = "pending"
@@ -265,6 +271,11 @@ type Delivery struct {
 	// ExecutionCreatedAt is when the event's execution was accepted (the database's clock), read
 	// in the claim's own statement: for the accept → delivered metric.
 	ExecutionCreatedAt time.Time
+	// ExecutionID is the event's execution; Traceparent and Tracestate its trace context (the
+	// execution's, copied by settlement; a hand-off's relay span, set by the relay), which the
+	// delivery continues when no notice brought one. Empty: none.
+	ExecutionID             string
+	Traceparent, Tracestate string
 	// Wait is how long until the event's next attempt is due, when it is pending but not yet.
 	Wait time.Duration
 	// ClaimWait is how long another delivery's claim on the event still runs, if one does.
@@ -308,7 +319,9 @@ func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Dura
 					CASE WHEN e.attempts > 0 THEN e.next_attempt_at END - now()), 0)::float8 AS wait,
 				COALESCE(extract(epoch FROM e.delivery_claimed_until - now()), 0)::float8 AS claim_wait,
 				x.created_at AS execution_created_at,
-				EXISTS (`+earlierPendingSQL("e")+`) AS held
+				EXISTS (`+earlierPendingSQL("e")+`) AS held,
+				e.execution_id::text AS execution_id, coalesce(e.traceparent, '') AS traceparent,
+				coalesce(e.tracestate, '') AS tracestate
 			FROM integration_events e JOIN applications a ON a.id = e.application_id
 				JOIN executions x ON x.id = e.execution_id
 			WHERE e.id = $1
@@ -327,7 +340,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Dura
 			COALESCE((SELECT held FROM claimed), false) FROM ev`, eventID, ttl.Seconds()).
 		Scan(&d.EventID, &d.ApplicationID, &d.Type, &d.CreatedAt, &d.Payload,
 			&d.Status, &d.Attempts, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret,
-			&wait, &claimWait, &d.ExecutionCreatedAt, &behind, &claim, &d.Held)
+			&wait, &claimWait, &d.ExecutionCreatedAt, &behind, &d.ExecutionID, &d.Traceparent, &d.Tracestate, &claim, &d.Held)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
