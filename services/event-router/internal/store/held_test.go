@@ -99,3 +99,32 @@ func TestRelayClaimDoesNotWalkHeldEvents(t *testing.T) {
 	require.Equal(t, completion, here[0].EventID)
 	require.Empty(t, pub)
 }
+
+// The race DeliveryRecord cannot see: a relay that read the predecessor pending sets its
+// successor aside after the record that delivered the predecessor committed. The recovery pass
+// lets go of it (and of no event still behind a pending one), and the relay claims it.
+func TestEventUnholdReleasedLetsGoOfAnEventARaceLeftHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupOrder(t, 3)
+	_, here := b.claimAll(t, 10)
+	require.Equal(t, []string{b.events[0]}, here)
+	pub, here := b.claimAll(t, 10)
+	require.Empty(t, append(pub, here...))
+	var held int
+	require.NoError(t, b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM integration_events WHERE execution_id = $1 AND held`, b.exec).Scan(&held))
+	require.Equal(t, 2, held, "both successors set aside")
+
+	// Sequence 1 is delivered by a statement that did not let its successors go (the race).
+	_, err := b.schema.Pool.Exec(ctx, `UPDATE integration_events SET delivery_status = 'delivered', delivered_at = now(),
+		delivery_claimed_until = NULL WHERE id = $1`, b.events[0])
+	require.NoError(t, err)
+	pub, here = b.claimAll(t, 10)
+	require.Empty(t, append(pub, here...), "set aside, the successor is not scanned")
+
+	n, err := b.store.EventUnholdReleased(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "only sequence 2: sequence 3 is still behind it")
+	pub, here = b.claimAll(t, 10)
+	require.Equal(t, []string{b.events[1]}, append(pub, here...))
+}
