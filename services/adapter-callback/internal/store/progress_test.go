@@ -246,3 +246,24 @@ func TestProgressSetDuringSettlementWritesNoEventAfterTheCompletion(t *testing.T
 	require.Equal(t, execution.EventTypeExecutionComplete, evs[1].Type, "the completion is the last event")
 	require.Equal(t, int32(2), evs[1].Sequence)
 }
+
+// A progress event carries its execution's trace context, as the completion event does (migration
+// 00015), so that the event router's relay and delivery continue the execution's trace.
+func TestProgressEventCarriesTheExecutionsTraceContext(t *testing.T) {
+	t.Parallel()
+	b := setupProgress(t)
+	ctx := context.Background()
+	id := b.running(t, "test.progress", execution.ModeAsync)
+	const tp, ts = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "vendor=x"
+	_, err := b.schema.Pool.Exec(ctx, `UPDATE executions SET traceparent = $2, tracestate = $3 WHERE id = $1`, id, tp, ts)
+	require.NoError(t, err)
+	ev, err := b.store.ProgressSet(ctx, id, 1, percent(10))
+	require.NoError(t, err)
+	var gotTP, gotTS *string
+	require.NoError(t, b.schema.Pool.QueryRow(ctx, `SELECT traceparent, tracestate FROM integration_events WHERE id = $1`, ev.ID).
+		Scan(&gotTP, &gotTS))
+	require.NotNil(t, gotTP, "the event is in the execution's trace")
+	require.Equal(t, tp, *gotTP)
+	require.NotNil(t, gotTS)
+	require.Equal(t, ts, *gotTS)
+}
