@@ -226,6 +226,13 @@ func (r *Relay) pass(ctx context.Context) error {
 			r.log.Warn("events handed in process by a replica that stopped without them; relaying them again",
 				zap.Int64("events", lost))
 		}
+		unheld, err := r.store.EventUnholdReleased(ctx)
+		if err != nil {
+			return err
+		}
+		if unheld > 0 {
+			r.log.Info("held events whose predecessors are done let go", zap.Int64("events", unheld))
+		}
 	}
 	for {
 		var free int
@@ -233,7 +240,7 @@ func (r *Relay) pass(ctx context.Context) error {
 		if r.opts.Handoff != nil {
 			free, deliveryTTL = r.opts.Handoff.Free(), r.opts.Handoff.ClaimTTL()
 		}
-		claimed, here, err := r.store.EventClaimForRelay(ctx, batchSize, r.opts.ClaimTTL, free, deliveryTTL)
+		claimed, here, parked, err := r.store.EventClaimForRelay(ctx, batchSize, r.opts.ClaimTTL, free, deliveryTTL)
 		if err != nil {
 			return err
 		}
@@ -251,8 +258,11 @@ func (r *Relay) pass(ctx context.Context) error {
 			}
 			r.opts.Handoff.Offer(here)
 		}
+		// A batch full of events (held ones set aside count: they took the scan's places) may
+		// have more behind it.
+		full := len(claimed)+len(here)+parked >= batchSize
 		if len(claimed) == 0 {
-			if len(here) < batchSize {
+			if !full {
 				return nil
 			}
 			continue
@@ -291,7 +301,7 @@ func (r *Relay) pass(ctx context.Context) error {
 				return err
 			}
 		}
-		if len(claimed)+len(here) < batchSize {
+		if !full {
 			return nil
 		}
 	}

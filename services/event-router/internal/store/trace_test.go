@@ -35,7 +35,7 @@ func TestClaimsReadTheEventsTraceContext(t *testing.T) {
 	untraced, untracedExec := insert(nil)
 
 	// One handed over in process, one to publish.
-	pub, here, err := st.EventClaimForRelay(ctx, 10, time.Minute, 1, time.Minute)
+	pub, here, _, err := st.EventClaimForRelay(ctx, 10, time.Minute, 1, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, pub, 1)
 	require.Len(t, here, 1)
