@@ -36,6 +36,7 @@ type delivery struct {
 	WebhookID   string
 	ExecutionID string
 	At          time.Time
+	Traceparent string // the request's W3C traceparent header, if any
 }
 
 func newHook(t *testing.T) *hook {
@@ -59,7 +60,8 @@ func newHook(t *testing.T) *hook {
 			} `json:"data"`
 		}
 		_ = json.Unmarshal(body, &ev)
-		d := delivery{WebhookID: req.Header.Get("webhook-id"), ExecutionID: ev.Data.ExecutionID, At: time.Now()}
+		d := delivery{WebhookID: req.Header.Get("webhook-id"), ExecutionID: ev.Data.ExecutionID, At: time.Now(),
+			Traceparent: req.Header.Get("traceparent")}
 		h.mu.Lock()
 		h.got = append(h.got, d)
 		h.mu.Unlock()

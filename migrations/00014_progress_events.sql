@@ -13,13 +13,14 @@
 -- anyway, so the row lock they already take orders them, and the counter is read from the row's
 -- latest version even when the statement waited for the lock (a max(sequence) subquery would read
 -- the statement's older snapshot). Events written before this migration are each their
--- execution's only event: sequence 1, and the executions that have one count 1.
+-- execution's only event: sequence 1. Their executions' counters stay 0: settled, they write no
+-- event again, and counting them would rewrite every settled execution while this migration
+-- holds executions locked against every read and write (its ALTER TABLE, until the commit).
 
 -- +goose Up
 ALTER TABLE capabilities ADD COLUMN progress_events boolean NOT NULL DEFAULT false;
 
 ALTER TABLE executions ADD COLUMN event_seq integer NOT NULL DEFAULT 0 CHECK (event_seq >= 0);
-UPDATE executions x SET event_seq = 1 WHERE EXISTS (SELECT 1 FROM integration_events e WHERE e.execution_id = x.id);
 
 ALTER TABLE integration_events ADD COLUMN sequence integer NOT NULL DEFAULT 1 CHECK (sequence > 0);
 ALTER TABLE integration_events ADD CONSTRAINT integration_events_execution_id_sequence_key UNIQUE (execution_id, sequence);

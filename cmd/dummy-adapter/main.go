@@ -16,6 +16,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/metrics"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 )
 
 func main() {
@@ -35,6 +36,11 @@ func run() error {
 		return err
 	}
 	defer func() { _ = logger.Sync() }()
+	// Before any server or client is built: they trace only if tracing is on by then.
+	flushSpans, err := telemetry.Setup(context.Background(), "dummy-adapter", logger)
+	if err != nil {
+		return err
+	}
 
 	journal, err := dummy.OpenJournal(cfg.Journal)
 	if err != nil {
@@ -55,6 +61,8 @@ func run() error {
 		callbackDial = append(callbackDial, opt)
 	}
 	app := lifecycle.New(logger, cfg.Shutdown())
+	// The spans still buffered go out last, after every close (see lifecycle.App.Flush).
+	app.Flush("spans", flushSpans)
 	ad, err := adapter.New(dummy.NewHandler(logger, journal), adapter.Options{
 		CallbackAddr: cfg.CallbackAddr, Credential: cfg.Credential, Logger: logger, DialOptions: callbackDial,
 		AdapterID: cfg.AdapterID, PlatformKeys: keys,

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -24,6 +26,7 @@ import (
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/platformtoken/tokentest"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 )
 
 func TestMain(m *testing.M) {
@@ -50,12 +53,14 @@ type fakeCallbacks struct {
 	// renewRefusal, if not OK, refuses every renewal with that code.
 	renewRefusal codes.Code
 
-	mu        sync.Mutex
-	bearers   []string
-	renewals  []*adapterv1.RenewLeaseRequest
-	progress  []*adapterv1.ReportProgressRequest
-	completes []*adapterv1.CompleteRequest
-	completeN int
+	mu      sync.Mutex
+	bearers []string
+	// traceparents are the callbacks' traceparent metadata, in order ("" for none).
+	traceparents []string
+	renewals     []*adapterv1.RenewLeaseRequest
+	progress     []*adapterv1.ReportProgressRequest
+	completes    []*adapterv1.CompleteRequest
+	completeN    int
 
 	completed chan *adapterv1.CompleteRequest
 }
@@ -63,6 +68,8 @@ type fakeCallbacks struct {
 func (f *fakeCallbacks) seen(ctx context.Context) {
 	bearer, _ := grpcx.BearerToken(ctx)
 	f.bearers = append(f.bearers, bearer)
+	tp := metadata.ValueFromIncomingContext(ctx, "traceparent")
+	f.traceparents = append(f.traceparents, strings.Join(tp, ","))
 }
 
 func (f *fakeCallbacks) RenewLease(ctx context.Context, in *adapterv1.RenewLeaseRequest) (*adapterv1.RenewLeaseResponse, error) {
@@ -611,4 +618,41 @@ func TestCancelStopsAnExecuteInProgress(t *testing.T) {
 	f := a.resp.GetFailed()
 	require.Equal(t, "stopped", f.GetCode())
 	require.Equal(t, adapter.ErrCancelled.Error(), f.GetMessage())
+}
+
+// Later work continues the trace of the Execute call that accepted it: its progress report and
+// its outcome's delivery (on a context of its own) carry the caller's trace, also when the
+// adapter's gRPC server is a plain one (as here) and tracing is off.
+func TestLaterCallbacksContinueTheCallersTrace(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &fakeCallbacks{}, func(ctx context.Context, req *adapter.Request) adapter.Result {
+		return adapter.Later(time.Minute, func(ctx context.Context, cb *adapter.Callbacks) adapter.Result {
+			if err := cb.ReportProgress(ctx, map[string]any{"percent": 50}); err != nil {
+				return adapter.Fail(adapter.ClassTransient, "", err.Error(), true)
+			}
+			return adapter.Complete(map[string]any{})
+		})
+	})
+	const traceID = "0af7651916cd43dd8448eb211c80319c"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = telemetry.WithTraceparent(ctx, "00-"+traceID+"-b7ad6b7169203331-01", "")
+	st, err := structpb.NewStruct(map[string]any{})
+	require.NoError(t, err)
+	_, err = b.client.Execute(ctx, &adapterv1.ExecuteRequest{
+		ExecutionId: "exec-1", Attempt: 1, Capability: "test.cap", Payload: st,
+		DeadlineTime: timestamppb.New(time.Now().Add(time.Minute)), CallbackToken: token, Mode: executionv1.Mode_MODE_ASYNC,
+	})
+	require.NoError(t, err)
+	awaitComplete(t, b.fake)
+	b.server.Wait()
+
+	b.fake.mu.Lock()
+	defer b.fake.mu.Unlock()
+	require.GreaterOrEqual(t, len(b.fake.traceparents), 2, "progress and complete at least")
+	for i, tp := range b.fake.traceparents {
+		parts := strings.Split(tp, "-")
+		require.Len(t, parts, 4, "callback %d's traceparent %q", i, tp)
+		require.Equal(t, traceID, parts[1], "callback %d continues the caller's trace", i)
+	}
 }

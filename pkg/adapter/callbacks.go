@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,6 +17,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/outcome"
 	"github.com/integrations-platform/integrations/pkg/safetext"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 )
 
 // ErrAttemptGone is the context.Cause of Later work cancelled because the platform refused a
@@ -52,6 +54,9 @@ type Callbacks struct {
 	// leaseEnd is when the lease in force ends, in Unix nanoseconds: from Accepted, then from
 	// each renewal's answer. The outcome is delivered until then.
 	leaseEnd atomic.Int64
+	// span is the background work's span (in the trace of the Execute call that accepted it):
+	// every callback continues it, the outcome's delivery too, which runs on a context of its own.
+	span trace.SpanContext
 }
 
 // ExecutionID is the execution the callbacks are for.
@@ -131,6 +136,9 @@ func (c *Callbacks) renewEvery() time.Duration {
 }
 
 func (c *Callbacks) outgoing(ctx context.Context) context.Context {
+	if c.span.IsValid() && !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, c.span)
+	}
 	if c.credential == "" {
 		return ctx
 	}
@@ -142,6 +150,12 @@ func (c *Callbacks) outgoing(ctx context.Context) context.Context {
 // renewal loop) or ErrCancelled (by Cancel).
 func (s *Server) background(ctx context.Context, cancel context.CancelCauseFunc, log *zap.Logger, deadline time.Time, cb *Callbacks, fn func(context.Context, *Callbacks) Result) {
 	defer s.endWork()
+	// The work's span runs from the Accepted answer to the outcome's delivery: the platform's
+	// attempt waits on it, and the callbacks it makes are its children.
+	ctx, span := telemetry.Start(ctx, "adapter.work", trace.SpanKindInternal,
+		telemetry.ExecutionID(cb.executionID), telemetry.Attempt(cb.attempt))
+	defer span.End()
+	cb.span = span.SpanContext()
 	if !deadline.IsZero() {
 		var cancelDeadline context.CancelFunc
 		ctx, cancelDeadline = context.WithDeadline(ctx, deadline)

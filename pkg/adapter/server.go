@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -26,6 +27,7 @@ import (
 	plog "github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/platformtoken"
 	"github.com/integrations-platform/integrations/pkg/safetext"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 )
 
 // Codes the SDK itself puts on failures it answers on the handler's behalf, so that they can
@@ -375,6 +377,9 @@ func (v service) Execute(ctx context.Context, in *adapterv1.ExecuteRequest) (*ad
 	if err := s.authenticate(ctx, adapterv1.AdapterService_Execute_FullMethodName, in.GetExecutionId(), in.GetAttempt(), in); err != nil {
 		return nil, err
 	}
+	// The attempt's trace, whether or not the adapter's gRPC server was built by grpcx: its work
+	// and callbacks continue it.
+	ctx = telemetry.FromIncoming(ctx)
 	// Acknowledge receipt before any work starts: a platform whose call then fails on a broken
 	// connection without this header knows the handler never ran, and spends no attempt.
 	_ = grpc.SendHeader(ctx, metadata.Pairs(adaptercall.ReceivedHeader, "1"))
@@ -400,7 +405,7 @@ func (v service) Execute(ctx context.Context, in *adapterv1.ExecuteRequest) (*ad
 				res = invalidResult(log, "Later work returned Later")
 			}
 		} else {
-			res = s.accept(log, req, in.GetCallbackToken(), res)
+			res = s.accept(ctx, log, req, in.GetCallbackToken(), res)
 		}
 	}
 	resp, err := toResponse(res)
@@ -437,8 +442,9 @@ func invalidResult(log *zap.Logger, why string) Result {
 	return Fail(ClassPermanent, CodeInvalidResult, "adapter returned an invalid result", false)
 }
 
-// accept starts Later work in the background and answers Accepted, or answers why it cannot.
-func (s *Server) accept(log *zap.Logger, req *Request, token string, res Result) Result {
+// accept starts Later work in the background and answers Accepted, or answers why it cannot. The
+// work outlives call (the Execute call's context) but continues its trace.
+func (s *Server) accept(call context.Context, log *zap.Logger, req *Request, token string, res Result) Result {
 	// Counted in before dialling, so that Shutdown, which waits for the count, never races a
 	// dial when it closes the connection.
 	if !s.startWork() {
@@ -461,7 +467,7 @@ func (s *Server) accept(log *zap.Logger, req *Request, token string, res Result)
 	cb.leaseEnd.Store(time.Now().Add(res.lease).UnixNano())
 	// Tracked before Accepted is answered, so that a Cancel that follows the answer finds the
 	// work.
-	ctx, cancel := context.WithCancelCause(s.base)
+	ctx, cancel := context.WithCancelCause(trace.ContextWithSpanContext(s.base, trace.SpanContextFromContext(call)))
 	untrack := s.track(workKey{req.ExecutionID, req.Attempt}, cancel)
 	go func() {
 		defer untrack()

@@ -31,6 +31,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
 	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/safetext"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 )
 
 // Server is a gRPC server with its health service.
@@ -82,7 +83,9 @@ const (
 // input, and an error from a dependency may too.
 const logMessageMax = 512
 
-// NewServer returns a server whose unary calls pass through, in order: the per-RPC metrics
+// NewServer returns a server whose calls are traced (pkg/telemetry: a span per call when tracing is
+// on, the caller's trace context passed on either way) and whose unary calls pass through, in
+// order: the per-RPC metrics
 // (pkg/metrics), panic recovery, logging,
 // the refusal of a request that could not be decoded (decode.go), error mapping (ToStatus), the
 // caller's identity (Policy, on an internal port), then cfg.Interceptors.
@@ -98,7 +101,9 @@ func NewServer(cfg ServerConfig) *Server {
 	// Calls run on a pool of goroutines (a new one only when all are busy): a goroutine per call
 	// grew its stack afresh on every call, a tenth of the gateway's CPU under a flood of refused
 	// calls. (Marked experimental in grpc-go, and there since 1.30.)
-	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(newDecodeCodec()), grpc.NumStreamWorkers(streamWorkers)}
+	// Tracing on, a stats handler: its span is in the context of every interceptor, so the
+	// handler's writes are in the trace. Off, no option (see the outermost interceptor below).
+	opts := []grpc.ServerOption{telemetry.ServerOption(), grpc.ForceServerCodecV2(newDecodeCodec()), grpc.NumStreamWorkers(streamWorkers)}
 	switch {
 	case cfg.Internal != nil:
 		chain = append(chain, policyUnary(cfg.Policy))
@@ -115,7 +120,9 @@ func NewServer(cfg ServerConfig) *Server {
 	chain = append(chain, cfg.Interceptors...)
 	// Per-RPC metrics (grpc_server_*), outermost: they see the status the caller gets (a panic,
 	// a refusal and a handler's error all mapped within) and the whole call's time.
-	chain = append([]grpc.UnaryServerInterceptor{metrics.GRPCServer().UnaryServerInterceptor()}, chain...)
+	// It also carries the caller's trace context in (telemetry.WrapServer), for a server that
+	// records no span of its own: wrapped, not a level of the chain, which would allocate per call.
+	chain = append([]grpc.UnaryServerInterceptor{telemetry.WrapServer(metrics.GRPCServer().UnaryServerInterceptor())}, chain...)
 	streams = append([]grpc.StreamServerInterceptor{metrics.GRPCServer().StreamServerInterceptor()}, streams...)
 	opts = append(opts, grpc.ChainUnaryInterceptor(chain...), grpc.ChainStreamInterceptor(streams...))
 	if cfg.MaxConcurrentStreams > 0 {
@@ -135,10 +142,15 @@ func NewServer(cfg ServerConfig) *Server {
 
 // Unary is the server's chain of unary interceptors as one, for a call served in process (the
 // REST face calling the service directly): the same recovery, logging, error mapping and service
-// interceptors as a call over the network. A call served this way has no peer and no decode note
-// of the server's codec.
+// interceptors as a call over the network, and the same tracing (telemetry.InProcessServer). A
+// call served this way has no peer and no decode note of the server's codec.
 func (s *Server) Unary() grpc.UnaryServerInterceptor {
 	chain := s.unary
+	if telemetry.Enabled() {
+		// A span of its own, as the stats handler records over the network; off, the chain's
+		// outermost interceptor passes the caller's trace context on (telemetry.WrapServer).
+		chain = append([]grpc.UnaryServerInterceptor{telemetry.InProcessServer()}, chain...)
+	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		return callChain(chain, ctx, req, info, handler)
 	}
@@ -328,8 +340,11 @@ func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
+		// Tracing: a client span per call when on; the caller's trace context passed on either way
+		// (telemetry.WrapClient around the outermost interceptor when off).
+		telemetry.DialOption(),
 		// Per-RPC client metrics (grpc_client_*).
-		grpc.WithChainUnaryInterceptor(metrics.GRPCClient().UnaryClientInterceptor()),
+		grpc.WithChainUnaryInterceptor(telemetry.WrapClient(metrics.GRPCClient().UnaryClientInterceptor())),
 		grpc.WithChainStreamInterceptor(metrics.GRPCClient().StreamClientInterceptor()),
 	}, opts...)
 	conn, err := grpc.NewClient(target, opts...)

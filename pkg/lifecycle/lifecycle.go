@@ -8,7 +8,8 @@
 //  3. at the soft timeout what is still in flight is cancelled (servers are stopped hard, the
 //     workers' work context ends);
 //  4. cancelled work gets half of what is left to return, then resources (broker, pools, client
-//     connections) are closed, in the order registered;
+//     connections) are closed, in the order registered, and then what is flushed last (the
+//     spans of everything before, Flush);
 //  5. Run returns by the hard timeout, whatever still hangs.
 //
 // Every time is measured from the signal. A second signal skips what is left of the drain
@@ -85,6 +86,7 @@ type App struct {
 	servers []server
 	workers []worker
 	closers []closer
+	flushes []closer
 	// signals is where Run hears SIGINT/SIGTERM; tests replace it.
 	signals func(chan<- os.Signal)
 }
@@ -145,6 +147,13 @@ func (a *App) Close(name string, fn func() error) {
 // timeout.
 func (a *App) CloseContext(name string, fn func(ctx context.Context) error) {
 	a.closers = append(a.closers, closer{name, fn})
+}
+
+// Flush registers what is flushed after every resource has closed, in the order registered (the
+// spans still buffered: flushed last, they include those of the closes); ctx ends at the hard
+// timeout.
+func (a *App) Flush(name string, fn func(ctx context.Context) error) {
+	a.flushes = append(a.flushes, closer{name, fn})
 }
 
 // Run starts everything and blocks until SIGINT/SIGTERM, ctx's end, or the first part that fails;
@@ -268,6 +277,11 @@ func (a *App) Run(ctx context.Context) error {
 		for _, c := range a.closers {
 			if err := c.close(hardCtx); err != nil {
 				a.log.Warn("close failed", zap.String("resource", c.name), zap.Error(err))
+			}
+		}
+		for _, f := range a.flushes {
+			if err := f.close(hardCtx); err != nil {
+				a.log.Warn("flush failed", zap.String("resource", f.name), zap.Error(err))
 			}
 		}
 	}()

@@ -85,7 +85,7 @@ func await(t *testing.T, done <-chan error, within time.Duration) error {
 
 // TestShutdownOrder: NOT_SERVING at the signal; servers and consumers keep working through the
 // drain window; then servers stop and Drain workers stop taking; Go workers are cancelled once
-// the servers stopped; resources close last, in the order registered. Nothing in flight, so the
+// the servers stopped; resources close last, in the order registered, and the flush after them. Nothing in flight, so the
 // work context is never cancelled and Run returns long before the soft timeout.
 func TestShutdownOrder(t *testing.T) {
 	t.Parallel()
@@ -104,6 +104,13 @@ func TestShutdownOrder(t *testing.T) {
 		return nil
 	})
 	a.Go("loop", func(ctx context.Context) error { <-ctx.Done(); j.note("loop-cancelled"); return ctx.Err() })
+	// Registered first, flushed after every close: the spans of the closes go out too.
+	a.Flush("spans", func(ctx context.Context) error {
+		_, hasDeadline := ctx.Deadline()
+		assert.True(t, hasDeadline, "a flush's ctx ends at the hard timeout")
+		j.note("flush-spans")
+		return nil
+	})
 	a.Close("broker", func() error { j.note("close-broker"); return nil })
 	a.CloseContext("postgres", func(ctx context.Context) error {
 		_, hasDeadline := ctx.Deadline()
@@ -118,7 +125,7 @@ func TestShutdownOrder(t *testing.T) {
 
 	ev := j.list()
 	assert.Equal(t, "not-serving", ev[0], "health first: %v", ev)
-	assert.Equal(t, []string{"close-broker", "close-postgres"}, ev[len(ev)-2:], "closers last, in order: %v", ev)
+	assert.Equal(t, []string{"close-broker", "close-postgres", "flush-spans"}, ev[len(ev)-3:], "closers last, in order, then the flush: %v", ev)
 	assert.GreaterOrEqual(t, j.when(t, "server-stop"), drain, "the server serves through the drain window")
 	assert.GreaterOrEqual(t, j.when(t, "consumer-stops-taking"), drain, "consumers take messages through the drain window")
 	assert.Less(t, j.when(t, "server-stop"), drain+time.Second)

@@ -775,7 +775,8 @@ func (c *consumer) handle(j *job) settlement {
 	}
 }
 
-// call runs the handler, turning a panic into a zero Result.
+// call runs the handler, turning a panic into a zero Result. The handler's context carries the
+// message's trace context, if it has one.
 func (c *consumer) call(m *Message) (res Result, panicked bool) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -785,7 +786,7 @@ func (c *consumer) call(m *Message) (res Result, panicked bool) {
 				zap.ByteString("stack", debug.Stack()))
 		}
 	}()
-	return c.h(c.ctx, m), false
+	return c.h(extractTrace(c.ctx, m.Headers), m), false
 }
 
 // copyContext bounds a retry, defer or dead-letter publish. It is detached from shutdown: a copy

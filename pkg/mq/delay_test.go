@@ -49,7 +49,7 @@ func TestPlanDelayLevels(t *testing.T) {
 		{999 * time.Millisecond, "s.jobs.delay.1000ms"},
 		{time.Second - tol - time.Microsecond, "s.jobs.delay.500ms"}, // short by more
 		{4 * time.Second, "s.jobs.delay.1000ms"},
-		{5*time.Second - 3*time.Millisecond, "s.jobs.delay.5000ms"}, // a due time minus a claim's ms
+		{5*time.Second - 3*time.Millisecond, "s.jobs.delay.5000ms"},  // a due time minus a claim's ms
 		{5*time.Second - 45*time.Millisecond, "s.jobs.delay.5000ms"}, // within a hundredth of the level
 		{5*time.Second - 55*time.Millisecond, "s.jobs.delay.1000ms"}, // short by more
 		{5 * time.Second, "s.jobs.delay.5000ms"},

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/integrations-platform/integrations/pkg/safetext"
 )
@@ -97,6 +98,9 @@ type Outgoing struct {
 	// the x-dead-*/x-*-failure-*/x-last-error family) are dropped, so republishing a consumed or
 	// dead-lettered message starts it afresh at attempt 1.
 	Headers map[string]any
+	// SpanContext is the trace this message continues, when it is not the publish's ctx's: a
+	// batch publishes messages of many traces in one call. Zero: ctx's (see trace.go).
+	SpanContext trace.SpanContext
 }
 
 // RetryPolicy is the port-level budget for a handler that returns Fail.

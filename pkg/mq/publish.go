@@ -137,7 +137,7 @@ func (b *Broker) publishMany(ctx context.Context, st *routeStats, what, exchange
 	ids := make([]string, len(msgs))
 	sent := 0
 	for i, m := range msgs {
-		pub, err := outgoing(m)
+		pub, err := outgoing(ctx, m)
 		ids[i] = pub.MessageId
 		if err != nil {
 			flights[i].err = err
@@ -193,8 +193,9 @@ func (b *Broker) publishCopy(ctx context.Context, exchange, key string, pub amqp
 	return p.await(ctx, []flight{f})[0]
 }
 
-// outgoing turns an application message into a persistent Publishing.
-func outgoing(m Outgoing) (amqp.Publishing, error) {
+// outgoing turns an application message into a persistent Publishing, carrying the trace context
+// of m.SpanContext, or else of ctx (see trace.go).
+func outgoing(ctx context.Context, m Outgoing) (amqp.Publishing, error) {
 	id := m.ID
 	if id == "" {
 		id = uuid.NewString()
@@ -209,6 +210,7 @@ func outgoing(m Outgoing) (amqp.Publishing, error) {
 			h[k] = v
 		}
 	}
+	injectTrace(ctx, m.SpanContext, h)
 	if err := h.Validate(); err != nil {
 		return amqp.Publishing{MessageId: id}, fmt.Errorf("headers: %w", err)
 	}

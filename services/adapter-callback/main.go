@@ -17,6 +17,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/metrics"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 	svcconfig "github.com/integrations-platform/integrations/services/adapter-callback/internal/config"
 	"github.com/integrations-platform/integrations/services/adapter-callback/internal/server"
 	"github.com/integrations-platform/integrations/services/adapter-callback/internal/store"
@@ -40,6 +41,11 @@ func run() error {
 	}
 	defer func() { _ = logger.Sync() }()
 	ctx := context.Background()
+	// Before any server or client is built: they trace only if tracing is on by then.
+	flushSpans, err := telemetry.Setup(ctx, "adapter-callback", logger)
+	if err != nil {
+		return err
+	}
 
 	pool, err := db.Open(ctx, cfg.DatabaseURL, db.MaxConns(cfg.DatabaseMaxConns))
 	if err != nil {
@@ -61,6 +67,8 @@ func run() error {
 		return err
 	}
 	app := lifecycle.New(logger, cfg.Shutdown())
+	// The spans still buffered go out last, after every close (see lifecycle.App.Flush).
+	app.Flush("spans", flushSpans)
 	app.Close("settlement-conn", settlementConn.Close)
 	app.Close("postgres", func() error { pool.Close(); return nil })
 

@@ -22,6 +22,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 	svcconfig "github.com/integrations-platform/integrations/services/dispatcher/internal/config"
 	"github.com/integrations-platform/integrations/services/dispatcher/internal/dispatch"
 	"github.com/integrations-platform/integrations/services/dispatcher/internal/store"
@@ -45,6 +46,11 @@ func run() error {
 	}
 	defer func() { _ = logger.Sync() }()
 	ctx := context.Background()
+	// Before any server or client is built: they trace only if tracing is on by then.
+	flushSpans, err := telemetry.Setup(ctx, "dispatcher", logger)
+	if err != nil {
+		return err
+	}
 
 	// The dispatcher writes only claims and deletions of published records: losing them in a
 	// Postgres crash publishes a dispatch twice, which the consumer's compare makes harmless, so
@@ -62,6 +68,8 @@ func run() error {
 		return err
 	}
 	app := lifecycle.New(logger, cfg.Shutdown())
+	// The spans still buffered go out last, after every close (see lifecycle.App.Flush).
+	app.Flush("spans", flushSpans)
 	// Records due within the largest delay level are published into the broker's holding queues;
 	// later ones wait in Postgres.
 	var horizon time.Duration

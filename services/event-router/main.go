@@ -19,6 +19,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
 	"github.com/integrations-platform/integrations/pkg/secret"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 	svcconfig "github.com/integrations-platform/integrations/services/event-router/internal/config"
 	"github.com/integrations-platform/integrations/services/event-router/internal/deliver"
 	"github.com/integrations-platform/integrations/services/event-router/internal/relay"
@@ -47,6 +48,11 @@ func run() error {
 	}
 	defer func() { _ = logger.Sync() }()
 	ctx := context.Background()
+	// Before any server or client is built: they trace only if tracing is on by then.
+	flushSpans, err := telemetry.Setup(ctx, "event-router", logger)
+	if err != nil {
+		return err
+	}
 
 	// Everything the router writes — relay claims and marks, delivery claims, the records of
 	// delivery attempts — only sends a notice or a webhook again if a Postgres crash loses it (a
@@ -102,6 +108,8 @@ func run() error {
 	})
 
 	app := lifecycle.New(logger, cfg.Shutdown())
+	// The spans still buffered go out last, after every close (see lifecycle.App.Flush).
+	app.Flush("spans", flushSpans)
 	internal, err := grpcx.ServiceIdentity("event-router", cfg.InternalFiles(), logger)
 	if err != nil {
 		return err

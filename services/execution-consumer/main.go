@@ -22,6 +22,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/nudge"
 	"github.com/integrations-platform/integrations/pkg/routes"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 	"github.com/integrations-platform/integrations/services/execution-consumer/internal/attempt"
 	svcconfig "github.com/integrations-platform/integrations/services/execution-consumer/internal/config"
 	"github.com/integrations-platform/integrations/services/execution-consumer/internal/store"
@@ -45,6 +46,11 @@ func run() error {
 	}
 	defer func() { _ = logger.Sync() }()
 	ctx := context.Background()
+	// Before any server or client is built: they trace only if tracing is on by then.
+	flushSpans, err := telemetry.Setup(ctx, "execution-consumer", logger)
+	if err != nil {
+		return err
+	}
 
 	pool, err := db.Open(ctx, cfg.DatabaseURL, db.MaxConns(cfg.DatabaseMaxConns))
 	if err != nil {
@@ -87,6 +93,8 @@ func run() error {
 		WithNudge(nudge.Dispatcher(dispatcherv1.NewDispatcherServiceClient(dispatcherConn), logger))
 
 	app := lifecycle.New(logger, cfg.Shutdown())
+	// The spans still buffered go out last, after every close (see lifecycle.App.Flush).
+	app.Flush("spans", flushSpans)
 	// Health only: the empty Policy refuses every other method.
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: logger, Reflection: cfg.GRPCReflection, Internal: internal, Policy: grpcx.Policy{}})
 	if err := srv.Run(app, "grpc", cfg.GRPCAddr); err != nil {

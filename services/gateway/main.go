@@ -25,6 +25,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/secret"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 	svcconfig "github.com/integrations-platform/integrations/services/gateway/internal/config"
 	"github.com/integrations-platform/integrations/services/gateway/internal/console"
 	"github.com/integrations-platform/integrations/services/gateway/internal/httpapi"
@@ -56,6 +57,11 @@ func run() error {
 	}
 	defer func() { _ = logger.Sync() }()
 	ctx := context.Background()
+	// Before any server or client is built: they trace only if tracing is on by then.
+	flushSpans, err := telemetry.Setup(ctx, "gateway", logger)
+	if err != nil {
+		return err
+	}
 
 	// Every accept is a few round trips on its own connection: pgx's default pool (4 on a 2-core
 	// host) capped accept throughput in the benchmark (docs/benchmarks.md), so the gateway
@@ -69,6 +75,8 @@ func run() error {
 		return err
 	}
 	app := lifecycle.New(logger, cfg.Shutdown())
+	// The spans still buffered go out last, after every close (see lifecycle.App.Flush).
+	app.Flush("spans", flushSpans)
 	internal, err := grpcx.ServiceIdentity("gateway", cfg.InternalFiles(), logger)
 	if err != nil {
 		return err

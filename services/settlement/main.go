@@ -16,6 +16,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/metrics"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 	svcconfig "github.com/integrations-platform/integrations/services/settlement/internal/config"
 	"github.com/integrations-platform/integrations/services/settlement/internal/server"
 	"github.com/integrations-platform/integrations/services/settlement/internal/store"
@@ -40,6 +41,11 @@ func run() error {
 	}
 	defer func() { _ = logger.Sync() }()
 	ctx := context.Background()
+	// Before any server or client is built: they trace only if tracing is on by then.
+	flushSpans, err := telemetry.Setup(ctx, "settlement", logger)
+	if err != nil {
+		return err
+	}
 
 	pool, err := db.Open(ctx, cfg.DatabaseURL, db.MaxConns(cfg.DatabaseMaxConns))
 	if err != nil {
@@ -57,6 +63,8 @@ func run() error {
 		return err
 	}
 	app := lifecycle.New(logger, cfg.Shutdown())
+	// The spans still buffered go out last, after every close (see lifecycle.App.Flush).
+	app.Flush("spans", flushSpans)
 	app.Close("dispatcher-conn", dispatcherConn.Close)
 	app.Close("postgres", func() error { pool.Close(); return nil })
 

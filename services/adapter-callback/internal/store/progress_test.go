@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -195,4 +196,74 @@ func TestProgressSetConcurrentReportsTakeDistinctSequences(t *testing.T) {
 	evs := b.events(t, id)
 	require.NotEmpty(t, evs)
 	require.Equal(t, int32(reports), evs[len(evs)-1].Sequence, "the latest event holds the last number")
+}
+
+// A report that arrives while the settlement holds the execution's row waits for it, then finds
+// the execution settled: no progress event after the completion event, none with a higher
+// sequence, and the adapter is told the execution is not running.
+func TestProgressSetDuringSettlementWritesNoEventAfterTheCompletion(t *testing.T) {
+	t.Parallel()
+	b := setupProgress(t)
+	ctx := context.Background()
+	id := b.running(t, "test.progress", execution.ModeAsync)
+	_, err := b.store.ProgressSet(ctx, id, 1, percent(10))
+	require.NoError(t, err)
+
+	// The settlement's statement, as far as the row and the counter go: uncommitted, holding the row.
+	tx, err := b.schema.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below; a failed test rolls back
+	_, err = tx.Exec(ctx, `
+		WITH s AS (
+			UPDATE executions SET status = 'succeeded', settled_at = now(), event_seq = event_seq + 1 WHERE id = $1
+			RETURNING application_id, id, event_seq
+		)
+		INSERT INTO integration_events (id, application_id, execution_id, type, payload, sequence)
+		SELECT gen_random_uuid(), application_id, id, 'execution.completed', '{}', event_seq FROM s`, id)
+	require.NoError(t, err)
+	var pid int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.store.ProgressSet(ctx, id, 1, percent(90))
+		done <- err
+	}()
+	// The report waits on the settlement's row lock.
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, b.schema.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE $1 = ANY(pg_blocking_pids(pid)))`, pid).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, tx.Commit(ctx))
+
+	require.ErrorIs(t, <-done, ErrNotRunning)
+	evs := b.events(t, id)
+	require.Len(t, evs, 2)
+	require.Equal(t, execution.EventTypeExecutionProgress, evs[0].Type)
+	require.Equal(t, map[string]any{"percent": 10.0}, evs[0].Payload["data"].(map[string]any)["progress"], "not replaced either")
+	require.Equal(t, execution.EventTypeExecutionComplete, evs[1].Type, "the completion is the last event")
+	require.Equal(t, int32(2), evs[1].Sequence)
+}
+
+// A progress event carries its execution's trace context, as the completion event does (migration
+// 00015), so that the event router's relay and delivery continue the execution's trace.
+func TestProgressEventCarriesTheExecutionsTraceContext(t *testing.T) {
+	t.Parallel()
+	b := setupProgress(t)
+	ctx := context.Background()
+	id := b.running(t, "test.progress", execution.ModeAsync)
+	const tp, ts = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "vendor=x"
+	_, err := b.schema.Pool.Exec(ctx, `UPDATE executions SET traceparent = $2, tracestate = $3 WHERE id = $1`, id, tp, ts)
+	require.NoError(t, err)
+	ev, err := b.store.ProgressSet(ctx, id, 1, percent(10))
+	require.NoError(t, err)
+	var gotTP, gotTS *string
+	require.NoError(t, b.schema.Pool.QueryRow(ctx, `SELECT traceparent, tracestate FROM integration_events WHERE id = $1`, ev.ID).
+		Scan(&gotTP, &gotTS))
+	require.NotNil(t, gotTP, "the event is in the execution's trace")
+	require.Equal(t, tp, *gotTP)
+	require.NotNil(t, gotTS)
+	require.Equal(t, ts, *gotTS)
 }

@@ -135,7 +135,9 @@ func progressPayloadSQL(id string) string {
 // while one progress event is being delivered, all reports meanwhile fold into the one waiting
 // behind it. SKIP LOCKED: an event a relay is claiming at this moment is left to it, and the
 // report makes a new event. The sequence comes from the execution's counter, advanced by this
-// statement's update of the row whose lock orders all of the execution's event writers.
+// statement's update of the row whose lock orders all of the execution's event writers. The event
+// carries the execution's trace context, as settlement's completion event does, so that its relay
+// and delivery continue the execution's trace.
 //
 // $1 id, $2 attempt, $3 progress, $4 new event id, $5 event type, $6 notify channel.
 var progressSetSQL = `
@@ -144,11 +146,11 @@ var progressSetSQL = `
 			event_seq = e.event_seq + CASE WHEN c.progress_events AND e.mode = 'async' THEN 1 ELSE 0 END
 		FROM capabilities c
 		WHERE e.id = $1 AND e.attempt = $2 AND e.status = 'running' AND c.name = e.capability
-		RETURNING e.id, e.application_id, e.capability, e.attempt, e.event_seq, e.updated_at,
+		RETURNING e.id, e.application_id, e.capability, e.attempt, e.event_seq, e.updated_at, e.traceparent, e.tracestate,
 			c.progress_events AND e.mode = 'async' AS evented
 	), counted AS (
 		-- The timeline places the attempt's reports at their own time: a count and the last one's
-		-- time on the attempt's row, not a row per report (migration 00017).
+		-- time on the attempt's row, not a row per report (migration 00018).
 		UPDATE execution_attempts a SET progress_reports = a.progress_reports + 1, last_progress_at = x.updated_at
 		FROM x
 		WHERE a.execution_id = x.id AND a.n = $2
@@ -168,8 +170,10 @@ var progressSetSQL = `
 		WHERE ev.id = w.id
 		RETURNING ev.id, ev.sequence
 	), ins AS (
-		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at, sequence)
-		SELECT $4::uuid, x.application_id, x.id, $5::text, ` + progressPayloadSQL("$4::uuid") + `, now(), x.event_seq
+		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at, sequence,
+			traceparent, tracestate)
+		SELECT $4::uuid, x.application_id, x.id, $5::text, ` + progressPayloadSQL("$4::uuid") + `, now(), x.event_seq,
+			x.traceparent, x.tracestate
 		FROM x
 		WHERE x.evented AND NOT EXISTS (SELECT 1 FROM upd)
 		RETURNING id, sequence

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -20,6 +21,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 	"github.com/integrations-platform/integrations/services/dispatcher/internal/store"
 )
 
@@ -193,7 +195,19 @@ func (d *Dispatcher) batch(ctx context.Context) (batchResult, error) {
 	since := time.Since(start)
 	msgs := make([]mq.Outgoing, len(claimed))
 	delays := make([]time.Duration, len(claimed))
+	// One span per dispatch, in its execution's trace (the accept's, from the row), not one for
+	// the batch: each message carries its own span's context (docs/decisions.md, Tracing).
+	spans := make([]trace.Span, len(claimed))
+	defer func() {
+		for _, span := range spans {
+			if span != nil {
+				span.End()
+			}
+		}
+	}()
 	for i, c := range claimed {
+		_, spans[i] = telemetry.Start(telemetry.WithTraceparent(ctx, c.Traceparent, c.Tracestate), "dispatch",
+			trace.SpanKindProducer, telemetry.ExecutionID(c.ExecutionID), telemetry.Attempt(c.Attempt))
 		delays[i] = c.DueAt.Sub(c.ClaimedAt) - since
 		body, err := proto.Marshal(&queuev1.ExecutionDispatch{
 			ExecutionId: c.ExecutionID, Attempt: c.Attempt, DueTime: timestamppb.New(c.DueAt),
@@ -203,7 +217,7 @@ func (d *Dispatcher) batch(ctx context.Context) (batchResult, error) {
 		}
 		// The message id names the attempt, so every copy of one attempt's dispatch has the same
 		// identity.
-		msgs[i] = mq.Outgoing{ID: fmt.Sprintf("%s:%d", c.ExecutionID, c.Attempt), Body: body}
+		msgs[i] = mq.Outgoing{ID: fmt.Sprintf("%s:%d", c.ExecutionID, c.Attempt), Body: body, SpanContext: spans[i].SpanContext()}
 	}
 	// The message carries the due time: one that arrives early by the tolerance or more (a level
 	// shorter than its delay) is deferred again by the consumer, without spending an attempt.
@@ -211,6 +225,7 @@ func (d *Dispatcher) batch(ctx context.Context) (batchResult, error) {
 	var done, failed []int64
 	for i, err := range errs {
 		if err != nil {
+			telemetry.Fail(spans[i], err)
 			publishFailures.Inc()
 			d.log.Warn("dispatch publish not confirmed", zap.String("execution_id", claimed[i].ExecutionID),
 				zap.Int32("attempt", claimed[i].Attempt), zap.Error(err))

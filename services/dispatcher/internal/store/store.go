@@ -21,6 +21,9 @@ type Dispatch struct {
 	// ClaimedAt is the database's time of the claim: the clock DueAt was written by, so DueAt minus
 	// ClaimedAt is how far ahead the record was due, whatever the dispatcher's own clock says.
 	ClaimedAt time.Time
+	// Traceparent and Tracestate are the execution's trace context (its accept's), which the
+	// dispatch's message continues; empty for none.
+	Traceparent, Tracestate string
 }
 
 // Store is the dispatcher's data access.
@@ -75,8 +78,9 @@ func (s *Store) DispatchClaim(ctx context.Context, limit int, ttl, horizon time.
 				 WHERE claimed_until IS NOT NULL AND id NOT IN (SELECT id FROM due)
 				 ORDER BY claimed_until LIMIT 1)) - now())::float8 AS secs
 		)
-		SELECT c.id, c.execution_id, c.attempt, c.due_at, c.claimed_until, now(), next.secs
-		FROM next LEFT JOIN claimed c ON true`,
+		SELECT c.id, c.execution_id, c.attempt, c.due_at, c.claimed_until, now(), next.secs,
+			e.traceparent, e.tracestate
+		FROM next LEFT JOIN claimed c ON true LEFT JOIN executions e ON e.id = c.execution_id`,
 		limit, ttl.Seconds(), max(horizon, 0).Seconds())
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim dispatches: %w", err)
@@ -90,8 +94,9 @@ func (s *Store) DispatchClaim(ctx context.Context, limit int, ttl, horizon time.
 			execID       *string
 			attempt      *int32
 			due, claimed *time.Time
+			tp, ts       *string
 		)
-		if err := rows.Scan(&id, &execID, &attempt, &due, &claimed, &d.ClaimedAt, &next); err != nil {
+		if err := rows.Scan(&id, &execID, &attempt, &due, &claimed, &d.ClaimedAt, &next, &tp, &ts); err != nil {
 			rows.Close()
 			return Claim{}, fmt.Errorf("claim dispatches: %w", err)
 		}
@@ -99,6 +104,12 @@ func (s *Store) DispatchClaim(ctx context.Context, limit int, ttl, horizon time.
 			continue // nothing claimed: the one row carries only the next due time
 		}
 		d.ID, d.ExecutionID, d.Attempt, d.DueAt, d.ClaimedUntil = *id, *execID, *attempt, *due, *claimed
+		if tp != nil {
+			d.Traceparent = *tp
+		}
+		if ts != nil {
+			d.Tracestate = *ts
+		}
 		out.Dispatches = append(out.Dispatches, d)
 	}
 	if err := rows.Err(); err != nil {

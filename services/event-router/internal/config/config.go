@@ -27,7 +27,9 @@ type Config struct {
 	// twice the events route's port-level budget: see StaleAfter.
 	EventStaleAfter time.Duration `env:"INTEGRATIONS_EVENT_STALE_AFTER" envDefault:"10m"`
 	// EventRecoverInterval is how often the relay looks for lost notices: overdue ones and those
-	// in the events route's DLQ, which it publishes again at once. Time-scaled, at least 1 s.
+	// in the events route's DLQ, which it publishes again at once; and for held events a race
+	// left set aside after their predecessor was done (store.EventUnholdReleased). Time-scaled,
+	// at least 1 s.
 	EventRecoverInterval time.Duration `env:"INTEGRATIONS_EVENT_RECOVER_INTERVAL" envDefault:"10s"`
 	Concurrency          int           `env:"INTEGRATIONS_DELIVERY_CONCURRENCY" envDefault:"32"`
 	DeliveryTimeout      time.Duration `env:"INTEGRATIONS_DELIVERY_TIMEOUT" envDefault:"10s"`

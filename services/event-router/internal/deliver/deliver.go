@@ -21,6 +21,8 @@ import (
 	"net/netip"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
@@ -31,6 +33,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/safetext"
 	"github.com/integrations-platform/integrations/pkg/secret"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/services/event-router/internal/store"
 )
@@ -200,9 +203,21 @@ func (v verdict) result() mq.Result {
 // deliverClaimed makes one attempt of ev, which this deliverer has claimed (ev.Claim) and holds
 // its application's slot for, and records it.
 func (d *Deliverer) deliverClaimed(ctx context.Context, ev *store.Delivery, logger *zap.Logger) verdict {
+	// The delivery continues the notice's trace (the relay's span, through the message's
+	// headers) or, handed over in process or noticed without one, the event's own.
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = telemetry.WithTraceparent(ctx, ev.Traceparent, ev.Tracestate)
+	}
+	ctx, span := telemetry.Start(ctx, "deliver", trace.SpanKindClient, telemetry.ExecutionID(ev.ExecutionID),
+		telemetry.EventID(ev.EventID), attribute.Int("integrations.delivery_attempt", int(ev.Attempts)+1))
+	defer span.End()
 	start := time.Now()
 	res := d.attempt(ctx, ev)
 	elapsed := time.Since(start)
+	if res.statusCode != 0 {
+		span.SetAttributes(attribute.Int("http.response.status_code", res.statusCode))
+	}
+	telemetry.Fail(span, res.err)
 	if ctx.Err() != nil {
 		// Stopped mid-attempt: nothing is recorded, and the broker hands the notice out again.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

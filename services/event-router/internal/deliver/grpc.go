@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/services/event-router/internal/store"
 )
@@ -66,6 +67,8 @@ func (c *grpcClients) conn(target string) (*grpc.ClientConn, error) {
 	dial := webhook.RootedDial(dialer.DialContext)
 	cc, err := grpc.NewClient("passthrough:///"+target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// The consumer gets the delivery's trace context (its "deliver" span is the client span).
+		telemetry.PropagateDialOption(),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			conn, err := dial(ctx, "tcp", addr)
 			c.mu.Lock()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/integrations-platform/integrations/pkg/safetext"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/services/event-router/internal/store"
 )
@@ -57,6 +58,8 @@ func (c *webhookClient) post(ctx context.Context, url string, secrets []string, 
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "integrations-event-router/1")
+	// The receiver may continue the execution's trace: the delivery's span is the parent.
+	telemetry.InjectHTTP(ctx, req.Header)
 	if err := webhook.SetHeadersRotating(req.Header, secrets, ev.EventID, time.Now(), ev.Payload); err != nil {
 		return result{err: err, category: webhook.CategoryOther}
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
@@ -23,6 +25,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 	"github.com/integrations-platform/integrations/services/event-router/internal/store"
 )
 
@@ -223,6 +226,13 @@ func (r *Relay) pass(ctx context.Context) error {
 			r.log.Warn("events handed in process by a replica that stopped without them; relaying them again",
 				zap.Int64("events", lost))
 		}
+		unheld, err := r.store.EventUnholdReleased(ctx)
+		if err != nil {
+			return err
+		}
+		if unheld > 0 {
+			r.log.Info("held events whose predecessors are done let go", zap.Int64("events", unheld))
+		}
 	}
 	for {
 		var free int
@@ -230,7 +240,7 @@ func (r *Relay) pass(ctx context.Context) error {
 		if r.opts.Handoff != nil {
 			free, deliveryTTL = r.opts.Handoff.Free(), r.opts.Handoff.ClaimTTL()
 		}
-		claimed, here, err := r.store.EventClaimForRelay(ctx, batchSize, r.opts.ClaimTTL, free, deliveryTTL)
+		claimed, here, parked, err := r.store.EventClaimForRelay(ctx, batchSize, r.opts.ClaimTTL, free, deliveryTTL)
 		if err != nil {
 			return err
 		}
@@ -238,25 +248,47 @@ func (r *Relay) pass(ctx context.Context) error {
 			r.handedOff.Add(int64(len(here)))
 			for _, d := range here {
 				relayLag.WithLabelValues("handoff").Observe(metrics.Since(d.CreatedAt))
+				// A relay span per event in its execution's trace, as for a notice; the hand-off
+				// carries it to the delivery in place of a message's headers.
+				_, span := telemetry.Start(telemetry.WithTraceparent(ctx, d.Traceparent, d.Tracestate), "relay",
+					trace.SpanKindProducer, telemetry.ExecutionID(d.ExecutionID), telemetry.EventID(d.EventID),
+					attribute.String("integrations.relay", "handoff"))
+				d.Traceparent, d.Tracestate = telemetry.Traceparent(trace.ContextWithSpanContext(ctx, span.SpanContext()))
+				span.End()
 			}
 			r.opts.Handoff.Offer(here)
 		}
+		// A batch full of events (held ones set aside count: they took the scan's places) may
+		// have more behind it.
+		full := len(claimed)+len(here)+parked >= batchSize
 		if len(claimed) == 0 {
-			if len(here) < batchSize {
+			if !full {
 				return nil
 			}
 			continue
 		}
 		msgs := make([]mq.Outgoing, len(claimed))
+		// One span per event's notice, in its execution's trace (from the event's row), not one
+		// for the batch (docs/decisions.md, Tracing).
+		spans := make([]trace.Span, len(claimed))
 		for i, c := range claimed {
 			body, err := proto.Marshal(&queuev1.EventNotice{EventId: c.ID, ApplicationId: c.ApplicationID})
 			if err != nil {
+				endAll(spans)
 				return fmt.Errorf("encode event notice: %w", err)
 			}
-			msgs[i] = mq.Outgoing{ID: c.ID, Body: body}
+			_, spans[i] = telemetry.Start(telemetry.WithTraceparent(ctx, c.Traceparent, c.Tracestate), "relay",
+				trace.SpanKindProducer, telemetry.ExecutionID(c.ExecutionID), telemetry.EventID(c.ID),
+				attribute.String("integrations.relay", "broker"))
+			msgs[i] = mq.Outgoing{ID: c.ID, Body: body, SpanContext: spans[i].SpanContext()}
 		}
 		var done []string
-		for i, err := range r.pub.PublishAll(ctx, routes.Events.Name, msgs) {
+		errs := r.pub.PublishAll(ctx, routes.Events.Name, msgs)
+		for i, err := range errs {
+			telemetry.Fail(spans[i], err)
+		}
+		endAll(spans)
+		for i, err := range errs {
 			if err != nil {
 				r.log.Warn("event publish not confirmed", zap.String("event_id", claimed[i].ID), zap.Error(err))
 				continue
@@ -269,8 +301,17 @@ func (r *Relay) pass(ctx context.Context) error {
 				return err
 			}
 		}
-		if len(claimed)+len(here) < batchSize {
+		if !full {
 			return nil
+		}
+	}
+}
+
+// endAll ends the spans started (a nil one was not).
+func endAll(spans []trace.Span) {
+	for _, span := range spans {
+		if span != nil {
+			span.End()
 		}
 	}
 }

@@ -44,7 +44,7 @@ func setupOrder(t *testing.T, n int) *orderBundle {
 // claimed, published and handed alike.
 func (b *orderBundle) claimAll(t *testing.T, local int) (pub, here []string) {
 	t.Helper()
-	p, h, err := b.store.EventClaimForRelay(context.Background(), 100, time.Minute, local, time.Minute)
+	p, h, _, err := b.store.EventClaimForRelay(context.Background(), 100, time.Minute, local, time.Minute)
 	require.NoError(t, err)
 	for _, u := range p {
 		pub = append(pub, u.ID)

@@ -45,11 +45,15 @@ type Unrelayed struct {
 	ClaimedUntil  time.Time
 	// CreatedAt is when the event was written (the database's clock): for the relay-lag metric.
 	CreatedAt time.Time
+	// ExecutionID is the event's execution; Traceparent and Tracestate its trace context, which
+	// the relay's notice continues. Empty: none.
+	ExecutionID             string
+	Traceparent, Tracestate string
 }
 
 // EventClaimUnrelayed reserves up to limit events not yet published to the broker.
 func (s *Store) EventClaimUnrelayed(ctx context.Context, limit int, ttl time.Duration) ([]Unrelayed, error) {
-	pub, _, err := s.EventClaimForRelay(ctx, limit, ttl, 0, 0)
+	pub, _, _, err := s.EventClaimForRelay(ctx, limit, ttl, 0, 0)
 	return pub, err
 }
 
@@ -62,29 +66,22 @@ func earlierPendingSQL(ev string) string {
 		WHERE p.execution_id = ` + ev + `.execution_id AND p.sequence < ` + ev + `.sequence AND p.delivery_status = 'pending'`
 }
 
-// EventClaimForRelay reserves up to limit events not yet published to the broker, and of them
-// claims up to local — the oldest that are pending, due and under no live delivery claim — for
-// delivery in process, in the same statement: each of those is marked relayed and claimed for
-// delivery for deliveryTTL (as DeliveryClaim claims it), and comes back with what its delivery
-// needs. The others come back to be published, under the relay's claim for ttl. So an event
-// handed in process costs no statement of its own before its attempt: the relay's claim is its
-// delivery claim. An event handed in process whose replica dies is relayed and pending: its claim
-// expires and EventReleaseHandoffs gives it back to the relay. A handed event carries the mark of
-// its hand-off — relayed, with relay_claimed_until its delivery claim's end — until its attempt
-// is recorded or its claim released.
-//
-// Only an event none of whose execution's earlier events is pending is claimed (the ordering
-// rule, docs/decisions.md "Progress events"): the others stay unrelayed, and the record that
-// delivers or kills their predecessor wakes the relay for them (DeliveryRecord).
-func (s *Store) EventClaimForRelay(ctx context.Context, limit int, ttl time.Duration, local int, deliveryTTL time.Duration) ([]Unrelayed, []*Delivery, error) {
-	rows, err := s.pool.Query(ctx, `
-		WITH todo AS (
-			SELECT id, created_at FROM integration_events t
-			WHERE relayed_at IS NULL AND (relay_claimed_until IS NULL OR relay_claimed_until < now())
-				AND NOT EXISTS (`+earlierPendingSQL("t")+`)
+// relayClaimSQL is EventClaimForRelay's statement: $1 limit, $2 ttl, $3 local, $4 deliveryTTL
+// (seconds). It answers the claimed events, then one tally row (id NULL) with the number parked.
+var relayClaimSQL = `
+		WITH candidate AS (
+			SELECT id, created_at, EXISTS (` + earlierPendingSQL("t") + `) AS held FROM integration_events t
+			WHERE relayed_at IS NULL AND NOT held AND (relay_claimed_until IS NULL OR relay_claimed_until < now())
 			ORDER BY created_at
 			LIMIT $1
 			FOR UPDATE SKIP LOCKED
+		), parked AS (
+			-- Held: set aside, out of the unrelayed index this scan walks, until DeliveryRecord or
+			-- EventUnholdReleased lets it go.
+			UPDATE integration_events e SET held = true FROM candidate c WHERE e.id = c.id AND c.held
+			RETURNING e.id
+		), todo AS (
+			SELECT id, created_at FROM candidate WHERE NOT held
 		), ranked AS (
 			SELECT e.id, COALESCE(row_number() OVER (ORDER BY todo.created_at) <= $3
 				AND e.delivery_status = 'pending'
@@ -105,26 +102,60 @@ func (s *Store) EventClaimForRelay(ctx context.Context, limit int, ttl time.Dura
 			CASE WHEN m.here THEN e.payload END, a.consumer_kind, a.consumer_endpoint,
 			CASE WHEN m.here THEN a.signing_secret_enc END,
 			CASE WHEN m.here AND a.signing_secret_prev_until > now() THEN a.signing_secret_prev_enc END,
-			x.created_at
+			x.created_at, e.execution_id::text, coalesce(e.traceparent, ''), coalesce(e.tracestate, ''), 0::bigint
 		FROM marked m JOIN integration_events e ON e.id = m.id JOIN applications a ON a.id = m.application_id
-			JOIN executions x ON x.id = e.execution_id`,
-		limit, ttl.Seconds(), local, deliveryTTL.Seconds())
+			JOIN executions x ON x.id = e.execution_id
+		UNION ALL
+		-- The tally: how many held events this scan set aside, so the caller knows the batch was full.
+		SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, count(*) FROM parked`
+
+// EventClaimForRelay reserves up to limit events not yet published to the broker, and of them
+// claims up to local — the oldest that are pending, due and under no live delivery claim — for
+// delivery in process, in the same statement: each of those is marked relayed and claimed for
+// delivery for deliveryTTL (as DeliveryClaim claims it), and comes back with what its delivery
+// needs. The others come back to be published, under the relay's claim for ttl. So an event
+// handed in process costs no statement of its own before its attempt: the relay's claim is its
+// delivery claim. An event handed in process whose replica dies is relayed and pending: its claim
+// expires and EventReleaseHandoffs gives it back to the relay. A handed event carries the mark of
+// its hand-off — relayed, with relay_claimed_until its delivery claim's end — until its attempt
+// is recorded or its claim released.
+//
+// Only an event none of whose execution's earlier events is pending is claimed (the ordering
+// rule, docs/decisions.md "Progress events"): the others stay unrelayed and are set aside as held
+// (parked counts them), out of the unrelayed index this scan walks, so that a long wait behind a
+// predecessor in retry backoff costs each scan nothing — the scan walked every held event before
+// (50,000 of them: 200,000 buffers, 0.1–0.2 s a pass). The record that delivers or kills their
+// predecessor lets them go and wakes the relay (DeliveryRecord); EventUnholdReleased catches a
+// race between the two.
+func (s *Store) EventClaimForRelay(ctx context.Context, limit int, ttl time.Duration, local int, deliveryTTL time.Duration) (
+	pub []Unrelayed, here []*Delivery, parked int, err error,
+) {
+	rows, err := s.pool.Query(ctx, relayClaimSQL, limit, ttl.Seconds(), local, deliveryTTL.Seconds())
 	if err != nil {
-		return nil, nil, fmt.Errorf("claim unrelayed events: %w", err)
+		return nil, nil, 0, fmt.Errorf("claim unrelayed events: %w", err)
 	}
 	defer rows.Close()
-	var pub []Unrelayed
-	var here []*Delivery
 	for rows.Next() {
 		var d Delivery
-		var isHere bool
-		var relayClaim, deliveryClaim *time.Time
-		if err := rows.Scan(&d.EventID, &d.ApplicationID, &isHere, &relayClaim, &deliveryClaim, &d.Type, &d.CreatedAt,
-			&d.Attempts, &d.Payload, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret, &d.ExecutionCreatedAt); err != nil {
-			return nil, nil, fmt.Errorf("claim unrelayed events: %w", err)
+		var id, appID, typ, execID, traceparent, tracestate *string
+		var isHere *bool
+		var relayClaim, deliveryClaim, createdAt, execCreatedAt *time.Time
+		var attempts *int32
+		var held int64
+		if err := rows.Scan(&id, &appID, &isHere, &relayClaim, &deliveryClaim, &typ, &createdAt,
+			&attempts, &d.Payload, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret, &execCreatedAt,
+			&execID, &traceparent, &tracestate, &held); err != nil {
+			return nil, nil, 0, fmt.Errorf("claim unrelayed events: %w", err)
 		}
-		if !isHere {
-			pub = append(pub, Unrelayed{ID: d.EventID, ApplicationID: d.ApplicationID, ClaimedUntil: *relayClaim, CreatedAt: d.CreatedAt})
+		if id == nil { // the tally row
+			parked = int(held)
+			continue
+		}
+		d.EventID, d.ApplicationID, d.Type, d.CreatedAt, d.Attempts, d.ExecutionCreatedAt = *id, *appID, *typ, *createdAt, *attempts, *execCreatedAt
+		d.ExecutionID, d.Traceparent, d.Tracestate = *execID, *traceparent, *tracestate
+		if !*isHere {
+			pub = append(pub, Unrelayed{ID: d.EventID, ApplicationID: d.ApplicationID, ClaimedUntil: *relayClaim, CreatedAt: d.CreatedAt,
+				ExecutionID: d.ExecutionID, Traceparent: d.Traceparent, Tracestate: d.Tracestate})
 			continue
 		}
 		d.Status = "pending"
@@ -132,9 +163,9 @@ func (s *Store) EventClaimForRelay(ctx context.Context, limit int, ttl time.Dura
 		here = append(here, &d)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("claim unrelayed events: %w", err)
+		return nil, nil, 0, fmt.Errorf("claim unrelayed events: %w", err)
 	}
-	return pub, here, nil
+	return pub, here, parked, nil
 }
 
 // DeliveryUnclaim gives events claimed for delivery in process and not attempted (their
@@ -183,6 +214,21 @@ func (s *Store) EventReleaseHandoffs(ctx context.Context) (int64, error) {
 			AND (delivery_claimed_until IS NULL OR delivery_claimed_until < now())`)
 	if err != nil {
 		return 0, fmt.Errorf("release lost hand-offs: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// EventUnholdReleased lets go of the events EventClaimForRelay set aside as held whose earlier
+// events are no longer pending, for the relay to claim. DeliveryRecord lets an event's successors
+// go when it delivers or kills it; this catches the one it misses: a relay that read the
+// predecessor pending before the record committed and set the successor aside after it. It reads
+// only the held events (integration_events_held_idx).
+func (s *Store) EventUnholdReleased(ctx context.Context) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE integration_events t SET held = false
+		WHERE held AND NOT EXISTS (`+earlierPendingSQL("t")+`)`)
+	if err != nil {
+		return 0, fmt.Errorf("let go of released held events: %w", err)
 	}
 	return tag.RowsAffected(), nil
 }
@@ -265,6 +311,11 @@ type Delivery struct {
 	// ExecutionCreatedAt is when the event's execution was accepted (the database's clock), read
 	// in the claim's own statement: for the accept → delivered metric.
 	ExecutionCreatedAt time.Time
+	// ExecutionID is the event's execution; Traceparent and Tracestate its trace context (the
+	// execution's, copied by settlement; a hand-off's relay span, set by the relay), which the
+	// delivery continues when no notice brought one. Empty: none.
+	ExecutionID             string
+	Traceparent, Tracestate string
 	// Wait is how long until the event's next attempt is due, when it is pending but not yet.
 	Wait time.Duration
 	// ClaimWait is how long another delivery's claim on the event still runs, if one does.
@@ -308,7 +359,9 @@ func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Dura
 					CASE WHEN e.attempts > 0 THEN e.next_attempt_at END - now()), 0)::float8 AS wait,
 				COALESCE(extract(epoch FROM e.delivery_claimed_until - now()), 0)::float8 AS claim_wait,
 				x.created_at AS execution_created_at,
-				EXISTS (`+earlierPendingSQL("e")+`) AS held
+				EXISTS (`+earlierPendingSQL("e")+`) AS held,
+				e.execution_id::text AS execution_id, coalesce(e.traceparent, '') AS traceparent,
+				coalesce(e.tracestate, '') AS tracestate
 			FROM integration_events e JOIN applications a ON a.id = e.application_id
 				JOIN executions x ON x.id = e.execution_id
 			WHERE e.id = $1
@@ -327,7 +380,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Dura
 			COALESCE((SELECT held FROM claimed), false) FROM ev`, eventID, ttl.Seconds()).
 		Scan(&d.EventID, &d.ApplicationID, &d.Type, &d.CreatedAt, &d.Payload,
 			&d.Status, &d.Attempts, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret,
-			&wait, &claimWait, &d.ExecutionCreatedAt, &behind, &claim, &d.Held)
+			&wait, &claimWait, &d.ExecutionCreatedAt, &behind, &d.ExecutionID, &d.Traceparent, &d.Tracestate, &claim, &d.Held)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -431,14 +484,21 @@ const deliveryRecordSQL = `
 		WHERE e.id = req.event_id AND e.delivery_status = 'pending' AND e.attempts = req.attempts
 			AND e.delivery_claimed_until = req.claim
 		RETURNING req.ord, e.execution_id, e.sequence, e.delivery_status
+	), unheld AS (
+		-- An event delivered or dead lets the next event of its execution go (the ordering rule):
+		-- the ones the relay set aside as held go back into its scan (those still behind another
+		-- pending event it sets aside again).
+		UPDATE integration_events n SET held = false FROM upd
+		WHERE upd.delivery_status <> 'pending' AND n.execution_id = upd.execution_id AND n.sequence > upd.sequence
+			AND n.held
+		RETURNING n.execution_id
 	), successors AS (
-		-- An event delivered or dead lets the next event of its execution go (the ordering rule),
-		-- which waits unrelayed: wake the relay for it at commit.
+		-- And wake the relay at commit for the next event, which waits unrelayed.
 		SELECT pg_notify($10::text, upd.execution_id::text) FROM upd
-		WHERE upd.delivery_status <> 'pending' AND EXISTS (
+		WHERE upd.delivery_status <> 'pending' AND (upd.execution_id IN (SELECT execution_id FROM unheld) OR EXISTS (
 			SELECT 1 FROM integration_events n
 			WHERE n.execution_id = upd.execution_id AND n.sequence > upd.sequence
-				AND n.delivery_status = 'pending' AND n.relayed_at IS NULL)
+				AND n.delivery_status = 'pending' AND n.relayed_at IS NULL))
 	), ins AS (
 		INSERT INTO event_deliveries (event_id, n, status_code, error, duration_ms, response_body)
 		SELECT req.event_id,

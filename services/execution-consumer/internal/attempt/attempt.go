@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -28,6 +29,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/outcome"
 	"github.com/integrations-platform/integrations/pkg/secret"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 	"github.com/integrations-platform/integrations/services/execution-consumer/internal/store"
 )
 
@@ -64,6 +66,11 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 		return mq.Reject(fmt.Errorf("malformed dispatch message %s", m.ID))
 	}
 	logger := h.log.With(log.ExecutionID(d.GetExecutionId()), log.Attempt(d.GetAttempt()))
+	// The attempt's span continues the dispatch's trace (the message's headers, through the
+	// port); the adapter call and the outcome's report are its children, over gRPC.
+	ctx, span := telemetry.Start(ctx, "attempt", trace.SpanKindConsumer,
+		telemetry.ExecutionID(d.GetExecutionId()), telemetry.Attempt(d.GetAttempt()))
+	defer span.End()
 	token, tokenHash, err := secret.NewToken("cbt_")
 	if err != nil {
 		return mq.Fail(err)

@@ -340,13 +340,18 @@ func textsValid(st *status.Status) bool {
 // maxForeignMessage bounds the message of a refusal the gateway did not write.
 const maxForeignMessage = 256
 
-// headerMatcher forwards Idempotency-Key besides grpc-gateway's defaults (Authorization among
-// them), except its Grpc-Metadata- prefix: a client's arbitrary gRPC metadata is nothing the API
-// reads, and under it the guarded headers got around the guard (see metadataPrefix).
+// headerMatcher forwards Idempotency-Key and the W3C trace context (traceparent, tracestate,
+// baggage: a caller's trace continues through the execution) besides grpc-gateway's defaults
+// (Authorization among them), except its Grpc-Metadata- prefix: a client's arbitrary gRPC metadata
+// is nothing the API reads, and under it the guarded headers got around the guard (see
+// metadataPrefix).
 func headerMatcher(key string) (string, bool) {
 	key = textproto.CanonicalMIMEHeaderKey(key)
-	if key == "Idempotency-Key" {
+	switch key {
+	case "Idempotency-Key":
 		return server.IdempotencyKeyHeader, true
+	case "Traceparent", "Tracestate", "Baggage":
+		return strings.ToLower(key), true
 	}
 	if strings.HasPrefix(key, metadataPrefix) {
 		return "", false

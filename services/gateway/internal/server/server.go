@@ -38,6 +38,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/nudge"
 	"github.com/integrations-platform/integrations/pkg/outcome"
 	"github.com/integrations-platform/integrations/pkg/secret"
+	"github.com/integrations-platform/integrations/pkg/telemetry"
 	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
@@ -197,12 +198,20 @@ func (s *Server) invokeCapability(ctx context.Context, req *gatewayv1.InvokeCapa
 		IdempotencyKey: in.idempotencyKey,
 		Budget:         s.opts.Scale(capability.AsyncBudget),
 	}
+	// The execution's trace is the accept's: the call's span (or, tracing off here, the caller's
+	// traceparent), stored on the row for the hops that follow through tables and queues.
+	n.Traceparent, n.Tracestate = telemetry.Traceparent(ctx)
+	telemetry.Annotate(ctx, telemetry.ExecutionID(n.ID))
 	if in.mode == execution.ModeSync {
 		return s.invokeSync(ctx, n, capability, req.GetPayload())
 	}
 	row, created, err := s.store.ExecutionAccept(ctx, n)
 	if err != nil {
 		return nil, acceptError(err)
+	}
+	if !created {
+		// A replay answers the execution its idempotency key names, not the id made above.
+		telemetry.Annotate(ctx, telemetry.ExecutionID(row.ID))
 	}
 	if created {
 		s.log.Info("execution accepted", log.ExecutionID(row.ID), zap.String("capability", row.Capability), log.ApplicationID(appID))

@@ -108,7 +108,7 @@ func TimelineProto(tl *store.Timeline) *gatewayv1.GetExecutionTimelineResponse {
 		}
 	}
 	if lastReporter == 0 && len(e.Progress) > 0 {
-		// A progress stored before reports were counted (migration 00017) has no time of its
+		// A progress stored before reports were counted (migration 00018) has no time of its
 		// own: it was reported no later than the execution's last change (its settlement, when
 		// settled).
 		at := e.UpdatedAt

@@ -97,7 +97,7 @@ func TestGetExecutionTimelineOrdersEveryHop(t *testing.T) {
 	}
 }
 
-// A progress stored before reports were counted on the attempt (migration 00017) has no time of
+// A progress stored before reports were counted on the attempt (migration 00018) has no time of
 // its own: the timeline still shows it, at the settlement, and says so.
 func TestGetExecutionTimelinePlacesUncountedProgressAtTheSettlement(t *testing.T) {
 	t.Parallel()

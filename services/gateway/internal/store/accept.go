@@ -93,9 +93,14 @@ func (s *Store) insertExecutions(ctx context.Context, ns []NewExecution) ([]*acc
 	hashes := make([][]byte, len(ns))
 	keys := make([]*string, len(ns))
 	budgets := make([]float64, len(ns))
+	// Each row keeps its own request's trace context: a batch has no span of its own (see
+	// docs/decisions.md, Tracing).
+	parents := make([]string, len(ns))
+	states := make([]string, len(ns))
 	for i, n := range ns {
 		ids[i], apps[i], caps[i], modes[i], maxAttempts[i] = n.ID, n.ApplicationID, n.Capability, n.Mode, n.MaxAttempts
 		payloads[i], hashes[i], budgets[i] = string(n.Payload), n.RequestHash, n.Budget.Seconds()
+		parents[i], states[i] = n.Traceparent, n.Tracestate
 		if n.IdempotencyKey != "" {
 			keys[i] = &ns[i].IdempotencyKey
 		}
@@ -103,11 +108,12 @@ func (s *Store) insertExecutions(ctx context.Context, ns []NewExecution) ([]*acc
 	rows, err := s.pool.Query(ctx, `
 		WITH e AS (
 			INSERT INTO executions (id, application_id, capability, mode, status, attempt, max_attempts,
-				payload, request_hash, idempotency_key, deadline_at)
+				payload, request_hash, idempotency_key, deadline_at, traceparent, tracestate)
 			SELECT id, app, cap, mode, $10, 0, max_attempts, payload::jsonb, hash, key,
-				now() + make_interval(secs => budget)
+				now() + make_interval(secs => budget), nullif(tp, ''), nullif(ts, '')
 			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::bytea[],
-				$8::text[], $9::float8[]) WITH ORDINALITY AS t(id, app, cap, mode, max_attempts, payload, hash, key, budget, ord)
+				$8::text[], $9::float8[], $11::text[], $12::text[])
+				WITH ORDINALITY AS t(id, app, cap, mode, max_attempts, payload, hash, key, budget, tp, ts, ord)
 			ORDER BY app, key, ord -- two batches take their keys' locks in one order: no deadlock
 			ON CONFLICT (application_id, idempotency_key) DO NOTHING
 			RETURNING id, deadline_at, created_at, updated_at
@@ -115,7 +121,7 @@ func (s *Store) insertExecutions(ctx context.Context, ns []NewExecution) ([]*acc
 			INSERT INTO dispatches (execution_id, attempt, due_at) SELECT id, 1, now() FROM e
 		)
 		SELECT id::text, deadline_at, created_at, updated_at FROM e`,
-		ids, apps, caps, modes, maxAttempts, payloads, hashes, keys, budgets, execution.StatusPending)
+		ids, apps, caps, modes, maxAttempts, payloads, hashes, keys, budgets, execution.StatusPending, parents, states)
 	if err != nil {
 		return nil, fmt.Errorf("insert %d executions and their dispatches: %w", len(ns), err)
 	}
@@ -159,9 +165,9 @@ func (s *Store) acceptSync(ctx context.Context, n NewExecution) (row *execution.
 	row, err = execution.Scan(s.pool.QueryRow(ctx, `
 		WITH e AS (
 			INSERT INTO executions (id, application_id, capability, mode, status, attempt, max_attempts,
-				payload, request_hash, idempotency_key, deadline_at, lease_expires_at)
+				payload, request_hash, idempotency_key, deadline_at, lease_expires_at, traceparent, tracestate)
 			VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9,
-				now() + make_interval(secs => $10), now() + make_interval(secs => $10))
+				now() + make_interval(secs => $10), now() + make_interval(secs => $10), nullif($12, ''), nullif($13, ''))
 			ON CONFLICT (application_id, idempotency_key) DO NOTHING
 			RETURNING `+execution.Columns+`
 		), a AS (
@@ -169,7 +175,7 @@ func (s *Store) acceptSync(ctx context.Context, n NewExecution) (row *execution.
 		)
 		SELECT `+execution.Columns+` FROM e`,
 		n.ID, n.ApplicationID, n.Capability, n.Mode, execution.StatusRunning, n.MaxAttempts,
-		n.Payload, n.RequestHash, key, n.Budget.Seconds(), n.CallbackTokenHash))
+		n.Payload, n.RequestHash, key, n.Budget.Seconds(), n.CallbackTokenHash, n.Traceparent, n.Tracestate))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		err = db.WithTx(ctx, s.pool, func(tx pgx.Tx) error { return s.idempotentReplay(ctx, tx, n, &row) })

@@ -169,6 +169,9 @@ type NewExecution struct {
 	Budget time.Duration
 	// For sync executions, which start attempt 1 at once:
 	CallbackTokenHash []byte
+	// Traceparent and Tracestate are the W3C trace context of the accept (pkg/telemetry), the
+	// trace the execution's later hops continue; empty for none.
+	Traceparent, Tracestate string
 }
 
 // ExecutionAccept commits a new execution and its first step atomically: for async, the execution

@@ -145,8 +145,12 @@ const settleSQL = `
 		-- published finds the execution settled and is acknowledged without effect.
 		DELETE FROM dispatches d USING s WHERE d.execution_id = s.id AND $3::text = 'pending'
 	), ev AS (
-		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at, sequence)
-		SELECT $11::uuid, s.application_id, s.id, $12::text, ` + eventPayloadSQL + `, now(), s.event_seq
+		-- The event carries the execution's trace context (its accept's), which the event-router's
+		-- relay and delivery continue.
+		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at,
+			traceparent, tracestate, sequence)
+		SELECT $11::uuid, s.application_id, s.id, $12::text, ` + eventPayloadSQL + `, now(),
+			s.traceparent, s.tracestate, s.event_seq
 		FROM s
 		RETURNING id
 	), notified AS (
@@ -313,8 +317,10 @@ const attemptFailSQL = `
 		SELECT s.id, $2 + 1, now() + make_interval(secs => s.delay) FROM s WHERE s.status = 'pending'
 		RETURNING due_at
 	), ev AS (
-		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at, sequence)
-		SELECT $11::uuid, s.application_id, s.id, $12::text, ` + eventPayloadSQL + `, now(), s.event_seq
+		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at,
+			traceparent, tracestate, sequence)
+		SELECT $11::uuid, s.application_id, s.id, $12::text, ` + eventPayloadSQL + `, now(),
+			s.traceparent, s.tracestate, s.event_seq
 		FROM s
 		WHERE s.status = 'failed'
 		RETURNING id
