@@ -148,6 +148,11 @@ func TestConsoleInABrowser(t *testing.T) {
 	s.start("settlement", "adapter-callback", "dummy-adapter", "execution-consumer", "event-router", "dispatcher", "gateway")
 	hook := newHook(t)
 	hook.register(t, s, s.apiKey)
+	// The other application's receiver fails every delivery: its event dies (six attempts at the
+	// scaled delays), for the operator to redrive.
+	hookB := newHook(t)
+	hookB.register(t, s, keyB)
+	hookB.setAnswer(func(w http.ResponseWriter) { w.WriteHeader(http.StatusInternalServerError) })
 
 	code, resp := s.call(http.MethodPost, "/v1/capabilities/dummy.fast:invoke", keyB, []byte(`{"mode": "MODE_ASYNC", "payload": {}}`))
 	require.Equal(t, http.StatusAccepted, code, "%v", resp)
@@ -198,10 +203,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	// Its timeline: every hop, in order, on one axis.
 	br.do(chromedp.Click(link(id)), chromedp.WaitVisible(chromedp.CSS("table.timeline")))
 	rows := runAction(br, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("tr.entry")).map(r => r.dataset.kind + (r.dataset.attempt !== "0" ? " " + r.dataset.attempt : ""))`))
-	// The stored progress has no time of its own: the timeline puts the last one at the
-	// settlement, after the attempt's end (the callback's completion).
+	// The progress report at its own time, within attempt 3, before the callback's completion.
 	want := []string{"accepted", "attempt started 1", "attempt ended 1", "attempt started 2", "attempt ended 2",
-		"attempt started 3", "attempt ended 3", "progress 3", "settled 3", "event", "delivery"}
+		"attempt started 3", "progress 3", "attempt ended 3", "settled 3", "event", "delivery"}
 	require.Equal(t, want, withoutRenewals(rows), "each hop in order")
 	assert.Contains(t, br.text(`tr.entry[data-kind="progress"]`), `"percent":50`, "the progress the adapter reported")
 	assert.Contains(t, br.text(`tr.entry[data-kind="attempt ended"][data-attempt="3"]`), "succeeded", "attempt 3 completed through the callback")
@@ -241,6 +245,27 @@ func TestConsoleInABrowser(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond, "the redelivery's attempt appears on the event page")
 	br.shot("event-redelivered")
 
+	// Cancel a running execution (the adapter would complete it in ten minutes) from its page:
+	// the confirm page, then the POST; its timeline then says cancelled. Made only now: its
+	// deadline is scaled down with the rest.
+	code, resp = s.call(http.MethodPost, "/v1/capabilities/dummy.console:invoke", s.apiKey,
+		[]byte(`{"mode": "MODE_ASYNC", "idempotency_key": "cancel-me", "payload": {"dummy": {"complete_later_ms": 600000}}}`))
+	require.Equal(t, http.StatusAccepted, code, "%v", resp)
+	toCancel := execution(resp)["id"].(string)
+	require.Eventually(t, func() bool {
+		code, body := s.call(http.MethodGet, "/v1/executions/"+toCancel, s.apiKey, nil)
+		return code == http.StatusOK && execution(body)["status"] == "EXECUTION_STATUS_RUNNING"
+	}, 30*time.Second, 20*time.Millisecond, "the execution to cancel is running")
+	br.do(chromedp.Navigate(base+"/console/executions/"+toCancel), chromedp.WaitVisible(chromedp.ID("cancel")))
+	br.do(chromedp.Click(chromedp.ID("cancel")), chromedp.WaitVisible(chromedp.ID("confirm")))
+	assert.Contains(t, br.text("#what"), "execution of dummy.console")
+	br.shot("cancel-confirm")
+	br.do(chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.CSS("table.timeline")))
+	assert.Contains(t, br.text(".facts"), "cancelled")
+	assert.Contains(t, br.text(`tr.entry[data-kind="settled"]`), "cancelled")
+	assert.Equal(t, 0, br.count("#cancel"), "nothing left to cancel")
+	br.shot("cancelled")
+
 	// Another application's execution by URL: a 404 page, none of its data.
 	assert.Equal(t, http.StatusNotFound, br.open(base+"/console/executions/"+theirs))
 	br.do(chromedp.WaitVisible(chromedp.ID("problem")))
@@ -249,13 +274,17 @@ func TestConsoleInABrowser(t *testing.T) {
 	assert.NotContains(t, notFound, "dummy.fast")
 	br.shot("other-application-404")
 	br.do(chromedp.Navigate(base+"/console/audit"), chromedp.WaitVisible(chromedp.ID("audit")))
-	assert.Contains(t, br.text("#audit"), "event.redeliver")
+	appAudit := br.text("#audit")
+	assert.Contains(t, appAudit, "event.redeliver")
+	assert.Contains(t, appAudit, "execution.cancel")
 	br.shot("audit-application")
 
 	// Sign out (the form's button), then the operator.
 	br.do(chromedp.Click(chromedp.CSS(`form.who button`)), chromedp.WaitVisible(chromedp.ID("token")))
 	br.login(base, adminToken)
 	br.do(chromedp.Navigate(base+"/console/executions"), chromedp.WaitVisible(link(theirs)), chromedp.WaitVisible(link(id)))
+	assert.Equal(t, "app-b", runAction(br, chromedp.Evaluate[string](`document.querySelector('a[href="/console/executions/`+theirs+`"]').closest("tr").querySelector("td.app").textContent`)),
+		"the Application column")
 	br.shot("operator-executions")
 	br.do(chromedp.Navigate(base+"/console/executions/"+theirs), chromedp.WaitVisible(chromedp.CSS("table.timeline")))
 	assert.Contains(t, br.text("main"), "app-b")
@@ -264,6 +293,25 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("route-events")))
 	assert.NotContains(t, br.text("main"), "could not be read", "the broker answered")
 	br.shot("dead-letters")
+
+	// The other application's dead event: listed for the operator with its application, then
+	// redriven after the preview count, and delivered.
+	require.Eventually(t, func() bool {
+		ev := s.eventOf(t, keyB, theirs)
+		return ev != nil && ev["status"] == "EVENT_STATUS_DEAD"
+	}, 30*time.Second, 50*time.Millisecond, "app-b's event is dead")
+	br.do(chromedp.Navigate(base+"/console/events?status=dead&application=app-b"), chromedp.WaitVisible(chromedp.CSS("td.app")))
+	assert.Contains(t, br.text("main table"), "app-b")
+	assert.Contains(t, br.text("main table"), theirs, "the dead event of app-b's execution")
+	br.shot("operator-events")
+	br.do(chromedp.Click(chromedp.CSS(`form[action="/console/events/redrive"] button`)), chromedp.WaitVisible(chromedp.ID("confirm")))
+	assert.Contains(t, br.text("#what"), "Redrive 1 dead events of application app-b")
+	br.shot("operator-redrive-confirm")
+	hookB.setAnswer(nil)
+	br.do(chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.CSS("main table")))
+	require.Eventually(t, func() bool { return s.eventOf(t, keyB, theirs)["status"] == "EVENT_STATUS_DELIVERED" },
+		30*time.Second, 20*time.Millisecond, "the redriven event is delivered")
+
 	br.do(chromedp.Navigate(base+"/console/diagnostic"), chromedp.Click(chromedp.ID("run")), chromedp.WaitVisible(chromedp.ID("diagnosis")))
 	diag := br.text("#diagnosis")
 	assert.Contains(t, diag, "executions")
@@ -274,6 +322,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	assert.Contains(t, audit, "event.redeliver")
 	assert.Contains(t, audit, strings.TrimPrefix(eventHref, "/console/events/"), "the redelivered event")
 	assert.Contains(t, audit, "diagnostic.run")
+	assert.Contains(t, audit, "execution.cancel")
+	assert.Contains(t, audit, "dead events of application app-b")
 	br.shot("audit-operator")
 }
 

@@ -42,7 +42,7 @@ func TestMigrateDownAndUpAgain(t *testing.T) {
 	ctx := context.Background()
 	s := dbtest.NewSchema(t) // applies every migration
 
-	want := []string{"adapters", "api_keys", "applications", "capabilities", "console_audit", "dispatches", "event_deliveries",
+	want := []string{"adapters", "api_keys", "applications", "capabilities", "console_audit", "console_sessions_ended", "dispatches", "event_deliveries",
 		"execution_attempts", "executions", "gateway_replicas", "integration_events"}
 	require.Equal(t, want, tables(t, s))
 

@@ -168,6 +168,7 @@ func ScanAttempt(row pgx.Row) (AttemptRow, error) {
 func (r *Row) Proto(withPayload bool) (*executionv1.Execution, error) {
 	e := &executionv1.Execution{
 		Id:              r.ID,
+		ApplicationId:   r.ApplicationID,
 		Capability:      r.Capability,
 		Mode:            ModeToProto(r.Mode),
 		Status:          StatusToProto(r.Status),

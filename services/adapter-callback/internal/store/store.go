@@ -123,7 +123,8 @@ func progressPayloadSQL(id string) string {
 			'sequence', x.event_seq, 'progress', $3::jsonb))`
 }
 
-// progressSetSQL stores the running attempt's progress and, when the capability declares
+// progressSetSQL stores the running attempt's progress, counts the report on the attempt's row
+// with its time (the timeline's progress entry), and, when the capability declares
 // progress_events and the execution is async, writes its execution.progress event in the same
 // statement — so the event exists if and only if the progress was stored.
 //
@@ -147,6 +148,12 @@ var progressSetSQL = `
 		WHERE e.id = $1 AND e.attempt = $2 AND e.status = 'running' AND c.name = e.capability
 		RETURNING e.id, e.application_id, e.capability, e.attempt, e.event_seq, e.updated_at, e.traceparent, e.tracestate,
 			c.progress_events AND e.mode = 'async' AS evented
+	), counted AS (
+		-- The timeline places the attempt's reports at their own time: a count and the last one's
+		-- time on the attempt's row, not a row per report (migration 00018).
+		UPDATE execution_attempts a SET progress_reports = a.progress_reports + 1, last_progress_at = x.updated_at
+		FROM x
+		WHERE a.execution_id = x.id AND a.n = $2
 	), waiting AS (
 		-- The execution's latest event (the counter's previous value: one index lookup, however
 		-- long its history), if it is a progress event no one has claimed yet.

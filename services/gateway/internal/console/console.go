@@ -110,6 +110,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Referrer-Policy", "same-origin")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && crossSite(r) {
+		h.fail(w, r, nil, http.StatusForbidden, "This form was sent from another site: the console takes forms from its own pages only.")
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 
@@ -125,12 +129,14 @@ func (h *handler) routes() {
 	m.HandleFunc("POST /console/logout", h.authed(h.logout))
 	m.HandleFunc("GET /console/executions", h.authed(h.executions))
 	m.HandleFunc("GET /console/executions/{id}", h.authed(h.timeline))
-	m.HandleFunc("GET /console/events", h.application(h.events))
-	m.HandleFunc("GET /console/events/redrive", h.application(h.redriveConfirm))
-	m.HandleFunc("POST /console/events/redrive", h.application(h.redrive))
-	m.HandleFunc("GET /console/events/{id}", h.application(h.event))
-	m.HandleFunc("GET /console/events/{id}/redeliver", h.application(h.redeliverConfirm))
-	m.HandleFunc("POST /console/events/{id}/redeliver", h.application(h.redeliver))
+	m.HandleFunc("GET /console/executions/{id}/cancel", h.authed(h.cancelConfirm))
+	m.HandleFunc("POST /console/executions/{id}/cancel", h.authed(h.cancel))
+	m.HandleFunc("GET /console/events", h.authed(h.events))
+	m.HandleFunc("GET /console/events/redrive", h.authed(h.redriveConfirm))
+	m.HandleFunc("POST /console/events/redrive", h.authed(h.redrive))
+	m.HandleFunc("GET /console/events/{id}", h.authed(h.event))
+	m.HandleFunc("GET /console/events/{id}/redeliver", h.authed(h.redeliverConfirm))
+	m.HandleFunc("POST /console/events/{id}/redeliver", h.authed(h.redeliver))
 	m.HandleFunc("GET /console/dead-letters", h.operator(h.deadLetters))
 	m.HandleFunc("GET /console/dead-letters/redrive", h.operator(h.deadLetterRedriveConfirm))
 	m.HandleFunc("POST /console/dead-letters/redrive", h.operator(h.deadLetterRedrive))
@@ -150,8 +156,13 @@ type sessionHandler func(w http.ResponseWriter, r *http.Request, s *session)
 func (h *handler) authed(next sessionHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s, err := h.session(r)
+		if err != nil && !errors.Is(err, errNoSession) {
+			h.cfg.Logger.Warn("console session not checked", zap.Error(err))
+			h.fail(w, r, nil, http.StatusServiceUnavailable, "The session could not be checked; try again.")
+			return
+		}
 		if err != nil {
-			h.setCookie(w, "", time.Time{})
+			h.setCookie(w, r, "", time.Time{})
 			if r.Method == http.MethodGet {
 				http.Redirect(w, r, Prefix+"login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 				return
@@ -172,17 +183,6 @@ func (h *handler) authed(next sessionHandler) http.HandlerFunc {
 		}
 		next(w, r, s)
 	}
-}
-
-// application is authed for pages only an application has (its events): an operator gets 403.
-func (h *handler) application(next sessionHandler) http.HandlerFunc {
-	return h.authed(func(w http.ResponseWriter, r *http.Request, s *session) {
-		if s.Role != roleApplication {
-			h.fail(w, r, s, http.StatusForbidden, "Events are an application's: sign in with the application's API key to see and redeliver them.")
-			return
-		}
-		next(w, r, s)
-	})
 }
 
 // operator is authed for the operator's pages: an application gets 404, as for anything it may
@@ -212,6 +212,9 @@ func (h *handler) session(r *http.Request) (*session, error) {
 		if h.cfg.AdminToken == "" || subtle.ConstantTimeCompare(s.AdminHash, adminHash(h.cfg.AdminToken)) != 1 {
 			return nil, errNoSession
 		}
+		if err := h.checkNotEnded(r.Context(), s); err != nil {
+			return nil, err
+		}
 	case roleApplication:
 		if s.Key == nil {
 			return nil, errNoSession
@@ -220,10 +223,25 @@ func (h *handler) session(r *http.Request) (*session, error) {
 		if err != nil || app != s.Application {
 			return nil, errNoSession
 		}
+		if err := h.checkNotEnded(r.Context(), s); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, errNoSession
 	}
 	return s, nil
+}
+
+// checkNotEnded is errNoSession for a session signed out of, an error when that cannot be read.
+func (h *handler) checkNotEnded(ctx context.Context, s *session) error {
+	ended, err := h.cfg.Store.ConsoleSessionEnded(ctx, s.ID)
+	if err != nil {
+		return err
+	}
+	if ended {
+		return errNoSession
+	}
+	return nil
 }
 
 // as is ctx as the session's principal calls the gateway service.
@@ -279,7 +297,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, s *session, code 
 func (h *handler) failAPI(w http.ResponseWriter, r *http.Request, s *session, err error) {
 	st := grpcx.ToStatus(err)
 	if st.Code() == codes.Unauthenticated {
-		h.setCookie(w, "", time.Time{})
+		h.setCookie(w, r, "", time.Time{})
 		http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
 		return
 	}
@@ -301,7 +319,8 @@ func (h *handler) failAPI(w http.ResponseWriter, r *http.Request, s *session, er
 // when its entry cannot be written: the failure is logged for the operator instead.
 func (h *handler) record(ctx context.Context, s *session, action, target string, detail map[string]any) {
 	if err := h.cfg.Store.AuditAppend(context.WithoutCancel(ctx), s.actor(), action, target, detail); err != nil {
-		h.cfg.Logger.Error("console audit entry not written", zap.String("action", action), zap.String("actor", s.actor()), zap.Error(err))
+		h.cfg.Logger.Error("console audit entry not written", zap.String("action", action), zap.String("actor_role", s.actor().Role),
+			zap.String("actor", s.actor().ID), zap.Error(err))
 	}
 }
 

@@ -1,7 +1,6 @@
 package console
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"html/template"
 	"math"
@@ -17,9 +16,8 @@ import (
 	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	"github.com/integrations-platform/integrations/services/gateway/internal/server"
 )
-
-func subtleEqual(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
 
 // timeFormat is how the console shows a time: UTC to the millisecond, as the logs do.
 const timeFormat = "2006-01-02 15:04:05.000Z"
@@ -41,7 +39,7 @@ var funcs = template.FuncMap{
 		if d == nil {
 			return ""
 		}
-		return d.AsDuration().Round(time.Millisecond).String()
+		return server.DurationText(d.AsDuration())
 	},
 	"offset": func(d time.Duration) string { return "+" + d.Round(time.Millisecond).String() },
 	// at is the class that places an element on the time axis, to the nearest percent: a

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -84,14 +85,14 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, nil, http.StatusInternalServerError, "Could not start a session.")
 		return
 	}
-	s := &session{CSRF: csrf, Expires: h.cfg.Now().Add(h.cfg.SessionTTL)}
-	if h.cfg.AdminToken != "" && subtleEqual(token, h.cfg.AdminToken) {
+	s := &session{ID: uuid.NewString(), CSRF: csrf, Expires: h.cfg.Now().Add(h.cfg.SessionTTL)}
+	if isAdminToken(token, h.cfg.AdminToken) {
 		s.Role, s.AdminHash = roleOperator, adminHash(h.cfg.AdminToken)
 	} else {
 		app, ref, err := server.AuthenticateKey(r.Context(), h.cfg.Store, token)
 		if err != nil {
 			if e, ok := apperr.As(err); ok && e.Kind == apperr.KindUnauthenticated {
-				refuse(http.StatusUnauthorized, "Not signed in: "+e.Message+".")
+				refuse(http.StatusUnauthorized, loginRefusal(e.Message))
 				return
 			}
 			h.failAPI(w, r, nil, err)
@@ -105,13 +106,29 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, nil, http.StatusInternalServerError, "Could not start a session.")
 		return
 	}
-	h.setCookie(w, value, s.Expires)
+	h.setCookie(w, r, value, s.Expires)
 	h.record(r.Context(), s, "login", "", nil)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+// loginRefusal is what a refused sign-in says. A well-formed key that is unknown, revoked or
+// expired gets one answer: which of them it is would tell someone holding an old key that it
+// once was one. A malformed one (too long, a broken checksum) says so: that tells nothing the
+// key's own form does not.
+func loginRefusal(reason string) string {
+	if strings.HasPrefix(reason, "malformed") {
+		return "Not signed in: " + reason + "."
+	}
+	return "Not signed in: not a valid API key or admin token (unknown, revoked or expired)."
+}
+
 func (h *handler) logout(w http.ResponseWriter, r *http.Request, s *session) {
-	h.setCookie(w, "", time.Time{})
+	h.setCookie(w, r, "", time.Time{})
+	if err := h.cfg.Store.ConsoleSessionEnd(context.WithoutCancel(r.Context()), s.ID, s.Expires); err != nil {
+		h.cfg.Logger.Error("console session end not recorded", zap.Error(err))
+		h.fail(w, r, nil, http.StatusServiceUnavailable, "Signing out could not be recorded: this browser's cookie is gone, but a copy of it would still work. Sign in and out again.")
+		return
+	}
 	h.record(r.Context(), s, "logout", "", nil)
 	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
 }
@@ -163,13 +180,10 @@ func executionsRequest(q url.Values, s *session) (*gatewayv1.ListExecutionsReque
 			return nil, &badInput{"status", fmt.Sprintf("%q is not a status: one of pending, running, succeeded, failed, cancelled", v)}
 		}
 	}
-	if v := strings.TrimSpace(q.Get("application")); v != "" {
-		if s.Role != roleOperator {
-			return nil, &badInput{"application", "only the operator filters by application"}
-		}
-		req.ApplicationId = v
-	}
 	var err error
+	if req.ApplicationId, err = applicationFilter(q, s); err != nil {
+		return nil, err
+	}
 	if req.CreatedAfter, err = parseTime(q, "created_from"); err != nil {
 		return nil, err
 	}
@@ -177,6 +191,16 @@ func executionsRequest(q url.Values, s *session) (*gatewayv1.ListExecutionsReque
 		return nil, err
 	}
 	return req, nil
+}
+
+// applicationFilter is the application field of q: the operator's narrowing of a list or a
+// redrive to one application; an application names none (its own is implied).
+func applicationFilter(q url.Values, s *session) (string, error) {
+	v := strings.TrimSpace(q.Get("application"))
+	if v != "" && s.Role != roleOperator {
+		return "", &badInput{"application", "only the operator filters by application"}
+	}
+	return v, nil
 }
 
 // --- timeline ---
@@ -222,6 +246,57 @@ func (h *handler) timeline(w http.ResponseWriter, r *http.Request, s *session) {
 	h.render(w, http.StatusOK, "timeline", view{Title: "Execution " + id, Nav: "executions", Session: s, Data: d})
 }
 
+// --- cancel ---
+
+// cancellable is what the cancel pages read of an execution: its timeline's header.
+func (h *handler) cancellable(w http.ResponseWriter, r *http.Request, s *session) (*gatewayv1.GetExecutionTimelineResponse, bool) {
+	id := r.PathValue("id")
+	if uuid.Validate(id) != nil {
+		h.fail(w, r, s, http.StatusBadRequest, "id: not an execution id")
+		return nil, false
+	}
+	tl, err := h.cfg.API.GetExecutionTimeline(as(r.Context(), s), &gatewayv1.GetExecutionTimelineRequest{Id: id})
+	if err != nil {
+		h.failAPI(w, r, s, err)
+		return nil, false
+	}
+	return tl, true
+}
+
+func (h *handler) cancelConfirm(w http.ResponseWriter, r *http.Request, s *session) {
+	tl, ok := h.cancellable(w, r, s)
+	if !ok {
+		return
+	}
+	id, st := tl.GetExecutionId(), execution.StatusFromProto(tl.GetStatus())
+	d := confirmData{
+		Heading: "Cancel execution " + id,
+		What: fmt.Sprintf("The %s execution of %s (application %s) is settled cancelled; a running attempt's adapter is asked to stop. The completion event is delivered as for any settlement.",
+			st, tl.GetCapability(), tl.GetApplicationId()),
+		Action: Prefix + "executions/" + id + "/cancel", Button: "Cancel the execution", Back: Prefix + "executions/" + id,
+	}
+	if execution.IsFinal(st) {
+		d.What, d.Nothing = fmt.Sprintf("The execution is already settled %s: it cannot be cancelled.", st), true
+	}
+	h.render(w, http.StatusOK, "confirm", view{Title: "Cancel execution", Nav: "executions", Session: s, Data: d})
+}
+
+func (h *handler) cancel(w http.ResponseWriter, r *http.Request, s *session) {
+	id := r.PathValue("id")
+	if uuid.Validate(id) != nil {
+		h.fail(w, r, s, http.StatusBadRequest, "id: not an execution id")
+		return
+	}
+	resp, err := h.cfg.API.CancelExecution(as(r.Context(), s), &gatewayv1.CancelExecutionRequest{Id: id})
+	if err != nil {
+		h.failAPI(w, r, s, err)
+		return
+	}
+	h.record(r.Context(), s, "execution.cancel", id, map[string]any{"application_id": resp.GetExecution().GetApplicationId(),
+		"attempt": resp.GetExecution().GetAttempt()})
+	http.Redirect(w, r, Prefix+"executions/"+id, http.StatusSeeOther)
+}
+
 // --- events ---
 
 type eventsData struct {
@@ -239,6 +314,10 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request, s *session) {
 	q := r.URL.Query()
 	req := &gatewayv1.ListEventsRequest{PageSize: pageSize, PageToken: q.Get("page"), ExecutionId: strings.TrimSpace(q.Get("execution_id"))}
 	var err error
+	if req.ApplicationId, err = applicationFilter(q, s); err != nil {
+		h.fail(w, r, s, http.StatusBadRequest, err.Error())
+		return
+	}
 	if v := q.Get("status"); v != "" {
 		st, ok := eventStatuses[v]
 		if !ok {
@@ -329,7 +408,8 @@ func (h *handler) redeliver(w http.ResponseWriter, r *http.Request, s *session) 
 		h.failAPI(w, r, s, err)
 		return
 	}
-	h.record(r.Context(), s, "event.redeliver", id, map[string]any{"execution_id": resp.GetEvent().GetExecutionId(), "type": resp.GetEvent().GetType()})
+	h.record(r.Context(), s, "event.redeliver", id, map[string]any{"execution_id": resp.GetEvent().GetExecutionId(),
+		"type": resp.GetEvent().GetType(), "application_id": resp.GetEvent().GetApplicationId()})
 	http.Redirect(w, r, Prefix+"events/"+id, http.StatusSeeOther)
 }
 
@@ -339,7 +419,24 @@ func (h *handler) redriveRequest(w http.ResponseWriter, r *http.Request, s *sess
 		h.fail(w, r, s, http.StatusBadRequest, err.Error())
 		return nil, false
 	}
-	return &gatewayv1.RedriveEventsRequest{Since: since}, true
+	app, err := applicationFilter(form, s)
+	if err != nil {
+		h.fail(w, r, s, http.StatusBadRequest, err.Error())
+		return nil, false
+	}
+	return &gatewayv1.RedriveEventsRequest{Since: since, ApplicationId: app}, true
+}
+
+// redriveScope says whose dead events a redrive takes, for its confirmation and its audit entry.
+func redriveScope(s *session, req *gatewayv1.RedriveEventsRequest) string {
+	switch {
+	case s.Role != roleOperator:
+		return "this application"
+	case req.GetApplicationId() != "":
+		return "application " + req.GetApplicationId()
+	default:
+		return "every application"
+	}
 }
 
 func (h *handler) redriveConfirm(w http.ResponseWriter, r *http.Request, s *session) {
@@ -359,10 +456,14 @@ func (h *handler) redriveConfirm(w http.ResponseWriter, r *http.Request, s *sess
 		since = req.GetSince().AsTime().UTC().Format(time.RFC3339)
 		fields["since"] = since
 	}
+	if req.GetApplicationId() != "" {
+		fields["application"] = req.GetApplicationId()
+	}
 	h.render(w, http.StatusOK, "confirm", view{Title: "Redrive dead events", Nav: "events", Session: s, Data: confirmData{
 		Heading: "Redrive dead events",
-		What:    fmt.Sprintf("Redrive %d dead events created since %s: each becomes pending with a fresh attempt budget and is delivered again.", resp.GetCount(), since),
-		Action:  Prefix + "events/redrive", Fields: fields, Button: fmt.Sprintf("Redrive %d events", resp.GetCount()),
+		What: fmt.Sprintf("Redrive %d dead events of %s created since %s: each becomes pending with a fresh attempt budget and is delivered again.",
+			resp.GetCount(), redriveScope(s, req), since),
+		Action: Prefix + "events/redrive", Fields: fields, Button: fmt.Sprintf("Redrive %d events", resp.GetCount()),
 		Back: Prefix + "events?status=dead", Nothing: resp.GetCount() == 0,
 	}})
 }
@@ -377,11 +478,15 @@ func (h *handler) redrive(w http.ResponseWriter, r *http.Request, s *session) {
 		h.failAPI(w, r, s, err)
 		return
 	}
-	target := ""
+	target := "dead events of " + redriveScope(s, req)
 	if req.GetSince() != nil {
-		target = "since " + req.GetSince().AsTime().UTC().Format(time.RFC3339)
+		target += " since " + req.GetSince().AsTime().UTC().Format(time.RFC3339)
 	}
-	h.record(r.Context(), s, "events.redrive", target, map[string]any{"count": resp.GetCount()})
+	detail := map[string]any{"count": resp.GetCount()}
+	if req.GetApplicationId() != "" {
+		detail["application_id"] = req.GetApplicationId()
+	}
+	h.record(r.Context(), s, "events.redrive", target, detail)
 	http.Redirect(w, r, Prefix+"events?status=pending", http.StatusSeeOther)
 }
 
@@ -495,10 +600,6 @@ type auditData struct {
 }
 
 func (h *handler) audit(w http.ResponseWriter, r *http.Request, s *session) {
-	actor := s.actor()
-	if s.Role == roleOperator {
-		actor = store.AnyApplication
-	}
 	var before int64
 	if v := r.URL.Query().Get("before"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -508,7 +609,7 @@ func (h *handler) audit(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		before = n
 	}
-	list, err := h.cfg.Store.AuditList(r.Context(), actor, before, pageSize)
+	list, err := h.cfg.Store.AuditList(r.Context(), s.actor(), before, pageSize)
 	if err != nil {
 		h.failAPI(w, r, s, err)
 		return

@@ -9,10 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/services/gateway/internal/server"
+	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
 
 // CookieName is the console's session cookie.
@@ -29,6 +34,9 @@ const (
 // request checks the key again: revoking or expiring it ends the session. An operator's holds a
 // hash of the admin token it was opened with, so that changing the token ends it.
 type session struct {
+	// ID names the session for signing out of it (store.ConsoleSessionEnd): the cookie itself
+	// cannot be taken back from wherever it was copied to.
+	ID          string         `json:"i"`
 	Role        string         `json:"r"`
 	Application string         `json:"a,omitempty"`
 	Key         *server.KeyRef `json:"k,omitempty"`
@@ -38,12 +46,12 @@ type session struct {
 	Expires time.Time `json:"e"`
 }
 
-// actor is the session's name in the audit log.
-func (s *session) actor() string {
+// actor is who the session is in the audit log.
+func (s *session) actor() store.AuditActor {
 	if s.Role == roleOperator {
-		return "operator"
+		return store.AuditActor{Role: store.AuditRoleOperator, ID: store.AuditOperator}
 	}
-	return s.Application
+	return store.AuditActor{Role: store.AuditRoleApplication, ID: s.Application}
 }
 
 // Who is the session's principal as the page header shows it.
@@ -72,6 +80,13 @@ func adminHash(token string) []byte {
 	return sum[:]
 }
 
+// isAdminToken compares token with the admin token through their hashes, so that the time taken
+// tells nothing of the admin token, its length included (ConstantTimeCompare returns at once on
+// a length mismatch).
+func isAdminToken(token, admin string) bool {
+	return admin != "" && subtle.ConstantTimeCompare(adminHash(token), adminHash(admin)) == 1
+}
+
 // seal encodes s into a cookie value.
 func seal(box *secret.Box, s *session) (string, error) {
 	raw, err := json.Marshal(s)
@@ -97,7 +112,7 @@ func open(box *secret.Box, value string, now time.Time) (*session, error) {
 		return nil, errNoSession
 	}
 	var s session
-	if err := json.Unmarshal(raw, &s); err != nil || s.CSRF == "" {
+	if err := json.Unmarshal(raw, &s); err != nil || s.CSRF == "" || uuid.Validate(s.ID) != nil {
 		return nil, errNoSession
 	}
 	if !now.Before(s.Expires) {
@@ -112,9 +127,15 @@ func checkCSRF(s *session, r *http.Request) bool {
 	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.CSRF)) == 1
 }
 
-func (h *handler) setCookie(w http.ResponseWriter, value string, expires time.Time) {
+// secure tells a request that reached the console over TLS: the listener's own, or a proxy's in
+// front of it that says so. Trusting the proxy's header here can only make the cookie stricter.
+func (h *handler) secure(r *http.Request) bool {
+	return h.cfg.Secure || r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+}
+
+func (h *handler) setCookie(w http.ResponseWriter, r *http.Request, value string, expires time.Time) {
 	c := &http.Cookie{
-		Name: CookieName, Value: value, Path: Prefix, HttpOnly: true, Secure: h.cfg.Secure,
+		Name: CookieName, Value: value, Path: Prefix, HttpOnly: true, Secure: h.secure(r),
 		SameSite: http.SameSiteStrictMode,
 	}
 	if value == "" {
@@ -123,4 +144,27 @@ func (h *handler) setCookie(w http.ResponseWriter, value string, expires time.Ti
 		c.Expires = expires
 	}
 	http.SetCookie(w, c)
+}
+
+// crossSite tells a request a page of another site made (a form it posted to the console): it is
+// refused before anything else, the sign-in included, which has no session and so no CSRF token
+// to check (a forged sign-in would put the victim in the attacker's application). Browsers say
+// where a request comes from in Sec-Fetch-Site; one that does not still sends Origin on a POST.
+// "same-site" is refused too: another application on a sibling host is another site here.
+func crossSite(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "cross-site", "same-site":
+		return true
+	case "same-origin", "none":
+		return false
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return false // not a browser's form: a CSRF needs a browser
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return true // "null": a sandboxed or privacy-sensitive context
+	}
+	return !strings.EqualFold(u.Host, r.Host) && !strings.EqualFold(u.Host, r.Header.Get("X-Forwarded-Host"))
 }

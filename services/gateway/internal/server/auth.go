@@ -18,10 +18,18 @@ type applicationKey struct{}
 
 type operatorKey struct{}
 
-// operatorMethods are the calls the admin token may make: reads of any application's data.
+// operatorMethods are the calls the admin token may make: reads of any application's
+// executions and events, and what an on-call engineer does about them — redeliver or redrive
+// events, cancel an execution. Nothing that changes an application's configuration (consumer,
+// signing secret, keys) nor starts work (invoke).
 var operatorMethods = map[string]bool{
 	gatewayv1.GatewayService_GetExecutionTimeline_FullMethodName: true,
 	gatewayv1.GatewayService_ListExecutions_FullMethodName:       true,
+	gatewayv1.GatewayService_ListEvents_FullMethodName:           true,
+	gatewayv1.GatewayService_GetEvent_FullMethodName:             true,
+	gatewayv1.GatewayService_RedeliverEvent_FullMethodName:       true,
+	gatewayv1.GatewayService_RedriveEvents_FullMethodName:        true,
+	gatewayv1.GatewayService_CancelExecution_FullMethodName:      true,
 }
 
 // isOperator tells a call made with the admin token.
@@ -40,7 +48,7 @@ func isOperator(ctx context.Context) bool {
 // for at most that long. A key's use is recorded asynchronously (store.Touch).
 //
 // adminToken (the deployment's INTEGRATIONS_ADMIN_TOKEN; none or empty: no operator) is also
-// taken, for the operator's reads that span applications (operatorMethods) and for nothing else.
+// taken, for the operator's calls that span applications (operatorMethods) and for nothing else.
 func AuthInterceptor(st *store.Store, adminToken ...string) grpc.UnaryServerInterceptor {
 	admin := ""
 	if len(adminToken) > 0 {
@@ -56,7 +64,7 @@ func AuthInterceptor(st *store.Store, adminToken ...string) grpc.UnaryServerInte
 		}
 		if admin != "" && subtle.ConstantTimeCompare([]byte(token), []byte(admin)) == 1 {
 			if !operatorMethods[info.FullMethod] {
-				return nil, apperr.New(apperr.KindPermissionDenied, "OPERATOR_READ_ONLY", "the admin token reads execution timelines and lists only; call %s with an application's API key", info.FullMethod)
+				return nil, apperr.New(apperr.KindPermissionDenied, "OPERATOR_READ_ONLY", "the admin token reads executions and events, redelivers events and cancels executions only; call %s with an application's API key", info.FullMethod)
 			}
 			return handler(context.WithValue(ctx, operatorKey{}, true), req)
 		}
@@ -140,7 +148,7 @@ func AsApplication(ctx context.Context, appID string) context.Context {
 }
 
 // AsOperator is ctx as a call made with the admin token, for a caller in this process that
-// checked the token itself (the console): only the operator's reads (operatorMethods) are meant
+// checked the token itself (the console): only the operator's calls (operatorMethods) are meant
 // to be called with it.
 func AsOperator(ctx context.Context) context.Context {
 	return context.WithValue(ctx, operatorKey{}, true)
@@ -149,4 +157,18 @@ func AsOperator(ctx context.Context) context.Context {
 func applicationID(ctx context.Context) string {
 	id, _ := ctx.Value(applicationKey{}).(string)
 	return id
+}
+
+// callerScope is the application whose data a call by id reads or changes: the caller's own, or
+// for the operator (admin token) any application's (store.AnyApplication).
+func callerScope(ctx context.Context) (string, error) {
+	if isOperator(ctx) {
+		return store.AnyApplication, nil
+	}
+	app := applicationID(ctx)
+	if app == "" {
+		// Never the operator's view by accident: an application call always names its application.
+		return "", apperr.Unauthenticated("no application for this call")
+	}
+	return app, nil
 }

@@ -42,7 +42,7 @@ func eventStatusFromProto(s eventsv1.EventStatus) string {
 func eventProto(e *store.Event) (*eventsv1.Event, error) {
 	out := &eventsv1.Event{
 		Id: e.ID, Type: e.Type, ExecutionId: e.ExecutionID, CreateTime: timestamppb.New(e.CreatedAt),
-		Status: eventStatusToProto[e.Status], Attempts: e.Attempts, Sequence: e.Sequence,
+		Status: eventStatusToProto[e.Status], Attempts: e.Attempts, Sequence: e.Sequence, ApplicationId: e.ApplicationID,
 		NextAttemptTime: optTime(e.NextAttemptAt), DeliveredTime: optTime(e.DeliveredAt), DeadTime: optTime(e.DeadAt),
 	}
 	if e.LastError != nil {
@@ -134,7 +134,11 @@ func (s *Server) ListEvents(ctx context.Context, req *gatewayv1.ListEventsReques
 		}
 		f.Before = string(raw)
 	}
-	rows, err := s.store.EventList(ctx, applicationID(ctx), f)
+	app, err := listApplication(ctx, req.GetApplicationId(), "events")
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.store.EventList(ctx, app, f)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +161,11 @@ func (s *Server) GetEvent(ctx context.Context, req *gatewayv1.GetEventRequest) (
 	if err := checkEventID(req.GetId()); err != nil {
 		return nil, err
 	}
-	row, deliveries, err := s.store.EventGet(ctx, applicationID(ctx), req.GetId())
+	app, err := callerScope(ctx)
+	if err != nil {
+		return nil, err
+	}
+	row, deliveries, err := s.store.EventGet(ctx, app, req.GetId())
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, apperr.NotFound("event %s not found", req.GetId())
 	}
@@ -179,7 +187,10 @@ func (s *Server) RedeliverEvent(ctx context.Context, req *gatewayv1.RedeliverEve
 	if err := checkEventID(req.GetId()); err != nil {
 		return nil, err
 	}
-	appID := applicationID(ctx)
+	appID, err := callerScope(ctx)
+	if err != nil {
+		return nil, err
+	}
 	row, err := s.store.EventRedeliver(ctx, appID, req.GetId())
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, apperr.NotFound("event %s not found", req.GetId())
@@ -187,7 +198,7 @@ func (s *Server) RedeliverEvent(ctx context.Context, req *gatewayv1.RedeliverEve
 	if err != nil {
 		return nil, err
 	}
-	s.log.Info("event redelivered", log.EventID(row.ID), log.ApplicationID(appID))
+	s.log.Info("event redelivered", log.EventID(row.ID), log.ApplicationID(row.ApplicationID), zap.Bool("operator", isOperator(ctx)))
 	e, err := eventProto(row)
 	if err != nil {
 		return nil, err
@@ -201,7 +212,10 @@ func (s *Server) RedriveEvents(ctx context.Context, req *gatewayv1.RedriveEvents
 	if err != nil {
 		return nil, err
 	}
-	appID := applicationID(ctx)
+	appID, err := listApplication(ctx, req.GetApplicationId(), "events")
+	if err != nil {
+		return nil, err
+	}
 	if req.GetValidateOnly() {
 		n, err := s.store.EventRedriveCount(ctx, appID, since)
 		if err != nil {
@@ -213,7 +227,7 @@ func (s *Server) RedriveEvents(ctx context.Context, req *gatewayv1.RedriveEvents
 	if err != nil {
 		return nil, err
 	}
-	s.log.Info("dead events redriven", log.ApplicationID(appID), zap.Int64("count", n))
+	s.log.Info("dead events redriven", log.ApplicationID(appID), zap.Bool("operator", isOperator(ctx)), zap.Int64("count", n))
 	return &gatewayv1.RedriveEventsResponse{Count: n}, nil
 }
 

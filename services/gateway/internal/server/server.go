@@ -503,7 +503,11 @@ func (s *Server) GetExecution(ctx context.Context, req *gatewayv1.GetExecutionRe
 	if _, err := uuid.Parse(req.GetId()); err != nil {
 		return nil, apperr.Invalid("id", "%s is not an execution id", jsonbound.Quote(req.GetId()))
 	}
-	row, attempts, err := s.store.ExecutionGet(ctx, applicationID(ctx), req.GetId())
+	app, err := callerScope(ctx)
+	if err != nil {
+		return nil, err
+	}
+	row, attempts, err := s.store.ExecutionGet(ctx, app, req.GetId())
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, apperr.NotFound("execution %s not found", req.GetId())
 	}
@@ -561,7 +565,14 @@ func (s *Server) CancelExecution(ctx context.Context, req *gatewayv1.CancelExecu
 	if _, err := uuid.Parse(req.GetId()); err != nil {
 		return nil, apperr.Invalid("id", "%s is not an execution id", jsonbound.Quote(req.GetId()))
 	}
-	appID := applicationID(ctx)
+	appID, err := callerScope(ctx)
+	if err != nil {
+		return nil, err
+	}
+	by := "the application"
+	if isOperator(ctx) {
+		by = "the operator"
+	}
 	for try := 1; ; try++ {
 		row, _, err := s.store.ExecutionGet(ctx, appID, req.GetId())
 		if errors.Is(err, store.ErrNotFound) {
@@ -577,7 +588,7 @@ func (s *Server) CancelExecution(ctx context.Context, req *gatewayv1.CancelExecu
 		settled, err := s.settlement.Settle(ctx, &settlementv1.SettleRequest{
 			ExecutionId: row.ID, Attempt: row.Attempt, FromStatus: execution.StatusToProto(row.Status),
 			Status:  executionv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED,
-			Failure: execution.Failure{Reason: execution.ReasonCancelled, Message: "cancelled by the application"}.Proto(),
+			Failure: execution.Failure{Reason: execution.ReasonCancelled, Message: "cancelled by " + by}.Proto(),
 		})
 		switch reason := grpcx.Reason(err); {
 		case err == nil:
@@ -663,7 +674,7 @@ func (s *Server) ListExecutions(ctx context.Context, req *gatewayv1.ListExecutio
 	if f.Query = req.GetQuery(); len(f.Query) > IdempotencyKeyMax || !ValidIdempotencyKey(f.Query) {
 		return nil, apperr.Invalid("query", "an execution id or the start of an idempotency key: at most %d printable characters without spaces", IdempotencyKeyMax)
 	}
-	app, err := listApplication(ctx, req.GetApplicationId())
+	app, err := listApplication(ctx, req.GetApplicationId(), "executions")
 	if err != nil {
 		return nil, err
 	}
@@ -685,9 +696,10 @@ func (s *Server) ListExecutions(ctx context.Context, req *gatewayv1.ListExecutio
 	return resp, nil
 }
 
-// listApplication is the application whose executions a list reads: the caller's own, or for
-// the operator (admin token) the one named, or every application's when none is.
-func listApplication(ctx context.Context, named string) (string, error) {
+// listApplication is the application whose executions or events (what) a list or a redrive
+// reads: the caller's own, or for the operator (admin token) the one named, or every
+// application's when none is.
+func listApplication(ctx context.Context, named, what string) (string, error) {
 	if isOperator(ctx) {
 		if named != "" && !applicationPattern.MatchString(named) {
 			return "", apperr.Invalid("application_id", "%s is not an application id", jsonbound.Quote(named))
@@ -699,7 +711,7 @@ func listApplication(ctx context.Context, named string) (string, error) {
 		return "", apperr.Unauthenticated("no application for this call")
 	}
 	if named != "" && named != app {
-		return "", apperr.Invalid("application_id", "an application's key lists its own executions only; leave application_id empty")
+		return "", apperr.Invalid("application_id", "an application's key reaches its own %s only; leave application_id empty", what)
 	}
 	return app, nil
 }

@@ -56,6 +56,14 @@ func TimelineProto(tl *store.Timeline) *gatewayv1.GetExecutionTimelineResponse {
 		Mode: execution.ModeToProto(e.Mode), IdempotencyKey: deref(e.IdempotencyKey),
 		Summary: fmt.Sprintf("accepted %s %s%s", e.Mode, e.Capability, keySummary(e.IdempotencyKey)),
 	})
+	// Only the execution's last progress value is stored: it is the report of the last attempt
+	// that made any (attempts run one after another).
+	lastReporter := int32(0)
+	for _, a := range tl.Attempts {
+		if a.ProgressReports > 0 && a.LastProgressAt != nil {
+			lastReporter = a.N
+		}
+	}
 	for _, a := range tl.Attempts {
 		add(a.StartedAt, gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_ATTEMPT_STARTED, &gatewayv1.TimelineEntry{
 			Attempt: a.N, Summary: fmt.Sprintf("attempt %d started", a.N),
@@ -65,6 +73,16 @@ func TimelineProto(tl *store.Timeline) *gatewayv1.GetExecutionTimelineResponse {
 				Attempt: a.N, Renewals: a.Renewals,
 				Summary: fmt.Sprintf("attempt %d lease renewed (%d times in all; this is the last)", a.N, a.Renewals),
 			})
+		}
+		if a.ProgressReports > 0 && a.LastProgressAt != nil {
+			en := &gatewayv1.TimelineEntry{Attempt: a.N, ProgressReports: a.ProgressReports,
+				Summary: fmt.Sprintf("attempt %d reported progress (%d times in all; this is the last)", a.N, a.ProgressReports)}
+			if a.N == lastReporter && len(e.Progress) > 0 {
+				if p, err := structFromJSON(e.Progress); err == nil {
+					en.Progress = p
+				}
+			}
+			add(*a.LastProgressAt, gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_PROGRESS, en)
 		}
 		if a.EndedAt != nil || deref(a.Outcome) != "" {
 			at := a.StartedAt
@@ -89,15 +107,15 @@ func TimelineProto(tl *store.Timeline) *gatewayv1.GetExecutionTimelineResponse {
 			})
 		}
 	}
-	if len(e.Progress) > 0 {
-		// Only the last progress is stored, without a time of its own: it was reported no later
-		// than the execution's last change (its settlement, when settled). execution.progress
-		// events, when the capability sends them, carry each report's time.
+	if lastReporter == 0 && len(e.Progress) > 0 {
+		// A progress stored before reports were counted (migration 00018) has no time of its
+		// own: it was reported no later than the execution's last change (its settlement, when
+		// settled).
 		at := e.UpdatedAt
 		if e.SettledAt != nil && e.SettledAt.Before(at) {
 			at = *e.SettledAt
 		}
-		en := &gatewayv1.TimelineEntry{Attempt: e.Attempt, Summary: "last progress reported"}
+		en := &gatewayv1.TimelineEntry{Attempt: e.Attempt, Summary: "last progress reported (its time was not recorded)"}
 		if p, err := structFromJSON(e.Progress); err == nil {
 			en.Progress = p
 		}
@@ -138,7 +156,7 @@ func TimelineProto(tl *store.Timeline) *gatewayv1.GetExecutionTimelineResponse {
 			} else {
 				en.Summary += "delivered"
 			}
-			en.Summary += fmt.Sprintf(" in %s", d.Duration)
+			en.Summary += " in " + DurationText(d.Duration)
 			add(d.At, gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_DELIVERY, en)
 		}
 	}
@@ -191,4 +209,17 @@ func deref(p *string) string {
 		return ""
 	}
 	return *p
+}
+
+// DurationText is a short duration as people read it: "<1 ms", "37 ms", "2.4 s". Delivery
+// times are stored in whole milliseconds, so time.Duration's own text showed most as "0s".
+func DurationText(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return "<1 ms"
+	case d < 10*time.Second:
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	default:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	}
 }

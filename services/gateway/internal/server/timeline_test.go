@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -15,8 +16,8 @@ import (
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
 
-// retriedExecution writes an execution that failed attempt 1, renewed attempt 2's lease twice,
-// succeeded on attempt 2 and whose completion event was delivered on the second try, with every
+// retriedExecution writes an execution that failed attempt 1 after one progress report, renewed
+// attempt 2's lease twice and reported its progress three times, succeeded on attempt 2 and whose completion event was delivered on the second try, with every
 // time set a second apart so that the expected order is the only right one.
 func retriedExecution(t *testing.T, b *bundle) string {
 	t.Helper()
@@ -30,9 +31,11 @@ func retriedExecution(t *testing.T, b *bundle) string {
 			progress = '{"percent": 80}'
 			WHERE id = $1`,
 		`UPDATE execution_attempts SET started_at = '2026-01-01 10:00:01Z', ended_at = '2026-01-01 10:00:02Z',
-			failure_message = 'provider timed out' WHERE execution_id = $1 AND n = 1`,
+			failure_message = 'provider timed out', progress_reports = 1, last_progress_at = '2026-01-01 10:00:01.5Z'
+			WHERE execution_id = $1 AND n = 1`,
 		`UPDATE execution_attempts SET started_at = '2026-01-01 10:00:03Z', ended_at = '2026-01-01 10:00:05Z',
-			renewals = 2, last_renewed_at = '2026-01-01 10:00:04Z' WHERE execution_id = $1 AND n = 2`,
+			renewals = 2, last_renewed_at = '2026-01-01 10:00:04Z',
+			progress_reports = 3, last_progress_at = '2026-01-01 10:00:04.5Z' WHERE execution_id = $1 AND n = 2`,
 		`UPDATE integration_events SET created_at = '2026-01-01 10:00:06Z' WHERE execution_id = $1`,
 		`UPDATE event_deliveries SET at = '2026-01-01 10:00:07Z'::timestamptz + make_interval(secs => n),
 			status_code = CASE n WHEN 2 THEN 204 ELSE 500 END, response_body = repeat('x', 1000)
@@ -64,11 +67,12 @@ func TestGetExecutionTimelineOrdersEveryHop(t *testing.T) {
 	require.Equal(t, []step{
 		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_ACCEPTED, 0},
 		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_ATTEMPT_STARTED, 1},
+		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_PROGRESS, 1},
 		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_ATTEMPT_ENDED, 1},
 		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_ATTEMPT_STARTED, 2},
 		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_LEASE_RENEWED, 2},
-		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_ATTEMPT_ENDED, 2},
 		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_PROGRESS, 2},
+		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_ATTEMPT_ENDED, 2},
 		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_SETTLED, 2},
 		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_EVENT, 0},
 		{gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_DELIVERY, 0},
@@ -76,16 +80,55 @@ func TestGetExecutionTimelineOrdersEveryHop(t *testing.T) {
 	}, got)
 	en := resp.GetEntries()
 	require.Equal(t, "order-7", en[0].GetIdempotencyKey())
-	require.Equal(t, execution.ClassTimeout, en[2].GetErrorClass())
-	require.Equal(t, "provider timed out", en[2].GetErrorMessage())
-	require.Equal(t, int32(2), en[4].GetRenewals())
-	require.Equal(t, float64(80), en[6].GetProgress().GetFields()["percent"].GetNumberValue())
-	require.Equal(t, "execution.completed", en[8].GetEventType())
-	require.Equal(t, int32(500), en[9].GetStatusCode())
-	require.Equal(t, int32(204), en[10].GetStatusCode())
-	require.Len(t, en[10].GetResponseStart(), 256, "only the start of the answer")
+	require.Equal(t, int32(1), en[2].GetProgressReports())
+	require.Nil(t, en[2].GetProgress(), "attempt 1's report was replaced by attempt 2's: its value is not stored")
+	require.Equal(t, execution.ClassTimeout, en[3].GetErrorClass())
+	require.Equal(t, "provider timed out", en[3].GetErrorMessage())
+	require.Equal(t, int32(2), en[5].GetRenewals())
+	require.Equal(t, int32(3), en[6].GetProgressReports())
+	require.Equal(t, "2026-01-01T10:00:04.5Z", en[6].GetAt().AsTime().Format(time.RFC3339Nano), "at the last report")
+	require.Equal(t, float64(80), en[6].GetProgress().GetFields()["percent"].GetNumberValue(), "the last report's value")
+	require.Equal(t, "execution.completed", en[9].GetEventType())
+	require.Equal(t, int32(500), en[10].GetStatusCode())
+	require.Equal(t, int32(204), en[11].GetStatusCode())
+	require.Len(t, en[11].GetResponseStart(), 256, "only the start of the answer")
 	for i := 1; i < len(en); i++ {
 		require.False(t, en[i].GetAt().AsTime().Before(en[i-1].GetAt().AsTime()), "entry %d before %d", i, i-1)
+	}
+}
+
+// A progress stored before reports were counted on the attempt (migration 00018) has no time of
+// its own: the timeline still shows it, at the settlement, and says so.
+func TestGetExecutionTimelinePlacesUncountedProgressAtTheSettlement(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := retriedExecution(t, b)
+	_, err := b.schema.Pool.Exec(context.Background(), `UPDATE execution_attempts SET progress_reports = 0, last_progress_at = NULL
+		WHERE execution_id = $1`, id)
+	require.NoError(t, err)
+
+	resp, err := b.server.GetExecutionTimeline(b.ctx, &gatewayv1.GetExecutionTimelineRequest{Id: id})
+	require.NoError(t, err)
+	var progress []*gatewayv1.TimelineEntry
+	for _, e := range resp.GetEntries() {
+		if e.GetKind() == gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_PROGRESS {
+			progress = append(progress, e)
+		}
+	}
+	require.Len(t, progress, 1)
+	require.Equal(t, "2026-01-01T10:00:06Z", progress[0].GetAt().AsTime().Format(time.RFC3339Nano), "at the settlement")
+	require.Equal(t, float64(80), progress[0].GetProgress().GetFields()["percent"].GetNumberValue())
+	require.Contains(t, progress[0].GetSummary(), "not recorded")
+}
+
+// Delivery durations are stored in whole milliseconds: they read as such, not as "0s".
+func TestDurationText(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		0: "<1 ms", 900 * time.Microsecond: "<1 ms", 3 * time.Millisecond: "3 ms",
+		2400 * time.Millisecond: "2400 ms", 12345 * time.Millisecond: "12.3 s",
+	} {
+		require.Equal(t, want, DurationText(d), "%s", d)
 	}
 }
 

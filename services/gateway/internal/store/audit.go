@@ -3,19 +3,34 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// AuditOperator is the actor of an action taken with the admin token.
+// Audit roles: who took an action. An application's id can be any word, "operator" included, so
+// the role — not the actor's name — tells the admin token's actions from an application's.
+const (
+	AuditRoleApplication = "application"
+	AuditRoleOperator    = "operator"
+)
+
+// AuditOperator is the actor name of an action taken with the admin token.
 const AuditOperator = "operator"
+
+// AuditActor is who took an action: an application (ID its id) or the operator.
+type AuditActor struct {
+	Role string
+	ID   string
+}
 
 // AuditEntry is one console_audit row.
 type AuditEntry struct {
 	ID     int64
 	At     time.Time
+	Role   string
 	Actor  string
 	Action string
 	Target string
@@ -25,7 +40,7 @@ type AuditEntry struct {
 
 // AuditAppend records an action taken through the console. detail must marshal to a JSON object
 // (nil: {}).
-func (s *Store) AuditAppend(ctx context.Context, actor, action, target string, detail map[string]any) error {
+func (s *Store) AuditAppend(ctx context.Context, who AuditActor, action, target string, detail map[string]any) error {
 	if detail == nil {
 		detail = map[string]any{}
 	}
@@ -33,37 +48,64 @@ func (s *Store) AuditAppend(ctx context.Context, actor, action, target string, d
 	if err != nil {
 		return fmt.Errorf("audit %s: detail: %w", action, err)
 	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO console_audit (actor, action, target, detail) VALUES ($1, $2, $3, $4)`,
-		actor, action, target, raw); err != nil {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO console_audit (role, actor, action, target, detail) VALUES ($1, $2, $3, $4, $5)`,
+		who.Role, who.ID, action, target, raw); err != nil {
 		return fmt.Errorf("audit %s: %w", action, err)
 	}
 	return nil
 }
 
-// AuditList lists the audit entries of actor (AnyApplication: everyone's), newest first, before
-// the id before (0: from the newest).
-func (s *Store) AuditList(ctx context.Context, actor string, before int64, limit int) ([]AuditEntry, error) {
+// AuditList lists audit entries newest first, before the id before (0: from the newest): the
+// operator's (who.Role AuditRoleOperator) list is everyone's, an application's its own.
+func (s *Store) AuditList(ctx context.Context, who AuditActor, before int64, limit int) ([]AuditEntry, error) {
 	w := &where{}
-	if actor != AnyApplication {
-		w.add("actor = ?", actor)
+	if who.Role != AuditRoleOperator {
+		w.add("role = ?", AuditRoleApplication)
+		w.add("actor = ?", who.ID)
 	}
 	if before > 0 {
 		w.add("id < ?", before)
 	}
 	cond := w.clause()
 	limitParam := w.param(limit)
-	rows, err := s.pool.Query(ctx, `SELECT id, at, actor, action, target, detail FROM console_audit `+cond+`
+	rows, err := s.pool.Query(ctx, `SELECT id, at, role, actor, action, target, detail FROM console_audit `+cond+`
 		ORDER BY id DESC LIMIT `+limitParam, w.args...)
 	if err != nil {
 		return nil, fmt.Errorf("list audit entries: %w", err)
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
 		var e AuditEntry
-		err := r.Scan(&e.ID, &e.At, &e.Actor, &e.Action, &e.Target, &e.Detail)
+		err := r.Scan(&e.ID, &e.At, &e.Role, &e.Actor, &e.Action, &e.Target, &e.Detail)
 		return e, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list audit entries: %w", err)
 	}
 	return list, nil
+}
+
+// ConsoleSessionEnd records that the console session id was signed out of, so that its cookie —
+// valid by its seal until expires — is refused from now on, wherever it was copied to. Rows of
+// sessions past their expiry are dropped on the way: their cookies are refused anyway.
+func (s *Store) ConsoleSessionEnd(ctx context.Context, id string, expires time.Time) error {
+	if _, err := s.pool.Exec(ctx, `
+		WITH gone AS (DELETE FROM console_sessions_ended WHERE expires_at < now())
+		INSERT INTO console_sessions_ended (id, expires_at) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`,
+		id, expires); err != nil {
+		return fmt.Errorf("end console session: %w", err)
+	}
+	return nil
+}
+
+// ConsoleSessionEnded tells whether the console session id was signed out of.
+func (s *Store) ConsoleSessionEnded(ctx context.Context, id string) (bool, error) {
+	var one int
+	err := s.pool.QueryRow(ctx, `SELECT 1 FROM console_sessions_ended WHERE id = $1`, id).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read console session: %w", err)
+	}
+	return true, nil
 }

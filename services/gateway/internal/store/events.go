@@ -22,9 +22,10 @@ const (
 
 // Event is an integration_events row as the events API shows it.
 type Event struct {
-	ID          string
-	Type        string
-	ExecutionID string
+	ID            string
+	ApplicationID string
+	Type          string
+	ExecutionID   string
 	// Data is the event body's "data" object (JSON), nil if the body has none.
 	Data          []byte
 	CreatedAt     time.Time
@@ -40,7 +41,7 @@ type Event struct {
 
 // eventColumns are the columns scanEvent reads, in order.
 const eventColumns = `id::text, type, execution_id::text, payload->'data', created_at, delivery_status, attempts,
-	next_attempt_at, last_error, delivered_at, dead_at, sequence`
+	next_attempt_at, last_error, delivered_at, dead_at, sequence, application_id`
 
 // eventListColumns are eventColumns with the event's data less its "result" (an execution's
 // result, up to a MiB): list items leave it out, GetEvent has it. The rest of data (status,
@@ -50,7 +51,7 @@ var eventListColumns = strings.Replace(eventColumns, "payload->'data'", "(payloa
 func scanEvent(r pgx.Row) (*Event, error) {
 	var e Event
 	err := r.Scan(&e.ID, &e.Type, &e.ExecutionID, &e.Data, &e.CreatedAt, &e.Status, &e.Attempts,
-		&e.NextAttemptAt, &e.LastError, &e.DeliveredAt, &e.DeadAt, &e.Sequence)
+		&e.NextAttemptAt, &e.LastError, &e.DeliveredAt, &e.DeadAt, &e.Sequence, &e.ApplicationID)
 	if err != nil {
 		return nil, err
 	}
@@ -78,8 +79,8 @@ type EventFilter struct {
 	Limit  int
 }
 
-// EventList lists the application's events, newest first (ids are UUIDv7, so id order is
-// creation order).
+// EventList lists the application's events (AnyApplication: every application's, the
+// operator's view), newest first (ids are UUIDv7, so id order is creation order).
 func (s *Store) EventList(ctx context.Context, applicationID string, f EventFilter) ([]*Event, error) {
 	query, args := eventListQuery(applicationID, f)
 	rows, err := s.pool.Query(ctx, query, args...)
@@ -101,7 +102,9 @@ func (s *Store) EventList(ctx context.Context, applicationID string, f EventFilt
 // sorted all of the application's matching events).
 func eventListQuery(applicationID string, f EventFilter) (string, []any) {
 	w := &where{}
-	w.add("application_id = ?", applicationID)
+	if applicationID != AnyApplication {
+		w.add("application_id = ?", applicationID)
+	}
 	if f.Status != "" {
 		w.add("delivery_status = ?", f.Status)
 	}
@@ -120,15 +123,16 @@ func eventListQuery(applicationID string, f EventFilter) (string, []any) {
 	limit := w.param(f.Limit)
 	return `SELECT ` + eventListColumns + `
 		FROM integration_events
-		WHERE ` + w.String() + `
+		` + w.clause() + `
 		ORDER BY integration_events.id DESC
 		LIMIT ` + limit, w.args
 }
 
-// EventGet reads one of the application's events with its delivery attempts, oldest first.
+// EventGet reads one of the application's events (AnyApplication: any application's) with its
+// delivery attempts, oldest first.
 func (s *Store) EventGet(ctx context.Context, applicationID, id string) (*Event, []Delivery, error) {
 	e, err := scanEvent(s.pool.QueryRow(ctx, `SELECT `+eventColumns+`
-		FROM integration_events WHERE id = $1 AND application_id = $2`, id, applicationID))
+		FROM integration_events WHERE id = $1 AND ($2 = '' OR application_id = $2)`, id, applicationID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil, ErrNotFound
 	}
@@ -164,14 +168,14 @@ const redeliverSet = `
 	SET delivery_status = 'pending', attempts = 0, next_attempt_at = NULL, last_error = NULL,
 		delivered_at = NULL, dead_at = NULL, relayed_at = NULL, relay_claimed_until = NULL`
 
-// EventRedeliver resets one of the application's events for delivery, whatever its state, and
-// wakes the relay.
+// EventRedeliver resets one of the application's events (AnyApplication: any application's) for
+// delivery, whatever its state, and wakes the relay.
 func (s *Store) EventRedeliver(ctx context.Context, applicationID, id string) (*Event, error) {
 	var e *Event
 	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		e, err = scanEvent(tx.QueryRow(ctx, `UPDATE integration_events`+redeliverSet+`
-			WHERE id = $1 AND application_id = $2
+			WHERE id = $1 AND ($2 = '' OR application_id = $2)
 			RETURNING `+eventColumns, id, applicationID))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
@@ -187,21 +191,22 @@ func (s *Store) EventRedeliver(ctx context.Context, applicationID, id string) (*
 	return e, err
 }
 
-// EventRedrive resets every dead event of the application (created at or after since, if set)
-// for delivery, as EventRedeliver does for one, in one statement, wakes the relay if any was
+// EventRedrive resets every dead event of the application (AnyApplication: of every
+// application; created at or after since, if set) for delivery, as EventRedeliver does for one, in one statement, wakes the relay if any was
 // reset, and returns how many were. The NOTIFY payload is the same for every row, so Postgres
 // sends it once per transaction.
 func (s *Store) EventRedrive(ctx context.Context, applicationID string, since *time.Time) (int64, error) {
 	var n int64
+	w := deadEventsWhere(applicationID, since)
+	channel := w.param(execution.EventsNotifyChannel)
 	err := s.pool.QueryRow(ctx, `
 		WITH redriven AS (
 			UPDATE integration_events`+redeliverSet+`
-			WHERE application_id = $1 AND delivery_status = 'dead'
-				AND ($2::timestamptz IS NULL OR created_at >= $2)
+			WHERE `+w.String()+`
 			RETURNING id
 		)
-		SELECT count(*) FROM (SELECT pg_notify($3, 'redrive') FROM redriven) notified`,
-		applicationID, since, execution.EventsNotifyChannel).Scan(&n)
+		SELECT count(*) FROM (SELECT pg_notify(`+channel+`, 'redrive') FROM redriven) notified`,
+		w.args...).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("redrive dead events of %s: %w", applicationID, err)
 	}
@@ -256,16 +261,34 @@ func (s *Store) SigningSecretRotate(ctx context.Context, applicationID string, s
 	return until, nil
 }
 
-// EventRedriveCount counts the dead events of the application (created at or after since, if
-// set) that EventRedrive would reset: the preview an operator sees before redriving.
+// EventRedriveCount counts the dead events of the application (AnyApplication: of every
+// application; created at or after since, if set) that EventRedrive would reset: the preview an
+// operator sees before redriving.
 func (s *Store) EventRedriveCount(ctx context.Context, applicationID string, since *time.Time) (int64, error) {
 	var n int64
-	err := s.pool.QueryRow(ctx, `
-		SELECT count(*) FROM integration_events
-		WHERE application_id = $1 AND delivery_status = 'dead'
-			AND ($2::timestamptz IS NULL OR created_at >= $2)`, applicationID, since).Scan(&n)
+	w := deadEventsWhere(applicationID, since)
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM integration_events WHERE `+w.String(), w.args...).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count dead events of %s: %w", applicationID, err)
 	}
 	return n, nil
+}
+
+// deadEventsWhere is the condition of a redrive and of its preview: one SQL text per shape of
+// filter (see where), so that each keeps its index condition. Every application's dead events
+// (the operator's redrive) are found application by application on
+// integration_events_application_id_status_id_idx: applications are few, events many, and a
+// partial index of dead events would be chosen for an application's own dead list too.
+func deadEventsWhere(applicationID string, since *time.Time) *where {
+	w := &where{}
+	if applicationID != AnyApplication {
+		w.add("application_id = ?", applicationID)
+	} else {
+		w.conds = append(w.conds, "application_id IN (SELECT id FROM applications)")
+	}
+	w.add("delivery_status = ?", EventDead)
+	if since != nil {
+		w.add("created_at >= ?", *since)
+	}
+	return w
 }

@@ -224,10 +224,11 @@ func (s *Store) idempotentReplay(ctx context.Context, tx pgx.Tx, n NewExecution,
 	return nil
 }
 
-// ExecutionGet reads one of the application's executions with its attempts.
+// ExecutionGet reads one of the application's executions (AnyApplication: any application's,
+// the operator's cancel) with its attempts.
 func (s *Store) ExecutionGet(ctx context.Context, applicationID, id string) (*execution.Row, []execution.AttemptRow, error) {
 	row, err := execution.Scan(s.pool.QueryRow(ctx, `SELECT `+execution.Columns+`
-		FROM executions WHERE id = $1 AND application_id = $2`, id, applicationID))
+		FROM executions WHERE id = $1 AND ($2 = '' OR application_id = $2)`, id, applicationID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil, ErrNotFound
 	}

@@ -19,11 +19,13 @@ const AnyApplication = ""
 const ResponseStartLen = 256
 
 // TimelineAttempt is an attempt as the timeline shows it: the attempt's row with its lease
-// renewals.
+// renewals and its progress reports (how many, and the last one's time).
 type TimelineAttempt struct {
 	execution.AttemptRow
-	Renewals      int32
-	LastRenewedAt *time.Time
+	Renewals        int32
+	LastRenewedAt   *time.Time
+	ProgressReports int32
+	LastProgressAt  *time.Time
 }
 
 // TimelineEvent is one of the execution's events with its delivery attempts, oldest first.
@@ -60,7 +62,8 @@ func (s *Store) ExecutionTimeline(ctx context.Context, applicationID, id string)
 		return nil, fmt.Errorf("read execution %s: %w", id, err)
 	}
 	tl := &Timeline{Execution: row}
-	rows, err := s.pool.Query(ctx, `SELECT `+execution.AttemptColumns+`, renewals, last_renewed_at
+	rows, err := s.pool.Query(ctx, `SELECT `+execution.AttemptColumns+`, renewals, last_renewed_at,
+			progress_reports, last_progress_at
 		FROM execution_attempts WHERE execution_id = $1 ORDER BY n`, id)
 	if err != nil {
 		return nil, fmt.Errorf("read attempts of %s: %w", id, err)
@@ -68,7 +71,8 @@ func (s *Store) ExecutionTimeline(ctx context.Context, applicationID, id string)
 	tl.Attempts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (TimelineAttempt, error) {
 		var a TimelineAttempt
 		err := r.Scan(&a.N, &a.StartedAt, &a.EndedAt, &a.Outcome, &a.FailureClass, &a.FailureCode,
-			&a.FailureMessage, &a.LateOutcome, &a.LateAt, &a.Renewals, &a.LastRenewedAt)
+			&a.FailureMessage, &a.LateOutcome, &a.LateAt, &a.Renewals, &a.LastRenewedAt,
+			&a.ProgressReports, &a.LastProgressAt)
 		return a, err
 	})
 	if err != nil {

@@ -197,7 +197,9 @@ type Event struct {
 	Deliveries []*DeliveryAttempt `protobuf:"bytes,12,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
 	// The event's place among its execution's events (1, 2, ...; the body's data.sequence): the
 	// progress events of a capability that declares progress_events, then the completion event.
-	Sequence      int32 `protobuf:"varint,13,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Sequence int32 `protobuf:"varint,13,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// The application the event belongs to (the API's answers only; not set on a delivery).
+	ApplicationId string `protobuf:"bytes,14,opt,name=application_id,json=applicationId,proto3" json:"application_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -321,6 +323,13 @@ func (x *Event) GetSequence() int32 {
 		return x.Sequence
 	}
 	return 0
+}
+
+func (x *Event) GetApplicationId() string {
+	if x != nil {
+		return x.ApplicationId
+	}
+	return ""
 }
 
 type DeliverRequest struct {
@@ -464,7 +473,7 @@ const file_integrations_events_v1_events_proto_rawDesc = "" +
 	"statusCode\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x125\n" +
 	"\bduration\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12#\n" +
-	"\rresponse_body\x18\x06 \x01(\tR\fresponseBody\"\xd9\x04\n" +
+	"\rresponse_body\x18\x06 \x01(\tR\fresponseBody\"\x80\x05\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12!\n" +
@@ -483,7 +492,8 @@ const file_integrations_events_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\f \x03(\v2'.integrations.events.v1.DeliveryAttemptR\n" +
 	"deliveries\x12\x1a\n" +
-	"\bsequence\x18\r \x01(\x05R\bsequence\"\xc1\x01\n" +
+	"\bsequence\x18\r \x01(\x05R\bsequence\x12%\n" +
+	"\x0eapplication_id\x18\x0e \x01(\tR\rapplicationId\"\xc1\x01\n" +
 	"\x0eDeliverRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12.\n" +

@@ -337,8 +337,10 @@ type Execution struct {
 	UpdateTime      *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	SettleTime      *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=settle_time,json=settleTime,proto3" json:"settle_time,omitempty"`
 	Attempts        []*Attempt             `protobuf:"bytes,17,rep,name=attempts,proto3" json:"attempts,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The application the execution belongs to (a caller's own; the operator's lists span several).
+	ApplicationId string `protobuf:"bytes,18,opt,name=application_id,json=applicationId,proto3" json:"application_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Execution) Reset() {
@@ -490,6 +492,13 @@ func (x *Execution) GetAttempts() []*Attempt {
 	return nil
 }
 
+func (x *Execution) GetApplicationId() string {
+	if x != nil {
+		return x.ApplicationId
+	}
+	return ""
+}
+
 var File_integrations_execution_v1_execution_proto protoreflect.FileDescriptor
 
 const file_integrations_execution_v1_execution_proto_rawDesc = "" +
@@ -508,7 +517,7 @@ const file_integrations_execution_v1_execution_proto_rawDesc = "" +
 	"\aoutcome\x18\x04 \x01(\tR\aoutcome\x12<\n" +
 	"\afailure\x18\x05 \x01(\v2\".integrations.execution.v1.FailureR\afailure\x12!\n" +
 	"\flate_outcome\x18\x06 \x01(\tR\vlateOutcome\x127\n" +
-	"\tlate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\blateTime\"\xf1\x06\n" +
+	"\tlate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\blateTime\"\x98\a\n" +
 	"\tExecution\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
@@ -532,7 +541,8 @@ const file_integrations_execution_v1_execution_proto_rawDesc = "" +
 	"updateTime\x12;\n" +
 	"\vsettle_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"settleTime\x12>\n" +
-	"\battempts\x18\x11 \x03(\v2\".integrations.execution.v1.AttemptR\battempts*;\n" +
+	"\battempts\x18\x11 \x03(\v2\".integrations.execution.v1.AttemptR\battempts\x12%\n" +
+	"\x0eapplication_id\x18\x12 \x01(\tR\rapplicationId*;\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +

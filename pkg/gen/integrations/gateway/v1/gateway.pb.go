@@ -42,7 +42,8 @@ const (
 	// The adapter renewed the attempt's lease: attempt, renewals (how many times in all; at is the
 	// last renewal).
 	TimelineEntryKind_TIMELINE_ENTRY_KIND_LEASE_RENEWED TimelineEntryKind = 4
-	// The last progress the adapter reported (what is stored): attempt, progress.
+	// An attempt's progress reports: attempt, progress_reports (how many; at is the last report),
+	// progress (the last report's value, on the attempt that made it: only that one is stored).
 	TimelineEntryKind_TIMELINE_ENTRY_KIND_PROGRESS TimelineEntryKind = 5
 	// An outcome the adapter reported after its attempt had ended (recorded, never applied):
 	// attempt, outcome.
@@ -945,7 +946,10 @@ type ListEventsRequest struct {
 	// Only events created at or after this time.
 	Since *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
 	// Only events created before this time.
-	Until         *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=until,proto3" json:"until,omitempty"`
+	Until *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=until,proto3" json:"until,omitempty"`
+	// Only this application's events. Taken from the admin token only (the operator's view across
+	// applications); an application's key lists its own events and may name only itself here.
+	ApplicationId string `protobuf:"bytes,7,opt,name=application_id,json=applicationId,proto3" json:"application_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1020,6 +1024,13 @@ func (x *ListEventsRequest) GetUntil() *timestamppb.Timestamp {
 		return x.Until
 	}
 	return nil
+}
+
+func (x *ListEventsRequest) GetApplicationId() string {
+	if x != nil {
+		return x.ApplicationId
+	}
+	return ""
 }
 
 type ListEventsResponse struct {
@@ -1257,7 +1268,10 @@ type RedriveEventsRequest struct {
 	// Only dead events created at or after this time; all dead events when unset.
 	Since *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
 	// Change nothing: answer how many dead events a redrive would make pending (a preview).
-	ValidateOnly  bool `protobuf:"varint,2,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	ValidateOnly bool `protobuf:"varint,2,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	// Only this application's dead events. Taken from the admin token only (empty: every
+	// application's); an application's key redrives its own and may name only itself here.
+	ApplicationId string `protobuf:"bytes,3,opt,name=application_id,json=applicationId,proto3" json:"application_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1304,6 +1318,13 @@ func (x *RedriveEventsRequest) GetValidateOnly() bool {
 		return x.ValidateOnly
 	}
 	return false
+}
+
+func (x *RedriveEventsRequest) GetApplicationId() string {
+	if x != nil {
+		return x.ApplicationId
+	}
+	return ""
 }
 
 type RedriveEventsResponse struct {
@@ -1510,8 +1531,10 @@ type TimelineEntry struct {
 	// The event's place among the execution's events (its data.sequence): the order in which they
 	// are delivered.
 	EventSequence int32 `protobuf:"varint,22,opt,name=event_sequence,json=eventSequence,proto3" json:"event_sequence,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// A progress entry's count of the reports its attempt made (the entry is at the last one).
+	ProgressReports int32 `protobuf:"varint,23,opt,name=progress_reports,json=progressReports,proto3" json:"progress_reports,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TimelineEntry) Reset() {
@@ -1698,6 +1721,13 @@ func (x *TimelineEntry) GetEventSequence() int32 {
 	return 0
 }
 
+func (x *TimelineEntry) GetProgressReports() int32 {
+	if x != nil {
+		return x.ProgressReports
+	}
+	return 0
+}
+
 var File_integrations_gateway_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
@@ -1756,7 +1786,7 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x1aRotateSigningSecretRequest\"\x9f\x01\n" +
 	"\x1bRotateSigningSecretResponse\x12%\n" +
 	"\x0esigning_secret\x18\x01 \x01(\tR\rsigningSecret\x12Y\n" +
-	"\x1bprevious_secret_expire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x18previousSecretExpireTime\"\x93\x02\n" +
+	"\x1bprevious_secret_expire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x18previousSecretExpireTime\"\xba\x02\n" +
 	"\x11ListEventsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -1764,7 +1794,8 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x06status\x18\x03 \x01(\x0e2#.integrations.events.v1.EventStatusR\x06status\x12!\n" +
 	"\fexecution_id\x18\x04 \x01(\tR\vexecutionId\x120\n" +
 	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
-	"\x05until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"s\n" +
+	"\x05until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12%\n" +
+	"\x0eapplication_id\x18\a \x01(\tR\rapplicationId\"s\n" +
 	"\x12ListEventsResponse\x125\n" +
 	"\x06events\x18\x01 \x03(\v2\x1d.integrations.events.v1.EventR\x06events\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"!\n" +
@@ -1775,10 +1806,11 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x15RedeliverEventRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"M\n" +
 	"\x16RedeliverEventResponse\x123\n" +
-	"\x05event\x18\x01 \x01(\v2\x1d.integrations.events.v1.EventR\x05event\"m\n" +
+	"\x05event\x18\x01 \x01(\v2\x1d.integrations.events.v1.EventR\x05event\"\x94\x01\n" +
 	"\x14RedriveEventsRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12#\n" +
-	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\"-\n" +
+	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\x12%\n" +
+	"\x0eapplication_id\x18\x03 \x01(\tR\rapplicationId\"-\n" +
 	"\x15RedriveEventsResponse\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x03R\x05count\"-\n" +
 	"\x1bGetExecutionTimelineRequest\x12\x0e\n" +
@@ -1790,7 +1822,7 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"capability\x18\x03 \x01(\tR\n" +
 	"capability\x12B\n" +
 	"\x06status\x18\x04 \x01(\x0e2*.integrations.execution.v1.ExecutionStatusR\x06status\x12@\n" +
-	"\aentries\x18\x05 \x03(\v2&.integrations.gateway.v1.TimelineEntryR\aentries\"\xde\x06\n" +
+	"\aentries\x18\x05 \x03(\v2&.integrations.gateway.v1.TimelineEntryR\aentries\"\x89\a\n" +
 	"\rTimelineEntry\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12>\n" +
 	"\x04kind\x18\x02 \x01(\x0e2*.integrations.gateway.v1.TimelineEntryKindR\x04kind\x12\x18\n" +
@@ -1818,7 +1850,8 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"statusCode\x125\n" +
 	"\bduration\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12%\n" +
 	"\x0eresponse_start\x18\x15 \x01(\tR\rresponseStart\x12%\n" +
-	"\x0eevent_sequence\x18\x16 \x01(\x05R\reventSequence*\xfb\x02\n" +
+	"\x0eevent_sequence\x18\x16 \x01(\x05R\reventSequence\x12)\n" +
+	"\x10progress_reports\x18\x17 \x01(\x05R\x0fprogressReports*\xfb\x02\n" +
 	"\x11TimelineEntryKind\x12#\n" +
 	"\x1fTIMELINE_ENTRY_KIND_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cTIMELINE_ENTRY_KIND_ACCEPTED\x10\x01\x12'\n" +

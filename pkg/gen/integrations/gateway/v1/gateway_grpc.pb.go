@@ -51,7 +51,7 @@ type GatewayServiceClient interface {
 	ListExecutions(ctx context.Context, in *ListExecutionsRequest, opts ...grpc.CallOption) (*ListExecutionsResponse, error)
 	// CancelExecution settles one of the calling application's executions CANCELLED (failure
 	// reason "cancelled") if it is still pending or running, and asks a running adapter to stop
-	// where it can. The completion event is still delivered. An execution already settled answers
+	// where it can. The deployment's admin token may cancel any application's. The completion event is still delivered. An execution already settled answers
 	// FAILED_PRECONDITION (reason ALREADY_SETTLED, with its status and attempt).
 	CancelExecution(ctx context.Context, in *CancelExecutionRequest, opts ...grpc.CallOption) (*CancelExecutionResponse, error)
 	// SetConsumer registers where the calling application's completion events are delivered, and
@@ -61,16 +61,20 @@ type GatewayServiceClient interface {
 	// answers it. The previous secret keeps signing too (webhook-signature then carries both
 	// signatures, space-separated) until previous_secret_expire_time, so receivers can switch over.
 	RotateSigningSecret(ctx context.Context, in *RotateSigningSecretRequest, opts ...grpc.CallOption) (*RotateSigningSecretResponse, error)
-	// ListEvents lists the calling application's events, newest first.
+	// ListEvents lists the calling application's events, newest first. The deployment's admin
+	// token lists every application's (application_id narrows it to one).
 	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
-	// GetEvent reads one of the calling application's events with its delivery attempts.
+	// GetEvent reads one of the calling application's events with its delivery attempts (the
+	// admin token: any application's).
 	GetEvent(ctx context.Context, in *GetEventRequest, opts ...grpc.CallOption) (*GetEventResponse, error)
 	// RedeliverEvent delivers one of the calling application's events again, whatever its state:
 	// it becomes pending with a fresh attempt budget. Its delivery history is kept. The event id
-	// does not change, so receivers deduplicate a redelivery like any other duplicate.
+	// does not change, so receivers deduplicate a redelivery like any other duplicate. The admin
+	// token may redeliver any application's event.
 	RedeliverEvent(ctx context.Context, in *RedeliverEventRequest, opts ...grpc.CallOption) (*RedeliverEventResponse, error)
 	// RedriveEvents redelivers every dead event of the calling application (optionally only those
-	// created since a time), as RedeliverEvent does for one, and answers how many.
+	// created since a time), as RedeliverEvent does for one, and answers how many. The admin
+	// token redrives one application's (application_id) or every application's dead events.
 	RedriveEvents(ctx context.Context, in *RedriveEventsRequest, opts ...grpc.CallOption) (*RedriveEventsResponse, error)
 	// GetExecutionTimeline answers what happened to one execution, in order, on one time axis:
 	// the accept, each attempt's start and end, lease renewals, progress, late outcomes, the
@@ -217,7 +221,7 @@ type GatewayServiceServer interface {
 	ListExecutions(context.Context, *ListExecutionsRequest) (*ListExecutionsResponse, error)
 	// CancelExecution settles one of the calling application's executions CANCELLED (failure
 	// reason "cancelled") if it is still pending or running, and asks a running adapter to stop
-	// where it can. The completion event is still delivered. An execution already settled answers
+	// where it can. The deployment's admin token may cancel any application's. The completion event is still delivered. An execution already settled answers
 	// FAILED_PRECONDITION (reason ALREADY_SETTLED, with its status and attempt).
 	CancelExecution(context.Context, *CancelExecutionRequest) (*CancelExecutionResponse, error)
 	// SetConsumer registers where the calling application's completion events are delivered, and
@@ -227,16 +231,20 @@ type GatewayServiceServer interface {
 	// answers it. The previous secret keeps signing too (webhook-signature then carries both
 	// signatures, space-separated) until previous_secret_expire_time, so receivers can switch over.
 	RotateSigningSecret(context.Context, *RotateSigningSecretRequest) (*RotateSigningSecretResponse, error)
-	// ListEvents lists the calling application's events, newest first.
+	// ListEvents lists the calling application's events, newest first. The deployment's admin
+	// token lists every application's (application_id narrows it to one).
 	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
-	// GetEvent reads one of the calling application's events with its delivery attempts.
+	// GetEvent reads one of the calling application's events with its delivery attempts (the
+	// admin token: any application's).
 	GetEvent(context.Context, *GetEventRequest) (*GetEventResponse, error)
 	// RedeliverEvent delivers one of the calling application's events again, whatever its state:
 	// it becomes pending with a fresh attempt budget. Its delivery history is kept. The event id
-	// does not change, so receivers deduplicate a redelivery like any other duplicate.
+	// does not change, so receivers deduplicate a redelivery like any other duplicate. The admin
+	// token may redeliver any application's event.
 	RedeliverEvent(context.Context, *RedeliverEventRequest) (*RedeliverEventResponse, error)
 	// RedriveEvents redelivers every dead event of the calling application (optionally only those
-	// created since a time), as RedeliverEvent does for one, and answers how many.
+	// created since a time), as RedeliverEvent does for one, and answers how many. The admin
+	// token redrives one application's (application_id) or every application's dead events.
 	RedriveEvents(context.Context, *RedriveEventsRequest) (*RedriveEventsResponse, error)
 	// GetExecutionTimeline answers what happened to one execution, in order, on one time axis:
 	// the accept, each attempt's start and end, lease renewals, progress, late outcomes, the
