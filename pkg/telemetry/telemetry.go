@@ -18,6 +18,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -84,7 +85,7 @@ type settings struct {
 
 // Setup configures tracing for the program named service (the resource's service.name, which
 // OTEL_SERVICE_NAME overrides) from the standard OTEL_* variables, and always sets the W3C trace
-// context and baggage propagator globally. Off (the default), it returns a shutdown that does
+// context propagator globally (the platform's own, Propagator: no baggage). Off (the default), it returns a shutdown that does
 // nothing. On, spans go through a batch span processor to the OTLP exporter the variables name
 // (OTEL_EXPORTER_OTLP_PROTOCOL grpc or http/protobuf, the latter being the specification's
 // default); the shutdown it returns flushes them, and belongs last in the program's close order
@@ -121,10 +122,12 @@ func Setup(ctx context.Context, service string, log *zap.Logger) (ShutdownFunc, 
 	default:
 		client = otlptracehttp.NewClient()
 	}
-	exp, err := otlptrace.New(ctx, client)
+	otlp, err := otlptrace.New(ctx, client)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTLP exporter (OTEL_EXPORTER_OTLP_*): %w", err)
 	}
+	abortCtx, abort := context.WithCancel(context.Background())
+	exp := abortableExporter{SpanExporter: otlp, abort: abortCtx}
 	// The sampler is the SDK's, from OTEL_TRACES_SAMPLER (validated above) and
 	// OTEL_TRACES_SAMPLER_ARG; the batch processor's queue and delays from OTEL_BSP_*.
 	tp := sdktrace.NewTracerProvider(
@@ -136,11 +139,44 @@ func Setup(ctx context.Context, service string, log *zap.Logger) (ShutdownFunc, 
 	log.Info("tracing on", zap.String("protocol", s.protocol), zap.String("sampler", cmp.Or(os.Getenv(envSampler), "parentbased_always_on")))
 	return func(ctx context.Context) error {
 		enabled.Store(false)
-		if err := tp.Shutdown(ctx); err != nil {
+		// A collector that is down would hold the flush on the exporter's retries until the hard
+		// timeout, and the program would exit unclean: the flush gets flushTimeout at most, and
+		// then the export in flight is abandoned (so that no exporter goroutine outlives it).
+		ctx, cancel := context.WithTimeout(ctx, flushTimeout)
+		defer cancel()
+		defer abort()
+		stop := context.AfterFunc(ctx, abort)
+		defer stop()
+		err := tp.Shutdown(ctx)
+		if ctx.Err() != nil {
+			return fmt.Errorf("flush spans: gave up after %v (collector down?): %w", flushTimeout, ctx.Err())
+		}
+		if err != nil {
 			return fmt.Errorf("flush spans: %w", err)
 		}
 		return nil
 	}, nil
+}
+
+// flushTimeout bounds the shutdown's flush: a collector that is up takes milliseconds; one that
+// does not answer within it is down, and waiting on its exporter's retries would only hold the
+// shutdown.
+const flushTimeout = 3 * time.Second
+
+// abortableExporter is an exporter whose exports in flight end when abort does: at the shutdown's
+// bound, so that the batch processor's last export (which runs on a context of its own, bounded
+// only by OTEL_BSP_EXPORT_TIMEOUT) does not outlive the shutdown.
+type abortableExporter struct {
+	sdktrace.SpanExporter
+	abort context.Context
+}
+
+func (e abortableExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(e.abort, cancel)
+	defer stop()
+	return e.SpanExporter.ExportSpans(ctx, spans)
 }
 
 // samplers are the values of OTEL_TRACES_SAMPLER the SDK knows.
