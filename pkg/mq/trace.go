@@ -9,7 +9,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/telemetry"
 )
 
-// Trace context travels in the message's headers as W3C traceparent, tracestate and baggage,
+// Trace context travels in the message's headers as W3C traceparent and tracestate,
 // written by the platform's propagator (telemetry.Propagator): a publish writes the trace of the
 // message's SpanContext or of the publish's ctx, a consume gives the handler a context carrying
 // it. The port starts no span of its own (a handler knows what the message is about and starts
