@@ -15,7 +15,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -64,6 +66,7 @@ const (
 	envProtocol       = "OTEL_EXPORTER_OTLP_PROTOCOL"
 	envTracesProtocol = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 	envSampler        = "OTEL_TRACES_SAMPLER"
+	envSamplerArg     = "OTEL_TRACES_SAMPLER_ARG"
 )
 
 // enabled is set by Setup when spans are recorded and exported. It is read on every gRPC call,
@@ -136,7 +139,7 @@ func Setup(ctx context.Context, service string, log *zap.Logger) (ShutdownFunc, 
 	)
 	otel.SetTracerProvider(tp)
 	enabled.Store(true)
-	log.Info("tracing on", zap.String("protocol", s.protocol), zap.String("sampler", cmp.Or(os.Getenv(envSampler), "parentbased_always_on")))
+	log.Info("tracing on", zap.String("protocol", s.protocol), zap.String("sampler", cmp.Or(strings.ToLower(strings.TrimSpace(os.Getenv(envSampler))), "parentbased_always_on")))
 	return func(ctx context.Context) error {
 		enabled.Store(false)
 		// A collector that is down would hold the flush on the exporter's retries until the hard
@@ -217,8 +220,39 @@ func readSettings(getenv func(string) string) (settings, error) {
 	default:
 		return settings{}, fmt.Errorf("%s: want grpc or http/protobuf, got %q", name, protocol)
 	}
-	if v := strings.TrimSpace(getenv(envSampler)); v != "" && !samplers[v] {
-		return settings{}, fmt.Errorf("%s: unknown sampler %q", envSampler, v)
+	// The SDK reads the sampler in any case; a ratio it cannot parse it logs and samples
+	// everything, which an operator asking for 1% must hear of at start.
+	sampler := strings.ToLower(strings.TrimSpace(getenv(envSampler)))
+	if sampler != "" && !samplers[sampler] {
+		return settings{}, fmt.Errorf("%s: unknown sampler %q", envSampler, sampler)
+	}
+	if arg := strings.TrimSpace(getenv(envSamplerArg)); arg != "" && strings.HasSuffix(sampler, "traceidratio") {
+		if r, err := strconv.ParseFloat(arg, 64); err != nil || r < 0 || r > 1 {
+			return settings{}, fmt.Errorf("%s: want a ratio from 0 to 1 for %s, got %q", envSamplerArg, sampler, arg)
+		}
+	}
+	// The exporter and the batch processor log a value they cannot parse and go on without it
+	// (sending to localhost, over TLS to a plaintext collector, on default delays): refused here,
+	// as our own configuration is.
+	for _, name := range []string{envEndpoint, envTracesEndpoint} {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return settings{}, fmt.Errorf("%s: want an http:// or https:// URL naming the collector, got %q", name, v)
+			}
+		}
+	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_INSECURE", "OTEL_EXPORTER_OTLP_TRACES_INSECURE"} {
+		if v := strings.TrimSpace(getenv(name)); v != "" && !strings.EqualFold(v, "true") && !strings.EqualFold(v, "false") {
+			return settings{}, fmt.Errorf("%s: want true or false, got %q", name, v)
+		}
+	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_BSP_SCHEDULE_DELAY",
+		"OTEL_BSP_EXPORT_TIMEOUT", "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"} {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			if n, err := strconv.Atoi(v); err != nil || n <= 0 {
+				return settings{}, fmt.Errorf("%s: want a positive whole number (milliseconds, or a count), got %q", name, v)
+			}
+		}
 	}
 	return settings{on: true, protocol: protocol}, nil
 }
