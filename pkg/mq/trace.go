@@ -25,6 +25,11 @@ func injectTrace(ctx context.Context, sc trace.SpanContext, h amqp.Table) {
 	} else if !trace.SpanContextFromContext(ctx).IsValid() {
 		return
 	}
+	// A republished message's headers may hold another trace's context (and baggage, from before
+	// the platform stopped passing it on): the message carries one trace's, whole.
+	for _, k := range []string{hdrTraceparent, "tracestate", "baggage"} {
+		delete(h, k)
+	}
 	telemetry.Propagator().Inject(ctx, tableCarrier(h))
 }
 
