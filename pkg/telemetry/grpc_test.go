@@ -158,3 +158,18 @@ func TestOffCostsNoAllocationWithoutATrace(t *testing.T) {
 	})
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = client(context.Background(), "/x.v1.S/M", nil, nil, nil, invoker) }), "client side, no span context")
 }
+
+// Off, the platform's own spans cost their hops nothing either: Start and Annotate, called with
+// attributes on every accept, dispatch, attempt, relay and delivery, allocate nothing (the
+// attributes' variadic slice stays on the caller's stack). A span context passes on as it came.
+func TestOffStartAndAnnotateAllocateNothing(t *testing.T) {
+	require.False(t, Enabled())
+	ctx := WithTraceparent(context.Background(), callerTraceparent, "")
+	assert.Zero(t, testing.AllocsPerRun(100, func() {
+		c, span := Start(ctx, "dispatch", trace.SpanKindProducer, ExecutionID("exec-1"), Attempt(2))
+		Annotate(c, ExecutionID("exec-1"), EventID("ev-1"))
+		span.End()
+	}))
+	c, _ := Start(ctx, "dispatch", trace.SpanKindProducer, ExecutionID("exec-1"))
+	assert.Equal(t, trace.SpanContextFromContext(ctx), trace.SpanContextFromContext(c))
+}

@@ -267,14 +267,23 @@ func Start(ctx context.Context, name string, kind trace.SpanKind, attrs ...attri
 	if !Enabled() {
 		return ctx, trace.SpanFromContext(ctx)
 	}
-	return otel.Tracer(tracerName).Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	return otel.Tracer(tracerName).Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(own(attrs)...))
+}
+
+// own is a copy of attrs. Handing the caller's variadic slice to the SDK would make it escape,
+// and every call allocate it on the heap, tracing off too; copied here, only the recording path
+// allocates.
+func own(attrs []attribute.KeyValue) []attribute.KeyValue {
+	out := make([]attribute.KeyValue, len(attrs))
+	copy(out, attrs)
+	return out
 }
 
 // Annotate sets attrs on ctx's span when it records (e.g. the execution id on the server span of
 // the call that made it). Off, no span records: it costs a context lookup.
 func Annotate(ctx context.Context, attrs ...attribute.KeyValue) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attrs...)
+		span.SetAttributes(own(attrs)...)
 	}
 }
 
