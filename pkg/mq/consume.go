@@ -70,7 +70,7 @@ type settlement struct {
 // it receives deliveries, hands them to workers, and does every ack and nack, so no two
 // goroutines ever write to the channel and acks never use multiple=true.
 type consumer struct {
-	b     *Broker
+	b     *RabbitMQ
 	top   *topology
 	h     Handler
 	st    *routeStats
@@ -102,7 +102,7 @@ type consumer struct {
 //
 // A diagnostic probe (see [Broker.Diagnose]) arriving on the route is answered and acked here,
 // before and without any handler, and is not counted in the route's Counters.
-func (b *Broker) Consume(ctx context.Context, route string, concurrency int, h Handler, opts ...ConsumeOption) error {
+func (b *RabbitMQ) Consume(ctx context.Context, route string, concurrency int, h Handler, opts ...ConsumeOption) error {
 	top, ok := b.topology(route)
 	if !ok || top.topic != "" {
 		return fmt.Errorf("mq: consume %q: %w", route, ErrUnknownRoute)
@@ -141,7 +141,7 @@ func Drain(work context.Context, grace time.Duration) ConsumeOption {
 const minDrainGrace = 100 * time.Millisecond
 
 // consume runs a consumer of a route or a subscription until ctx ends or the Broker closes.
-func (b *Broker) consume(ctx context.Context, top *topology, concurrency int, h Handler, opts ...ConsumeOption) error {
+func (b *RabbitMQ) consume(ctx context.Context, top *topology, concurrency int, h Handler, opts ...ConsumeOption) error {
 	route := top.route
 	if h == nil {
 		return fmt.Errorf("mq: consume %q: nil handler", route)

@@ -24,13 +24,13 @@ type testHooks struct {
 
 var noHooks = &testHooks{}
 
-func (b *Broker) noteDeclared() {
+func (b *RabbitMQ) noteDeclared() {
 	if h := b.hooks().declared; h != nil {
 		h()
 	}
 }
 
-func (b *Broker) hooks() *testHooks {
+func (b *RabbitMQ) hooks() *testHooks {
 	if b.cfg.hooks == nil {
 		return noHooks
 	}

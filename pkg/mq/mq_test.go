@@ -38,7 +38,7 @@ func testURL() string {
 // bundle is what a test needs: a Broker on its own scope, and a plain connection of its own to
 // look at queues the way an operator would.
 type bundle struct {
-	b   *Broker
+	b   *RabbitMQ
 	ch  *amqp.Channel
 	ctx context.Context
 	// lastDeclare is when the Broker last declared queues (unix nanoseconds).
@@ -85,7 +85,7 @@ func setupWith(t *testing.T, cfg Config) *bundle {
 		cfg.hooks = &testHooks{}
 	}
 	cfg.hooks.declared = func() { lastDeclare.Store(time.Now().UnixNano()) }
-	b, err := Dial(ctx, cfg)
+	b, err := dialRabbitMQ(ctx, cfg)
 	require.NoError(t, err)
 	tb := &bundle{b: b, ctx: ctx, lastDeclare: lastDeclare}
 	conn, err := amqp.Dial(testURL())
@@ -624,11 +624,11 @@ func TestMetricsShared(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	cfg := Config{URL: testURL(), Scope: "mqtest-" + uuid.NewString()[:8], Registerer: reg}
-	b1, err := Dial(ctx, cfg)
+	b1, err := dialRabbitMQ(ctx, cfg)
 	require.NoError(t, err)
 	defer b1.Close()
 	// A second Broker in the same process shares the registered counter vec instead of failing.
-	b2, err := Dial(ctx, cfg)
+	b2, err := dialRabbitMQ(ctx, cfg)
 	require.NoError(t, err)
 	defer b2.Close()
 
