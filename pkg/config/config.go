@@ -26,15 +26,15 @@ type Common struct {
 	DatabaseURL string `env:"INTEGRATIONS_DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/integrations?sslmode=disable"`
 	// DatabaseMaxConns sizes the service's connection pool; 0 keeps the URL's pool_max_conns or
 	// the service's own default.
-	DatabaseMaxConns int     `env:"INTEGRATIONS_DATABASE_MAX_CONNS" envDefault:"0"`
-	AMQPURL          string  `env:"INTEGRATIONS_AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	DatabaseMaxConns int    `env:"INTEGRATIONS_DATABASE_MAX_CONNS" envDefault:"0"`
+	AMQPURL          string `env:"INTEGRATIONS_AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
 	// Broker is the message port's provider: "rabbitmq" (INTEGRATIONS_AMQP_URL) or "stomp"
 	// (INTEGRATIONS_STOMP_URL, a STOMP 1.2 broker such as ActiveMQ).
-	Broker   string `env:"INTEGRATIONS_BROKER" envDefault:"rabbitmq"`
-	STOMPURL string `env:"INTEGRATIONS_STOMP_URL"`
-	QueueScope       string  `env:"INTEGRATIONS_QUEUE_SCOPE" envDefault:"integrations"`
-	TimeScale        float64 `env:"INTEGRATIONS_TIME_SCALE" envDefault:"1"`
-	MetricsAddr      string  `env:"INTEGRATIONS_METRICS_ADDR"`
+	Broker      string  `env:"INTEGRATIONS_BROKER" envDefault:"rabbitmq"`
+	STOMPURL    string  `env:"INTEGRATIONS_STOMP_URL"`
+	QueueScope  string  `env:"INTEGRATIONS_QUEUE_SCOPE" envDefault:"integrations"`
+	TimeScale   float64 `env:"INTEGRATIONS_TIME_SCALE" envDefault:"1"`
+	MetricsAddr string  `env:"INTEGRATIONS_METRICS_ADDR"`
 	// Pprof serves net/http/pprof on the metrics address too: for diagnosis, off by default.
 	Pprof bool `env:"INTEGRATIONS_PPROF" envDefault:"false"`
 	// GRPCReflection serves the gRPC reflection service on the service's gRPC port (grpcurl
