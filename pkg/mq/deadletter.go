@@ -297,39 +297,14 @@ func ctxErr(ctx context.Context, err error) error {
 // so the message starts again at attempt 1 with a full budget.
 func redriveCopy(d *amqp.Delivery) amqp.Publishing {
 	pub := copyOf(d)
-	for k := range bookkeeping {
-		delete(pub.Headers, k)
-	}
-	pub.Headers[hdrRedriven] = int32(min(redrivenOf(d.Headers)+1, 1<<30))
+	redriveHeaders(pub.Headers)
 	return pub
 }
 
 // deadLetterOf parses a DLQ delivery.
 func deadLetterOf(d *amqp.Delivery) DeadLetter {
-	h := make(map[string]any, len(d.Headers))
-	for k, v := range d.Headers {
-		if k != hdrPublishTag {
-			h[k] = v
-		}
-	}
+	dl := deadLetterFrom(d.MessageId, d.Body, d.Headers)
 	str := func(k string) string { s, _ := d.Headers[k].(string); return s }
-	ts := func(k string) time.Time {
-		t, _ := time.Parse(time.RFC3339Nano, str(k))
-		return t
-	}
-	dl := DeadLetter{
-		ID:             d.MessageId,
-		Body:           append([]byte(nil), d.Body...),
-		Headers:        h,
-		Reason:         str(hdrDeadReason),
-		LastError:      str(hdrLastError),
-		Attempts:       attemptOf(d.Headers),
-		FirstFailureAt: ts(hdrFirstFailure),
-		LastFailureAt:  ts(hdrLastFailure),
-		DeadAt:         ts(hdrDeadAt),
-		SourceQueue:    str(hdrSourceQueue),
-		Redriven:       redrivenOf(d.Headers),
-	}
 	// Dead-lettered by the broker (x-delivery-limit): its headers say why and when.
 	if dl.Reason == "" {
 		dl.Reason = str("x-first-death-reason")
@@ -345,4 +320,33 @@ func deadLetterOf(d *amqp.Delivery) DeadLetter {
 		}
 	}
 	return dl
+}
+
+// deadLetterFrom reads a dead letter's port headers, for every provider (headers decoded; see
+// copyOrder.apply); a provider adds what its broker says of a message it dead-lettered itself.
+func deadLetterFrom(id string, body []byte, headers map[string]any) DeadLetter {
+	h := make(map[string]any, len(headers))
+	for k, v := range headers {
+		if k != hdrPublishTag {
+			h[k] = v
+		}
+	}
+	str := func(k string) string { s, _ := headers[k].(string); return s }
+	ts := func(k string) time.Time {
+		t, _ := time.Parse(time.RFC3339Nano, str(k))
+		return t
+	}
+	return DeadLetter{
+		ID:             id,
+		Body:           append([]byte(nil), body...),
+		Headers:        h,
+		Reason:         str(hdrDeadReason),
+		LastError:      str(hdrLastError),
+		Attempts:       attemptOf(headers),
+		FirstFailureAt: ts(hdrFirstFailure),
+		LastFailureAt:  ts(hdrLastFailure),
+		DeadAt:         ts(hdrDeadAt),
+		SourceQueue:    str(hdrSourceQueue),
+		Redriven:       redrivenOf(headers),
+	}
 }

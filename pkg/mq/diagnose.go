@@ -231,7 +231,7 @@ func isProbe(d *amqp.Delivery) bool {
 // answered, or once nobody waits for the answer (the reply queue is gone: the reply comes back
 // unroutable), so it is acked either way; it is never given to the handler nor counted.
 func (c *consumer) answerProbe(j *job) {
-	s := settlement{job: j, act: actAck, probe: true}
+	s := settlement{job: j, verdict: verdict{act: actAck}, probe: true}
 	if j.sub.dead.Load() {
 		s.act = actNone
 	} else if j.d.ReplyTo != "" {

@@ -204,13 +204,7 @@ func outgoing(ctx context.Context, m Outgoing) (amqp.Publishing, error) {
 	if ct == "" {
 		ct = defaultContentType
 	}
-	h := make(amqp.Table, len(m.Headers)+1)
-	for k, v := range m.Headers {
-		if !bookkeeping[k] && !brokerHeader(k) {
-			h[k] = v
-		}
-	}
-	injectTrace(ctx, m.SpanContext, h)
+	h := amqp.Table(applicationHeaders(ctx, m))
 	if err := h.Validate(); err != nil {
 		return amqp.Publishing{MessageId: id}, fmt.Errorf("headers: %w", err)
 	}
