@@ -364,6 +364,9 @@ func (c *consumer) settle(cur *subscription, s settlement) {
 		count(evSuperseded)
 		return
 	}
+	if h := c.b.hooks().settling; h != nil && !s.probe {
+		h(c.top.route, &j.d)
+	}
 	var err error
 	if s.act == actAck {
 		err = j.d.Ack(false)
