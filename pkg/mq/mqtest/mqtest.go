@@ -11,8 +11,9 @@
 // RECEIPT) never lets its original be acknowledged; listing dead letters loses and reorders
 // nothing, and Redrive moves the chosen ones back with a fresh budget; a connection closed
 // mid-flight loses nothing and settles nothing twice; a publish whose confirm is withheld is an
-// error; and a settlement withheld because its connection went away is counted superseded, one
-// the broker refused on a live connection lost.
+// error; a settlement withheld because its connection went away is counted superseded, one the
+// broker refused on a live connection lost; and Defer waits in the route's delay levels (or, below
+// the smallest, in the worker) without spending an attempt.
 //
 // RabbitMQ's provider is in pkg/mq (contract_test.go, its hooks in export_test.go). The STOMP
 // provider's goes beside it: a New that dials the STOMP Broker on a fresh scope of ActiveMQ and
@@ -24,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -103,6 +105,9 @@ func Run(t *testing.T, p Provider) {
 		{"ConnectionClosedMidFlight", testConnectionClosedMidFlight},
 		{"SettleOnATornDownConnectionIsSuperseded", testSettleOnATornDownConnectionIsSuperseded},
 		{"RefusedSettleIsLost", testRefusedSettleIsLost},
+		{"DeferSpendsNoAttempt", testDeferSpendsNoAttempt},
+		{"DeferBelowTheSmallestLevelHoldsTheDelivery", testDeferBelowTheSmallestLevelHoldsTheDelivery},
+		{"DeferWithoutLevelsDeadLetters", testDeferWithoutLevelsDeadLetters},
 	} {
 		t.Run(p.Name+"/"+tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -685,4 +690,111 @@ func testRefusedSettleIsLost(t *testing.T, e *env) {
 	assert.Equal(t, "m-next", receive(t, got, "m-next after the refusal"))
 	e.counted(t, "refused", func(c mq.Counters) bool { return c.Acknowledged == 2 })
 	assert.EqualValues(t, 1, e.b.Counters("refused").Lost)
+}
+
+// dueHeader carries a message's due time (Unix nanoseconds) for the Defer tests.
+const dueHeader = "due"
+
+// arrival is when a message reached its handler on time.
+type arrival struct {
+	id      string
+	attempt int
+	at      time.Time
+}
+
+// deferUntilDue is a handler that defers a message until its due time, then acks it; failFirst
+// fails every first attempt once.
+func deferUntilDue(got chan<- arrival, calls *atomic.Int32, failFirst bool) mq.Handler {
+	return func(_ context.Context, m *mq.Message) mq.Result {
+		calls.Add(1)
+		if failFirst && m.Attempt == 1 {
+			return mq.Fail(errors.New("database unreachable"))
+		}
+		ns, _ := strconv.ParseInt(fmt.Sprint(m.Headers[dueHeader]), 10, 64)
+		if early := time.Until(time.Unix(0, ns)); early > 0 {
+			return mq.Defer(early)
+		}
+		got <- arrival{id: m.ID, attempt: m.Attempt, at: time.Now()}
+		return mq.Ack()
+	}
+}
+
+// testDeferSpendsNoAttempt: a message that failed once (attempt 2) and then arrives 900 ms early
+// is deferred through the 500 ms and 100 ms levels, then waited out in the worker for the rest:
+// it is handled no earlier than its due time, still at attempt 2, never retried again.
+func testDeferSpendsNoAttempt(t *testing.T, e *env) {
+	require.NoError(t, e.b.Declare(e.ctx, mq.Route{Name: "early",
+		Retry:       mq.RetryPolicy{Delays: []time.Duration{10 * time.Millisecond}, MaxAttempts: 2},
+		DelayLevels: []time.Duration{100 * time.Millisecond, 500 * time.Millisecond}}))
+	got := make(chan arrival, 1)
+	var calls atomic.Int32
+	e.consume(t, "early", 2, deferUntilDue(got, &calls, true))
+
+	due := time.Now().Add(900 * time.Millisecond)
+	require.NoError(t, e.b.Publish(e.ctx, "early", mq.Outgoing{ID: "m-early",
+		Headers: map[string]any{dueHeader: strconv.FormatInt(due.UnixNano(), 10)}}))
+	a := receive(t, got, "the message at its due time")
+	t.Logf("handled %v after its due time, after %d handler calls", a.at.Sub(due), calls.Load())
+	assert.False(t, a.at.Before(due), "handled %v before its due time", due.Sub(a.at))
+	assert.Equal(t, 2, a.attempt, "deferrals spend no attempt (MaxAttempts 2 would have dead-lettered)")
+	require.Eventually(t, func() bool { return e.b.Counters("early").Acknowledged == 1 }, WaitFor, 10*time.Millisecond)
+	c := e.b.Counters("early")
+	assert.EqualValues(t, 1, c.Retried)
+	// 900 ms early, less the 10 ms retry: one 500 ms level, then 100 ms ones until under 100 ms.
+	assert.GreaterOrEqual(t, c.Deferred, uint64(2))
+	assert.LessOrEqual(t, c.Deferred, uint64(5))
+	assert.Zero(t, c.DeadLettered+c.Requeued+c.Lost+c.Superseded)
+	assert.Zero(t, e.Faults.Depth(t, e.b.QueueName("early")+".dlq"))
+}
+
+// testDeferBelowTheSmallestLevelHoldsTheDelivery: 400 ms early on a route whose smallest level is
+// 1 s: no copy, the worker waits out the rest and asks the handler again. (400 ms, not less: the
+// message must still be early when it is delivered, on a loaded machine under -race — at 40 ms
+// a slow delivery arrived after its due time and was handled at once.) Shutdown during such a wait
+// returns the delivery to the broker.
+func testDeferBelowTheSmallestLevelHoldsTheDelivery(t *testing.T, e *env) {
+	require.NoError(t, e.b.Declare(e.ctx, mq.Route{Name: "early", DelayLevels: []time.Duration{time.Second}}))
+	got := make(chan arrival, 1)
+	var calls atomic.Int32
+	stop := e.consume(t, "early", 1, deferUntilDue(got, &calls, false))
+
+	due := time.Now().Add(400 * time.Millisecond)
+	require.NoError(t, e.b.Publish(e.ctx, "early", mq.Outgoing{ID: "m-soon",
+		Headers: map[string]any{dueHeader: strconv.FormatInt(due.UnixNano(), 10)}}))
+	a := receive(t, got, "the message at its due time")
+	assert.False(t, a.at.Before(due), "handled %v before its due time", due.Sub(a.at))
+	require.Eventually(t, func() bool { return e.b.Counters("early").Acknowledged == 1 }, WaitFor, 10*time.Millisecond)
+	assert.EqualValues(t, 2, calls.Load(), "deferred once, in the worker, then handled")
+	assert.Zero(t, e.b.Counters("early").Deferred, "no copy went to a delay level")
+
+	// 900 ms early, under the 1 s level: held; shutdown hands it back to the broker.
+	due = time.Now().Add(900 * time.Millisecond)
+	require.NoError(t, e.b.Publish(e.ctx, "early", mq.Outgoing{ID: "m-held",
+		Headers: map[string]any{dueHeader: strconv.FormatInt(due.UnixNano(), 10)}}))
+	require.Eventually(t, func() bool { return calls.Load() == 3 }, WaitFor, 5*time.Millisecond)
+	stop()
+	assert.EqualValues(t, 1, e.b.Counters("early").Requeued)
+	require.Eventually(t, func() bool { return e.Faults.Depth(t, e.b.QueueName("early")) == 1 }, WaitFor, 10*time.Millisecond,
+		"the held message is back in the work queue")
+}
+
+// testDeferWithoutLevelsDeadLetters: Defer on a route that has no delay levels is a programming
+// error; a requeue would loop hot until the delivery limit, so the message is dead-lettered,
+// saying why, after one delivery.
+func testDeferWithoutLevelsDeadLetters(t *testing.T, e *env) {
+	require.NoError(t, e.b.Declare(e.ctx, mq.Route{Name: "plain"}))
+	var calls atomic.Int32
+	e.consume(t, "plain", 1, func(_ context.Context, m *mq.Message) mq.Result {
+		calls.Add(1)
+		return mq.Defer(time.Minute)
+	})
+	require.NoError(t, e.b.Publish(e.ctx, "plain", mq.Outgoing{ID: "m"}))
+	require.Eventually(t, func() bool { return e.b.Counters("plain").DeadLettered == 1 }, WaitFor, 10*time.Millisecond)
+	dead, err := e.b.DeadLetters(e.ctx, "plain", 10)
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	assert.Equal(t, "m", dead[0].ID)
+	assert.Contains(t, dead[0].LastError, "without delay levels")
+	assert.EqualValues(t, 1, calls.Load(), "no hot loop")
+	assert.Zero(t, e.b.Counters("plain").Requeued)
 }
