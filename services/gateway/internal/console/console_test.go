@@ -213,7 +213,7 @@ func TestSessionEndsWhenTamperedExpiredOrRevoked(t *testing.T) {
 	t.Run("revoked", func(t *testing.T) {
 		c := b.client(t)
 		c.login(key)
-		_, err := b.store.RevokeKey(ctx, dbtest.TestApp, info.ID)
+		_, err := b.store.RevokeKey(ctx, dbtest.TestApp, info.ID, nil)
 		require.NoError(t, err)
 		requireLogin(t, c.get("/console/executions"), "the key was revoked")
 		p := c.post("/console/login", url.Values{"token": {key}})
