@@ -40,8 +40,10 @@ type bundle struct {
 	box    *secret.Box
 	// settlement stands in for the settlement service, which a cancellation calls.
 	settlement *fakeSettlement
-	mu         sync.Mutex
-	now        time.Time
+	// api is the gateway service the console calls, for a test to call it as the API would.
+	api *server.Server
+	mu  sync.Mutex
+	now time.Time
 }
 
 func (b *bundle) advance(d time.Duration) {
@@ -64,7 +66,7 @@ func setup(t *testing.T) *bundle {
 	logger := zaptest.NewLogger(t)
 	settlement := &fakeSettlement{}
 	api := server.New(st, nil, nil, settlement, box, server.Options{MaxPayloadBytes: 1 << 20, Scale: func(d time.Duration) time.Duration { return d }}, logger)
-	b := &bundle{schema: s, store: st, box: box, now: time.Now(), settlement: settlement}
+	b := &bundle{schema: s, store: st, box: box, now: time.Now(), settlement: settlement, api: api}
 	h, err := Handler(Config{API: api, Store: st, Box: box, AdminToken: testAdminToken, Logger: logger,
 		Now: func() time.Time { b.mu.Lock(); defer b.mu.Unlock(); return b.now }})
 	require.NoError(t, err)
