@@ -70,7 +70,7 @@
 // A deploy drains consumers with [Drain]: Consume's ctx stops it taking deliveries, the running
 // handlers finish under a context of their own, and [Broker.CloseContext] bounds the close.
 //
-// Trace context travels in the messages' headers (W3C traceparent, tracestate, baggage; trace.go):
+// Trace context travels in the messages' headers (W3C traceparent and tracestate; trace.go):
 // a publish writes the trace of its ctx, or of [Outgoing.SpanContext] for a batch of many traces;
 // the handler's context carries the delivery's; retry, deferral and dead-letter copies keep it. The
 // port starts no span of its own.

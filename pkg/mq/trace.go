@@ -9,7 +9,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/telemetry"
 )
 
-// Trace context travels in the message's headers as W3C traceparent, tracestate and baggage,
+// Trace context travels in the message's headers as W3C traceparent and tracestate,
 // written by the platform's propagator (telemetry.Propagator): a publish writes the trace of the
 // message's SpanContext or of the publish's ctx, a consume gives the handler a context carrying
 // it. The port starts no span of its own (a handler knows what the message is about and starts
@@ -24,6 +24,11 @@ func injectTrace(ctx context.Context, sc trace.SpanContext, h amqp.Table) {
 		ctx = trace.ContextWithSpanContext(ctx, sc)
 	} else if !trace.SpanContextFromContext(ctx).IsValid() {
 		return
+	}
+	// A republished message's headers may hold another trace's context (and baggage, from before
+	// the platform stopped passing it on): the message carries one trace's, whole.
+	for _, k := range []string{hdrTraceparent, "tracestate", "baggage"} {
+		delete(h, k)
 	}
 	telemetry.Propagator().Inject(ctx, tableCarrier(h))
 }

@@ -96,3 +96,24 @@ func TestExtractTraceWithoutHeadersAllocatesNothing(t *testing.T) {
 	tbl := amqp.Table{"k": "v"}
 	assert.Zero(t, testing.AllocsPerRun(100, func() { injectTrace(ctx, trace.SpanContext{}, tbl) }), "nor a publish outside any trace")
 }
+
+// A message republished with the headers it was consumed with (Outgoing.Headers) in another
+// trace carries that trace whole: no tracestate of the old one beside the new traceparent. One
+// republished outside any trace keeps its own.
+func TestRepublishedMessageCarriesOneTraceContext(t *testing.T) {
+	old := map[string]any{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "old=1", "baggage": "a=b", "k": "v"}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
+
+	pub, err := outgoing(context.Background(), Outgoing{ID: "m", Headers: old, SpanContext: sc})
+	require.NoError(t, err)
+	assert.Equal(t, "00-01000000000000000000000000000000-0200000000000000-01", pub.Headers["traceparent"])
+	assert.NotContains(t, pub.Headers, "tracestate", "the old trace's tracestate is not the new one's")
+	assert.NotContains(t, pub.Headers, "baggage")
+	assert.Equal(t, "v", pub.Headers["k"])
+
+	pub, err = outgoing(context.Background(), Outgoing{ID: "m", Headers: old})
+	require.NoError(t, err)
+	assert.Equal(t, old["traceparent"], pub.Headers["traceparent"], "outside any trace, the message keeps its own")
+	assert.Equal(t, "old=1", pub.Headers["tracestate"])
+}

@@ -76,7 +76,7 @@ func traced(info *stats.RPCTagInfo) bool {
 
 // InProcessServer is ServerOption for calls served in process, through a server's interceptor
 // chain without the network (the gateway's REST face), when tracing is on: it takes the caller's
-// trace context from the incoming metadata (traceparent, tracestate, baggage) and records a server
+// trace context from the incoming metadata (traceparent, tracestate) and records a server
 // span named after the method, as otelgrpc would over the network. (Off, WrapServer on the chain's
 // outermost interceptor passes the trace context on.)
 func InProcessServer() grpc.UnaryServerInterceptor {

@@ -15,9 +15,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -63,6 +66,7 @@ const (
 	envProtocol       = "OTEL_EXPORTER_OTLP_PROTOCOL"
 	envTracesProtocol = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 	envSampler        = "OTEL_TRACES_SAMPLER"
+	envSamplerArg     = "OTEL_TRACES_SAMPLER_ARG"
 )
 
 // enabled is set by Setup when spans are recorded and exported. It is read on every gRPC call,
@@ -84,7 +88,7 @@ type settings struct {
 
 // Setup configures tracing for the program named service (the resource's service.name, which
 // OTEL_SERVICE_NAME overrides) from the standard OTEL_* variables, and always sets the W3C trace
-// context and baggage propagator globally. Off (the default), it returns a shutdown that does
+// context propagator globally (the platform's own, Propagator: no baggage). Off (the default), it returns a shutdown that does
 // nothing. On, spans go through a batch span processor to the OTLP exporter the variables name
 // (OTEL_EXPORTER_OTLP_PROTOCOL grpc or http/protobuf, the latter being the specification's
 // default); the shutdown it returns flushes them, and belongs last in the program's close order
@@ -121,10 +125,12 @@ func Setup(ctx context.Context, service string, log *zap.Logger) (ShutdownFunc, 
 	default:
 		client = otlptracehttp.NewClient()
 	}
-	exp, err := otlptrace.New(ctx, client)
+	otlp, err := otlptrace.New(ctx, client)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTLP exporter (OTEL_EXPORTER_OTLP_*): %w", err)
 	}
+	abortCtx, abort := context.WithCancel(context.Background())
+	exp := abortableExporter{SpanExporter: otlp, abort: abortCtx}
 	// The sampler is the SDK's, from OTEL_TRACES_SAMPLER (validated above) and
 	// OTEL_TRACES_SAMPLER_ARG; the batch processor's queue and delays from OTEL_BSP_*.
 	tp := sdktrace.NewTracerProvider(
@@ -133,14 +139,47 @@ func Setup(ctx context.Context, service string, log *zap.Logger) (ShutdownFunc, 
 	)
 	otel.SetTracerProvider(tp)
 	enabled.Store(true)
-	log.Info("tracing on", zap.String("protocol", s.protocol), zap.String("sampler", cmp.Or(os.Getenv(envSampler), "parentbased_always_on")))
+	log.Info("tracing on", zap.String("protocol", s.protocol), zap.String("sampler", cmp.Or(strings.ToLower(strings.TrimSpace(os.Getenv(envSampler))), "parentbased_always_on")))
 	return func(ctx context.Context) error {
 		enabled.Store(false)
-		if err := tp.Shutdown(ctx); err != nil {
+		// A collector that is down would hold the flush on the exporter's retries until the hard
+		// timeout, and the program would exit unclean: the flush gets flushTimeout at most, and
+		// then the export in flight is abandoned (so that no exporter goroutine outlives it).
+		ctx, cancel := context.WithTimeout(ctx, flushTimeout)
+		defer cancel()
+		defer abort()
+		stop := context.AfterFunc(ctx, abort)
+		defer stop()
+		err := tp.Shutdown(ctx)
+		if ctx.Err() != nil {
+			return fmt.Errorf("flush spans: gave up after %v (collector down?): %w", flushTimeout, ctx.Err())
+		}
+		if err != nil {
 			return fmt.Errorf("flush spans: %w", err)
 		}
 		return nil
 	}, nil
+}
+
+// flushTimeout bounds the shutdown's flush: a collector that is up takes milliseconds; one that
+// does not answer within it is down, and waiting on its exporter's retries would only hold the
+// shutdown.
+const flushTimeout = 3 * time.Second
+
+// abortableExporter is an exporter whose exports in flight end when abort does: at the shutdown's
+// bound, so that the batch processor's last export (which runs on a context of its own, bounded
+// only by OTEL_BSP_EXPORT_TIMEOUT) does not outlive the shutdown.
+type abortableExporter struct {
+	sdktrace.SpanExporter
+	abort context.Context
+}
+
+func (e abortableExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(e.abort, cancel)
+	defer stop()
+	return e.SpanExporter.ExportSpans(ctx, spans)
 }
 
 // samplers are the values of OTEL_TRACES_SAMPLER the SDK knows.
@@ -181,8 +220,39 @@ func readSettings(getenv func(string) string) (settings, error) {
 	default:
 		return settings{}, fmt.Errorf("%s: want grpc or http/protobuf, got %q", name, protocol)
 	}
-	if v := strings.TrimSpace(getenv(envSampler)); v != "" && !samplers[v] {
-		return settings{}, fmt.Errorf("%s: unknown sampler %q", envSampler, v)
+	// The SDK reads the sampler in any case; a ratio it cannot parse it logs and samples
+	// everything, which an operator asking for 1% must hear of at start.
+	sampler := strings.ToLower(strings.TrimSpace(getenv(envSampler)))
+	if sampler != "" && !samplers[sampler] {
+		return settings{}, fmt.Errorf("%s: unknown sampler %q", envSampler, sampler)
+	}
+	if arg := strings.TrimSpace(getenv(envSamplerArg)); arg != "" && strings.HasSuffix(sampler, "traceidratio") {
+		if r, err := strconv.ParseFloat(arg, 64); err != nil || r < 0 || r > 1 {
+			return settings{}, fmt.Errorf("%s: want a ratio from 0 to 1 for %s, got %q", envSamplerArg, sampler, arg)
+		}
+	}
+	// The exporter and the batch processor log a value they cannot parse and go on without it
+	// (sending to localhost, over TLS to a plaintext collector, on default delays): refused here,
+	// as our own configuration is.
+	for _, name := range []string{envEndpoint, envTracesEndpoint} {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return settings{}, fmt.Errorf("%s: want an http:// or https:// URL naming the collector, got %q", name, v)
+			}
+		}
+	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_INSECURE", "OTEL_EXPORTER_OTLP_TRACES_INSECURE"} {
+		if v := strings.TrimSpace(getenv(name)); v != "" && !strings.EqualFold(v, "true") && !strings.EqualFold(v, "false") {
+			return settings{}, fmt.Errorf("%s: want true or false, got %q", name, v)
+		}
+	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_BSP_SCHEDULE_DELAY",
+		"OTEL_BSP_EXPORT_TIMEOUT", "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"} {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			if n, err := strconv.Atoi(v); err != nil || n <= 0 {
+				return settings{}, fmt.Errorf("%s: want a positive whole number (milliseconds, or a count), got %q", name, v)
+			}
+		}
 	}
 	return settings{on: true, protocol: protocol}, nil
 }
@@ -197,17 +267,23 @@ func Start(ctx context.Context, name string, kind trace.SpanKind, attrs ...attri
 	if !Enabled() {
 		return ctx, trace.SpanFromContext(ctx)
 	}
-	return otel.Tracer(tracerName).Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	return otel.Tracer(tracerName).Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(own(attrs)...))
+}
+
+// own is a copy of attrs. Handing the caller's variadic slice to the SDK would make it escape,
+// and every call allocate it on the heap, tracing off too; copied here, only the recording path
+// allocates.
+func own(attrs []attribute.KeyValue) []attribute.KeyValue {
+	out := make([]attribute.KeyValue, len(attrs))
+	copy(out, attrs)
+	return out
 }
 
 // Annotate sets attrs on ctx's span when it records (e.g. the execution id on the server span of
-// the call that made it). Off, it does nothing.
+// the call that made it). Off, no span records: it costs a context lookup.
 func Annotate(ctx context.Context, attrs ...attribute.KeyValue) {
-	if !Enabled() {
-		return
-	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attrs...)
+		span.SetAttributes(own(attrs)...)
 	}
 }
 

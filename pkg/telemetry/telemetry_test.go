@@ -33,15 +33,33 @@ func TestReadSettings(t *testing.T) {
 		{name: "an endpoint: on, over http/protobuf by default", env: map[string]string{envEndpoint: "http://collector:4318"}, on: true, proto: "http/protobuf"},
 		{name: "a traces endpoint alone", env: map[string]string{envTracesEndpoint: "http://collector:4318/v1/traces"}, on: true, proto: "http/protobuf"},
 		{name: "grpc", env: map[string]string{envEndpoint: "http://collector:4317", envProtocol: "grpc"}, on: true, proto: "grpc"},
-		{name: "the traces protocol wins", env: map[string]string{envEndpoint: "x", envProtocol: "http/protobuf", envTracesProtocol: "grpc"}, on: true, proto: "grpc"},
-		{name: "disabled wins over an endpoint", env: map[string]string{envEndpoint: "x", envDisabled: "true"}},
-		{name: "disabled false", env: map[string]string{envEndpoint: "x", envDisabled: "false"}, on: true, proto: "http/protobuf"},
-		{name: "exporter none", env: map[string]string{envEndpoint: "x", envExporter: "none"}},
-		{name: "a protocol it cannot speak", env: map[string]string{envEndpoint: "x", envProtocol: "http/json"}, wantErr: envProtocol},
+		{name: "the traces protocol wins", env: map[string]string{envEndpoint: "http://collector:4318", envProtocol: "http/protobuf", envTracesProtocol: "grpc"}, on: true, proto: "grpc"},
+		{name: "disabled wins over an endpoint", env: map[string]string{envEndpoint: "http://collector:4318", envDisabled: "true"}},
+		{name: "disabled false", env: map[string]string{envEndpoint: "http://collector:4318", envDisabled: "false"}, on: true, proto: "http/protobuf"},
+		{name: "exporter none", env: map[string]string{envEndpoint: "http://collector:4318", envExporter: "none"}},
+		{name: "a protocol it cannot speak", env: map[string]string{envEndpoint: "http://collector:4318", envProtocol: "http/json"}, wantErr: envProtocol},
 		{name: "a misspelt disabled", env: map[string]string{envDisabled: "yes"}, wantErr: envDisabled},
 		{name: "an exporter it has not", env: map[string]string{envExporter: "zipkin"}, wantErr: envExporter},
-		{name: "an unknown sampler", env: map[string]string{envEndpoint: "x", envSampler: "sometimes"}, wantErr: envSampler},
-		{name: "a known sampler", env: map[string]string{envEndpoint: "x", envSampler: "parentbased_traceidratio"}, on: true, proto: "http/protobuf"},
+		{name: "an unknown sampler", env: map[string]string{envEndpoint: "http://collector:4318", envSampler: "sometimes"}, wantErr: envSampler},
+		{name: "a known sampler", env: map[string]string{envEndpoint: "http://collector:4318", envSampler: "parentbased_traceidratio"}, on: true, proto: "http/protobuf"},
+		{name: "a sampler in capitals, as the SDK reads it", env: map[string]string{envEndpoint: "http://collector:4318", envSampler: "ParentBased_Always_On"}, on: true, proto: "http/protobuf"},
+		{name: "a ratio", env: map[string]string{envEndpoint: "http://collector:4318", envSampler: "traceidratio", envSamplerArg: "0.01"}, on: true, proto: "http/protobuf"},
+		// The SDK would log these and sample everything: an operator asking for 1% gets 100%.
+		{name: "a ratio as a percentage", env: map[string]string{envEndpoint: "http://collector:4318", envSampler: "parentbased_traceidratio", envSamplerArg: "1%"}, wantErr: envSamplerArg},
+		{name: "a ratio over one", env: map[string]string{envEndpoint: "http://collector:4318", envSampler: "traceidratio", envSamplerArg: "5"}, wantErr: envSamplerArg},
+		// The exporter would log these and send to localhost, or over TLS to a plaintext collector.
+		{name: "an endpoint without a scheme", env: map[string]string{envEndpoint: "collector:4317", envProtocol: "grpc"}, wantErr: envEndpoint},
+		{name: "an endpoint that is no URL", env: map[string]string{envEndpoint: "http://[::1"}, wantErr: envEndpoint},
+		{name: "a traces endpoint of another scheme", env: map[string]string{envTracesEndpoint: "ftp://collector/v1/traces"}, wantErr: envTracesEndpoint},
+		{name: "https", env: map[string]string{envEndpoint: "https://collector:4318"}, on: true, proto: "http/protobuf"},
+		{name: "insecure not a boolean", env: map[string]string{envEndpoint: "http://collector:4317", "OTEL_EXPORTER_OTLP_INSECURE": "yes"}, wantErr: "OTEL_EXPORTER_OTLP_INSECURE"},
+		{name: "insecure in capitals", env: map[string]string{envEndpoint: "http://collector:4317", "OTEL_EXPORTER_OTLP_TRACES_INSECURE": "TRUE"}, on: true, proto: "http/protobuf"},
+		// The SDK reads milliseconds as an integer and ignores anything else.
+		{name: "a timeout with a unit", env: map[string]string{envEndpoint: "http://collector:4318", "OTEL_EXPORTER_OTLP_TIMEOUT": "10s"}, wantErr: "OTEL_EXPORTER_OTLP_TIMEOUT"},
+		{name: "a schedule delay with a unit", env: map[string]string{envEndpoint: "http://collector:4318", "OTEL_BSP_SCHEDULE_DELAY": "5s"}, wantErr: "OTEL_BSP_SCHEDULE_DELAY"},
+		{name: "a queue size of zero", env: map[string]string{envEndpoint: "http://collector:4318", "OTEL_BSP_MAX_QUEUE_SIZE": "0"}, wantErr: "OTEL_BSP_MAX_QUEUE_SIZE"},
+		{name: "batch processor settings", env: map[string]string{envEndpoint: "http://collector:4318", "OTEL_BSP_SCHEDULE_DELAY": "200", "OTEL_BSP_EXPORT_TIMEOUT": "30000", "OTEL_BSP_MAX_QUEUE_SIZE": "2048", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "512", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "10000"}, on: true, proto: "http/protobuf"},
+		{name: "off: nothing else is read", env: map[string]string{"OTEL_BSP_SCHEDULE_DELAY": "5s", envSamplerArg: "1%"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,7 +79,9 @@ func TestReadSettings(t *testing.T) {
 // clearEnv unsets every variable Setup and the SDK would read.
 func clearEnv(t *testing.T) {
 	for _, k := range []string{envDisabled, envExporter, envEndpoint, envTracesEndpoint, envProtocol, envTracesProtocol,
-		envSampler, "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_EXPORTER_OTLP_INSECURE", "OTEL_BSP_SCHEDULE_DELAY"} {
+		envSampler, "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_EXPORTER_OTLP_INSECURE", "OTEL_BSP_SCHEDULE_DELAY",
+		envSamplerArg, "OTEL_EXPORTER_OTLP_TRACES_INSECURE", "OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+		"OTEL_BSP_EXPORT_TIMEOUT", "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"} {
 		t.Setenv(k, "")
 	}
 }
@@ -74,7 +94,7 @@ func TestSetupOffPropagatesOnly(t *testing.T) {
 	shutdown, err := Setup(context.Background(), "test", zap.NewNop())
 	require.NoError(t, err)
 	require.False(t, Enabled())
-	assert.ElementsMatch(t, []string{"traceparent", "tracestate", "baggage"}, otel.GetTextMapPropagator().Fields())
+	assert.ElementsMatch(t, []string{"traceparent", "tracestate"}, otel.GetTextMapPropagator().Fields(), "the platform's propagator, no baggage")
 
 	parent := WithTraceparent(context.Background(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "")
 	ctx, span := Start(parent, "work", trace.SpanKindInternal, ExecutionID("e"))

@@ -253,7 +253,11 @@ func (r *Relay) pass(ctx context.Context) error {
 				_, span := telemetry.Start(telemetry.WithTraceparent(ctx, d.Traceparent, d.Tracestate), "relay",
 					trace.SpanKindProducer, telemetry.ExecutionID(d.ExecutionID), telemetry.EventID(d.EventID),
 					attribute.String("integrations.relay", "handoff"))
-				d.Traceparent, d.Tracestate = telemetry.Traceparent(trace.ContextWithSpanContext(ctx, span.SpanContext()))
+				// Only a span that exists changes what the delivery continues: with tracing off the
+				// event's own trace context goes on as it is, without a context allocated for it.
+				if sc := span.SpanContext(); sc.IsValid() {
+					d.Traceparent, d.Tracestate = telemetry.Traceparent(trace.ContextWithSpanContext(ctx, sc))
+				}
 				span.End()
 			}
 			r.opts.Handoff.Offer(here)

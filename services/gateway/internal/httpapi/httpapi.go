@@ -340,8 +340,9 @@ func textsValid(st *status.Status) bool {
 // maxForeignMessage bounds the message of a refusal the gateway did not write.
 const maxForeignMessage = 256
 
-// headerMatcher forwards Idempotency-Key and the W3C trace context (traceparent, tracestate,
-// baggage: a caller's trace continues through the execution) besides grpc-gateway's defaults
+// headerMatcher forwards Idempotency-Key and the W3C trace context (traceparent, tracestate: a
+// caller's trace continues through the execution; no baggage, which the platform passes on to no
+// one) besides grpc-gateway's defaults
 // (Authorization among them), except its Grpc-Metadata- prefix: a client's arbitrary gRPC metadata
 // is nothing the API reads, and under it the guarded headers got around the guard (see
 // metadataPrefix).
@@ -350,7 +351,7 @@ func headerMatcher(key string) (string, bool) {
 	switch key {
 	case "Idempotency-Key":
 		return server.IdempotencyKeyHeader, true
-	case "Traceparent", "Tracestate", "Baggage":
+	case "Traceparent", "Tracestate":
 		return strings.ToLower(key), true
 	}
 	if strings.HasPrefix(key, metadataPrefix) {

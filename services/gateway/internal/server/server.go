@@ -253,6 +253,8 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 		return nil, acceptError(err)
 	}
 	if !created {
+		// A replay answers the execution its idempotency key names, not the id made for the call.
+		telemetry.Annotate(ctx, telemetry.ExecutionID(row.ID))
 		return s.response(row, nil)
 	}
 	s.log.Info("sync attempt started", log.ExecutionID(row.ID), log.Attempt(1), zap.String("capability", row.Capability), log.ApplicationID(n.ApplicationID))

@@ -1,0 +1,47 @@
+package telemetry
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// A collector that is down costs spans, never the shutdown: the flush gives up within
+// flushTimeout, however long the caller's ctx (the hard timeout) runs, and leaves no exporter
+// goroutine behind. (Before, it waited on the exporter's retries until ctx ended: every deploy
+// with the collector down took the whole hard timeout and exited unclean.)
+func TestShutdownWithTheCollectorDownIsBounded(t *testing.T) {
+	clearEnv(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close()) // nothing listens there: every export is refused
+	t.Setenv(envEndpoint, "http://"+addr)
+	t.Setenv(envProtocol, "grpc")
+	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "60000") // only the shutdown's flush tries to send
+	shutdown, err := Setup(context.Background(), "test", zap.NewNop())
+	require.NoError(t, err)
+	_, span := Start(context.Background(), "work", trace.SpanKindInternal)
+	span.End()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = shutdown(ctx)
+	took := time.Since(start)
+	require.Error(t, err, "the spans were not sent")
+	assert.Less(t, took, flushTimeout+2*time.Second, "bounded by flushTimeout, not by the caller's 30 s")
+	assert.NoError(t, ctx.Err(), "the caller's ctx still runs")
+}
