@@ -678,8 +678,11 @@ amq_local_running() { [[ -n $(amq_pids) ]]; }
 
 # Who holds a port, for the messages: a project-local ActiveMQ of some checkout, or not.
 amq_port_holder() { # port
-  local f base
+  local f base netns
+  netns=$(readlink /proc/self/ns/net 2>/dev/null || true)
   while IFS= read -r f; do
+    # Only one of our network namespace can hold our port (see `unshare -n` in NOTES.md).
+    [[ $(readlink "${f%/cmdline}/ns/net" 2>/dev/null || true) == "$netns" ]] || continue
     base=$(tr '\0' '\n' <"$f" 2>/dev/null | sed -n 's/^-Dactivemq.base=//p' | head -n 1)
     [[ -n $base ]] || continue
     if grep -qx "STOMP_PORT=$1" "$base/started-by-deps" 2>/dev/null; then
