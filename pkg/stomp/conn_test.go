@@ -3,6 +3,7 @@ package stomp
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -331,7 +332,11 @@ type proxy struct {
 	wg     sync.WaitGroup
 }
 
-func newProxy(t *testing.T, rawURL string) *proxy {
+func newProxy(t *testing.T, rawURL string) *proxy { return newTLSProxy(t, rawURL, nil) }
+
+// newTLSProxy terminates TLS with cfg (when not nil) in front of the broker; its url is then
+// stomp+ssl://.
+func newTLSProxy(t *testing.T, rawURL string, cfg *tls.Config) *proxy {
 	t.Helper()
 	u, err := url.Parse(rawURL)
 	require.NoError(t, err)
@@ -339,6 +344,10 @@ func newProxy(t *testing.T, rawURL string) *proxy {
 	require.NoError(t, err)
 	p := &proxy{target: u.Host, ln: ln}
 	u.Host = ln.Addr().String()
+	if cfg != nil {
+		p.ln = tls.NewListener(ln, cfg)
+		u.Scheme = "stomp+ssl"
+	}
 	p.url = u.String()
 	p.wg.Add(1)
 	go p.accept()
