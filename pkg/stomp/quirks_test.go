@@ -158,33 +158,43 @@ func TestQuirkArtemisScheduleHeaderIgnored(t *testing.T) {
 
 // browser:true lists a queue without consuming it, and ends the listing with a MESSAGE carrying
 // browser:end (and no body); a selector on a custom header (an identifier: no hyphen) picks one
-// message, which is how one dead letter can be redriven. A selector the broker cannot parse (here a
+// message, and so does JMSMessageID on the message-id: either can pick one dead letter to redrive. A selector the broker cannot parse (here a
 // quoted, hyphenated header name: a hyphen reads as minus) is an ERROR that ends the connection.
 func TestQuirkBrowseAndSelector(t *testing.T) {
 	t.Parallel()
 	u := stompURL(t)
 	c := dial(t, u)
 	q := queue(t)
-	send(t, c, q, "one", Header{"persistent", "true"}, Header{"x_key", "one"})
-	send(t, c, q, "two", Header{"persistent", "true"}, Header{"x_key", "two"})
+	for _, k := range []string{"one", "two", "three"} {
+		send(t, c, q, k, Header{"persistent", "true"}, Header{"x_key", k})
+	}
 
 	b := subscribe(t, c, q, SubscribeOptions{Browser: true, Ack: AckAuto})
-	require.Equal(t, "one", string(recv(t, b, 5*time.Second).Body))
-	require.Equal(t, "two", string(recv(t, b, 5*time.Second).Body))
+	ids := map[string]string{}
+	for _, k := range []string{"one", "two", "three"} {
+		m := recv(t, b, 5*time.Second)
+		require.Equal(t, k, string(m.Body))
+		ids[k] = m.MessageID
+	}
 	end := recv(t, b, 5*time.Second)
 	require.Equal(t, "end", header(t, end, "browser"))
 	require.Empty(t, end.Body)
 	require.NoError(t, b.Unsubscribe(testCtx(t, 5*time.Second)))
 
-	sel := subscribe(t, c, q, SubscribeOptions{Selector: "x_key = 'two'"})
-	m := recv(t, sel, 5*time.Second)
-	require.Equal(t, "two", string(m.Body))
-	require.NoError(t, c.Ack(testCtx(t, 5*time.Second), m.AckID))
-	noMessage(t, sel, 300*time.Millisecond)
-	require.NoError(t, sel.Unsubscribe(testCtx(t, 5*time.Second)))
+	for _, sel := range []struct{ selector, want string }{
+		{"x_key = 'two'", "two"},
+		{"JMSMessageID = '" + ids["three"] + "'", "three"},
+	} {
+		s := subscribe(t, c, q, SubscribeOptions{Selector: sel.selector})
+		m := recv(t, s, 5*time.Second)
+		require.Equal(t, sel.want, string(m.Body), sel.selector)
+		require.NoError(t, c.Ack(testCtx(t, 5*time.Second), m.AckID))
+		noMessage(t, s, 300*time.Millisecond)
+		require.NoError(t, s.Unsubscribe(testCtx(t, 5*time.Second)))
+	}
 
 	rest := recv(t, subscribe(t, c, q, SubscribeOptions{}), 5*time.Second)
-	require.Equal(t, "one", string(rest.Body), "browsing consumed nothing; the selector took only its match")
+	require.Equal(t, "one", string(rest.Body), "browsing consumed nothing; each selector took only its match")
 
 	bad := dial(t, u)
 	_, err := bad.Subscribe(testCtx(t, 5*time.Second), q, SubscribeOptions{Selector: `"x-key" = 'two'`})
