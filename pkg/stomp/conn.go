@@ -67,7 +67,7 @@ type options struct {
 // interval; the larger of the two wins, as STOMP 1.2 negotiates. A connection that hears nothing
 // for three receive intervals is declared dead ([ErrHeartbeatTimeout]). Default 10 s both ways.
 func WithHeartBeat(send, recv time.Duration) Option {
-	return func(o *options) { o.send, o.recv = send, recv }
+	return func(o *options) { o.send, o.recv = max(send, 0), max(recv, 0) }
 }
 
 // WithTLS sets the TLS configuration of a stomp+ssl:// URL (default: the system's roots, the
@@ -194,6 +194,7 @@ func (c *Conn) handshake(ctx context.Context, u *url.URL, host string, o options
 		deadline = time.Now().Add(30 * time.Second)
 	}
 	_ = c.nc.SetDeadline(deadline)
+	// A cancelled ctx interrupts the handshake's reads and writes by a deadline in the past.
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
@@ -234,6 +235,9 @@ func (c *Conn) handshake(ctx context.Context, u *url.URL, host string, o options
 	sx, sy := parseHeartBeat(reply.Value("heart-beat"))
 	c.sendEvery = negotiate(o.send, sy)
 	c.recvEvery = negotiate(o.recv, sx)
+	if !stop() {
+		return nil, fmt.Errorf("stomp: CONNECT: %w", ctx.Err()) // its deadline may already be set
+	}
 	_ = c.nc.SetDeadline(time.Time{})
 	rd.timeout = deadAfter * c.recvEvery
 	c.lastWrite.Store(time.Now().UnixNano())
@@ -313,14 +317,20 @@ func (c *Conn) nextID(prefix string) string {
 // Write sends one frame without waiting for anything (no receipt is added). A frame the codec
 // refuses is an [ErrMalformed] error and nothing is written.
 func (c *Conn) Write(f *Frame) error {
+	_, err := c.write(f)
+	return err
+}
+
+// write says whether any of the frame may have reached the socket.
+func (c *Conn) write(f *Frame) (tried bool, err error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if err := c.Err(); err != nil {
-		return err
+		return false, err
 	}
 	buf, err := f.Append(c.wbuf[:0])
 	if err != nil {
-		return err
+		return false, err
 	}
 	if cap(buf) <= 64<<10 {
 		c.wbuf = buf // keep a modest buffer for the next frame
@@ -333,9 +343,9 @@ func (c *Conn) Write(f *Frame) error {
 	if err != nil {
 		err = fmt.Errorf("stomp: write %s: %w", f.Command, err)
 		c.fail(err)
-		return err
+		return true, err
 	}
-	return nil
+	return true, nil
 }
 
 // Request sends f with a receipt header of its own and waits for the broker's RECEIPT. It returns
@@ -354,9 +364,9 @@ func (c *Conn) Request(ctx context.Context, f *Frame) error {
 	}
 	c.receipts[id] = ch
 	c.mu.Unlock()
-	if err := c.Write(f); err != nil {
+	if tried, err := c.write(f); err != nil {
 		c.forget(id)
-		if errors.Is(err, ErrMalformed) {
+		if !tried {
 			return err
 		}
 		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
@@ -558,9 +568,16 @@ func (c *Conn) writeBeat() error {
 }
 
 // ctxErr prefers the context's error to the deadline error it caused.
+// The socket's deadline is ctx's, so the read can fail a moment before ctx.Err is set.
 func ctxErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-		return ctx.Err()
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	if e := ctx.Err(); e != nil {
+		return e
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
 	}
 	return err
 }

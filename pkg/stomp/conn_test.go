@@ -433,3 +433,31 @@ func (p *proxy) cut() {
 		p.gate.Unlock()
 	}
 }
+
+// A listener that accepts and never answers CONNECT: Dial returns when its ctx ends.
+func TestDialGivesUpOnASilentBroker(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		select {
+		case c := <-accepted:
+			_ = c.Close()
+		default:
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = Dial(ctx, "stomp://"+ln.Addr().String())
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(start), 5*time.Second)
+}
