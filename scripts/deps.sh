@@ -41,7 +41,8 @@
 #
 # Where the project-local servers keep their data:
 #   RabbitMQ  .deps/rabbitmq/ (the node runs as the invoking user).
-#   ActiveMQ  .deps/activemq/ (conf/, data/, console.log; runs as the invoking user).
+#   ActiveMQ  .deps/activemq/ (conf/, data/, activemq.log, console.log; runs as the invoking
+#             user).
 #   Postgres  as root: /var/tmp/integrations-<hash of the checkout's path>/postgres/,
 #             owned by the postgres OS user, because Postgres refuses to run as root and
 #             the postgres user may not be able to enter the checkout (e.g. one under
@@ -623,6 +624,7 @@ AMQ_HOME=/usr/share/activemq
 AMQ_JAR=$AMQ_HOME/bin/activemq.jar
 AMQ_CONF_SRC=/etc/activemq/instances-available/main
 AMQ_LOG=$AMQ_DIR/console.log
+AMQ_BROKER_LOG=$AMQ_DIR/activemq.log
 AMQ_PID_FILE=$AMQ_DIR/activemq.pid
 AMQ_MARKER=$AMQ_DIR/started-by-deps # also records the port it was started with
 AMQ_USER=admin
@@ -715,6 +717,14 @@ amq_write_conf() {
     <persistenceAdapter>
       <kahaDB directory="\${activemq.data}/kahadb"/>
     </persistenceAdapter>
+    <!-- Bounds of a test broker, so its behaviour does not follow the machine's free disk. -->
+    <systemUsage>
+      <systemUsage>
+        <memoryUsage><memoryUsage percentOfJvmHeap="70"/></memoryUsage>
+        <storeUsage><storeUsage limit="2 gb"/></storeUsage>
+        <tempUsage><tempUsage limit="1 gb"/></tempUsage>
+      </systemUsage>
+    </systemUsage>
     <plugins>
       <simpleAuthenticationPlugin>
         <users>
@@ -728,9 +738,17 @@ amq_write_conf() {
   </broker>
 </beans>
 EOF
-  if [[ -f $AMQ_CONF_SRC/log4j2.properties ]]; then
-    cp -f "$AMQ_CONF_SRC/log4j2.properties" "$AMQ_DIR/conf/log4j2.properties"
-  fi
+  # Debian's build logs through log4j 1.2 (the instance's log4j2.properties is not read).
+  cat >"$AMQ_DIR/conf/log4j.properties" <<EOF
+# Written by scripts/deps.sh on every start.
+log4j.rootLogger=INFO, file
+log4j.logger.org.springframework=WARN
+log4j.logger.org.apache.xbean=WARN
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File=$AMQ_BROKER_LOG
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=%d | %-5p | %m | %c | %t%n
+EOF
 }
 
 AMQ_STARTING_PID=
@@ -742,11 +760,11 @@ amq_spawn_local() {
   printf 'STOMP_PORT=%s\n' "$STOMP_PORT" >"$AMQ_MARKER"
   rm -f "$AMQ_PID_FILE"
   AMQ_T0=$(now_us)
-  log "starting ActiveMQ, STOMP on 127.0.0.1:$STOMP_PORT (logs: ${AMQ_LOG#"$ROOT"/}, ${AMQ_DIR#"$ROOT"/}/data/activemq.log)"
+  log "starting ActiveMQ, STOMP on 127.0.0.1:$STOMP_PORT (logs: ${AMQ_LOG#"$ROOT"/}, ${AMQ_BROKER_LOG#"$ROOT"/})"
   (cd "$AMQ_DIR" && exec setsid java -Xmx256M \
     -Dactivemq.base="$AMQ_DIR" -Dactivemq.home="$AMQ_HOME" -Dactivemq.conf="$AMQ_DIR/conf" \
     -Dactivemq.data="$AMQ_DIR/data" -Djava.io.tmpdir="$AMQ_DIR/tmp" \
-    -Dlog4j2.configurationFile="$AMQ_DIR/conf/log4j2.properties" \
+    -Dlog4j.configuration="file:$AMQ_DIR/conf/log4j.properties" \
     -jar "$AMQ_JAR" start "xbean:file:$AMQ_DIR/conf/activemq.xml" \
     </dev/null >>"$AMQ_LOG" 2>&1 9>&-) &
   AMQ_STARTING_PID=$!
@@ -759,11 +777,12 @@ amq_wait_local() {
   while ! stomp_answers 127.0.0.1 "$STOMP_PORT" "$AMQ_USER" "$AMQ_PASS"; do
     if ! kill -0 "$AMQ_STARTING_PID" 2>/dev/null; then
       show_log_tail "$AMQ_LOG"
+      show_log_tail "$AMQ_BROKER_LOG"
       rm -f "$AMQ_MARKER" "$AMQ_PID_FILE"
       die "ActiveMQ exited during start (log: ${AMQ_LOG#"$ROOT"/})"
     fi
     if ((SECONDS >= deadline)); then
-      show_log_tail "$AMQ_LOG"
+      show_log_tail "$AMQ_BROKER_LOG"
       amq_stop_local || true
       die "ActiveMQ did not answer STOMP on 127.0.0.1:$STOMP_PORT within ${START_TIMEOUT}s (log: ${AMQ_LOG#"$ROOT"/})"
     fi
