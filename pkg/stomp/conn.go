@@ -353,6 +353,9 @@ func (c *Conn) write(f *Frame) (tried bool, err error) {
 // error wrapping [ErrOutcomeUnknown] if ctx ended or the connection died after the frame may have
 // been written; any other error means the frame was not sent. f gets the receipt header appended.
 func (c *Conn) Request(ctx context.Context, f *Frame) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("stomp: %s not sent: %w", f.Command, err)
+	}
 	id := c.nextID("r")
 	f.Headers = append(f.Headers, Header{"receipt", id})
 	ch := make(chan error, 1)
