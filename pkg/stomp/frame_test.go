@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -237,5 +238,28 @@ func roundTrip(t *testing.T, fr *Frame) {
 	}
 	if !framesEqual(fr, back) {
 		t.Fatalf("round trip: %+v became %+v", fr, back)
+	}
+}
+
+func TestHeartBeatNegotiation(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	for _, tt := range []struct {
+		header       string
+		send, recv   time.Duration // asked for
+		wSend, wRecv time.Duration
+	}{
+		{"1000,1000", 500 * ms, 500 * ms, 1000 * ms, 1000 * ms}, // the larger wins
+		{"100,2000", 500 * ms, 500 * ms, 2000 * ms, 500 * ms},
+		{"0,0", 500 * ms, 500 * ms, 0, 0},  // the broker will not
+		{"1000,1000", 0, 0, 0, 0},          // we will not
+		{"", 500 * ms, 500 * ms, 0, 0},     // no header: none
+		{"x,-5", 500 * ms, 500 * ms, 0, 0}, // garbage: none
+		{"1000", 500 * ms, 500 * ms, 0, 0}, // one number: none
+		{"300, 400", 100 * ms, 100 * ms, 400 * ms, 300 * ms},
+	} {
+		sx, sy := parseHeartBeat(tt.header)
+		require.Equal(t, tt.wSend, negotiate(tt.send, sy), "send, heart-beat:%s", tt.header)
+		require.Equal(t, tt.wRecv, negotiate(tt.recv, sx), "receive, heart-beat:%s", tt.header)
 	}
 }
