@@ -17,10 +17,14 @@ run: ## Run the whole platform locally (deps, migrations, six services, dummy ad
 	@scripts/run.sh
 
 .PHONY: test
-test: ## Unit, integration and end-to-end tests against real Postgres and RabbitMQ (mTLS inside; e2e twice: plain and TLS client-facing listeners; then the image check, skipped without podman)
-	@scripts/deps.sh up
-	@set -a; . .run/deps.env; set +a; \
-	export INTEGRATIONS_TEST_DATABASE_URL="$${INTEGRATIONS_TEST_DATABASE_URL:-$$INTEGRATIONS_PG_URL/test?sslmode=disable}"; \
+# deps.sh starts an ActiveMQ for pkg/stomp's tests when none answers; the trap stops the one this
+# run started (a CI clone must leave no java running), never one that was there before.
+test: ## Unit, integration and end-to-end tests against real Postgres, RabbitMQ and ActiveMQ (STOMP) (mTLS inside; e2e twice: plain and TLS client-facing listeners; then the image check, skipped without podman)
+	@started=$$(mktemp); \
+	trap 'if grep -qx stomp "$$started"; then scripts/deps.sh down stomp; fi; rm -f "$$started"' EXIT; \
+	DEPS_STARTED_FILE=$$started scripts/deps.sh up stomp && \
+	set -a && . .run/deps.env && set +a && \
+	export INTEGRATIONS_TEST_DATABASE_URL="$${INTEGRATIONS_TEST_DATABASE_URL:-$$INTEGRATIONS_PG_URL/test?sslmode=disable}" && \
 	go vet $(PKGS) && \
 	go test -race -count=1 -timeout 15m $(MODULE)/pkg/... $(MODULE)/services/... $(MODULE)/cmd/... $(MODULE)/deploy/k8s/check/... && \
 	go test -count=1 -timeout 15m $(MODULE)/e2e/... $(MODULE)/bench/internal/chaos/... && \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# scripts/deps.sh — make a PostgreSQL and a RabbitMQ reachable for tests and local runs.
+# scripts/deps.sh — make a PostgreSQL and a RabbitMQ (and, when asked, a STOMP broker) reachable
+# for tests and local runs.
 #
-# Usage: scripts/deps.sh up [DB...] | down | status | clean | help
+# Usage: scripts/deps.sh up [stomp] [DB...] | down [stomp] | status | clean | help
 #
 #   up      Picks, for each of Postgres and RabbitMQ, the first of:
 #             1. the URL already set in the environment (INTEGRATIONS_PG_URL /
@@ -16,18 +17,32 @@
 #             INTEGRATIONS_PG_URL=postgres://postgres@127.0.0.1:5432   (no database)
 #             INTEGRATIONS_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/
 #           Use it with:  set -a; . .run/deps.env; set +a
+#           With the word `stomp` (make test gives it) it also makes a STOMP broker
+#           reachable, the first of: INTEGRATIONS_STOMP_URL if it answers; this checkout's
+#           ActiveMQ under .deps/activemq if running; one it starts now (Debian's activemq
+#           package, ActiveMQ Classic 5.17: only a STOMP connector on 127.0.0.1:56613, login
+#           admin/admin, scheduler on, -Xmx256M, data and logs in .deps/activemq). A port held by
+#           another checkout's ActiveMQ that answers STOMP is used as it is (never stopped from
+#           here); a port held by anything else moves it to the next free one. It writes
+#             INTEGRATIONS_STOMP_URL=stomp://admin:admin@127.0.0.1:56613
+#           (also on a later `up` without the word, while this checkout's ActiveMQ runs).
+#           DEPS_STARTED_FILE=<file>: appends "stomp" to it when this run started the
+#           ActiveMQ (make test stops that one at exit with `down stomp`).
 #           For a project-local RabbitMQ it also writes INTEGRATIONS_RABBITMQ_NODE and
 #           INTEGRATIONS_RABBITMQCTL (.deps/rabbitmq/rabbitmqctl: rabbitmqctl with the
 #           node's name, cookie and epmd port), which tests and benchmarks use instead of
 #           a plain `rabbitmqctl`, which would talk to the system's node.
 #   down    Stops only the project-local servers this script started; leaves the
-#           others alone. Their data is kept for the next `up`.
+#           others alone. Their data is kept for the next `up`. `down stomp` stops only the
+#           ActiveMQ.
 #   status  Prints what is in use and the state of the project-local servers.
 #           Exit 0 when .run/deps.env exists and both URLs answer, 3 otherwise.
 #   clean   `down`, then removes .deps/, .run/ and the Postgres data directory.
 #
 # Where the project-local servers keep their data:
 #   RabbitMQ  .deps/rabbitmq/ (the node runs as the invoking user).
+#   ActiveMQ  .deps/activemq/ (conf/, data/, activemq.log, console.log; runs as the invoking
+#             user).
 #   Postgres  as root: /var/tmp/integrations-<hash of the checkout's path>/postgres/,
 #             owned by the postgres OS user, because Postgres refuses to run as root and
 #             the postgres user may not be able to enter the checkout (e.g. one under
@@ -38,7 +53,7 @@
 #             `scripts/deps.sh clean`; it holds only throwaway dev/test data.)
 #
 # Overrides (environment): DEPS_PG_PORT (55432), DEPS_AMQP_PORT (55672),
-# DEPS_AMQP_DIST_PORT (55673), DEPS_EPMD_PORT (55674), DEPS_PG_BIN (Postgres bin
+# DEPS_AMQP_DIST_PORT (55673), DEPS_EPMD_PORT (55674), DEPS_STOMP_PORT (56613), DEPS_PG_BIN (Postgres bin
 # dir), DEPS_PG_DIR (Postgres directory for a new cluster, see above),
 # DEPS_START_TIMEOUT (seconds to wait for a server to start, 60).
 #
@@ -58,6 +73,7 @@ PG_PORT=${DEPS_PG_PORT:-55432}
 AMQP_PORT=${DEPS_AMQP_PORT:-55672}
 AMQP_DIST_PORT=${DEPS_AMQP_DIST_PORT:-55673}
 EPMD_PORT=${DEPS_EPMD_PORT:-55674}
+STOMP_PORT=${DEPS_STOMP_PORT:-56613}
 START_TIMEOUT=${DEPS_START_TIMEOUT:-60}
 DEFAULT_DATABASES=(test integrations)
 
@@ -224,14 +240,15 @@ ensure_packages() {
     case $what in
       postgres) find_pg_bin || pkgs+=(postgresql) ;;
       rabbitmq) [[ -x $RMQ_BIN/rabbitmq-server ]] || pkgs+=(rabbitmq-server) ;;
+      activemq) [[ -f $AMQ_JAR ]] && command -v java >/dev/null 2>&1 || pkgs+=(activemq) ;;
       *) die "internal: unknown package group $what" ;;
     esac
   done
   ((${#pkgs[@]})) || return 0
   if ! is_root; then
-    die "missing ${pkgs[*]} (no /usr/lib/postgresql/*/bin/postgres or $RMQ_BIN/rabbitmq-server); install with: sudo apt-get update && sudo apt-get install -y postgresql rabbitmq-server"
+    die "missing ${pkgs[*]} (no /usr/lib/postgresql/*/bin/postgres, $RMQ_BIN/rabbitmq-server or $AMQ_JAR with java); install with: sudo apt-get update && sudo apt-get install -y ${pkgs[*]}"
   fi
-  command -v apt-get >/dev/null 2>&1 || die "missing ${pkgs[*]} and no apt-get; install PostgreSQL 15 and RabbitMQ 3.10 by hand"
+  command -v apt-get >/dev/null 2>&1 || die "missing ${pkgs[*]} and no apt-get; install PostgreSQL 15, RabbitMQ 3.10 (and for STOMP ActiveMQ Classic 5.17) by hand"
   mkdir -p "$DEPS_DIR"
   local t0 apt_log=$DEPS_DIR/apt.log
   t0=$(now_us)
@@ -600,6 +617,208 @@ rmq_stop_local() {
   rm -f "$RMQ_MARKER" "$RMQ_PID_FILE"
 }
 
+# --- project-local ActiveMQ (a STOMP broker, only when asked for: `up stomp`) --------
+
+AMQ_DIR=$DEPS_DIR/activemq
+AMQ_HOME=/usr/share/activemq
+AMQ_JAR=$AMQ_HOME/bin/activemq.jar
+AMQ_CONF_SRC=/etc/activemq/instances-available/main
+AMQ_LOG=$AMQ_DIR/console.log
+AMQ_BROKER_LOG=$AMQ_DIR/activemq.log
+AMQ_PID_FILE=$AMQ_DIR/activemq.pid
+AMQ_MARKER=$AMQ_DIR/started-by-deps # also records the port it was started with
+AMQ_USER=admin
+AMQ_PASS=admin
+
+# Sends a STOMP 1.2 CONNECT (with the login, if given); a broker answers CONNECTED.
+# shellcheck disable=SC2016 # $1..$4 expand in the child shell
+stomp_answers() { # host port [login passcode]
+  timeout 5 "$BASH" -c '
+    exec 3<>"/dev/tcp/$1/$2" || exit 1
+    printf "CONNECT\naccept-version:1.2\nhost:%s\n" "$1" >&3 || exit 1
+    if [ -n "${3:-}" ]; then printf "login:%s\npasscode:%s\n" "$3" "${4:-}" >&3 || exit 1; fi
+    printf "\n\0" >&3 || exit 1
+    IFS= read -r line <&3 || exit 1
+    line=${line%$'\''\r'\''}
+    printf "DISCONNECT\n\n\0" >&3 || true
+    [ "$line" = CONNECTED ]' stomp-check "$@" 2>/dev/null
+}
+
+# stomp://[user:pass@]host[:port] answers a CONNECT with those credentials. (A stomp+ssl://
+# URL from the environment is taken as given: bash cannot speak TLS.)
+stomp_url_ok() {
+  local url=$1 re='^stomp://(([^:@/]*)(:([^@/]*))?@)?(\[[^]/]*\]|[^:/?]*)(:([0-9]+))?/?$'
+  [[ $url == stomp+ssl://* ]] && return 0
+  [[ $url =~ $re ]] || return 1
+  local user=${BASH_REMATCH[2]} pass=${BASH_REMATCH[4]} host=${BASH_REMATCH[5]} port=${BASH_REMATCH[7]}
+  host=${host#[}
+  host=${host%]}
+  stomp_answers "${host:-localhost}" "${port:-61613}" "$user" "$pass"
+}
+
+amq_load_port() {
+  if [[ -f $AMQ_MARKER ]]; then
+    local k v
+    while IFS='=' read -r k v; do
+      [[ $k == STOMP_PORT ]] && STOMP_PORT=$v
+    done <"$AMQ_MARKER"
+  fi
+  return 0
+}
+
+# pids of the java whose command line names this checkout's ActiveMQ directory (found so, it
+# works for one started in another network namespace, or after its pid file was lost).
+amq_pids() {
+  local f
+  while IFS= read -r f; do
+    f=${f#/proc/}
+    printf '%s\n' "${f%/cmdline}"
+  done < <(grep -lzxF -- "-Dactivemq.base=$AMQ_DIR" /proc/[0-9]*/cmdline 2>/dev/null || true)
+}
+
+amq_local_running() { [[ -n $(amq_pids) ]]; }
+
+# Who holds a port, for the messages: a project-local ActiveMQ of some checkout, or not.
+amq_port_holder() { # port
+  local f base netns
+  netns=$(readlink /proc/self/ns/net 2>/dev/null || true)
+  while IFS= read -r f; do
+    # Only one of our network namespace can hold our port (see `unshare -n` in NOTES.md).
+    [[ $(readlink "${f%/cmdline}/ns/net" 2>/dev/null || true) == "$netns" ]] || continue
+    base=$(tr '\0' '\n' <"$f" 2>/dev/null | sed -n 's/^-Dactivemq.base=//p' | head -n 1)
+    [[ -n $base ]] || continue
+    if grep -qx "STOMP_PORT=$1" "$base/started-by-deps" 2>/dev/null; then
+      f=${f#/proc/}
+      printf 'the project-local ActiveMQ of %s (pid %s)\n' "${base%/.deps/activemq}" "${f%/cmdline}"
+      return 0
+    fi
+  done < <(grep -lzF -- "-Dactivemq.base=" /proc/[0-9]*/cmdline 2>/dev/null || true)
+  printf 'another program\n'
+}
+
+# The broker's files: Debian's instance configuration with the scheduler on, only a STOMP
+# connector on our port (no OpenWire on 61616, no web console: nothing on standard ports),
+# one user, and its data and logs under .deps/activemq.
+amq_write_conf() {
+  mkdir -p "$AMQ_DIR/conf" "$AMQ_DIR/data" "$AMQ_DIR/tmp"
+  local src=$AMQ_CONF_SRC/activemq.xml
+  [[ -f $src ]] || src=$AMQ_HOME/conf/activemq.xml
+  [[ -f $src ]] || die "no activemq.xml in $AMQ_CONF_SRC or $AMQ_HOME/conf (is the activemq package installed?)"
+  cat >"$AMQ_DIR/conf/activemq.xml" <<EOF
+<?xml version="1.0" encoding="UTF-8"?>
+<!-- Written by scripts/deps.sh on every start, after $src: a throwaway dev/test broker. -->
+<beans xmlns="http://www.springframework.org/schema/beans"
+  xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+  xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans-2.0.xsd
+  http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
+  <bean class="org.springframework.beans.factory.config.PropertyPlaceholderConfigurer"/>
+  <broker xmlns="http://activemq.apache.org/schema/core" useJmx="false" brokerName="deps"
+          schedulerSupport="true" dataDirectory="\${activemq.data}">
+    <persistenceAdapter>
+      <kahaDB directory="\${activemq.data}/kahadb"/>
+    </persistenceAdapter>
+    <!-- Bounds of a test broker, so its behaviour does not follow the machine's free disk. -->
+    <systemUsage>
+      <systemUsage>
+        <memoryUsage><memoryUsage percentOfJvmHeap="70"/></memoryUsage>
+        <storeUsage><storeUsage limit="2 gb"/></storeUsage>
+        <tempUsage><tempUsage limit="1 gb"/></tempUsage>
+      </systemUsage>
+    </systemUsage>
+    <plugins>
+      <simpleAuthenticationPlugin>
+        <users>
+          <authenticationUser username="$AMQ_USER" password="$AMQ_PASS" groups="admins"/>
+        </users>
+      </simpleAuthenticationPlugin>
+    </plugins>
+    <transportConnectors>
+      <transportConnector name="stomp" uri="stomp://127.0.0.1:$STOMP_PORT"/>
+    </transportConnectors>
+  </broker>
+</beans>
+EOF
+  # Debian's build logs through log4j 1.2 (the instance's log4j2.properties is not read).
+  cat >"$AMQ_DIR/conf/log4j.properties" <<EOF
+# Written by scripts/deps.sh on every start.
+log4j.rootLogger=INFO, file
+log4j.logger.org.springframework=WARN
+log4j.logger.org.apache.xbean=WARN
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File=$AMQ_BROKER_LOG
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=%d | %-5p | %m | %c | %t%n
+EOF
+}
+
+AMQ_STARTING_PID=
+AMQ_T0=
+amq_spawn_local() {
+  ensure_packages activemq
+  mkdir -p "$AMQ_DIR"
+  amq_write_conf
+  printf 'STOMP_PORT=%s\n' "$STOMP_PORT" >"$AMQ_MARKER"
+  rm -f "$AMQ_PID_FILE"
+  AMQ_T0=$(now_us)
+  log "starting ActiveMQ, STOMP on 127.0.0.1:$STOMP_PORT (logs: ${AMQ_LOG#"$ROOT"/}, ${AMQ_BROKER_LOG#"$ROOT"/})"
+  (cd "$AMQ_DIR" && exec setsid java -Xmx256M \
+    -Dactivemq.base="$AMQ_DIR" -Dactivemq.home="$AMQ_HOME" -Dactivemq.conf="$AMQ_DIR/conf" \
+    -Dactivemq.data="$AMQ_DIR/data" -Djava.io.tmpdir="$AMQ_DIR/tmp" \
+    -Dlog4j.configuration="file:$AMQ_DIR/conf/log4j.properties" \
+    -jar "$AMQ_JAR" start "xbean:file:$AMQ_DIR/conf/activemq.xml" \
+    </dev/null >>"$AMQ_LOG" 2>&1 9>&-) &
+  AMQ_STARTING_PID=$!
+  printf '%s\n' "$AMQ_STARTING_PID" >"$AMQ_PID_FILE"
+  STARTED_AMQ=1
+}
+
+amq_wait_local() {
+  local deadline=$((SECONDS + START_TIMEOUT))
+  while ! stomp_answers 127.0.0.1 "$STOMP_PORT" "$AMQ_USER" "$AMQ_PASS"; do
+    if ! kill -0 "$AMQ_STARTING_PID" 2>/dev/null; then
+      show_log_tail "$AMQ_LOG"
+      show_log_tail "$AMQ_BROKER_LOG"
+      rm -f "$AMQ_MARKER" "$AMQ_PID_FILE"
+      die "ActiveMQ exited during start (log: ${AMQ_LOG#"$ROOT"/})"
+    fi
+    if ((SECONDS >= deadline)); then
+      show_log_tail "$AMQ_BROKER_LOG"
+      amq_stop_local || true
+      die "ActiveMQ did not answer STOMP on 127.0.0.1:$STOMP_PORT within ${START_TIMEOUT}s (log: ${AMQ_LOG#"$ROOT"/})"
+    fi
+    sleep 0.5
+  done
+  log "ActiveMQ started in $(elapsed "$AMQ_T0")"
+}
+
+# Stops this checkout's ActiveMQ by pid (TERM; KILL past the timeout) and waits for it to exit.
+amq_stop_local() {
+  [[ -f $AMQ_MARKER ]] || return 1
+  local t0 deadline pids killed=
+  t0=$(now_us)
+  deadline=$((SECONDS + START_TIMEOUT))
+  pids=$(amq_pids)
+  if [[ -n $pids ]]; then
+    log "stopping the project-local ActiveMQ"
+    # shellcheck disable=SC2086 # one pid per word
+    kill -TERM $pids 2>/dev/null || true
+    while [[ -n $pids ]]; do
+      if [[ -z $killed ]] && ((SECONDS >= deadline)); then
+        log "warning: ActiveMQ did not stop within ${START_TIMEOUT}s; killing it"
+        # shellcheck disable=SC2086 # one pid per word
+        kill -KILL $pids 2>/dev/null || true
+        killed=1
+      fi
+      sleep 0.2
+      pids=$(amq_pids)
+    done
+    log "ActiveMQ stopped in $(elapsed "$t0")"
+  else
+    log "the project-local ActiveMQ had already stopped"
+  fi
+  rm -f "$AMQ_MARKER" "$AMQ_PID_FILE"
+}
+
 # --- choosing -----------------------------------------------------------------------
 
 PG_URL=
@@ -679,6 +898,60 @@ resolve_amqp_end() {
   if [[ $AMQP_SOURCE == project-local* ]]; then rmq_write_ctl; fi
 }
 
+STOMP_URL=
+STOMP_SOURCE=
+# Only for `up stomp`, or when this checkout's ActiveMQ already runs: the first of
+# INTEGRATIONS_STOMP_URL if it answers, this checkout's ActiveMQ, one it starts now. A port taken
+# by another checkout's ActiveMQ (a CI clone whose run was cut before its `make test` trap) is
+# reused when it answers STOMP with our login; taken by anything else, the next free port is used.
+resolve_stomp_begin() {
+  local want=$1
+  if [[ -n ${INTEGRATIONS_STOMP_URL:-} ]]; then
+    if stomp_url_ok "$INTEGRATIONS_STOMP_URL"; then
+      STOMP_URL=$INTEGRATIONS_STOMP_URL
+      STOMP_SOURCE="from the environment"
+      log "STOMP: using INTEGRATIONS_STOMP_URL from the environment"
+      return 0
+    fi
+    log "warning: INTEGRATIONS_STOMP_URL is set but does not answer; looking further"
+  fi
+  if amq_local_running; then
+    amq_load_port
+    if stomp_answers 127.0.0.1 "$STOMP_PORT" "$AMQ_USER" "$AMQ_PASS"; then
+      STOMP_URL=stomp://$AMQ_USER:$AMQ_PASS@127.0.0.1:$STOMP_PORT
+      STOMP_SOURCE="project-local server in .deps/activemq"
+      log "STOMP: using the project-local ActiveMQ on 127.0.0.1:$STOMP_PORT"
+      return 0
+    fi
+    [[ -n $want ]] || return 0
+    die "the project-local ActiveMQ runs (pid $(amq_pids | head -n 1)) but does not answer STOMP on 127.0.0.1:$STOMP_PORT (still starting, or in another network namespace?); stop it with: scripts/deps.sh down"
+  fi
+  [[ -n $want ]] || return 0
+  local first=$STOMP_PORT
+  while tcp_open 127.0.0.1 "$STOMP_PORT"; do
+    if stomp_answers 127.0.0.1 "$STOMP_PORT" "$AMQ_USER" "$AMQ_PASS"; then
+      STOMP_URL=stomp://$AMQ_USER:$AMQ_PASS@127.0.0.1:$STOMP_PORT
+      STOMP_SOURCE="a STOMP broker already on 127.0.0.1:$STOMP_PORT: $(amq_port_holder "$STOMP_PORT"); not stopped by down"
+      log "STOMP: port $STOMP_PORT answers STOMP ($(amq_port_holder "$STOMP_PORT")); using it"
+      return 0
+    fi
+    log "port $STOMP_PORT on 127.0.0.1 is taken by $(amq_port_holder "$STOMP_PORT") and does not answer STOMP with our login; trying the next"
+    STOMP_PORT=$((STOMP_PORT + 1))
+    ((STOMP_PORT < first + 20)) || die "ports $first..$((STOMP_PORT - 1)) on 127.0.0.1 are all taken; pick a free one with DEPS_STOMP_PORT"
+  done
+  amq_spawn_local
+  STOMP_URL=stomp://$AMQ_USER:$AMQ_PASS@127.0.0.1:$STOMP_PORT
+  STOMP_SOURCE="project-local server in .deps/activemq, started by deps.sh"
+}
+
+resolve_stomp_end() {
+  if [[ -n $AMQ_STARTING_PID ]]; then amq_wait_local; fi
+  # For `make test`'s trap: it stops at exit only the ActiveMQ that its own `up` started.
+  if [[ -n ${DEPS_STARTED_FILE:-} && -n $STARTED_AMQ ]]; then
+    printf 'stomp\n' >>"$DEPS_STARTED_FILE"
+  fi
+}
+
 ensure_databases() {
   local db exists out
   for db in "$@"; do
@@ -714,6 +987,10 @@ write_env_file() {
     printf '# INTEGRATIONS_AMQP_URL source: %s\n' "$AMQP_SOURCE"
     env_line INTEGRATIONS_PG_URL "$PG_URL"
     env_line INTEGRATIONS_AMQP_URL "$AMQP_URL"
+    if [[ -n $STOMP_URL ]]; then
+      printf '# INTEGRATIONS_STOMP_URL source: %s\n' "$STOMP_SOURCE"
+      env_line INTEGRATIONS_STOMP_URL "$STOMP_URL"
+    fi
     # The node and the rabbitmqctl that tests (closing a connection from the broker's side)
     # and make bench (the broker's counters) use: the project-local node when it is the one in
     # use; for the standard server plain rabbitmqctl and its default node (empty values, so that
@@ -743,12 +1020,14 @@ take_lock() {
 # If `up` fails, stop what this run started, so nothing is left half-started.
 STARTED_PG=
 STARTED_RMQ=
+STARTED_AMQ=
 up_cleanup() {
   local rc=$?
   ((rc != 0)) || return 0
   rm -f "$ENV_FILE"
-  if [[ -n $STARTED_RMQ || -n $STARTED_PG ]]; then
+  if [[ -n $STARTED_RMQ || -n $STARTED_PG || -n $STARTED_AMQ ]]; then
     log "up failed; stopping the servers this run started"
+    if [[ -n $STARTED_AMQ ]]; then (amq_stop_local) || true; fi
     if [[ -n $STARTED_RMQ ]]; then (rmq_stop_local) || true; fi
     if [[ -n $STARTED_PG ]]; then (pg_stop_local) || true; fi
   fi
@@ -756,20 +1035,33 @@ up_cleanup() {
 }
 
 cmd_up() {
-  local dbs=("${DEFAULT_DATABASES[@]}" "$@")
+  local dbs=("${DEFAULT_DATABASES[@]}") arg stomp=
+  for arg in "$@"; do
+    if [[ $arg == stomp ]]; then stomp=1; else dbs+=("$arg"); fi
+  done
   take_lock
   trap up_cleanup EXIT
-  resolve_amqp_begin # a node that must be started boots while Postgres is prepared
+  resolve_stomp_begin "$stomp" # a broker that must be started boots while the others are prepared
+  resolve_amqp_begin
   resolve_pg
   ensure_databases "${dbs[@]}"
   resolve_amqp_end
+  resolve_stomp_end
   write_env_file
-  log "ready; wrote ${ENV_FILE#"$ROOT"/}: INTEGRATIONS_PG_URL=$PG_URL INTEGRATIONS_AMQP_URL=$AMQP_URL"
+  log "ready; wrote ${ENV_FILE#"$ROOT"/}: INTEGRATIONS_PG_URL=$PG_URL INTEGRATIONS_AMQP_URL=$AMQP_URL${STOMP_URL:+ INTEGRATIONS_STOMP_URL=$STOMP_URL}"
 }
 
 cmd_down() {
   local stopped=
   take_lock
+  if [[ ${1:-} == stomp ]]; then
+    # Only the ActiveMQ (make test's trap); the env file loses its STOMP URL.
+    if amq_stop_local && [[ -f $ENV_FILE ]]; then
+      sed -i '/INTEGRATIONS_STOMP_URL/d' "$ENV_FILE"
+    fi
+    return 0
+  fi
+  if amq_stop_local; then stopped=1; fi
   if rmq_stop_local; then stopped=1; fi
   if pg_stop_local; then stopped=1; fi
   if [[ -n $stopped ]]; then
@@ -780,7 +1072,7 @@ cmd_down() {
 }
 
 cmd_status() {
-  local rc=0 pg amqp line
+  local rc=0 pg amqp stomp line
   if [[ -f $ENV_FILE ]]; then
     pg=$(
       set +u
@@ -810,6 +1102,20 @@ cmd_status() {
       echo "  INTEGRATIONS_AMQP_URL=$amqp (DOES NOT ANSWER)"
       rc=3
     fi
+    stomp=$(
+      set +u
+      # shellcheck disable=SC1090
+      . "$ENV_FILE"
+      printf '%s' "${INTEGRATIONS_STOMP_URL:-}"
+    )
+    if [[ -n $stomp ]]; then
+      if stomp_url_ok "$stomp"; then
+        echo "  INTEGRATIONS_STOMP_URL=$stomp (answers)"
+      else
+        echo "  INTEGRATIONS_STOMP_URL=$stomp (DOES NOT ANSWER)"
+        rc=3
+      fi
+    fi
   else
     echo "not up: no ${ENV_FILE#"$ROOT"/} (run scripts/deps.sh up)"
     rc=3
@@ -838,6 +1144,18 @@ cmd_status() {
   else
     echo "project-local RabbitMQ: none"
   fi
+  if [[ -f $AMQ_DIR/conf/activemq.xml ]]; then
+    started=
+    [[ -f $AMQ_MARKER ]] && started=", started by deps.sh"
+    amq_load_port
+    if amq_local_running; then
+      echo "project-local ActiveMQ (.deps/activemq): running, pid $(amq_pids | head -n 1), STOMP port $STOMP_PORT$started"
+    else
+      echo "project-local ActiveMQ (.deps/activemq): stopped"
+    fi
+  else
+    echo "project-local ActiveMQ: none"
+  fi
   return "$rc"
 }
 
@@ -861,7 +1179,7 @@ cmd_clean() {
 cd "$ROOT"
 case ${1:-} in
   up) shift; cmd_up "$@" ;;
-  down) cmd_down ;;
+  down) shift; cmd_down "$@" ;;
   status) cmd_status ;;
   clean) cmd_clean ;;
   help | -h | --help) usage ;;

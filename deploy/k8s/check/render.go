@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -34,6 +35,11 @@ func RepoRoot(dir string) (string, error) {
 	}
 }
 
+// renderMu serializes kustomize runs: kyaml keeps its OpenAPI schema in package globals that it
+// initialises and swaps without a lock (openapi.initSchema), so two renders at once race (seen in
+// CI under -race when the overlay tests ran in parallel).
+var renderMu sync.Mutex
+
 // Render builds the kustomization in dir (absolute) as `kubectl apply -k` would and returns one
 // Doc per object.
 func Render(dir string) ([]Doc, error) {
@@ -43,8 +49,10 @@ func Render(dir string) ([]Doc, error) {
 		}
 		return nil, fmt.Errorf("render %s: %w", dir, err)
 	}
+	renderMu.Lock()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
 	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	renderMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("render %s: %w", dir, err)
 	}

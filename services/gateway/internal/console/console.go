@@ -25,6 +25,7 @@ import (
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/secret"
+	"github.com/integrations-platform/integrations/services/gateway/internal/audit"
 	"github.com/integrations-platform/integrations/services/gateway/internal/server"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 	"github.com/integrations-platform/integrations/services/gateway/internal/system"
@@ -246,6 +247,7 @@ func (h *handler) checkNotEnded(ctx context.Context, s *session) error {
 
 // as is ctx as the session's principal calls the gateway service.
 func as(ctx context.Context, s *session) context.Context {
+	ctx = audit.ViaConsole(ctx)
 	if s.Role == roleOperator {
 		return server.AsOperator(ctx)
 	}
@@ -315,13 +317,11 @@ func (h *handler) failAPI(w http.ResponseWriter, r *http.Request, s *session, er
 	h.fail(w, r, s, code, msg)
 }
 
-// record writes the audit entry of an action taken through the console, after it was taken. The action stands even
-// when its entry cannot be written: the failure is logged for the operator instead.
-func (h *handler) record(ctx context.Context, s *session, action, target string, detail map[string]any) {
-	if err := h.cfg.Store.AuditAppend(context.WithoutCancel(ctx), s.actor(), action, target, detail); err != nil {
-		h.cfg.Logger.Error("console audit entry not written", zap.String("action", action), zap.String("actor_role", s.actor().Role),
-			zap.String("actor", s.actor().ID), zap.Error(err))
-	}
+// record writes the audit entry of a sign-in or a sign-out, the console's own actions. Every
+// other action is audited where it is carried out (the gateway's methods, the system functions),
+// as taken via the console (as).
+func (h *handler) record(ctx context.Context, s *session, action string) {
+	audit.Write(ctx, h.cfg.Store, h.cfg.Logger, store.Audit{Who: s.actor(), Via: store.AuditViaConsole, Action: action})
 }
 
 // badInput is a filter the console itself could not read: the field and why.

@@ -40,8 +40,10 @@ type bundle struct {
 	box    *secret.Box
 	// settlement stands in for the settlement service, which a cancellation calls.
 	settlement *fakeSettlement
-	mu         sync.Mutex
-	now        time.Time
+	// api is the gateway service the console calls, for a test to call it as the API would.
+	api *server.Server
+	mu  sync.Mutex
+	now time.Time
 }
 
 func (b *bundle) advance(d time.Duration) {
@@ -64,7 +66,7 @@ func setup(t *testing.T) *bundle {
 	logger := zaptest.NewLogger(t)
 	settlement := &fakeSettlement{}
 	api := server.New(st, nil, nil, settlement, box, server.Options{MaxPayloadBytes: 1 << 20, Scale: func(d time.Duration) time.Duration { return d }}, logger)
-	b := &bundle{schema: s, store: st, box: box, now: time.Now(), settlement: settlement}
+	b := &bundle{schema: s, store: st, box: box, now: time.Now(), settlement: settlement, api: api}
 	h, err := Handler(Config{API: api, Store: st, Box: box, AdminToken: testAdminToken, Logger: logger,
 		Now: func() time.Time { b.mu.Lock(); defer b.mu.Unlock(); return b.now }})
 	require.NoError(t, err)
@@ -213,7 +215,7 @@ func TestSessionEndsWhenTamperedExpiredOrRevoked(t *testing.T) {
 	t.Run("revoked", func(t *testing.T) {
 		c := b.client(t)
 		c.login(key)
-		_, err := b.store.RevokeKey(ctx, dbtest.TestApp, info.ID)
+		_, err := b.store.RevokeKey(ctx, dbtest.TestApp, info.ID, nil)
 		require.NoError(t, err)
 		requireLogin(t, c.get("/console/executions"), "the key was revoked")
 		p := c.post("/console/login", url.Values{"token": {key}})

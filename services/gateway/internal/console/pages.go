@@ -19,6 +19,7 @@ import (
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/mq"
+	"github.com/integrations-platform/integrations/services/gateway/internal/audit"
 	"github.com/integrations-platform/integrations/services/gateway/internal/server"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 	"github.com/integrations-platform/integrations/services/gateway/internal/system"
@@ -107,7 +108,7 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.setCookie(w, r, value, s.Expires)
-	h.record(r.Context(), s, "login", "", nil)
+	h.record(r.Context(), s, "login")
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
@@ -129,7 +130,7 @@ func (h *handler) logout(w http.ResponseWriter, r *http.Request, s *session) {
 		h.fail(w, r, nil, http.StatusServiceUnavailable, "Signing out could not be recorded: this browser's cookie is gone, but a copy of it would still work. Sign in and out again.")
 		return
 	}
-	h.record(r.Context(), s, "logout", "", nil)
+	h.record(r.Context(), s, "logout")
 	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
 }
 
@@ -287,13 +288,10 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request, s *session) {
 		h.fail(w, r, s, http.StatusBadRequest, "id: not an execution id")
 		return
 	}
-	resp, err := h.cfg.API.CancelExecution(as(r.Context(), s), &gatewayv1.CancelExecutionRequest{Id: id})
-	if err != nil {
+	if _, err := h.cfg.API.CancelExecution(as(r.Context(), s), &gatewayv1.CancelExecutionRequest{Id: id}); err != nil {
 		h.failAPI(w, r, s, err)
 		return
 	}
-	h.record(r.Context(), s, "execution.cancel", id, map[string]any{"application_id": resp.GetExecution().GetApplicationId(),
-		"attempt": resp.GetExecution().GetAttempt()})
 	http.Redirect(w, r, Prefix+"executions/"+id, http.StatusSeeOther)
 }
 
@@ -403,13 +401,10 @@ func (h *handler) redeliver(w http.ResponseWriter, r *http.Request, s *session) 
 		h.fail(w, r, s, http.StatusBadRequest, "id: not an event id")
 		return
 	}
-	resp, err := h.cfg.API.RedeliverEvent(as(r.Context(), s), &gatewayv1.RedeliverEventRequest{Id: id})
-	if err != nil {
+	if _, err := h.cfg.API.RedeliverEvent(as(r.Context(), s), &gatewayv1.RedeliverEventRequest{Id: id}); err != nil {
 		h.failAPI(w, r, s, err)
 		return
 	}
-	h.record(r.Context(), s, "event.redeliver", id, map[string]any{"execution_id": resp.GetEvent().GetExecutionId(),
-		"type": resp.GetEvent().GetType(), "application_id": resp.GetEvent().GetApplicationId()})
 	http.Redirect(w, r, Prefix+"events/"+id, http.StatusSeeOther)
 }
 
@@ -427,7 +422,7 @@ func (h *handler) redriveRequest(w http.ResponseWriter, r *http.Request, s *sess
 	return &gatewayv1.RedriveEventsRequest{Since: since, ApplicationId: app}, true
 }
 
-// redriveScope says whose dead events a redrive takes, for its confirmation and its audit entry.
+// redriveScope says whose dead events a redrive takes, for its confirmation.
 func redriveScope(s *session, req *gatewayv1.RedriveEventsRequest) string {
 	switch {
 	case s.Role != roleOperator:
@@ -473,20 +468,10 @@ func (h *handler) redrive(w http.ResponseWriter, r *http.Request, s *session) {
 	if !ok {
 		return
 	}
-	resp, err := h.cfg.API.RedriveEvents(as(r.Context(), s), req)
-	if err != nil {
+	if _, err := h.cfg.API.RedriveEvents(as(r.Context(), s), req); err != nil {
 		h.failAPI(w, r, s, err)
 		return
 	}
-	target := "dead events of " + redriveScope(s, req)
-	if req.GetSince() != nil {
-		target += " since " + req.GetSince().AsTime().UTC().Format(time.RFC3339)
-	}
-	detail := map[string]any{"count": resp.GetCount()}
-	if req.GetApplicationId() != "" {
-		detail["application_id"] = req.GetApplicationId()
-	}
-	h.record(r.Context(), s, "events.redrive", target, detail)
 	http.Redirect(w, r, Prefix+"events?status=pending", http.StatusSeeOther)
 }
 
@@ -558,12 +543,10 @@ func (h *handler) deadLetterRedrive(w http.ResponseWriter, r *http.Request, s *s
 	if !ok {
 		return
 	}
-	moved, err := system.RedriveDeadLetters(r.Context(), h.cfg.System, route, nil)
-	if err != nil {
+	if _, err := system.RedriveDeadLetters(audit.ViaConsole(r.Context()), h.cfg.System, route, nil); err != nil {
 		h.fail(w, r, s, http.StatusServiceUnavailable, "The broker could not be reached: "+err.Error())
 		return
 	}
-	h.record(r.Context(), s, "dead_letters.redrive", route, map[string]any{"count": moved})
 	http.Redirect(w, r, Prefix+"dead-letters", http.StatusSeeOther)
 }
 
@@ -579,16 +562,11 @@ func (h *handler) diagnosticPage(w http.ResponseWriter, r *http.Request, s *sess
 
 func (h *handler) diagnostic(w http.ResponseWriter, r *http.Request, s *session) {
 	d := diagnosticData{Ran: true}
-	results, err := system.Diagnose(r.Context(), h.cfg.System)
+	results, err := system.Diagnose(audit.ViaConsole(r.Context()), h.cfg.System)
 	d.Results = results
-	ok := err == nil
 	if err != nil {
 		d.Error = err.Error()
 	}
-	for _, x := range results {
-		ok = ok && x.OK
-	}
-	h.record(r.Context(), s, "diagnostic.run", "", map[string]any{"ok": ok})
 	h.render(w, http.StatusOK, "diagnostic", view{Title: "Broker diagnostic", Nav: "diagnostic", Session: s, Data: d})
 }
 

@@ -133,7 +133,7 @@ func TestSignInRefusalsDoNotTellARevokedKeyFromAnUnknownOne(t *testing.T) {
 	b := setup(t)
 	info, key, err := b.store.CreateKey(context.Background(), store.NewKey{ApplicationID: dbtest.TestApp, Description: "to revoke"})
 	require.NoError(t, err)
-	_, err = b.store.RevokeKey(context.Background(), dbtest.TestApp, info.ID)
+	_, err = b.store.RevokeKey(context.Background(), dbtest.TestApp, info.ID, nil)
 	require.NoError(t, err)
 	_, unknown, err := b.store.CreateKey(context.Background(), store.NewKey{ApplicationID: dbtest.TestApp, Description: "unknown"})
 	require.NoError(t, err)

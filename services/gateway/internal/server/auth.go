@@ -11,6 +11,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/services/gateway/internal/audit"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
 
@@ -152,6 +153,16 @@ func AsApplication(ctx context.Context, appID string) context.Context {
 // to be called with it.
 func AsOperator(ctx context.Context) context.Context {
 	return context.WithValue(ctx, operatorKey{}, true)
+}
+
+// auditEntry is the audit entry of an action ctx's caller takes: the operator or the application,
+// through the surface ctx came from.
+func auditEntry(ctx context.Context, action, target string, detail map[string]any) store.Audit {
+	who := audit.Application(applicationID(ctx))
+	if isOperator(ctx) {
+		who = audit.Operator
+	}
+	return store.Audit{Who: who, Via: audit.Via(ctx), Action: action, Target: target, Detail: detail}
 }
 
 func applicationID(ctx context.Context) string {

@@ -67,7 +67,7 @@ func TestAuthInterceptorKeys(t *testing.T) {
 	_, err = s.Pool.Exec(ctx, `UPDATE api_keys SET hash = $1 WHERE id = $2`, apikey.Hash(tokA), a.ID)
 	require.NoError(t, err)
 
-	_, err = st.RevokeKey(ctx, dbtest.TestApp, a.ID)
+	_, err = st.RevokeKey(ctx, dbtest.TestApp, a.ID, nil)
 	require.NoError(t, err)
 	_, err = callAuth(t, st, "Bearer "+tokA)
 	requireRefused(t, err, "API key revoked")

@@ -191,7 +191,8 @@ func (s *Server) RedeliverEvent(ctx context.Context, req *gatewayv1.RedeliverEve
 	if err != nil {
 		return nil, err
 	}
-	row, err := s.store.EventRedeliver(ctx, appID, req.GetId())
+	a := auditEntry(ctx, "event.redeliver", req.GetId(), nil)
+	row, err := s.store.EventRedeliver(ctx, appID, req.GetId(), &a)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, apperr.NotFound("event %s not found", req.GetId())
 	}
@@ -223,12 +224,28 @@ func (s *Server) RedriveEvents(ctx context.Context, req *gatewayv1.RedriveEvents
 		}
 		return &gatewayv1.RedriveEventsResponse{Count: n}, nil
 	}
-	n, err := s.store.EventRedrive(ctx, appID, since)
+	a := auditEntry(ctx, "events.redrive", redriveTarget(appID, since), nil)
+	if appID != "" {
+		a = a.With("application_id", appID)
+	}
+	n, err := s.store.EventRedrive(ctx, appID, since, &a)
 	if err != nil {
 		return nil, err
 	}
 	s.log.Info("dead events redriven", log.ApplicationID(appID), zap.Bool("operator", isOperator(ctx)), zap.Int64("count", n))
 	return &gatewayv1.RedriveEventsResponse{Count: n}, nil
+}
+
+// redriveTarget names the dead events a redrive takes, for its audit entry.
+func redriveTarget(appID string, since *time.Time) string {
+	target := "dead events of application " + appID
+	if appID == store.AnyApplication {
+		target = "dead events of every application"
+	}
+	if since != nil {
+		target += " since " + since.UTC().Format(time.RFC3339)
+	}
+	return target
 }
 
 // RotateSigningSecret implements GatewayService.RotateSigningSecret.

@@ -40,6 +40,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/pkg/telemetry"
 	"github.com/integrations-platform/integrations/pkg/webhook"
+	"github.com/integrations-platform/integrations/services/gateway/internal/audit"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
 
@@ -607,6 +608,9 @@ func (s *Server) CancelExecution(ctx context.Context, req *gatewayv1.CancelExecu
 		}
 		s.log.Info("execution cancelled", log.ExecutionID(row.ID), log.Attempt(row.Attempt),
 			zap.String("from_status", row.Status), log.ApplicationID(appID), log.EventID(settled.GetEventId()))
+		// The settlement is another service's transaction: the entry is written after it.
+		audit.Write(ctx, s.store, s.log, auditEntry(ctx, "execution.cancel", row.ID, map[string]any{
+			"application_id": row.ApplicationID, "attempt": row.Attempt, "from_status": row.Status}))
 		if row.Status == execution.StatusRunning {
 			s.stopAttempt(ctx, row)
 		}

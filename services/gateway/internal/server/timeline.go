@@ -71,12 +71,12 @@ func TimelineProto(tl *store.Timeline) *gatewayv1.GetExecutionTimelineResponse {
 		if a.Renewals > 0 && a.LastRenewedAt != nil {
 			add(*a.LastRenewedAt, gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_LEASE_RENEWED, &gatewayv1.TimelineEntry{
 				Attempt: a.N, Renewals: a.Renewals,
-				Summary: fmt.Sprintf("attempt %d lease renewed (%d times in all; this is the last)", a.N, a.Renewals),
+				Summary: fmt.Sprintf("attempt %d lease renewed (%s in all; this is the last)", a.N, times(a.Renewals)),
 			})
 		}
 		if a.ProgressReports > 0 && a.LastProgressAt != nil {
 			en := &gatewayv1.TimelineEntry{Attempt: a.N, ProgressReports: a.ProgressReports,
-				Summary: fmt.Sprintf("attempt %d reported progress (%d times in all; this is the last)", a.N, a.ProgressReports)}
+				Summary: fmt.Sprintf("attempt %d reported progress (%s in all; this is the last)", a.N, times(a.ProgressReports))}
 			if a.N == lastReporter && len(e.Progress) > 0 {
 				if p, err := structFromJSON(e.Progress); err == nil {
 					en.Progress = p
@@ -222,4 +222,12 @@ func DurationText(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%.1f s", d.Seconds())
 	}
+}
+
+// times says how often something happened: "once", "2 times".
+func times(n int32) string {
+	if n == 1 {
+		return "once"
+	}
+	return fmt.Sprintf("%d times", n)
 }

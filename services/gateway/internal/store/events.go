@@ -169,8 +169,9 @@ const redeliverSet = `
 		delivered_at = NULL, dead_at = NULL, relayed_at = NULL, relay_claimed_until = NULL`
 
 // EventRedeliver resets one of the application's events (AnyApplication: any application's) for
-// delivery, whatever its state, and wakes the relay.
-func (s *Store) EventRedeliver(ctx context.Context, applicationID, id string) (*Event, error) {
+// delivery, whatever its state, and wakes the relay. a (nil: none) is written in the same
+// transaction, with the event's execution, type and application added to its detail.
+func (s *Store) EventRedeliver(ctx context.Context, applicationID, id string, a *Audit) (*Event, error) {
 	var e *Event
 	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
@@ -186,7 +187,10 @@ func (s *Store) EventRedeliver(ctx context.Context, applicationID, id string) (*
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, execution.EventsNotifyChannel, id); err != nil {
 			return fmt.Errorf("notify event relay: %w", err)
 		}
-		return nil
+		if a == nil {
+			return nil
+		}
+		return auditInsert(ctx, tx, a.With("execution_id", e.ExecutionID).With("type", e.Type).With("application_id", e.ApplicationID))
 	})
 	return e, err
 }
@@ -194,21 +198,31 @@ func (s *Store) EventRedeliver(ctx context.Context, applicationID, id string) (*
 // EventRedrive resets every dead event of the application (AnyApplication: of every
 // application; created at or after since, if set) for delivery, as EventRedeliver does for one, in one statement, wakes the relay if any was
 // reset, and returns how many were. The NOTIFY payload is the same for every row, so Postgres
-// sends it once per transaction.
-func (s *Store) EventRedrive(ctx context.Context, applicationID string, since *time.Time) (int64, error) {
+// sends it once per transaction. a (nil: none) is written in the same transaction, with the
+// count added to its detail.
+func (s *Store) EventRedrive(ctx context.Context, applicationID string, since *time.Time, a *Audit) (int64, error) {
 	var n int64
 	w := deadEventsWhere(applicationID, since)
 	channel := w.param(execution.EventsNotifyChannel)
-	err := s.pool.QueryRow(ctx, `
+	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `
 		WITH redriven AS (
 			UPDATE integration_events`+redeliverSet+`
 			WHERE `+w.String()+`
 			RETURNING id
 		)
 		SELECT count(*) FROM (SELECT pg_notify(`+channel+`, 'redrive') FROM redriven) notified`,
-		w.args...).Scan(&n)
+			w.args...).Scan(&n)
+		if err != nil {
+			return fmt.Errorf("redrive dead events of %s: %w", applicationID, err)
+		}
+		if a == nil {
+			return nil
+		}
+		return auditInsert(ctx, tx, a.With("count", n))
+	})
 	if err != nil {
-		return 0, fmt.Errorf("redrive dead events of %s: %w", applicationID, err)
+		return 0, err
 	}
 	return n, nil
 }

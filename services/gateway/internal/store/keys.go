@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/integrations-platform/integrations/pkg/apikey"
+	"github.com/integrations-platform/integrations/pkg/db"
 )
 
 // KeyRecord is what authentication needs of a stored API key.
@@ -152,6 +153,9 @@ type NewKey struct {
 	// At most one of ExpiresIn (from the database's now()) and ExpiresAt; neither: no expiry.
 	ExpiresIn time.Duration
 	ExpiresAt *time.Time
+	// Audit (nil: none) is written in the creation's transaction, with the new key's id added to
+	// its detail.
+	Audit *Audit
 }
 
 // KeyInfo is a key as listings show it: never its secret or hash.
@@ -198,14 +202,22 @@ func (s *Store) CreateKey(ctx context.Context, nk NewKey) (KeyInfo, string, erro
 	if nk.ExpiresIn > 0 {
 		expiresIn = nk.ExpiresIn.Seconds()
 	}
-	info, err := scanKey(s.pool.QueryRow(ctx, `
+	var info KeyInfo
+	err = db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		info, err = scanKey(tx.QueryRow(ctx, `
 		INSERT INTO api_keys (id, application_id, kind, hash, source, description, created_by, created_at, expires_at)
 		SELECT $1, a.id, 'generated', $3, 'api', $4, $5, now(),
 			coalesce($6::timestamptz, now() + make_interval(secs => $7::float8))
 		FROM applications a
 		WHERE a.id = $2 AND coalesce($6::timestamptz, now() + make_interval(secs => $7::float8), 'infinity') > now()
 		RETURNING `+keyColumns, key.ID, nk.ApplicationID, apikey.Hash(key.Token), nk.Description, nk.CreatedBy,
-		nk.ExpiresAt, expiresIn))
+			nk.ExpiresAt, expiresIn))
+		if err != nil || nk.Audit == nil {
+			return err
+		}
+		return auditInsert(ctx, tx, nk.Audit.With("key_id", info.ID))
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		var exists bool
 		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM applications WHERE id = $1)`, nk.ApplicationID).Scan(&exists); err != nil {
@@ -257,15 +269,21 @@ func (s *Store) ListKeys(ctx context.Context, appID string) ([]KeyInfo, error) {
 // applications.api_key_hash, which gateways of the release before migration 00009 read, is
 // overwritten in the same statement with one no token has, so that the key stays dead through a
 // rolling upgrade, a rollback or a migrate down. ErrNotFound: no such key of that application.
-func (s *Store) RevokeKey(ctx context.Context, appID, id string) (KeyInfo, error) {
+// a (nil: none) is written in the same transaction, saying whether the key was revoked already.
+func (s *Store) RevokeKey(ctx context.Context, appID, id string, a *Audit) (KeyInfo, error) {
 	unusable, err := apikey.UnusableHash()
 	if err != nil {
 		return KeyInfo{}, fmt.Errorf("revoke API key: %w", err)
 	}
 	var info KeyInfo
 	var hash []byte
-	err = s.pool.QueryRow(ctx, `
-		WITH k AS (
+	var already bool
+	err = db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		// already is read from the row before the update: a CTE's UPDATE RETURNING shows the new row.
+		err := tx.QueryRow(ctx, `
+		WITH before AS (
+			SELECT revoked_at IS NOT NULL AS already FROM api_keys WHERE application_id = $1 AND id = $2
+		), k AS (
 			UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
 			WHERE application_id = $1 AND id = $2
 			RETURNING *
@@ -274,9 +292,14 @@ func (s *Store) RevokeKey(ctx context.Context, appID, id string) (KeyInfo, error
 			FROM k
 			WHERE a.id = k.application_id AND k.source = 'catalog' AND a.api_key_hash = k.hash
 		)
-		SELECT `+keyColumns+`, hash FROM k`, appID, id, unusable).Scan(&info.ID, &info.ApplicationID, &info.Prefix,
-		&info.Kind, &info.Source, &info.Description, &info.CreatedBy, &info.CreatedAt, &info.ExpiresAt,
-		&info.RevokedAt, &info.LastUsedAt, &info.Status, &hash)
+		SELECT `+keyColumns+`, hash, before.already FROM k, before`, appID, id, unusable).Scan(&info.ID, &info.ApplicationID, &info.Prefix,
+			&info.Kind, &info.Source, &info.Description, &info.CreatedBy, &info.CreatedAt, &info.ExpiresAt,
+			&info.RevokedAt, &info.LastUsedAt, &info.Status, &hash, &already)
+		if err != nil || a == nil {
+			return err
+		}
+		return auditInsert(ctx, tx, a.With("already_revoked", already))
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return KeyInfo{}, ErrNotFound
 	}

@@ -62,11 +62,11 @@ func TestKeysCreateListRevoke(t *testing.T) {
 		}
 	}
 
-	revoked, err := st.RevokeKey(ctx, dbtest.TestApp, a.ID)
+	revoked, err := st.RevokeKey(ctx, dbtest.TestApp, a.ID, nil)
 	require.NoError(t, err)
 	require.Equal(t, "revoked", revoked.Status)
 	require.NotNil(t, revoked.RevokedAt)
-	again, err := st.RevokeKey(ctx, dbtest.TestApp, a.ID)
+	again, err := st.RevokeKey(ctx, dbtest.TestApp, a.ID, nil)
 	require.NoError(t, err)
 	require.Equal(t, revoked.RevokedAt, again.RevokedAt, "revoking twice keeps the first time")
 	rec, err := st.KeyForGenerated(ctx, a.ID, apikey.Hash(tokA))
@@ -76,9 +76,9 @@ func TestKeysCreateListRevoke(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, rec.Revoked, "the other key still works: a rotation overlaps")
 
-	_, err = st.RevokeKey(ctx, "other-app", b.ID)
+	_, err = st.RevokeKey(ctx, "other-app", b.ID, nil)
 	require.ErrorIs(t, err, ErrNotFound, "a key is revoked only through its own application")
-	_, err = st.RevokeKey(ctx, dbtest.TestApp, "nope")
+	_, err = st.RevokeKey(ctx, dbtest.TestApp, "nope", nil)
 	require.ErrorIs(t, err, ErrNotFound)
 	_, _, err = st.CreateKey(ctx, NewKey{ApplicationID: "nope"})
 	require.ErrorIs(t, err, ErrNotFound)
@@ -103,7 +103,7 @@ func TestRevokeForgetsTheKeyOnThisReplicaAtOnce(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, rec.Revoked)
 	}
-	_, err = here.RevokeKey(ctx, dbtest.TestApp, info.ID)
+	_, err = here.RevokeKey(ctx, dbtest.TestApp, info.ID, nil)
 	require.NoError(t, err)
 	rec, err := here.KeyForGenerated(ctx, info.ID, apikey.Hash(tok))
 	require.NoError(t, err)
@@ -259,7 +259,7 @@ func TestRevokeForgetsEveryCachedKindAtOnce(t *testing.T) {
 	rec, err := st.KeyForChosen(ctx, apikey.Hash(dbtest.TestAPIKey))
 	require.NoError(t, err)
 	require.False(t, rec.Revoked)
-	_, err = st.RevokeKey(ctx, dbtest.TestApp, rec.ID)
+	_, err = st.RevokeKey(ctx, dbtest.TestApp, rec.ID, nil)
 	require.NoError(t, err)
 	rec, err = st.KeyForChosen(ctx, apikey.Hash(dbtest.TestAPIKey))
 	require.NoError(t, err)
@@ -275,7 +275,7 @@ func TestRevokeForgetsEveryCachedKindAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, rec.Revoked)
 	require.NotEqual(t, k.ID, rec.ID)
-	_, err = st.RevokeKey(ctx, dbtest.TestApp, rec.ID)
+	_, err = st.RevokeKey(ctx, dbtest.TestApp, rec.ID, nil)
 	require.NoError(t, err)
 	rec, err = st.KeyForGenerated(ctx, k.ID, apikey.Hash(k.Token))
 	require.NoError(t, err)
@@ -295,7 +295,7 @@ func TestALookupInFlightDoesNotUndoARevocation(t *testing.T) {
 
 	st.afterKeyRead = func() {
 		st.afterKeyRead = nil // one lookup only: the revocation happens while it is in flight
-		_, err := st.RevokeKey(ctx, dbtest.TestApp, info.ID)
+		_, err := st.RevokeKey(ctx, dbtest.TestApp, info.ID, nil)
 		require.NoError(t, err)
 	}
 	rec, err := st.KeyForGenerated(ctx, info.ID, apikey.Hash(tok))
@@ -326,7 +326,7 @@ func TestALookupAfterARevocationDoesNotShareAnEarlierRead(t *testing.T) {
 		first <- rec
 	}()
 	<-inRead
-	_, err = st.RevokeKey(ctx, dbtest.TestApp, info.ID)
+	_, err = st.RevokeKey(ctx, dbtest.TestApp, info.ID, nil)
 	require.NoError(t, err)
 	second := make(chan *KeyRecord, 1)
 	go func() {
@@ -363,13 +363,13 @@ func TestARevokedCatalogKeyStaysDeadInTheLegacyColumn(t *testing.T) {
 	// An API key's revocation leaves the column alone.
 	info, _, err := st.CreateKey(ctx, NewKey{ApplicationID: dbtest.TestApp})
 	require.NoError(t, err)
-	_, err = st.RevokeKey(ctx, dbtest.TestApp, info.ID)
+	_, err = st.RevokeKey(ctx, dbtest.TestApp, info.ID, nil)
 	require.NoError(t, err)
 	require.Equal(t, apikey.Hash(dbtest.TestAPIKey), legacy())
 
 	rec, err := st.KeyForChosen(ctx, apikey.Hash(dbtest.TestAPIKey))
 	require.NoError(t, err)
-	_, err = st.RevokeKey(ctx, dbtest.TestApp, rec.ID)
+	_, err = st.RevokeKey(ctx, dbtest.TestApp, rec.ID, nil)
 	require.NoError(t, err)
 	dead := legacy()
 	require.Len(t, dead, 32)

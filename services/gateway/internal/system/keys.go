@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/integrations-platform/integrations/services/gateway/internal/audit"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
 
@@ -148,6 +149,11 @@ func createKey(w http.ResponseWriter, r *http.Request, cfg Config, app string) {
 		}
 		nk.ExpiresAt = &t
 	}
+	detail := map[string]any{}
+	if req.CreatedBy != "" {
+		detail["created_by"] = req.CreatedBy
+	}
+	nk.Audit = &store.Audit{Who: audit.Operator, Via: audit.Via(r.Context()), Action: "api_key.create", Target: app, Detail: detail}
 	info, token, err := cfg.Keys.CreateKey(r.Context(), nk)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -166,7 +172,8 @@ func createKey(w http.ResponseWriter, r *http.Request, cfg Config, app string) {
 }
 
 func revokeKey(w http.ResponseWriter, r *http.Request, cfg Config, app, id string) {
-	info, err := cfg.Keys.RevokeKey(r.Context(), app, id)
+	info, err := cfg.Keys.RevokeKey(r.Context(), app, id, &store.Audit{Who: audit.Operator, Via: audit.Via(r.Context()),
+		Action: "api_key.revoke", Target: app, Detail: map[string]any{"key_id": id}})
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "key id: application "+app+" has no key "+id)
 		return

@@ -17,6 +17,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
+	"github.com/integrations-platform/integrations/services/gateway/internal/audit"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
 
@@ -44,7 +45,8 @@ type Config struct {
 	Broker mq.Config
 	// Timeout bounds each route's round trip.
 	Timeout time.Duration
-	// Keys serves the API key endpoints (nil: not served).
+	// Keys serves the API key endpoints (nil: not served) and holds the audit log every action
+	// here is written to (nil: the entries are logged at error as not written).
 	Keys   *store.Store
 	Logger *zap.Logger
 }
@@ -78,8 +80,20 @@ func admin(token string, next http.Handler) http.Handler {
 func Routes() []string { return []string{routes.Executions.Name, routes.Events.Name} }
 
 // Diagnose runs the broker diagnostic: per route, a publish + consume round trip through its work
-// queue, its queues' presence and depths, and this process's durability counters.
+// queue, its queues' presence and depths, and this process's durability counters. The run is
+// audited as the operator's (the only caller allowed), through the surface ctx came from.
 func Diagnose(ctx context.Context, cfg Config) ([]mq.Diagnosis, error) {
+	results, err := diagnose(ctx, cfg)
+	ok := err == nil
+	for _, d := range results {
+		ok = ok && d.OK
+	}
+	audit.Write(ctx, cfg.Keys, cfg.Logger, store.Audit{Who: audit.Operator, Via: audit.Via(ctx), Action: "diagnostic.run",
+		Detail: map[string]any{"ok": ok}})
+	return results, err
+}
+
+func diagnose(ctx context.Context, cfg Config) ([]mq.Diagnosis, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*cfg.Timeout+5*time.Second)
 	defer cancel()
 	b, err := mq.Dial(ctx, cfg.Broker)
@@ -160,7 +174,8 @@ func DeadLetters(ctx context.Context, cfg Config, route string, limit int) ([]De
 }
 
 // RedriveDeadLetters moves the route's dead letters with the given ids (none: all of them) back
-// to its work queue with a fresh attempt budget, and answers how many moved.
+// to its work queue with a fresh attempt budget, and answers how many moved. The move is audited
+// as the operator's (the only caller allowed), through the surface ctx came from.
 func RedriveDeadLetters(ctx context.Context, cfg Config, route string, ids []string) (int, error) {
 	rt, ok := knownRoutes[route]
 	if !ok {
@@ -174,6 +189,19 @@ func RedriveDeadLetters(ctx context.Context, cfg Config, route string, ids []str
 	})
 	if err == nil {
 		cfg.Logger.Info("dead letters redriven", zap.String("route", rt.Name), zap.Int("moved", moved))
+	}
+	// The broker is no transaction of the audit log: the entry is written after the move, and for
+	// a move cut short too when letters did move.
+	if err == nil || moved > 0 {
+		detail := map[string]any{"count": moved}
+		if len(ids) > 0 {
+			detail["requested"] = len(ids)
+		}
+		if err != nil {
+			detail["failed"] = true
+		}
+		audit.Write(ctx, cfg.Keys, cfg.Logger, store.Audit{Who: audit.Operator, Via: audit.Via(ctx), Action: "dead_letters.redrive",
+			Target: rt.Name, Detail: detail})
 	}
 	return moved, err
 }

@@ -90,8 +90,8 @@ type querier interface {
 
 // returned are the settled row's columns the caller's answer needs (Row.Proto without the
 // payload) that it does not already hold: no payload, no result (the request has it).
-const returned = `s.capability, s.mode, s.max_attempts, s.idempotency_key, s.progress, s.deadline_at,
-	s.created_at, s.updated_at, s.settled_at`
+const returned = `s.application_id, s.capability, s.mode, s.max_attempts, s.idempotency_key, s.progress,
+	s.deadline_at, s.created_at, s.updated_at, s.settled_at`
 
 // eventPayloadSQL is the completion event's body, as delivered to the application's consumer,
 // built in SQL from the settled row s (the event id is $11, the event type $12). It is what
@@ -179,17 +179,17 @@ type settled struct {
 func scanSettled(r pgx.Row, more ...any) (settled, error) {
 	var (
 		a                                 settled
-		capability, mode                  *string
+		application, capability, mode     *string
 		maxAttempts                       *int32
 		deadline, created, updated, setAt *time.Time
 	)
-	err := r.Scan(append([]any{&a.cur.Status, &a.cur.Attempt, &a.won, &capability, &mode, &maxAttempts,
+	err := r.Scan(append([]any{&a.cur.Status, &a.cur.Attempt, &a.won, &application, &capability, &mode, &maxAttempts,
 		&a.row.IdempotencyKey, &a.row.Progress, &deadline, &created, &updated, &setAt, &a.notified}, more...)...)
 	if err != nil {
 		return a, err
 	}
 	if a.won {
-		a.row.Capability, a.row.Mode, a.row.MaxAttempts = *capability, *mode, *maxAttempts
+		a.row.ApplicationID, a.row.Capability, a.row.Mode, a.row.MaxAttempts = *application, *capability, *mode, *maxAttempts
 		a.row.DeadlineAt, a.row.CreatedAt, a.row.UpdatedAt, a.row.SettledAt = *deadline, *created, *updated, setAt
 	}
 	return a, nil
