@@ -16,6 +16,7 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
+	"github.com/integrations-platform/integrations/pkg/safetext"
 	"github.com/integrations-platform/integrations/pkg/tlsx"
 )
 
@@ -25,11 +26,15 @@ type Common struct {
 	DatabaseURL string `env:"INTEGRATIONS_DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/integrations?sslmode=disable"`
 	// DatabaseMaxConns sizes the service's connection pool; 0 keeps the URL's pool_max_conns or
 	// the service's own default.
-	DatabaseMaxConns int     `env:"INTEGRATIONS_DATABASE_MAX_CONNS" envDefault:"0"`
-	AMQPURL          string  `env:"INTEGRATIONS_AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
-	QueueScope       string  `env:"INTEGRATIONS_QUEUE_SCOPE" envDefault:"integrations"`
-	TimeScale        float64 `env:"INTEGRATIONS_TIME_SCALE" envDefault:"1"`
-	MetricsAddr      string  `env:"INTEGRATIONS_METRICS_ADDR"`
+	DatabaseMaxConns int    `env:"INTEGRATIONS_DATABASE_MAX_CONNS" envDefault:"0"`
+	AMQPURL          string `env:"INTEGRATIONS_AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	// Broker is the message port's provider: "rabbitmq" (INTEGRATIONS_AMQP_URL) or "stomp"
+	// (INTEGRATIONS_STOMP_URL, a STOMP 1.2 broker such as ActiveMQ).
+	Broker      string  `env:"INTEGRATIONS_BROKER" envDefault:"rabbitmq"`
+	STOMPURL    string  `env:"INTEGRATIONS_STOMP_URL"`
+	QueueScope  string  `env:"INTEGRATIONS_QUEUE_SCOPE" envDefault:"integrations"`
+	TimeScale   float64 `env:"INTEGRATIONS_TIME_SCALE" envDefault:"1"`
+	MetricsAddr string  `env:"INTEGRATIONS_METRICS_ADDR"`
 	// Pprof serves net/http/pprof on the metrics address too: for diagnosis, off by default.
 	Pprof bool `env:"INTEGRATIONS_PPROF" envDefault:"false"`
 	// GRPCReflection serves the gRPC reflection service on the service's gRPC port (grpcurl
@@ -235,8 +240,14 @@ func (c Common) Validate() error {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_SHUTDOWN_SOFT_TIMEOUT: %v must be less than INTEGRATIONS_SHUTDOWN_TIMEOUT (%v)",
 			c.ShutdownSoftTimeout, c.ShutdownTimeout))
 	}
+	errs = append(errs, c.checkBroker()...)
 	if !c.DependencyPlaintext {
 		errs = append(errs, checkDependencyTLS(c.DatabaseURL, c.AMQPURL, os.Getenv)...)
+		if c.Broker == BrokerSTOMP {
+			if err := checkSTOMPTLS(c.STOMPURL); err != nil {
+				errs = append(errs, fmt.Errorf("INTEGRATIONS_STOMP_URL: %w", err))
+			}
+		}
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
@@ -244,6 +255,44 @@ func (c Common) Validate() error {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_LOG_LEVEL: %q is not one of debug, info, warn, error", c.LogLevel))
 	}
 	return errors.Join(errs...)
+}
+
+// The values of INTEGRATIONS_BROKER (pkg/mq's providers: mq.ProviderRabbitMQ, mq.ProviderSTOMP).
+const (
+	BrokerRabbitMQ = "rabbitmq"
+	BrokerSTOMP    = "stomp"
+)
+
+// checkBroker checks INTEGRATIONS_BROKER and that the URL it reads has the scheme of its kind.
+// pkg/mq checks the same again when it dials; here it fails before anything starts, naming the
+// variable. The URLs are never quoted (they hold passwords).
+func (c Common) checkBroker() []error {
+	switch c.Broker {
+	case BrokerRabbitMQ:
+		if s := schemeOf(c.AMQPURL); s != "amqp" && s != "amqps" {
+			return []error{fmt.Errorf("INTEGRATIONS_AMQP_URL: the scheme %q is not amqp or amqps (INTEGRATIONS_BROKER is %q)",
+				safetext.Truncate(s, 20), c.Broker)}
+		}
+	case BrokerSTOMP:
+		if c.STOMPURL == "" {
+			return []error{errors.New("INTEGRATIONS_STOMP_URL: required when INTEGRATIONS_BROKER is \"stomp\" (e.g. stomp://user:password@127.0.0.1:61613)")}
+		}
+		if s := schemeOf(c.STOMPURL); s != "stomp" && s != "stomp+ssl" {
+			return []error{fmt.Errorf("INTEGRATIONS_STOMP_URL: the scheme %q is not stomp or stomp+ssl", safetext.Truncate(s, 20))}
+		}
+	default:
+		return []error{fmt.Errorf("INTEGRATIONS_BROKER: %q is not one of %q, %q", safetext.Truncate(c.Broker, 40), BrokerRabbitMQ, BrokerSTOMP)}
+	}
+	return nil
+}
+
+// BrokerURL is the URL of the broker INTEGRATIONS_BROKER names: INTEGRATIONS_STOMP_URL for
+// "stomp", INTEGRATIONS_AMQP_URL otherwise.
+func (c Common) BrokerURL() string {
+	if c.Broker == BrokerSTOMP {
+		return c.STOMPURL
+	}
+	return c.AMQPURL
 }
 
 // Scale shrinks a duration by the configured time scale (INTEGRATIONS_TIME_SCALE), so that

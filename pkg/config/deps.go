@@ -181,3 +181,29 @@ func checkAMQPTLS(raw string) error {
 	return fmt.Errorf("the host %q is not a loopback address and amqp:// is plain text: use amqps:// (see README, TLS), %s",
 		safetext.Truncate(host, 100), plaintextHint)
 }
+
+// checkSTOMPTLS is checkAMQPTLS for a STOMP broker: stomp+ssl:// or a loopback host.
+func checkSTOMPTLS(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a valid URL, so its TLS cannot be checked")
+	}
+	if u.Scheme != "stomp" {
+		return nil // stomp+ssl, or a scheme checkBroker already refused
+	}
+	host := u.Hostname()
+	if host == "" || loopbackHost(host) {
+		return nil
+	}
+	return fmt.Errorf("the host %q is not a loopback address and stomp:// is plain text: use stomp+ssl://, %s",
+		safetext.Truncate(host, 100), plaintextHint)
+}
+
+// schemeOf is a URL's scheme, "" when it is not a URL.
+func schemeOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Scheme
+}

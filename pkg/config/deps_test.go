@@ -130,3 +130,41 @@ func FuzzDependencyTLS(f *testing.F) {
 		}
 	})
 }
+
+// TestBrokerChoice: INTEGRATIONS_BROKER picks the URL the port dials; a kind the port has not, a
+// STOMP broker without its URL, a URL of the other kind's scheme and a plain stomp:// off loopback
+// are refused at load, naming the variable and never quoting the URL.
+func TestBrokerChoice(t *testing.T) {
+	c, err := Load[Common]()
+	require.NoError(t, err)
+	assert.Equal(t, BrokerRabbitMQ, c.Broker, "the default")
+	assert.Equal(t, c.AMQPURL, c.BrokerURL())
+
+	t.Setenv("INTEGRATIONS_BROKER", "kafka")
+	_, err = Load[Common]()
+	assert.ErrorContains(t, err, `INTEGRATIONS_BROKER: "kafka" is not one of "rabbitmq", "stomp"`)
+
+	t.Setenv("INTEGRATIONS_BROKER", "stomp")
+	_, err = Load[Common]()
+	assert.ErrorContains(t, err, `INTEGRATIONS_STOMP_URL: required when INTEGRATIONS_BROKER is "stomp"`)
+
+	t.Setenv("INTEGRATIONS_STOMP_URL", "amqp://u:s3cret@127.0.0.1:5672/")
+	_, err = Load[Common]()
+	assert.ErrorContains(t, err, `INTEGRATIONS_STOMP_URL: the scheme "amqp" is not stomp or stomp+ssl`)
+	assert.NotContains(t, err.Error(), "s3cret")
+
+	t.Setenv("INTEGRATIONS_STOMP_URL", "stomp://u:s3cret@activemq.integrations.svc:61613")
+	_, err = Load[Common]()
+	assert.ErrorContains(t, err, `INTEGRATIONS_STOMP_URL: the host "activemq.integrations.svc" is not a loopback address and stomp:// is plain text`)
+	assert.NotContains(t, err.Error(), "s3cret")
+
+	t.Setenv("INTEGRATIONS_STOMP_URL", "stomp+ssl://u:s3cret@activemq.integrations.svc:61614")
+	c, err = Load[Common]()
+	require.NoError(t, err)
+	assert.Equal(t, "stomp+ssl://u:s3cret@activemq.integrations.svc:61614", c.BrokerURL())
+
+	t.Setenv("INTEGRATIONS_BROKER", "rabbitmq")
+	t.Setenv("INTEGRATIONS_AMQP_URL", "stomp://u:s3cret@127.0.0.1:61613")
+	_, err = Load[Common]()
+	assert.ErrorContains(t, err, `INTEGRATIONS_AMQP_URL: the scheme "stomp" is not amqp or amqps (INTEGRATIONS_BROKER is "rabbitmq")`)
+}

@@ -34,7 +34,10 @@ const (
 
 // Config configures a Broker.
 type Config struct {
-	URL        string                // amqp://user:pass@host:port/vhost, or amqps:// for TLS (see amqpTLS)
+	// Provider is the broker kind, ProviderRabbitMQ or ProviderSTOMP; empty: the one URL's scheme
+	// names. Dial refuses a Provider the URL's scheme contradicts.
+	Provider   string
+	URL        string                // amqp://user:pass@host:port/vhost, or amqps:// for TLS (see amqpTLS); stomp:// or stomp+ssl:// for STOMP
 	Scope      string                // prefix of every queue name, e.g. "integrations" or a per-test-run prefix
 	TimeScale  float64               // multiplies every delay (holding-queue TTL); 0 means 1
 	Logger     *zap.Logger           // nil → zap.NewNop()
@@ -43,10 +46,10 @@ type Config struct {
 	hooks *testHooks // tests of this package only
 }
 
-// Broker is a connection to RabbitMQ: one connection for publishing, one for consuming (a memory
+// RabbitMQ is the port's RabbitMQ provider (AMQP 0-9-1): one connection for publishing, one for consuming (a memory
 // alarm blocks publishing connections, and must not block the acks of consumers with them). It is
 // safe for concurrent use.
-type Broker struct {
+type RabbitMQ struct {
 	cfg    Config
 	tls    *amqpTLS // nil for amqp://
 	log    *zap.Logger
@@ -74,9 +77,9 @@ type Broker struct {
 	consumers sync.WaitGroup // running Consume calls, waited for by Close
 }
 
-// Dial connects to RabbitMQ with a publishing and a consuming connection. It fails with a wrapped
-// error if the broker is unreachable or the config is invalid.
-func Dial(ctx context.Context, cfg Config) (*Broker, error) {
+// dialRabbitMQ connects to RabbitMQ with a publishing and a consuming connection. It fails with a
+// wrapped error if the broker is unreachable or the config is invalid.
+func dialRabbitMQ(ctx context.Context, cfg Config) (*RabbitMQ, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("mq: Config.URL is empty")
 	}
@@ -100,7 +103,7 @@ func Dial(ctx context.Context, cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{
+	b := &RabbitMQ{
 		cfg:    cfg,
 		tls:    tlsCfg,
 		log:    cfg.Logger.With(zap.String("scope", cfg.Scope)),
@@ -124,12 +127,12 @@ func Dial(ctx context.Context, cfg Config) (*Broker, error) {
 }
 
 // QueueName is the scoped queue name of a route: "<scope>.<route>".
-func (b *Broker) QueueName(route string) string { return b.cfg.Scope + "." + route }
+func (b *RabbitMQ) QueueName(route string) string { return b.cfg.Scope + "." + route }
 
 // Declare declares, for each route, its work queue, holding queues and DLQ, and remembers the routes
 // so that reconnects declare them again. Declaring a route again with a different policy replaces
 // the remembered one; the broker refuses (406) if that changes an existing queue's arguments.
-func (b *Broker) Declare(ctx context.Context, routes ...Route) error {
+func (b *RabbitMQ) Declare(ctx context.Context, routes ...Route) error {
 	tops := make([]*topology, 0, len(routes))
 	for _, r := range routes {
 		t, err := plan(b.cfg.Scope, b.cfg.TimeScale, r)
@@ -158,7 +161,7 @@ func (b *Broker) Declare(ctx context.Context, routes ...Route) error {
 // Config.TimeScale, in whole milliseconds, ascending, without duplicates. Nil for a route without
 // levels or not declared on this Broker. The largest is how far ahead a publisher can schedule
 // through the broker; work due later belongs in the publisher's own store until it is that close.
-func (b *Broker) DelayLevels(route string) []time.Duration {
+func (b *RabbitMQ) DelayLevels(route string) []time.Duration {
 	t, ok := b.topology(route)
 	if !ok {
 		return nil
@@ -174,7 +177,7 @@ func (b *Broker) DelayLevels(route string) []time.Duration {
 // would cost a holding-queue hop — or a worker held that long — for a few milliseconds; it should
 // not use this floored value for that, which in a time-scaled run is a large part of a scaled
 // delay. 0 for a route without levels or not declared on this Broker.
-func (b *Broker) DelayTolerance(route string) time.Duration {
+func (b *RabbitMQ) DelayTolerance(route string) time.Duration {
 	t, ok := b.topology(route)
 	if !ok {
 		return 0
@@ -207,7 +210,7 @@ func declareAll(conn *amqp.Connection, tops []*topology, exchanges []string) err
 }
 
 // Counters is a snapshot of a route's durability counters (zero for a route never used).
-func (b *Broker) Counters(route string) Counters {
+func (b *RabbitMQ) Counters(route string) Counters {
 	b.mu.RLock()
 	s := b.stats[route]
 	b.mu.RUnlock()
@@ -219,12 +222,12 @@ func (b *Broker) Counters(route string) Counters {
 
 // Close closes both connections. Running Consume calls return ErrClosed; the broker redelivers
 // whatever they had not settled. Close waits for them and for the port's own goroutines.
-func (b *Broker) Close() error { return b.CloseContext(context.Background()) }
+func (b *RabbitMQ) Close() error { return b.CloseContext(context.Background()) }
 
 // CloseContext is Close bounded by ctx: a broker that does not answer the close, or a Consume
 // whose handlers ignore their cancelled context, is not waited for past ctx's end (ctx.Err() is
 // then returned). The connections are closed either way: the broker requeues what was unacked.
-func (b *Broker) CloseContext(ctx context.Context) error {
+func (b *RabbitMQ) CloseContext(ctx context.Context) error {
 	var errs []error
 	b.closeOnce.Do(func() {
 		b.mu.Lock() // orders close(b.closed) against Consume's b.consumers.Add
@@ -266,7 +269,7 @@ func (b *Broker) CloseContext(ctx context.Context) error {
 }
 
 // acquireUntil takes a one-slot semaphore unless ctx ends first.
-func (b *Broker) acquireUntil(ctx context.Context, sem chan struct{}) bool {
+func (b *RabbitMQ) acquireUntil(ctx context.Context, sem chan struct{}) bool {
 	select {
 	case sem <- struct{}{}:
 		return true
@@ -276,7 +279,7 @@ func (b *Broker) acquireUntil(ctx context.Context, sem chan struct{}) bool {
 }
 
 // startConsumer registers a Consume call with Close, unless the broker is already closed.
-func (b *Broker) startConsumer() error {
+func (b *RabbitMQ) startConsumer() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.isClosed() {
@@ -286,7 +289,7 @@ func (b *Broker) startConsumer() error {
 	return nil
 }
 
-func (b *Broker) isClosed() bool {
+func (b *RabbitMQ) isClosed() bool {
 	select {
 	case <-b.closed:
 		return true
@@ -296,14 +299,14 @@ func (b *Broker) isClosed() bool {
 }
 
 // topology returns a declared route.
-func (b *Broker) topology(route string) (*topology, bool) {
+func (b *RabbitMQ) topology(route string) (*topology, bool) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	t, ok := b.routes[route]
 	return t, ok
 }
 
-func (b *Broker) declared() []*topology {
+func (b *RabbitMQ) declared() []*topology {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	out := make([]*topology, 0, len(b.routes))
@@ -313,7 +316,7 @@ func (b *Broker) declared() []*topology {
 	return out
 }
 
-func (b *Broker) topicExchanges() []string {
+func (b *RabbitMQ) topicExchanges() []string {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	out := make([]string, 0, len(b.topics))
@@ -323,7 +326,7 @@ func (b *Broker) topicExchanges() []string {
 	return out
 }
 
-func (b *Broker) routeStats(route string) *routeStats {
+func (b *RabbitMQ) routeStats(route string) *routeStats {
 	b.mu.RLock()
 	s := b.stats[route]
 	b.mu.RUnlock()
@@ -339,7 +342,7 @@ func (b *Broker) routeStats(route string) *routeStats {
 	return s
 }
 
-func (b *Broker) nextPublishTag() uint64 {
+func (b *RabbitMQ) nextPublishTag() uint64 {
 	b.tagMu.Lock()
 	defer b.tagMu.Unlock()
 	b.tagSeq++
@@ -347,7 +350,7 @@ func (b *Broker) nextPublishTag() uint64 {
 }
 
 // acquire takes a one-slot semaphore unless ctx ends or the broker closes first.
-func (b *Broker) acquire(ctx context.Context, sem chan struct{}) error {
+func (b *RabbitMQ) acquire(ctx context.Context, sem chan struct{}) error {
 	select {
 	case sem <- struct{}{}:
 		if b.isClosed() {
@@ -364,7 +367,7 @@ func (b *Broker) acquire(ctx context.Context, sem chan struct{}) error {
 
 // dial opens one AMQP connection. The error never contains the URL: it carries the password.
 // onBlocked, if not nil, hears connection.blocked (true) and connection.unblocked or close (false).
-func (b *Broker) dial(ctx context.Context, purpose string, onBlocked func(bool)) (*amqp.Connection, error) {
+func (b *RabbitMQ) dial(ctx context.Context, purpose string, onBlocked func(bool)) (*amqp.Connection, error) {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(b.cfg.Scope + "/" + purpose)
 	var tlsCfg *tls.Config
@@ -408,7 +411,7 @@ func (b *Broker) dial(ctx context.Context, purpose string, onBlocked func(bool))
 
 // watchConn drains the connection's close and blocked notifications: an undrained Notify channel
 // stalls the library's reader, and with it the whole connection.
-func (b *Broker) watchConn(conn *amqp.Connection, purpose string, onBlocked func(bool)) {
+func (b *RabbitMQ) watchConn(conn *amqp.Connection, purpose string, onBlocked func(bool)) {
 	if onBlocked == nil {
 		onBlocked = func(bool) {}
 	}
@@ -443,7 +446,7 @@ func (b *Broker) watchConn(conn *amqp.Connection, purpose string, onBlocked func
 }
 
 // consumeConn returns the consuming connection, dialing a new one if it died.
-func (b *Broker) consumeConn(ctx context.Context) (*amqp.Connection, error) {
+func (b *RabbitMQ) consumeConn(ctx context.Context) (*amqp.Connection, error) {
 	if err := b.acquire(ctx, b.conSem); err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -44,40 +43,30 @@ type subscription struct {
 
 // job is one delivery on its way to a worker.
 type job struct {
+	c   *consumer
 	sub *subscription
 	d   amqp.Delivery
 	msg *Message
 }
 
-type action uint8
-
-const (
-	actNone    action = iota // settle nothing: the delivery's channel is gone
-	actAck                   // basic.ack
-	actRequeue               // basic.nack requeue=true
-)
-
-// settlement is a worker's verdict on a job, settled by the owner goroutine.
+// settlement is a worker's verdict on a job, settled by the owner goroutine: actAck is basic.ack,
+// actRequeue basic.nack requeue=true, actNone nothing (the job's channel is gone).
 type settlement struct {
-	job      *job
-	act      action
-	ev       event // counted once the ack/nack succeeded
-	rejected bool  // also count evRejected
-	probe    bool  // a diagnostic probe: settled, never counted
+	verdict
+	job   *job
+	probe bool // a diagnostic probe: settled, never counted
 }
 
 // consumer is one Consume call. Its owner goroutine (the caller of Consume) owns the channel:
 // it receives deliveries, hands them to workers, and does every ack and nack, so no two
 // goroutines ever write to the channel and acks never use multiple=true.
 type consumer struct {
-	b     *Broker
+	// rules are the shared handler-return rules; their context, halt and copying are also the
+	// shutdown's.
+	*rules
+	b     *RabbitMQ
 	top   *topology
-	h     Handler
-	st    *routeStats
-	log   *zap.Logger
-	ctx   context.Context // handler context: cancelled when the work context ends (see Drain)
 	stop  context.CancelFunc
-	halt  chan struct{} // closed when the consumer stops taking deliveries
 	grace time.Duration // how long handlers get to return once their context is cancelled
 	jobs  chan *job
 	res   chan settlement
@@ -85,9 +74,6 @@ type consumer struct {
 	gen   uint64
 	queue []*job // received, not yet taken by a worker
 	busy  int    // jobs received and not yet settled (queued or in a worker)
-	// copying is how many retry, defer or dead-letter copies workers are publishing (written,
-	// or waiting for their confirm): the shutdown does not abandon them at the grace.
-	copying atomic.Int32
 }
 
 // Consume consumes a declared route with `concurrency` handler goroutines (at least 1) until ctx
@@ -102,7 +88,7 @@ type consumer struct {
 //
 // A diagnostic probe (see [Broker.Diagnose]) arriving on the route is answered and acked here,
 // before and without any handler, and is not counted in the route's Counters.
-func (b *Broker) Consume(ctx context.Context, route string, concurrency int, h Handler, opts ...ConsumeOption) error {
+func (b *RabbitMQ) Consume(ctx context.Context, route string, concurrency int, h Handler, opts ...ConsumeOption) error {
 	top, ok := b.topology(route)
 	if !ok || top.topic != "" {
 		return fmt.Errorf("mq: consume %q: %w", route, ErrUnknownRoute)
@@ -141,7 +127,7 @@ func Drain(work context.Context, grace time.Duration) ConsumeOption {
 const minDrainGrace = 100 * time.Millisecond
 
 // consume runs a consumer of a route or a subscription until ctx ends or the Broker closes.
-func (b *Broker) consume(ctx context.Context, top *topology, concurrency int, h Handler, opts ...ConsumeOption) error {
+func (b *RabbitMQ) consume(ctx context.Context, top *topology, concurrency int, h Handler, opts ...ConsumeOption) error {
 	route := top.route
 	if h == nil {
 		return fmt.Errorf("mq: consume %q: nil handler", route)
@@ -158,14 +144,19 @@ func (b *Broker) consume(ctx context.Context, top *topology, concurrency int, h 
 	hctx, stop := context.WithCancel(o.work)
 	defer stop()
 	c := &consumer{
+		rules: &rules{
+			h: h,
+			pol: policy{queue: top.queue, maxAttempts: top.maxAttempts, levels: top.delayTTLs,
+				topic: top.topic != ""},
+			st:     b.routeStats(route),
+			log:    b.log.With(zap.String("route", route)),
+			ctx:    hctx,
+			halt:   make(chan struct{}),
+			copyTO: publishTimeout,
+		},
 		b:     b,
 		top:   top,
-		h:     h,
-		st:    b.routeStats(route),
-		log:   b.log.With(zap.String("route", route)),
-		ctx:   hctx,
 		stop:  stop,
-		halt:  make(chan struct{}),
 		grace: o.grace,
 		jobs:  make(chan *job),
 		res:   make(chan settlement),
@@ -240,7 +231,7 @@ func (c *consumer) run(ctx context.Context, workers *sync.WaitGroup) error {
 			c.busy++
 			if isProbe(&d) {
 				// Answered off the owner goroutine (the reply waits for a confirm), settled here.
-				j := &job{sub: sub, d: d, msg: &Message{ID: d.MessageId, Route: c.top.route}}
+				j := &job{c: c, sub: sub, d: d, msg: &Message{ID: d.MessageId, Route: c.top.route}}
 				workers.Add(1)
 				go func() {
 					defer workers.Done()
@@ -248,7 +239,7 @@ func (c *consumer) run(ctx context.Context, workers *sync.WaitGroup) error {
 				}()
 				continue
 			}
-			c.queue = append(c.queue, &job{sub: sub, d: d, msg: newMessage(c.top.route, &d)})
+			c.queue = append(c.queue, &job{c: c, sub: sub, d: d, msg: newMessage(c.top.route, &d)})
 		case jobs <- next:
 			c.queue[0] = nil
 			c.queue = c.queue[1:]
@@ -372,6 +363,9 @@ func (c *consumer) settle(cur *subscription, s settlement) {
 	if s.act == actNone || j.sub != cur || j.sub.dead.Load() {
 		count(evSuperseded)
 		return
+	}
+	if h := c.b.hooks().settling; h != nil && !s.probe {
+		h(c.top.route, &j.d)
 	}
 	var err error
 	if s.act == actAck {
@@ -712,193 +706,36 @@ func (c *consumer) work() {
 	}
 }
 
-// handle runs the handler for one job and turns its Result into a verdict, doing the retry or
-// dead-letter publish (and waiting for its confirm) here, so the owner never waits on the broker.
+// handle runs the shared rules on one job (on a worker goroutine): the verdict, with any copy
+// already confirmed, goes to the owner to settle.
 func (c *consumer) handle(j *job) settlement {
-	if j.sub.dead.Load() {
-		return settlement{job: j, act: actNone} // the broker has already requeued it
-	}
-	if c.halted() || c.ctx.Err() != nil {
-		// Taken, not started, and the consumer is stopping: back to the broker, for another replica.
-		return settlement{job: j, act: actRequeue, ev: evRequeued}
-	}
-	res, panicked := c.call(j.msg)
-	// A deferral shorter than the smallest delay level is waited out here, holding the delivery
-	// (bounded by that level), and the handler asked again: no copy, no broker round trip.
-	for !panicked && res.outcome == outcomeDefer && c.holdsDefer(res.delay) {
-		if !c.sleep(max(res.delay, time.Millisecond)) {
-			// Stopping: redeliver (to another replica) rather than hold it through the drain.
-			return settlement{job: j, act: actRequeue, ev: evRequeued}
-		}
-		if j.sub.dead.Load() {
-			return settlement{job: j, act: actNone} // the broker has already requeued it
-		}
-		res, panicked = c.call(j.msg)
-	}
-	log := c.log.With(zap.String("message_id", j.msg.ID), zap.Int("attempt", j.msg.Attempt))
-	if panicked {
-		c.st.inc(evPanicked)
-		return settlement{job: j, act: actRequeue, ev: evRequeued}
-	}
-	if res.outcome == outcomeAck {
-		return settlement{job: j, act: actAck, ev: evAcknowledged}
-	}
-	if c.ctx.Err() != nil {
-		// Whatever it returned, a handler cut off by shutdown may not have finished: redeliver.
-		return settlement{job: j, act: actRequeue, ev: evRequeued}
-	}
-	switch res.outcome {
-	case outcomeFail:
-		if c.top.topic != "" {
-			// Topics do not retry: a broadcast copy belongs to this subscription alone, and
-			// republishing it to the fanout would redeliver it to every subscriber.
-			return c.deadLetter(j, log, deadReasonFailed, res.err)
-		}
-		if j.msg.Attempt >= c.top.maxAttempts {
-			return c.deadLetter(j, log, deadReasonExhausted, res.err)
-		}
-		return c.retry(j, log, res.err)
-	case outcomeReject:
-		return c.deadLetter(j, log, deadReasonRejected, res.err)
-	case outcomeDefer:
-		if len(c.top.delayTTLs) == 0 {
-			// A requeue would come straight back and be deferred again, a hot loop until the
-			// delivery limit: dead-letter it, saying why, where an operator sees it.
-			log.Error("mq handler deferred a message on a route without delay levels; dead-lettering",
-				zap.Duration("delay", res.delay))
-			return c.deadLetter(j, log, deadReasonRejected, errors.New("deferred on a route without delay levels"))
-		}
-		return c.deferCopy(j, log, res.delay)
-	default:
-		log.Warn("mq handler returned no result; requeueing")
-		return settlement{job: j, act: actRequeue, ev: evRequeued}
-	}
+	return settlement{job: j, verdict: c.rules.handle(j)}
 }
 
-// call runs the handler, turning a panic into a zero Result. The handler's context carries the
-// message's trace context, if it has one.
-func (c *consumer) call(m *Message) (res Result, panicked bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			panicked = true
-			c.log.Error("mq handler panicked; requeueing", zap.String("message_id", m.ID),
-				zap.Int("attempt", m.Attempt), zap.String("panic", fmt.Sprint(r)),
-				zap.ByteString("stack", debug.Stack()))
-		}
-	}()
-	return c.h(extractTrace(c.ctx, m.Headers), m), false
-}
+// job is a delivery of the rules (rules.go).
+func (j *job) message() *Message { return j.msg }
 
-// copyContext bounds a retry, defer or dead-letter publish. It is detached from shutdown: a copy
-// that is on its way should be confirmed and its original acked, not abandoned half way (which
-// would leave both the copy and the redelivered original). Until its cancel is called the copy
-// counts in c.copying, which the shutdown waits for past the grace.
-func (c *consumer) copyContext() (context.Context, context.CancelFunc) {
-	c.copying.Add(1)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), publishTimeout)
-	return ctx, func() {
-		cancel()
-		c.copying.Add(-1)
-	}
-}
+// stale: the delivery's channel is dead, so the broker has requeued it (or will, on close).
+func (j *job) stale() bool { return j.sub.dead.Load() }
 
-// retry publishes the next attempt to its holding queue; the original is acked only once the copy
-// is confirmed.
-func (c *consumer) retry(j *job, log *zap.Logger, cause error) settlement {
-	if j.sub.dead.Load() {
-		return settlement{job: j, act: actNone}
-	}
-	now := time.Now().UTC().Format(time.RFC3339Nano)
+// sendCopy publishes a copy of the AMQP delivery — same identity and properties, without the
+// broker's headers — to the order's destination: the route's retry holding queue for the attempt,
+// its delay holding queue for the deferral, or its DLQ (through the topic's direct DLX for a
+// subscription); mandatory, and confirmed.
+func (j *job) sendCopy(ctx context.Context, o copyOrder) (string, error) {
+	c := j.c
 	pub := copyOf(&j.d)
-	pub.Headers[hdrAttempt] = int32(j.msg.Attempt + 1)
-	pub.Headers[hdrLastError] = errText(cause)
-	if _, ok := pub.Headers[hdrFirstFailure]; !ok {
-		pub.Headers[hdrFirstFailure] = now
-	}
-	pub.Headers[hdrLastFailure] = now
-	target := c.top.retryQueue(j.msg.Attempt)
-	ctx, cancel := c.copyContext()
-	defer cancel()
-	if err := c.b.publishCopy(ctx, "", target, pub); err != nil {
-		log.Warn("mq retry publish not confirmed; requeueing", zap.String("queue", target), zap.Error(err))
-		return settlement{job: j, act: actRequeue, ev: evRequeued}
-	}
-	log.Info("mq message failed; retry scheduled", zap.String("queue", target), zap.Error(cause))
-	return settlement{job: j, act: actAck, ev: evRetried}
-}
-
-// holdsDefer reports whether a deferral of d is waited out in the worker rather than in a holding
-// queue: d is shorter than the route's smallest delay level.
-func (c *consumer) holdsDefer(d time.Duration) bool {
-	return len(c.top.delayTTLs) > 0 && d < c.top.delayTTLs[0]
-}
-
-// sleep waits d; false if the consumer stopped taking deliveries or the handlers' context ended
-// first.
-func (c *consumer) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-c.halt:
-		return false
-	case <-c.ctx.Done():
-		return false
-	}
-}
-
-// halted reports whether the consumer stopped taking deliveries.
-func (c *consumer) halted() bool {
-	select {
-	case <-c.halt:
-		return true
+	o.apply(pub.Headers)
+	exchange, key := "", ""
+	switch o.kind {
+	case copyRetry:
+		key = c.top.retryQueue(o.attempt)
+	case copyDefer:
+		key, _, _ = c.top.delayQueue(o.delay) // o.delay >= the smallest level: see rules.holdsDefer
+	case copyDeadLetter:
+		exchange, key = c.top.dlx, c.top.dlxKey
 	default:
-		return false
+		return "", fmt.Errorf("mq: copy of unknown kind %d", o.kind)
 	}
-}
-
-// deferCopy publishes the message, unchanged (x-delivery-attempt included: a deferral spends no
-// attempt), to the holding queue of the largest delay level not longer than d; the original is
-// acked only once the copy is confirmed.
-func (c *consumer) deferCopy(j *job, log *zap.Logger, d time.Duration) settlement {
-	if j.sub.dead.Load() {
-		return settlement{job: j, act: actNone}
-	}
-	target, level, _ := c.top.delayQueue(d) // d >= the smallest level: see holdsDefer
-	ctx, cancel := c.copyContext()
-	defer cancel()
-	if err := c.b.publishCopy(ctx, "", target, copyOf(&j.d)); err != nil {
-		log.Warn("mq deferred copy not confirmed; requeueing", zap.String("queue", target), zap.Error(err))
-		return settlement{job: j, act: actRequeue, ev: evRequeued}
-	}
-	log.Debug("mq message deferred", zap.String("queue", target), zap.Duration("delay", d), zap.Duration("level", level))
-	return settlement{job: j, act: actAck, ev: evDeferred}
-}
-
-// deadLetter publishes the message to the DLQ with the reason (through the topic's direct DLX for a
-// subscription); the original is acked only once the copy is confirmed.
-func (c *consumer) deadLetter(j *job, log *zap.Logger, reason string, cause error) settlement {
-	if j.sub.dead.Load() {
-		return settlement{job: j, act: actNone}
-	}
-	now := time.Now().UTC().Format(time.RFC3339Nano)
-	pub := copyOf(&j.d)
-	pub.Headers[hdrAttempt] = int32(j.msg.Attempt)
-	pub.Headers[hdrDeadReason] = reason
-	pub.Headers[hdrLastError] = errText(cause)
-	pub.Headers[hdrSourceQueue] = c.top.queue
-	pub.Headers[hdrDeadAt] = now
-	if _, ok := pub.Headers[hdrFirstFailure]; !ok {
-		pub.Headers[hdrFirstFailure] = now
-	}
-	pub.Headers[hdrLastFailure] = now
-	ctx, cancel := c.copyContext()
-	defer cancel()
-	if err := c.b.publishCopy(ctx, c.top.dlx, c.top.dlxKey, pub); err != nil {
-		log.Warn("mq dead-letter publish not confirmed; requeueing", zap.String("reason", reason), zap.Error(err))
-		return settlement{job: j, act: actRequeue, ev: evRequeued}
-	}
-	log.Warn("mq message dead-lettered", zap.String("reason", reason), zap.Error(cause))
-	return settlement{job: j, act: actAck, ev: evDeadLettered, rejected: reason == deadReasonRejected}
+	return key, c.b.publishCopy(ctx, exchange, key, pub)
 }

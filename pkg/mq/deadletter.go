@@ -40,7 +40,7 @@ type DeadLetter struct {
 // a classic queue, where a requeued message returns to its original position and nothing counts
 // deliveries, so listing any number of times neither loses nor reorders a dead letter (see
 // dlqArgs). A concurrent Redrive of the same DLQ may hide the messages it holds at that moment.
-func (b *Broker) DeadLetters(ctx context.Context, route string, limit int) (_ []DeadLetter, err error) {
+func (b *RabbitMQ) DeadLetters(ctx context.Context, route string, limit int) (_ []DeadLetter, err error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("mq: dead letters of %q: limit %d must be positive", route, limit)
 	}
@@ -95,7 +95,7 @@ func (b *Broker) DeadLetters(ctx context.Context, route string, limit int) (_ []
 // It looks at most at the messages the DLQ held when it started, so a message that fails again
 // while Redrive runs is not redriven twice. For a subscription, route is
 // "<topic>.<subscription>" and the messages go back to that subscription's queue alone.
-func (b *Broker) Redrive(ctx context.Context, route string, ids []string) (moved int, err error) {
+func (b *RabbitMQ) Redrive(ctx context.Context, route string, ids []string) (moved int, err error) {
 	queue, dlq, err := b.dlqOf(route)
 	if err != nil {
 		return 0, err
@@ -196,7 +196,7 @@ func (b *Broker) Redrive(ctx context.Context, route string, ids []string) (moved
 // keeps only what still needs an operator; it never chooses by itself, and an empty ids removes
 // nothing. Dead letters not selected stay in their positions. Like Redrive it looks at most at the
 // messages the DLQ held when it started. For a subscription, route is "<topic>.<subscription>".
-func (b *Broker) Discard(ctx context.Context, route string, ids []string) (removed int, err error) {
+func (b *RabbitMQ) Discard(ctx context.Context, route string, ids []string) (removed int, err error) {
 	_, dlq, err := b.dlqOf(route)
 	if err != nil || len(ids) == 0 {
 		return 0, err
@@ -246,7 +246,7 @@ func (b *Broker) Discard(ctx context.Context, route string, ids []string) (remov
 }
 
 // dlqOf is the scoped work queue and DLQ of a route or subscription ("<topic>.<subscription>").
-func (b *Broker) dlqOf(route string) (queue, dlq string, err error) {
+func (b *RabbitMQ) dlqOf(route string) (queue, dlq string, err error) {
 	if err := validateRoute(route); err != nil {
 		return "", "", err
 	}
@@ -262,7 +262,7 @@ func (b *Broker) dlqOf(route string) (queue, dlq string, err error) {
 // consumer's operation, and must not stall behind a blocked publishing connection). ctx ending
 // closes the channel, which ends a waiting basic.get. done closes it in any case, and reports
 // whether the broker had closed it first (a 404, or a 406 for a bad delivery tag: a bug).
-func (b *Broker) dlqChannel(ctx context.Context) (*amqp.Channel, func() error, error) {
+func (b *RabbitMQ) dlqChannel(ctx context.Context) (*amqp.Channel, func() error, error) {
 	conn, err := b.consumeConn(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -297,39 +297,14 @@ func ctxErr(ctx context.Context, err error) error {
 // so the message starts again at attempt 1 with a full budget.
 func redriveCopy(d *amqp.Delivery) amqp.Publishing {
 	pub := copyOf(d)
-	for k := range bookkeeping {
-		delete(pub.Headers, k)
-	}
-	pub.Headers[hdrRedriven] = int32(min(redrivenOf(d.Headers)+1, 1<<30))
+	redriveHeaders(pub.Headers)
 	return pub
 }
 
 // deadLetterOf parses a DLQ delivery.
 func deadLetterOf(d *amqp.Delivery) DeadLetter {
-	h := make(map[string]any, len(d.Headers))
-	for k, v := range d.Headers {
-		if k != hdrPublishTag {
-			h[k] = v
-		}
-	}
+	dl := deadLetterFrom(d.MessageId, d.Body, d.Headers)
 	str := func(k string) string { s, _ := d.Headers[k].(string); return s }
-	ts := func(k string) time.Time {
-		t, _ := time.Parse(time.RFC3339Nano, str(k))
-		return t
-	}
-	dl := DeadLetter{
-		ID:             d.MessageId,
-		Body:           append([]byte(nil), d.Body...),
-		Headers:        h,
-		Reason:         str(hdrDeadReason),
-		LastError:      str(hdrLastError),
-		Attempts:       attemptOf(d.Headers),
-		FirstFailureAt: ts(hdrFirstFailure),
-		LastFailureAt:  ts(hdrLastFailure),
-		DeadAt:         ts(hdrDeadAt),
-		SourceQueue:    str(hdrSourceQueue),
-		Redriven:       redrivenOf(d.Headers),
-	}
 	// Dead-lettered by the broker (x-delivery-limit): its headers say why and when.
 	if dl.Reason == "" {
 		dl.Reason = str("x-first-death-reason")
@@ -345,4 +320,33 @@ func deadLetterOf(d *amqp.Delivery) DeadLetter {
 		}
 	}
 	return dl
+}
+
+// deadLetterFrom reads a dead letter's port headers, for every provider (headers decoded; see
+// copyOrder.apply); a provider adds what its broker says of a message it dead-lettered itself.
+func deadLetterFrom(id string, body []byte, headers map[string]any) DeadLetter {
+	h := make(map[string]any, len(headers))
+	for k, v := range headers {
+		if k != hdrPublishTag {
+			h[k] = v
+		}
+	}
+	str := func(k string) string { s, _ := headers[k].(string); return s }
+	ts := func(k string) time.Time {
+		t, _ := time.Parse(time.RFC3339Nano, str(k))
+		return t
+	}
+	return DeadLetter{
+		ID:             id,
+		Body:           append([]byte(nil), body...),
+		Headers:        h,
+		Reason:         str(hdrDeadReason),
+		LastError:      str(hdrLastError),
+		Attempts:       attemptOf(headers),
+		FirstFailureAt: ts(hdrFirstFailure),
+		LastFailureAt:  ts(hdrLastFailure),
+		DeadAt:         ts(hdrDeadAt),
+		SourceQueue:    str(hdrSourceQueue),
+		Redriven:       redrivenOf(headers),
+	}
 }

@@ -2,10 +2,6 @@ package mq
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -186,112 +182,6 @@ func TestLongDelayDoesNotHoldBackShort(t *testing.T) {
 	require.Equal(t, "A", second.id)
 	assert.Less(t, first.at.Sub(start), 1500*time.Millisecond, "B did not wait for A")
 	assert.GreaterOrEqual(t, second.at.Sub(start), 2*time.Second-brokerClockGrain)
-}
-
-// dueHeader carries a test message's due time (unix nanoseconds), as the executions route's
-// messages carry theirs in the body.
-const dueHeader = "due"
-
-// deferUntilDue is a handler that defers a message until its due time, then acks it.
-func deferUntilDue(got chan<- arrival, calls *atomic.Int32, failFirst bool) Handler {
-	return func(_ context.Context, m *Message) Result {
-		calls.Add(1)
-		if failFirst && m.Attempt == 1 {
-			return Fail(errors.New("database unreachable"))
-		}
-		ns, _ := strconv.ParseInt(fmt.Sprint(m.Headers[dueHeader]), 10, 64)
-		if early := time.Until(time.Unix(0, ns)); early > 0 {
-			return Defer(early)
-		}
-		got <- arrival{id: m.ID, attempt: m.Attempt, at: time.Now()}
-		return Ack()
-	}
-}
-
-// TestDeferSpendsNoAttempt: a message that failed once (attempt 2) and then arrives 900 ms early
-// is deferred through the 500 ms and 100 ms levels, then waited out in the worker for the rest:
-// it is handled no earlier than its due time, still at attempt 2, never retried again.
-func TestDeferSpendsNoAttempt(t *testing.T) {
-	t.Parallel()
-	tb := setup(t, 1)
-	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "early",
-		Retry:       RetryPolicy{Delays: []time.Duration{10 * time.Millisecond}, MaxAttempts: 2},
-		DelayLevels: []time.Duration{100 * time.Millisecond, 500 * time.Millisecond}}))
-	got := make(chan arrival, 1)
-	var calls atomic.Int32
-	tb.consume(t, "early", 2, deferUntilDue(got, &calls, true))
-
-	due := time.Now().Add(900 * time.Millisecond)
-	require.NoError(t, tb.b.Publish(tb.ctx, "early", Outgoing{ID: "m-early",
-		Headers: map[string]any{dueHeader: strconv.FormatInt(due.UnixNano(), 10)}}))
-	a := receive(t, got, "the message at its due time")
-	t.Logf("handled %v after its due time, after %d handler calls", a.at.Sub(due), calls.Load())
-	assert.False(t, a.at.Before(due), "handled %v before its due time", due.Sub(a.at))
-	assert.Equal(t, 2, a.attempt, "deferrals spend no attempt (MaxAttempts 2 would have dead-lettered)")
-	require.Eventually(t, func() bool { return tb.b.Counters("early").Acknowledged == 1 }, waitFor, 10*time.Millisecond)
-	c := tb.b.Counters("early")
-	assert.EqualValues(t, 1, c.Retried)
-	// 900 ms early, less the 10 ms retry: one 500 ms level, then 100 ms ones until under 100 ms.
-	assert.GreaterOrEqual(t, c.Deferred, uint64(2))
-	assert.LessOrEqual(t, c.Deferred, uint64(5))
-	assert.Zero(t, c.DeadLettered+c.Requeued+c.Lost+c.Superseded)
-	assert.Zero(t, tb.depth(t, tb.b.QueueName("early")+".dlq"))
-}
-
-// TestDeferBelowTheSmallestLevelHoldsTheDelivery: 400 ms early on a route whose smallest level is
-// 1 s: no copy, the worker waits out the rest and asks the handler again. (400 ms, not less: the
-// message must still be early when it is delivered, on a loaded machine under -race — at 40 ms
-// a slow delivery arrived after its due time and was handled at once.) Shutdown during such a wait
-// returns the delivery to the broker.
-func TestDeferBelowTheSmallestLevelHoldsTheDelivery(t *testing.T) {
-	t.Parallel()
-	tb := setup(t, 1)
-	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "early", DelayLevels: []time.Duration{time.Second}}))
-	got := make(chan arrival, 1)
-	var calls atomic.Int32
-	stop := tb.consume(t, "early", 1, deferUntilDue(got, &calls, false))
-
-	due := time.Now().Add(400 * time.Millisecond)
-	require.NoError(t, tb.b.Publish(tb.ctx, "early", Outgoing{ID: "m-soon",
-		Headers: map[string]any{dueHeader: strconv.FormatInt(due.UnixNano(), 10)}}))
-	a := receive(t, got, "the message at its due time")
-	assert.False(t, a.at.Before(due), "handled %v before its due time", due.Sub(a.at))
-	require.Eventually(t, func() bool { return tb.b.Counters("early").Acknowledged == 1 }, waitFor, 10*time.Millisecond)
-	assert.EqualValues(t, 2, calls.Load(), "deferred once, in the worker, then handled")
-	assert.Zero(t, tb.b.Counters("early").Deferred, "no copy went to a holding queue")
-
-	// 900 ms early, under the 1 s level: held; shutdown hands it back to the broker.
-	due = time.Now().Add(900 * time.Millisecond)
-	require.NoError(t, tb.b.Publish(tb.ctx, "early", Outgoing{ID: "m-held",
-		Headers: map[string]any{dueHeader: strconv.FormatInt(due.UnixNano(), 10)}}))
-	require.Eventually(t, func() bool { return calls.Load() == 3 }, waitFor, 5*time.Millisecond)
-	stop()
-	assert.EqualValues(t, 1, tb.b.Counters("early").Requeued)
-	require.Eventually(t, func() bool { return tb.depth(t, tb.b.QueueName("early")) == 1 }, waitFor, 10*time.Millisecond,
-		"the held message is back in the work queue")
-}
-
-// TestDeferWithoutLevelsDeadLetters: Defer on a route that has no delay levels is a programming
-// error; a requeue would loop hot until the delivery limit, so the message is dead-lettered,
-// saying why, after one delivery.
-func TestDeferWithoutLevelsDeadLetters(t *testing.T) {
-	t.Parallel()
-	tb := setup(t, 1)
-	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "plain"}))
-	var calls atomic.Int32
-	tb.consume(t, "plain", 1, func(_ context.Context, m *Message) Result {
-		calls.Add(1)
-		return Defer(time.Minute)
-	})
-	require.NoError(t, tb.b.Publish(tb.ctx, "plain", Outgoing{ID: "m"}))
-	require.Eventually(t, func() bool { return tb.b.Counters("plain").DeadLettered == 1 }, waitFor, 10*time.Millisecond)
-	dead, err := tb.b.DeadLetters(tb.ctx, "plain", 10)
-	require.NoError(t, err)
-	require.Len(t, dead, 1)
-	assert.Equal(t, "m", dead[0].ID)
-	assert.Contains(t, dead[0].LastError, "without delay levels")
-	assert.EqualValues(t, 1, calls.Load(), "no hot loop")
-	assert.Zero(t, tb.b.Counters("plain").Requeued)
 }
 
 // TestDelayQueuesDiagnosedAndDeleted: Diagnose misses a deleted delay queue; DeleteRoutes deletes

@@ -10,7 +10,7 @@ import (
 // (tests, a retired deployment prefix); services never call it. Never call it within moments of
 // declaring the routes: on RabbitMQ 3.10 that can disable at-least-once dead-lettering for the
 // whole broker (see deadLetterVia).
-func (b *Broker) DeleteRoutes(ctx context.Context, routes ...Route) error {
+func (b *RabbitMQ) DeleteRoutes(ctx context.Context, routes ...Route) error {
 	p, err := b.publisher(ctx)
 	if err != nil {
 		return fmt.Errorf("mq: delete routes: %w", err)

@@ -76,7 +76,7 @@ func (d Diagnosis) String() string {
 // Consume itself, before and without any handler, and acks it without counting it. With no
 // consumer the probe stays in the work queue until one comes, which then answers into the void and
 // acks it.
-func (b *Broker) Diagnose(ctx context.Context, routes []Route, timeout time.Duration) []Diagnosis {
+func (b *RabbitMQ) Diagnose(ctx context.Context, routes []Route, timeout time.Duration) []Diagnosis {
 	if timeout <= 0 {
 		timeout = defaultDiagnoseTimeout
 	}
@@ -93,7 +93,7 @@ func (b *Broker) Diagnose(ctx context.Context, routes []Route, timeout time.Dura
 	return out
 }
 
-func (b *Broker) diagnose(ctx context.Context, r Route, timeout time.Duration) (d Diagnosis) {
+func (b *RabbitMQ) diagnose(ctx context.Context, r Route, timeout time.Duration) (d Diagnosis) {
 	d.Route = r.Name
 	defer func() {
 		if d.AnsweredBy == "" {
@@ -136,7 +136,7 @@ func (b *Broker) diagnose(ctx context.Context, r Route, timeout time.Duration) (
 
 // checkQueue declares a queue passively on a throwaway channel: a missing queue closes the channel
 // with 404, and must not take a shared channel with it.
-func (b *Broker) checkQueue(conn *amqp.Connection, kind, name string, problem func(string, ...any)) (amqp.Queue, bool) {
+func (b *RabbitMQ) checkQueue(conn *amqp.Connection, kind, name string, problem func(string, ...any)) (amqp.Queue, bool) {
 	ch, err := conn.Channel()
 	if err != nil {
 		problem("check %s %s: open channel: %v", kind, name, err)
@@ -159,7 +159,7 @@ func (b *Broker) checkQueue(conn *amqp.Connection, kind, name string, problem fu
 // roundTrip publishes a probe to queue and waits for a consumer's answer on a reply queue of its
 // own. The reply queue is classic by necessity: exclusive (it dies with this connection) and
 // auto-deleted (with its consumer), which quorum queues cannot be.
-func (b *Broker) roundTrip(ctx context.Context, conn *amqp.Connection, queue string, timeout time.Duration) (time.Duration, *probeAnswer, error) {
+func (b *RabbitMQ) roundTrip(ctx context.Context, conn *amqp.Connection, queue string, timeout time.Duration) (time.Duration, *probeAnswer, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return 0, nil, fmt.Errorf("round trip: open channel: %w", err)
@@ -231,7 +231,7 @@ func isProbe(d *amqp.Delivery) bool {
 // answered, or once nobody waits for the answer (the reply queue is gone: the reply comes back
 // unroutable), so it is acked either way; it is never given to the handler nor counted.
 func (c *consumer) answerProbe(j *job) {
-	s := settlement{job: j, act: actAck, probe: true}
+	s := settlement{job: j, verdict: verdict{act: actAck}, probe: true}
 	if j.sub.dead.Load() {
 		s.act = actNone
 	} else if j.d.ReplyTo != "" {

@@ -2,7 +2,6 @@ package mq
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -181,97 +180,4 @@ func (c *cutConn) sever() {
 		close(c.severed)
 		c.Conn.Close()
 	})
-}
-
-// TestUnconfirmedRetryLeavesOriginal: the publishing connection dies after a retry copy was
-// written and before the broker's confirm arrived. The original is not acked: it is requeued and
-// delivered again (at the same attempt), never lost. A duplicate of it may also come back from the
-// holding queue, if the broker took the copy: that is the documented price.
-func TestUnconfirmedRetryLeavesOriginal(t *testing.T) {
-	t.Parallel()
-	var mu sync.Mutex
-	var conns []*cutConn
-	var cutting *cutConn
-	var armed atomic.Bool
-	armed.Store(true)
-	tb := setupWith(t, Config{hooks: &testHooks{
-		wrapConn: func(purpose string, c net.Conn) net.Conn {
-			if purpose != "publish" {
-				return c
-			}
-			cc := &cutConn{Conn: c, severed: make(chan struct{})}
-			mu.Lock()
-			conns = append(conns, cc)
-			mu.Unlock()
-			return cc
-		},
-		copySending: func(string) {
-			if armed.CompareAndSwap(true, false) {
-				mu.Lock()
-				cutting = conns[len(conns)-1]
-				mu.Unlock()
-				cutting.frozen.Store(true)
-			}
-		},
-		copySent: func(string) {
-			mu.Lock()
-			c := cutting
-			cutting = nil
-			mu.Unlock()
-			if c != nil {
-				c.sever()
-			}
-		},
-	}})
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			if c.frozen.Load() {
-				c.sever()
-			}
-		}
-	})
-	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "unconfirmed", Retry: RetryPolicy{Delays: []time.Duration{50 * time.Millisecond}}}))
-	got := make(chan seen, 8)
-	var calls atomic.Int32
-	published := make(chan struct{})
-	tb.consume(t, "unconfirmed", 1, func(ctx context.Context, m *Message) Result {
-		got <- see(m)
-		if calls.Add(1) == 1 {
-			// The cut withholds every confirm on the publishing connection: let the test's own
-			// publish be confirmed first.
-			select {
-			case <-published:
-			case <-ctx.Done():
-				return Result{}
-			}
-			return Fail(errors.New("transient"))
-		}
-		return Ack()
-	})
-	require.NoError(t, tb.b.Publish(tb.ctx, "unconfirmed", Outgoing{ID: "m-orig"}))
-	close(published)
-
-	first := receive(t, got, "first delivery")
-	assert.False(t, first.Redelivered)
-	for {
-		s := receive(t, got, "the original, delivered again")
-		assert.Equal(t, "m-orig", s.ID)
-		if s.Attempt == 1 && s.Redelivered {
-			break
-		}
-		t.Logf("the unconfirmed copy came back first (attempt %d): a duplicate, as documented", s.Attempt)
-	}
-	require.Eventually(t, func() bool { return tb.b.Counters("unconfirmed").Requeued == 1 }, waitFor, 10*time.Millisecond)
-	c := tb.b.Counters("unconfirmed")
-	assert.Zero(t, c.Retried, "the retry was never confirmed, so it is not counted")
-	assert.Zero(t, c.Lost+c.Superseded+c.DeadLettered)
-	assert.False(t, armed.Load())
-
-	// The port dials a new publishing connection by itself.
-	require.NoError(t, tb.b.Publish(tb.ctx, "unconfirmed", Outgoing{ID: "m-after"}))
-	for s := receive(t, got, "delivery after the publisher reconnected"); s.ID != "m-after"; s = receive(t, got, "m-after") {
-		t.Logf("duplicate of %s at attempt %d", s.ID, s.Attempt)
-	}
 }

@@ -1,6 +1,10 @@
 package mq
 
-import "net"
+import (
+	"net"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
 
 // testHooks let this package's tests observe and perturb the port at points that no action on
 // the broker can reach deterministically (a confirm that never arrives, a settlement racing a
@@ -15,6 +19,8 @@ type testHooks struct {
 	copySent    func(queue string)
 	// subscribed runs on the owner goroutine after each (re)subscription of a consumer.
 	subscribed func(route string, gen uint64)
+	// settling runs on the owner goroutine before a handler's verdict is written (ack or nack).
+	settling func(route string, d *amqp.Delivery)
 	// settled runs on the owner goroutine after an ack or nack the broker accepted.
 	settled func(route, messageID string, ev event)
 	// declared runs after queues were declared (created, or found to exist): tests must not
@@ -24,13 +30,13 @@ type testHooks struct {
 
 var noHooks = &testHooks{}
 
-func (b *Broker) noteDeclared() {
+func (b *RabbitMQ) noteDeclared() {
 	if h := b.hooks().declared; h != nil {
 		h()
 	}
 }
 
-func (b *Broker) hooks() *testHooks {
+func (b *RabbitMQ) hooks() *testHooks {
 	if b.cfg.hooks == nil {
 		return noHooks
 	}

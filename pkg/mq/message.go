@@ -189,7 +189,7 @@ func brokerHeader(k string) bool {
 
 // attemptOf reads x-delivery-attempt, whatever integer type it arrived as; 1 when absent or
 // nonsensical (a message published by someone else starts at attempt 1).
-func attemptOf(h amqp.Table) int {
+func attemptOf(h map[string]any) int {
 	n, ok := intHeader(h, hdrAttempt)
 	if !ok || n < 1 || n > 1<<30 {
 		return 1
@@ -198,7 +198,7 @@ func attemptOf(h amqp.Table) int {
 }
 
 // redrivenOf reads x-redriven: 0 when absent or malformed.
-func redrivenOf(h amqp.Table) int {
+func redrivenOf(h map[string]any) int {
 	n, ok := intHeader(h, hdrRedriven)
 	if !ok || n < 0 || n > 1<<30 {
 		return 0
@@ -207,7 +207,7 @@ func redrivenOf(h amqp.Table) int {
 }
 
 // intHeader reads an integer header in any of the widths AMQP tables carry.
-func intHeader(h amqp.Table, key string) (int64, bool) {
+func intHeader(h map[string]any, key string) (int64, bool) {
 	var n int64
 	switch v := h[key].(type) {
 	case int8:
@@ -241,22 +241,54 @@ func errText(err error) string {
 	return safetext.Error(err, maxErrorLen)
 }
 
-// newMessage builds the handler's view of a delivery.
+// newMessage builds the handler's view of an AMQP delivery.
 func newMessage(route string, d *amqp.Delivery) *Message {
-	h := make(map[string]any, len(d.Headers))
-	for k, v := range d.Headers {
+	return messageOf(route, d.MessageId, d.Body, d.Headers, d.Redelivered)
+}
+
+// messageOf builds the handler's view of a delivery, for every provider: copies of the body and
+// headers (without the port's internal publish tag), the attempt from x-delivery-attempt.
+// headers must hold decoded values (see copyOrder.apply).
+func messageOf(route, id string, body []byte, headers map[string]any, redelivered bool) *Message {
+	h := make(map[string]any, len(headers))
+	for k, v := range headers {
 		if k != hdrPublishTag {
 			h[k] = v
 		}
 	}
 	return &Message{
-		ID:          d.MessageId,
+		ID:          id,
 		Route:       route,
-		Body:        append([]byte(nil), d.Body...),
+		Body:        append([]byte(nil), body...),
 		Headers:     h,
-		Attempt:     attemptOf(d.Headers),
-		Redelivered: d.Redelivered,
+		Attempt:     attemptOf(headers),
+		Redelivered: redelivered,
 	}
+}
+
+// applicationHeaders are an Outgoing's headers as every provider publishes them: without the
+// port's bookkeeping (a republished message starts afresh) and the broker's own, and with the
+// trace context of m.SpanContext or else of ctx (see trace.go).
+func applicationHeaders(ctx context.Context, m Outgoing) map[string]any {
+	h := make(map[string]any, len(m.Headers)+1)
+	for k, v := range m.Headers {
+		if !bookkeeping[k] && !brokerHeader(k) {
+			h[k] = v
+		}
+	}
+	injectTrace(ctx, m.SpanContext, h)
+	return h
+}
+
+// redriveHeaders turns a dead letter's headers (a copy's, which the caller owns) into a redriven
+// message's: the port's bookkeeping removed, so it starts again at attempt 1 with a full budget,
+// and x-redriven counting one more redrive.
+func redriveHeaders(h map[string]any) {
+	n := min(redrivenOf(h)+1, 1<<30)
+	for k := range bookkeeping {
+		delete(h, k)
+	}
+	h[hdrRedriven] = int32(n)
 }
 
 // copyOf is the Publishing for a retry or dead-letter copy of d: same identity and properties, the

@@ -38,7 +38,7 @@ func testURL() string {
 // bundle is what a test needs: a Broker on its own scope, and a plain connection of its own to
 // look at queues the way an operator would.
 type bundle struct {
-	b   *Broker
+	b   *RabbitMQ
 	ch  *amqp.Channel
 	ctx context.Context
 	// lastDeclare is when the Broker last declared queues (unix nanoseconds).
@@ -85,7 +85,7 @@ func setupWith(t *testing.T, cfg Config) *bundle {
 		cfg.hooks = &testHooks{}
 	}
 	cfg.hooks.declared = func() { lastDeclare.Store(time.Now().UnixNano()) }
-	b, err := Dial(ctx, cfg)
+	b, err := dialRabbitMQ(ctx, cfg)
 	require.NoError(t, err)
 	tb := &bundle{b: b, ctx: ctx, lastDeclare: lastDeclare}
 	conn, err := amqp.Dial(testURL())
@@ -190,173 +190,6 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 		t.Fatalf("timed out waiting for %s", what)
 		panic("unreachable")
 	}
-}
-
-func TestAck(t *testing.T) {
-	t.Parallel()
-	tb := setup(t, 1)
-	route := Route{Name: "work"}
-	require.NoError(t, tb.b.Declare(tb.ctx, route))
-
-	got := make(chan seen, 1)
-	stop := tb.consume(t, "work", 1, func(_ context.Context, m *Message) Result {
-		got <- see(m)
-		return Ack()
-	})
-	require.NoError(t, tb.b.Publish(tb.ctx, "work", Outgoing{ID: "m-1", Body: []byte("hello"), Headers: map[string]any{"k": "v"}}))
-
-	s := receive(t, got, "delivery")
-	assert.Equal(t, "m-1", s.ID)
-	assert.Equal(t, 1, s.Attempt)
-	assert.Equal(t, "v", s.Headers["k"])
-	assert.NotContains(t, s.Headers, hdrPublishTag)
-	require.Eventually(t, func() bool { return tb.b.Counters("work").Acknowledged == 1 }, waitFor, 10*time.Millisecond)
-	stop() // anything unacked would now be back in the queue
-	assert.Equal(t, 0, tb.depth(t, tb.b.QueueName("work")))
-	assert.Equal(t, Counters{Published: 1, Confirmed: 1, Acknowledged: 1}, tb.b.Counters("work"))
-}
-
-func TestRetryThenSuccess(t *testing.T) {
-	t.Parallel()
-	tb := setup(t, 1)
-	delays := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}
-	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "flaky", Retry: RetryPolicy{Delays: delays}}))
-
-	got := make(chan seen, 3)
-	failAt := make(chan time.Time, 3)
-	tb.consume(t, "flaky", 2, func(_ context.Context, m *Message) Result {
-		got <- see(m)
-		if m.Attempt < 3 {
-			failAt <- time.Now()
-			return Fail(fmt.Errorf("attempt %d: database unreachable", m.Attempt))
-		}
-		return Ack()
-	})
-	require.NoError(t, tb.b.Publish(tb.ctx, "flaky", Outgoing{ID: "m-retry"}))
-
-	var attempts []seen
-	for i := range 3 {
-		attempts = append(attempts, receive(t, got, fmt.Sprintf("attempt %d", i+1)))
-	}
-	for i, s := range attempts {
-		assert.Equal(t, i+1, s.Attempt)
-		assert.Equal(t, "m-retry", s.ID)
-	}
-	assert.NotContains(t, attempts[0].Headers, hdrAttempt)
-	assert.EqualValues(t, 2, attempts[1].Headers[hdrAttempt])
-	assert.EqualValues(t, 3, attempts[2].Headers[hdrAttempt])
-	assert.Equal(t, "attempt 2: database unreachable", attempts[2].Headers[hdrLastError])
-	assert.Contains(t, attempts[2].Headers, hdrFirstFailure)
-	assert.Contains(t, attempts[2].Headers, hdrLastFailure)
-	// Lower bounds only: the holding queue's TTL is the least a retry waits. The broker stamps and
-	// expires messages in whole milliseconds, so allow it that much against our clock.
-	const brokerClockGrain = 2 * time.Millisecond
-	fail1, fail2 := <-failAt, <-failAt
-	gap1, gap2 := attempts[1].At.Sub(fail1), attempts[2].At.Sub(fail2)
-	t.Logf("retry gaps: %v (delay %v), %v (delay %v)", gap1, delays[0], gap2, delays[1])
-	assert.GreaterOrEqual(t, gap1, delays[0]-brokerClockGrain, "gap before attempt 2")
-	assert.GreaterOrEqual(t, gap2, delays[1]-brokerClockGrain, "gap before attempt 3")
-
-	require.Eventually(t, func() bool { return tb.b.Counters("flaky").Acknowledged == 1 }, waitFor, 10*time.Millisecond)
-	c := tb.b.Counters("flaky")
-	assert.EqualValues(t, 2, c.Retried)
-	assert.Zero(t, c.DeadLettered+c.Lost+c.Superseded+c.Requeued)
-}
-
-func TestRetryExhausted(t *testing.T) {
-	t.Parallel()
-	tb := setup(t, 1)
-	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "doomed", Retry: RetryPolicy{
-		Delays: []time.Duration{50 * time.Millisecond}, MaxAttempts: 3, // the last delay repeats
-	}}))
-	var calls atomic.Int32
-	tb.consume(t, "doomed", 1, func(_ context.Context, m *Message) Result {
-		calls.Add(1)
-		return Fail(errors.New("still broken"))
-	})
-	require.NoError(t, tb.b.Publish(tb.ctx, "doomed", Outgoing{ID: "m-doomed", Body: []byte("payload")}))
-
-	d := tb.getOne(t, tb.b.QueueName("doomed")+".dlq")
-	assert.Equal(t, "m-doomed", d.MessageId)
-	assert.Equal(t, []byte("payload"), d.Body)
-	assert.Equal(t, deadReasonExhausted, d.Headers[hdrDeadReason])
-	assert.Equal(t, "still broken", d.Headers[hdrLastError])
-	assert.EqualValues(t, 3, d.Headers[hdrAttempt])
-	assert.Equal(t, tb.b.QueueName("doomed"), d.Headers[hdrSourceQueue])
-	_, err := time.Parse(time.RFC3339, d.Headers[hdrDeadAt].(string))
-	assert.NoError(t, err)
-	assert.NotContains(t, d.Headers, "x-death", "our copies carry our headers, not the broker's")
-
-	require.Eventually(t, func() bool { return tb.b.Counters("doomed").DeadLettered == 1 }, waitFor, 10*time.Millisecond)
-	assert.EqualValues(t, 3, calls.Load())
-	c := tb.b.Counters("doomed")
-	assert.EqualValues(t, 2, c.Retried)
-	assert.Zero(t, c.Rejected)
-	// Only one holding queue: the single delay repeats.
-	assert.Equal(t, []string{tb.b.QueueName("doomed") + ".retry.50ms"}, tb.b.declared()[0].queues()[2:])
-}
-
-func TestReject(t *testing.T) {
-	t.Parallel()
-	tb := setup(t, 1)
-	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "strict", Retry: RetryPolicy{
-		Delays: []time.Duration{time.Second}, MaxAttempts: 5,
-	}}))
-	var calls atomic.Int32
-	stop := tb.consume(t, "strict", 1, func(_ context.Context, m *Message) Result {
-		calls.Add(1)
-		return Reject(errors.New("malformed request"))
-	})
-	require.NoError(t, tb.b.Publish(tb.ctx, "strict", Outgoing{ID: "m-bad"}))
-
-	d := tb.getOne(t, tb.b.QueueName("strict")+".dlq")
-	assert.Equal(t, "m-bad", d.MessageId)
-	assert.Equal(t, deadReasonRejected, d.Headers[hdrDeadReason])
-	assert.Equal(t, "malformed request", d.Headers[hdrLastError])
-	assert.EqualValues(t, 1, d.Headers[hdrAttempt])
-	require.Eventually(t, func() bool { return tb.b.Counters("strict").Rejected == 1 }, waitFor, 10*time.Millisecond)
-	stop()
-	assert.EqualValues(t, 1, calls.Load())
-	c := tb.b.Counters("strict")
-	assert.EqualValues(t, 1, c.DeadLettered)
-	assert.Zero(t, c.Retried)
-	assert.Equal(t, 0, tb.depth(t, tb.b.QueueName("strict")))
-	assert.Equal(t, 0, tb.depth(t, tb.b.QueueName("strict")+".retry.1000ms"))
-}
-
-func TestZeroResultAndPanicRedeliver(t *testing.T) {
-	t.Parallel()
-	tb := setup(t, 1)
-	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "shaky"}))
-	got := make(chan seen, 3)
-	var calls atomic.Int32
-	tb.consume(t, "shaky", 1, func(_ context.Context, m *Message) Result {
-		got <- see(m)
-		switch calls.Add(1) {
-		case 1:
-			return Result{} // forgot to decide
-		case 2:
-			panic("handler bug")
-		default:
-			return Ack()
-		}
-	})
-	require.NoError(t, tb.b.Publish(tb.ctx, "shaky", Outgoing{ID: "m-shaky"}))
-
-	first := receive(t, got, "first delivery")
-	second := receive(t, got, "redelivery after zero Result")
-	third := receive(t, got, "redelivery after panic")
-	assert.False(t, first.Redelivered)
-	for _, s := range []seen{second, third} {
-		assert.Equal(t, "m-shaky", s.ID)
-		assert.True(t, s.Redelivered)
-		assert.Equal(t, 1, s.Attempt, "a requeue is not a retry")
-	}
-	require.Eventually(t, func() bool { return tb.b.Counters("shaky").Acknowledged == 1 }, waitFor, 10*time.Millisecond)
-	c := tb.b.Counters("shaky")
-	assert.EqualValues(t, 2, c.Requeued)
-	assert.EqualValues(t, 1, c.Panicked)
-	assert.Zero(t, c.Lost+c.Retried+c.DeadLettered)
 }
 
 // TestShortDelayNotHeldBehindLong: message A waits in the 2 s holding queue when message B enters
@@ -493,35 +326,6 @@ func TestPlanNamesAndScale(t *testing.T) {
 	}
 }
 
-func TestCancelWhileHandlerBlocks(t *testing.T) {
-	t.Parallel()
-	tb := setup(t, 1)
-	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "slow", Retry: RetryPolicy{Delays: []time.Duration{time.Second}}}))
-	started := make(chan struct{})
-	stop1 := tb.consume(t, "slow", 1, func(ctx context.Context, m *Message) Result {
-		close(started)
-		<-ctx.Done()
-		return Fail(ctx.Err()) // a cut-off handler's Fail is not a retry
-	})
-	require.NoError(t, tb.b.Publish(tb.ctx, "slow", Outgoing{ID: "m-slow"}))
-	receive(t, started, "handler start")
-	stop1() // asserts Consume returned nil promptly
-
-	got := make(chan seen, 1)
-	tb.consume(t, "slow", 1, func(_ context.Context, m *Message) Result {
-		got <- see(m)
-		return Ack()
-	})
-	s := receive(t, got, "redelivery to the second consumer")
-	assert.Equal(t, "m-slow", s.ID)
-	assert.Equal(t, 1, s.Attempt)
-	assert.True(t, s.Redelivered)
-	require.Eventually(t, func() bool { return tb.b.Counters("slow").Acknowledged == 1 }, waitFor, 10*time.Millisecond)
-	c := tb.b.Counters("slow")
-	assert.EqualValues(t, 1, c.Requeued)
-	assert.Zero(t, c.Retried+c.DeadLettered+c.Lost)
-}
-
 // TestReconnect cuts both connections under a running consumer that holds a delivery: the held
 // delivery's Ack is superseded (never sent on the new channel), the broker redelivers it on the
 // new subscription, and publishing redials by itself.
@@ -624,11 +428,11 @@ func TestMetricsShared(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	cfg := Config{URL: testURL(), Scope: "mqtest-" + uuid.NewString()[:8], Registerer: reg}
-	b1, err := Dial(ctx, cfg)
+	b1, err := dialRabbitMQ(ctx, cfg)
 	require.NoError(t, err)
 	defer b1.Close()
 	// A second Broker in the same process shares the registered counter vec instead of failing.
-	b2, err := Dial(ctx, cfg)
+	b2, err := dialRabbitMQ(ctx, cfg)
 	require.NoError(t, err)
 	defer b2.Close()
 
@@ -688,4 +492,24 @@ func TestDeliveryLimitBackstop(t *testing.T) {
 	assert.WithinDuration(t, time.Now(), dl.DeadAt, time.Minute, "from x-death")
 	assert.Empty(t, dl.LastError)
 	assert.EqualValues(t, deliveryLimit+1, calls.Load(), "first delivery plus %d redeliveries", deliveryLimit)
+}
+
+// TestRetryHoldingQueuePerDistinctDelay: the last retry delay repeats through one holding queue
+// (the contract suite's RetryExhaustedDeadLetters runs this route on the broker).
+func TestRetryHoldingQueuePerDistinctDelay(t *testing.T) {
+	t.Parallel()
+	top, err := plan("s", 1, Route{Name: "doomed", Retry: RetryPolicy{Delays: []time.Duration{50 * time.Millisecond}, MaxAttempts: 3}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"s.doomed.retry.50ms"}, top.queues()[2:])
+	assert.Equal(t, "s.doomed.retry.50ms", top.retryQueue(1))
+	assert.Equal(t, "s.doomed.retry.50ms", top.retryQueue(2))
+}
+
+// TestDeadLettersOfAMissingDLQ: RabbitMQ answers a DLQ that does not exist with 404, which
+// DeadLetters passes on (the contract suite asserts only that it is an error).
+func TestDeadLettersOfAMissingDLQ(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	_, err := tb.b.DeadLetters(tb.ctx, "never-declared", 10)
+	assert.ErrorContains(t, err, "NOT_FOUND")
 }

@@ -27,7 +27,7 @@ var (
 // publisher is one publishing connection with its confirm-mode channel. It is replaced as a whole
 // when either dies.
 type publisher struct {
-	b    *Broker
+	b    *RabbitMQ
 	conn *amqp.Connection
 	ch   *amqp.Channel
 	// lock serialises basic.publish on ch (a channel's frames must not interleave, and confirm
@@ -62,14 +62,14 @@ type flight struct {
 // Publish publishes one message to a route's queue and returns once the broker has confirmed it.
 // A returned (unroutable), nacked or unconfirmed publish is an error. It gives up after ctx or a
 // 10 s publish timeout, whichever ends first.
-func (b *Broker) Publish(ctx context.Context, route string, msg Outgoing) error {
+func (b *RabbitMQ) Publish(ctx context.Context, route string, msg Outgoing) error {
 	return b.PublishAll(ctx, route, []Outgoing{msg})[0]
 }
 
 // PublishAll publishes msgs to a route's queue, pipelined: all are published, then all confirms
 // awaited. It returns one error per message, nil when confirmed. The whole call is bounded by ctx
 // and a 10 s publish timeout.
-func (b *Broker) PublishAll(ctx context.Context, route string, msgs []Outgoing) []error {
+func (b *RabbitMQ) PublishAll(ctx context.Context, route string, msgs []Outgoing) []error {
 	if err := validateRoute(route); err != nil {
 		return failAll(len(msgs), fmt.Errorf("mq: publish to %q: %w", route, err))
 	}
@@ -95,7 +95,7 @@ func (b *Broker) PublishAll(ctx context.Context, route string, msgs []Outgoing) 
 // The route must have been declared with Declare on this Broker (that is where its levels come
 // from); otherwise every message fails with ErrUnknownRoute. Confirms, mandatory publishing,
 // errors and the timeout are PublishAll's.
-func (b *Broker) PublishAfter(ctx context.Context, route string, msgs []Outgoing, delays []time.Duration) []error {
+func (b *RabbitMQ) PublishAfter(ctx context.Context, route string, msgs []Outgoing, delays []time.Duration) []error {
 	if len(delays) != len(msgs) {
 		return failAll(len(msgs), fmt.Errorf("mq: publish to %q: %d messages but %d delays", route, len(msgs), len(delays)))
 	}
@@ -121,7 +121,7 @@ func failAll(n int, err error) []error {
 
 // publishMany publishes application messages to exchange with routing key key(i) (mandatory),
 // pipelined, counting them in st. what names the destination in errors.
-func (b *Broker) publishMany(ctx context.Context, st *routeStats, what, exchange string, key func(i int) string, msgs []Outgoing) []error {
+func (b *RabbitMQ) publishMany(ctx context.Context, st *routeStats, what, exchange string, key func(i int) string, msgs []Outgoing) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
@@ -167,7 +167,7 @@ func (b *Broker) publishMany(ctx context.Context, st *routeStats, what, exchange
 // publishTo publishes one message of the port's own (a retry or dead-letter copy, a redriven dead
 // letter, a probe or its reply) to exchange/key, mandatory, and waits for its confirm. It is not
 // counted as an application publish.
-func (b *Broker) publishTo(ctx context.Context, exchange, key string, pub amqp.Publishing) error {
+func (b *RabbitMQ) publishTo(ctx context.Context, exchange, key string, pub amqp.Publishing) error {
 	p, err := b.publisher(ctx)
 	if err != nil {
 		return err
@@ -177,7 +177,7 @@ func (b *Broker) publishTo(ctx context.Context, exchange, key string, pub amqp.P
 
 // publishCopy is publishTo for the copy that decides whether an original is acked: a retry or a
 // dead letter. The test hooks around it let tests lose the confirm.
-func (b *Broker) publishCopy(ctx context.Context, exchange, key string, pub amqp.Publishing) error {
+func (b *RabbitMQ) publishCopy(ctx context.Context, exchange, key string, pub amqp.Publishing) error {
 	p, err := b.publisher(ctx)
 	if err != nil {
 		return err
@@ -204,13 +204,7 @@ func outgoing(ctx context.Context, m Outgoing) (amqp.Publishing, error) {
 	if ct == "" {
 		ct = defaultContentType
 	}
-	h := make(amqp.Table, len(m.Headers)+1)
-	for k, v := range m.Headers {
-		if !bookkeeping[k] && !brokerHeader(k) {
-			h[k] = v
-		}
-	}
-	injectTrace(ctx, m.SpanContext, h)
+	h := amqp.Table(applicationHeaders(ctx, m))
 	if err := h.Validate(); err != nil {
 		return amqp.Publishing{MessageId: id}, fmt.Errorf("headers: %w", err)
 	}
@@ -227,7 +221,7 @@ func outgoing(ctx context.Context, m Outgoing) (amqp.Publishing, error) {
 // publisher returns the live publishing session, replacing a dead one. A new session declares
 // every remembered route again before it is used, so a queue deleted while we were cut off exists
 // again before the first publish (which would otherwise come back as unroutable).
-func (b *Broker) publisher(ctx context.Context) (*publisher, error) {
+func (b *RabbitMQ) publisher(ctx context.Context) (*publisher, error) {
 	if err := b.acquire(ctx, b.pubSem); err != nil {
 		return nil, err
 	}

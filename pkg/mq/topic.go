@@ -72,7 +72,7 @@ func planSubscription(scope, topic, subscription string) (*topology, error) {
 // the subscription's own routing key. A subscription's queue keeps broadcasts from the moment it
 // is declared, whether or not anyone is subscribed yet. The Broker remembers the topic and the
 // subscriptions and declares them again after a reconnect.
-func (b *Broker) DeclareTopic(ctx context.Context, topic string, subscriptions ...string) error {
+func (b *RabbitMQ) DeclareTopic(ctx context.Context, topic string, subscriptions ...string) error {
 	if err := validateTopic(topic); err != nil {
 		return fmt.Errorf("mq: declare topic: %w", err)
 	}
@@ -105,7 +105,7 @@ func (b *Broker) DeclareTopic(ctx context.Context, topic string, subscriptions .
 // the broker confirmed it. Mandatory: a topic nobody subscribed to returns the message, and that
 // is ErrUnroutable. The topic's exchange is declared on first use (publishing to a missing
 // exchange would close the shared publishing channel). Counted under Counters("topic:<topic>").
-func (b *Broker) PublishTopic(ctx context.Context, topic string, msg Outgoing) error {
+func (b *RabbitMQ) PublishTopic(ctx context.Context, topic string, msg Outgoing) error {
 	if err := validateTopic(topic); err != nil {
 		return fmt.Errorf("mq: publish to topic: %w", err)
 	}
@@ -128,7 +128,7 @@ func (b *Broker) PublishTopic(ctx context.Context, topic string, msg Outgoing) e
 // subscription alone, after one attempt (x-dead-reason "failed" or "rejected", confirmed before
 // the ack). Message.Route, the Counters key and the DeadLetters/Redrive route of a subscription are
 // "<topic>.<subscription>". Options are Consume's (e.g. Drain).
-func (b *Broker) Subscribe(ctx context.Context, topic, subscription string, concurrency int, h Handler, opts ...ConsumeOption) error {
+func (b *RabbitMQ) Subscribe(ctx context.Context, topic, subscription string, concurrency int, h Handler, opts ...ConsumeOption) error {
 	if err := b.DeclareTopic(ctx, topic, subscription); err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func (b *Broker) Subscribe(ctx context.Context, topic, subscription string, conc
 // messages, and then the topic's exchanges if no subscription of any scope is left bound to them.
 // It is for tearing down a scope (tests, a retired deployment prefix); services never call it.
 // Like DeleteRoutes, never right after declaring the subscriptions (see deadLetterVia).
-func (b *Broker) DeleteTopic(ctx context.Context, topic string, subscriptions ...string) error {
+func (b *RabbitMQ) DeleteTopic(ctx context.Context, topic string, subscriptions ...string) error {
 	if err := validateTopic(topic); err != nil {
 		return fmt.Errorf("mq: delete topic: %w", err)
 	}

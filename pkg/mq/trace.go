@@ -3,7 +3,6 @@ package mq
 import (
 	"context"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/integrations-platform/integrations/pkg/telemetry"
@@ -19,7 +18,7 @@ const hdrTraceparent = "traceparent"
 
 // injectTrace writes the trace context of sc, or else of ctx, into h; nothing when neither
 // carries a valid one.
-func injectTrace(ctx context.Context, sc trace.SpanContext, h amqp.Table) {
+func injectTrace(ctx context.Context, sc trace.SpanContext, h map[string]any) {
 	if sc.IsValid() {
 		ctx = trace.ContextWithSpanContext(ctx, sc)
 	} else if !trace.SpanContextFromContext(ctx).IsValid() {

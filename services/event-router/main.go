@@ -63,7 +63,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	broker, err := mq.Dial(ctx, mq.Config{URL: cfg.AMQPURL, Scope: cfg.QueueScope, TimeScale: cfg.TimeScale,
+	broker, err := mq.Dial(ctx, mq.Config{Provider: cfg.Broker, URL: cfg.BrokerURL(), Scope: cfg.QueueScope, TimeScale: cfg.TimeScale,
 		Logger: logger, Registerer: prometheus.DefaultRegisterer})
 	if err != nil {
 		return err

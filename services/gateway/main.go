@@ -163,7 +163,7 @@ func run() error {
 	sys := system.Config{
 		AdminToken: cfg.AdminToken,
 		Keys:       st,
-		Broker:     mq.Config{URL: cfg.AMQPURL, Scope: cfg.QueueScope, TimeScale: cfg.TimeScale, Logger: logger},
+		Broker:     mq.Config{Provider: cfg.Broker, URL: cfg.BrokerURL(), Scope: cfg.QueueScope, TimeScale: cfg.TimeScale, Logger: logger},
 		Timeout:    2 * time.Second,
 		Logger:     logger,
 	}

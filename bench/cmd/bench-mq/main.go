@@ -1,5 +1,6 @@
-// Command bench-mq measures the message port (pkg/mq) on the real RabbitMQ beside a raw
-// amqp091-go baseline measured in the same run, and prints a comparison table.
+// Command bench-mq measures the message port (pkg/mq, any provider of mq.Broker) on a real broker
+// beside that provider's raw baseline (mqbench.Raw) measured in the same run, and prints a
+// comparison table. Today the provider is RabbitMQ and the baseline amqp091-go.
 //
 // Scenarios, each over a fixed number of messages, repeated and reported as the median:
 //
@@ -51,6 +52,7 @@ const (
 )
 
 type options struct {
+	provider    string
 	url         string
 	n, failN    int
 	reps        int
@@ -80,7 +82,8 @@ func main() {
 func parseFlags() (options, error) {
 	o := options{}
 	var conc, failConc, scen string
-	flag.StringVar(&o.url, "url", flagx.EnvOr("INTEGRATIONS_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL (default $INTEGRATIONS_AMQP_URL)")
+	flag.StringVar(&o.provider, "provider", "", "the port's provider, rabbitmq or stomp (default: the one -url's scheme names)")
+	flag.StringVar(&o.url, "url", flagx.EnvOr("INTEGRATIONS_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "broker URL (default $INTEGRATIONS_AMQP_URL)")
 	flag.IntVar(&o.n, "n", 20000, "messages per run (baseline and ack path)")
 	flag.IntVar(&o.failN, "fail-n", 5000, "messages per failed-path run")
 	flag.IntVar(&o.reps, "r", 3, "repetitions per scenario; the median is reported")
@@ -157,12 +160,22 @@ func run() error {
 	}
 
 	scope := "bench-" + time.Now().UTC().Format("20060102T150405") + "-" + randHex(3)
-	base, err := mqbench.DialBaseline(o.url, scope)
+	provider, err := mq.ProviderOf(o.provider, o.url)
 	if err != nil {
-		return err
+		return fmt.Errorf("-provider/-url: %w", err)
+	}
+	var base mqbench.Raw
+	switch provider {
+	case mq.ProviderRabbitMQ:
+		if base, err = mqbench.DialBaseline(o.url, scope); err != nil {
+			return err
+		}
+	default:
+		// The STOMP provider's raw baseline (frames over pkg/stomp) goes here, with the provider.
+		return fmt.Errorf("-provider %s: no raw baseline for it yet", provider)
 	}
 	defer base.Close()
-	broker, err := mq.Dial(ctx, mq.Config{URL: o.url, Scope: scope})
+	broker, err := mq.Dial(ctx, mq.Config{Provider: provider, URL: o.url, Scope: scope})
 	if err != nil {
 		return err
 	}
@@ -200,8 +213,8 @@ func run() error {
 	}
 
 	fmt.Printf("bench-mq  %s  scope %s\n", time.Now().Format(time.RFC3339), scope)
-	fmt.Printf("go %s %s/%s, %d CPUs (GOMAXPROCS %d), RabbitMQ %s\n", runtime.Version(), runtime.GOOS,
-		runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), base.ServerVersion())
+	fmt.Printf("go %s %s/%s, %d CPUs (GOMAXPROCS %d), %s %s\n", runtime.Version(), runtime.GOOS,
+		runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), map[string]string{mq.ProviderRabbitMQ: "RabbitMQ", mq.ProviderSTOMP: "STOMP"}[provider], base.ServerVersion())
 	fmt.Printf("n=%d fail-n=%d r=%d window=%d (port: %d PublishAll goroutines × batches of %d) body=%dB fail-delay=%v prefetch=%s\n\n",
 		o.n, o.failN, o.reps, o.window, o.publishers, max(o.window/max(o.publishers, 1), 1), o.size, o.failDelay, prefetchText(o.prefetch))
 

@@ -7,6 +7,7 @@
 package mqbench
 
 import (
+	"context"
 	"crypto/rand"
 	"fmt"
 	"slices"
@@ -18,6 +19,27 @@ import (
 
 // tsHeader carries the publish time (UnixNano) for the latency figures.
 const tsHeader = "bench-ts"
+
+// Raw is a provider's raw baseline: its broker's own client doing what the port does, with
+// nothing of the port's bookkeeping, measured in the same run on the same broker. *Baseline is
+// RabbitMQ's (amqp091-go); a STOMP provider's raw frames over pkg/stomp go beside it.
+type Raw interface {
+	// ServerVersion names the broker, for the report's header.
+	ServerVersion() string
+	// Declare declares a queue and, for the failed path, its holding destination.
+	Declare(queue string, holdTTL time.Duration) error
+	// Consumers reports the consumer count of a queue: the clock starts once a consumer is
+	// subscribed, for the port's runs too.
+	Consumers(queue string) (int, error)
+	// Run is the ack path, RunFail the failed path (copy, confirm, ack; the copy comes back).
+	Run(ctx context.Context, queue string, p Params) (Run, error)
+	RunFail(ctx context.Context, queue string, p Params) (Run, error)
+	// Cleanup deletes what Declare declared; Close closes the connections.
+	Cleanup() error
+	Close()
+}
+
+var _ Raw = (*Baseline)(nil)
 
 // Params is one measured run.
 type Params struct {

@@ -14,7 +14,7 @@ import (
 
 // Port runs the message port's scenarios on one Broker.
 type Port struct {
-	B *mq.Broker
+	B mq.Broker
 	// Consumers reports the consumer count of a queue; used to start the clock only once Consume
 	// has subscribed, as the baseline does.
 	Consumers func(queue string) (int, error)

@@ -83,7 +83,7 @@ type options struct {
 type bundle struct {
 	s      *dbtest.Schema
 	box    *secret.Box
-	broker *mq.Broker
+	broker mq.Broker
 	route  mq.Route
 	relay  *relay.Relay
 	local  *Local

@@ -157,7 +157,7 @@ func DeadLetters(ctx context.Context, cfg Config, route string, limit int) ([]De
 		return nil, ErrUnknownRoute
 	}
 	var out []DeadLetter
-	err := withBroker(ctx, cfg, func(ctx context.Context, b *mq.Broker) error {
+	err := withBroker(ctx, cfg, func(ctx context.Context, b mq.Broker) error {
 		list, err := b.DeadLetters(ctx, rt.Name, limit)
 		if err != nil {
 			return err
@@ -182,7 +182,7 @@ func RedriveDeadLetters(ctx context.Context, cfg Config, route string, ids []str
 		return 0, ErrUnknownRoute
 	}
 	var moved int
-	err := withBroker(ctx, cfg, func(ctx context.Context, b *mq.Broker) error {
+	err := withBroker(ctx, cfg, func(ctx context.Context, b mq.Broker) error {
 		var err error
 		moved, err = b.Redrive(ctx, rt.Name, ids)
 		return err
@@ -267,7 +267,7 @@ func redrive(cfg Config) http.Handler {
 }
 
 // withBroker connects for one request: the gateway holds no broker connection of its own.
-func withBroker(ctx context.Context, cfg Config, fn func(ctx context.Context, b *mq.Broker) error) error {
+func withBroker(ctx context.Context, cfg Config, fn func(ctx context.Context, b mq.Broker) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	b, err := mq.Dial(ctx, cfg.Broker)
