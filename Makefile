@@ -113,9 +113,14 @@ chaos: ## The fault suite: 2 replicas of every service, kill -9s, broker and Pos
 	go run $(MODULE)/bench/cmd/chaos $(CHAOS_FLAGS)
 
 .PHONY: bench-mq
-bench-mq: ## Message-port throughput beside a raw amqp091-go baseline, on the real broker
-	@scripts/deps.sh up
-	@set -a; . .run/deps.env; set +a; go run $(MODULE)/bench/cmd/bench-mq
+# Both providers in one run, each beside its raw baseline on its own broker; the ActiveMQ this run
+# started is stopped at its end, as make test does.
+bench-mq: ## Message-port throughput beside each provider's raw baseline on the same broker: RabbitMQ (amqp091-go) and STOMP (raw frames; ActiveMQ from deps.sh) (BENCH_MQ_FLAGS=... passes flags)
+	@started=$$(mktemp); \
+	trap 'if grep -qx stomp "$$started"; then scripts/deps.sh down stomp; fi; rm -f "$$started"' EXIT; \
+	DEPS_STARTED_FILE=$$started scripts/deps.sh up stomp && \
+	set -a && . .run/deps.env && set +a && \
+	go run $(MODULE)/bench/cmd/bench-mq -provider rabbitmq,stomp $(BENCH_MQ_FLAGS)
 
 .PHONY: bench-accept
 bench-accept: ## Accept throughput (gRPC, REST) on the real stack beside the raw Postgres ceiling and River's insert
