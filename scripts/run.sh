@@ -30,7 +30,7 @@ case $INTEGRATIONS_BROKER in
 esac
 set -a; . .run/deps.env; set +a
 if [[ $INTEGRATIONS_BROKER == stomp ]]; then
-  say "broker: STOMP (INTEGRATIONS_STOMP_URL from .run/deps.env); RabbitMQ is not used"
+  say "broker: STOMP (INTEGRATIONS_STOMP_URL from .run/deps.env); the services do not use RabbitMQ"
 fi
 
 mkdir -p .run/logs bin
