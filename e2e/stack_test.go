@@ -150,8 +150,7 @@ func newStackOn(t *testing.T, b broker, scale float64, publicTLS bool) *stack {
 	t.Helper()
 	schema := dbtest.NewSchema(t)
 	s := &stack{
-		broker: b,
-		t:      t, schema: schema, addrs: map[string]string{}, procs: map[string]*process{},
+		t: t, broker: b, schema: schema, addrs: map[string]string{}, procs: map[string]*process{},
 		logDir: t.TempDir(), apiKey: "dev_" + randomHex(16), timeout: 20 * time.Second,
 		scale: scale, extraEnv: map[string][]string{}, binaryOf: map[string]string{},
 		publicTLS: publicTLS, http: http.DefaultClient,
@@ -218,13 +217,13 @@ func newStackOn(t *testing.T, b broker, scale float64, publicTLS bool) *stack {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		b, err := mq.Dial(ctx, s.brokerConfig())
+		port, err := mq.Dial(ctx, s.brokerConfig())
 		if err != nil {
 			t.Logf("delete queues of %s: %v", s.queueScope(), err)
 			return
 		}
-		defer b.Close()
-		if err := b.DeleteRoutes(ctx, routes.Executions, routes.Events); err != nil {
+		defer port.Close()
+		if err := port.DeleteRoutes(ctx, routes.Executions, routes.Events); err != nil {
 			t.Logf("delete queues of %s: %v", s.queueScope(), err)
 		}
 	})
