@@ -147,7 +147,7 @@ func (o options) urlFor(provider string) (string, error) {
 	if provider == mq.ProviderSTOMP {
 		u := os.Getenv("INTEGRATIONS_STOMP_URL")
 		if u == "" {
-			return "", errors.New("-provider stomp: INTEGRATIONS_STOMP_URL is empty; set it or -url (scripts/deps.sh up stomp starts an ActiveMQ and writes it to .run/deps.env)")
+			return "", errors.New("INTEGRATIONS_STOMP_URL is empty; set it or -url (scripts/deps.sh up stomp starts an ActiveMQ and writes it to .run/deps.env)")
 		}
 		return u, nil
 	}
@@ -206,8 +206,8 @@ func run() error {
 		}
 		rows, err := measureProvider(ctx, o, provider)
 		if err != nil {
-			// One provider that cannot be measured leaves the others' tables standing.
-			fmt.Fprintf(os.Stderr, "bench-mq: %s: %v\n", provider, err)
+			// One provider that cannot be measured leaves the others' tables standing; main
+			// prints why at the end.
 			failed = append(failed, fmt.Errorf("%s: %w", provider, err))
 			continue
 		}
