@@ -24,9 +24,11 @@ import (
 // ACKs carry no receipt, as amqp091-go's basic.ack has no answer: an ACK lost with its connection
 // leaves the delivery to be redelivered, which is the at-least-once the port keeps too.
 type STOMPBaseline struct {
+	url      string
 	pub, con *stomp.Conn
 
 	mu        sync.Mutex
+	adv       *stomp.Conn              // the consumer advisories' own connection, dialed on first use
 	holds     map[string]time.Duration // queue → the failed path's scheduled delay
 	queues    []string                 // declared, emptied by Cleanup when a run left messages
 	dirty     map[string]bool          // queues a run may have left messages in
@@ -45,7 +47,7 @@ var _ Raw = (*STOMPBaseline)(nil)
 
 // DialSTOMPBaseline opens the baseline's two connections to the broker at url (stomp://...).
 func DialSTOMPBaseline(ctx context.Context, url string) (*STOMPBaseline, error) {
-	b := &STOMPBaseline{holds: map[string]time.Duration{}, dirty: map[string]bool{}, consumers: map[string]*advisory{}}
+	b := &STOMPBaseline{url: url, holds: map[string]time.Duration{}, dirty: map[string]bool{}, consumers: map[string]*advisory{}}
 	var err error
 	if b.pub, err = stomp.Dial(ctx, url); err != nil {
 		return nil, fmt.Errorf("stomp baseline: dial: %w", err)
@@ -66,6 +68,12 @@ func (b *STOMPBaseline) Close() {
 	defer cancel()
 	b.pub.Close(ctx) //nolint:errcheck // done with it
 	b.con.Close(ctx) //nolint:errcheck // done with it
+	b.mu.Lock()
+	adv := b.adv
+	b.mu.Unlock()
+	if adv != nil {
+		adv.Close(ctx) //nolint:errcheck // done with it
+	}
 }
 
 // destination is the STOMP destination of a queue name, whether or not it is given with its
@@ -87,37 +95,49 @@ func (b *STOMPBaseline) Declare(queue string, holdTTL time.Duration) error {
 	return nil
 }
 
+// advisoryHint is what to do when ActiveMQ ends the connection an advisory should have come on:
+// without its JSON translator's jars it cannot send one over STOMP.
+const advisoryHint = "an ActiveMQ without xstream and jettison on its class path cannot send advisories over STOMP; " +
+	"restart one started by an older scripts/deps.sh: scripts/deps.sh down stomp && scripts/deps.sh up stomp"
+
 // Consumers is the queue's consumer count as the broker's last consumer advisory gave it. The
-// first call subscribes to the advisories and answers 0; the broker then reports the consumers
-// already there, so a caller polling it sees the count within a round trip.
+// first call for a queue subscribes to its advisories and answers 0; the broker then reports the
+// consumers already there, so a caller polling it sees the count within a round trip.
 func (b *STOMPBaseline) Consumers(queue string) (int, error) {
 	name := strings.TrimPrefix(destination(queue), "/queue/")
 	b.mu.Lock()
-	a, ok := b.consumers[name]
-	b.mu.Unlock()
-	if ok {
+	defer b.mu.Unlock()
+	if b.adv != nil {
 		select {
-		case <-b.con.Done():
-			return 0, fmt.Errorf("stomp baseline: advisory connection: %w", b.con.Err())
+		case <-b.adv.Done():
+			return 0, fmt.Errorf("stomp baseline: the consumer advisories' connection ended (%s): %w", advisoryHint, b.adv.Err())
 		default:
 		}
+	}
+	if a, ok := b.consumers[name]; ok {
 		return int(a.count.Load()), nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if b.adv == nil {
+		// A connection of its own: a broker that cannot send advisories ends it, not the runs'.
+		c, err := stomp.Dial(ctx, b.url)
+		if err != nil {
+			return 0, fmt.Errorf("stomp baseline: dial for the consumer advisories: %w", err)
+		}
+		b.adv = c
+	}
 	// The advisory is an ActiveMQ command, which ActiveMQ turns into a STOMP frame only through
-	// its JSON translator (xstream and jettison on its classpath: scripts/deps.sh links them).
-	sub, err := b.con.Subscribe(ctx, "/topic/ActiveMQ.Advisory.Consumer.Queue."+name, stomp.SubscribeOptions{
+	// its JSON translator (xstream and jettison on its class path: scripts/deps.sh links them).
+	sub, err := b.adv.Subscribe(ctx, "/topic/ActiveMQ.Advisory.Consumer.Queue."+name, stomp.SubscribeOptions{
 		Ack:     stomp.AckAuto,
 		Headers: []stomp.Header{{Key: "transformation", Value: "jms-advisory-json"}},
 	})
 	if err != nil {
-		return 0, fmt.Errorf("stomp baseline: subscribe to the consumer advisories of %q: %w", name, err)
+		return 0, fmt.Errorf("stomp baseline: subscribe to the consumer advisories of %q (%s): %w", name, advisoryHint, err)
 	}
-	a = &advisory{sub: sub}
-	b.mu.Lock()
+	a := &advisory{sub: sub}
 	b.consumers[name] = a
-	b.mu.Unlock()
 	go func() {
 		for m := range sub.C() {
 			if v, ok := m.Header("consumerCount"); ok {
