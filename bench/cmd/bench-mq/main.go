@@ -209,10 +209,11 @@ func run() error {
 			// One provider that cannot be measured leaves the others' tables standing; main
 			// prints why at the end.
 			failed = append(failed, fmt.Errorf("%s: %w", provider, err))
-			continue
 		}
-		fmt.Println()
-		recs = append(recs, printTable(os.Stdout, o, provider, rows)...)
+		if len(rows) > 0 {
+			fmt.Println()
+			recs = append(recs, printTable(os.Stdout, o, provider, rows)...)
+		}
 	}
 	if ctx.Err() != nil {
 		fmt.Println("\ninterrupted: the table holds what was measured before the signal")
@@ -230,9 +231,10 @@ func run() error {
 }
 
 // measureProvider runs the scenarios on one provider's broker, the port beside that provider's
-// raw baseline, in a scope of its own, and returns the table's rows. A port whose provider this
-// build does not have (mq.ErrProviderNotBuilt) gets rows naming that error; the raw rows are
-// measured all the same.
+// raw baseline, in a scope of its own, and returns the table's rows. A port that cannot be dialed
+// where its raw baseline could (a provider this build does not have: mq.Dial's "not built yet")
+// gets rows naming why, and the raw rows are measured all the same; the error is returned with
+// them, since the port was not measured.
 func measureProvider(ctx context.Context, o options, provider string) ([]row, error) {
 	url, err := o.urlFor(provider)
 	if err != nil {
@@ -259,16 +261,11 @@ func measureProvider(ctx context.Context, o options, provider string) ([]row, er
 		return nil, fmt.Errorf("-provider %s: no raw baseline for it", provider)
 	}
 	defer base.Close()
-	var broker mq.Broker
-	var portErr error
-	broker, err = mq.Dial(ctx, mq.Config{Provider: provider, URL: url, Scope: scope})
-	switch {
-	case errors.Is(err, mq.ErrProviderNotBuilt):
-		fmt.Fprintf(os.Stderr, "bench-mq: %s: the port's rows cannot be measured: %v\n", provider, err)
-		broker, portErr = nil, err
-	case err != nil:
-		return nil, err
-	default:
+	broker, portErr := mq.Dial(ctx, mq.Config{Provider: provider, URL: url, Scope: scope})
+	if portErr != nil {
+		fmt.Fprintf(os.Stderr, "bench-mq: %s: the port's rows cannot be measured: %v\n", provider, portErr)
+		broker, portErr = nil, fmt.Errorf("the port: %w", portErr)
+	} else {
 		defer broker.Close() //nolint:errcheck // at exit
 	}
 	pt := &mqbench.Port{B: broker, Consumers: base.Consumers}
@@ -420,7 +417,7 @@ func measureProvider(ctx context.Context, o options, provider string) ([]row, er
 		}
 	}
 
-	return rows, nil
+	return rows, portErr
 }
 
 // record is one row of the table, as written by -json (and included in make bench's report).
