@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -135,6 +136,11 @@ func FuzzDependencyTLS(f *testing.F) {
 // STOMP broker without its URL, a URL of the other kind's scheme and a plain stomp:// off loopback
 // are refused at load, naming the variable and never quoting the URL.
 func TestBrokerChoice(t *testing.T) {
+	// make test exports the STOMP broker's URL (deps.sh up stomp); this test starts from neither.
+	for _, k := range []string{"INTEGRATIONS_BROKER", "INTEGRATIONS_STOMP_URL"} {
+		t.Setenv(k, "") // restored after the test
+		require.NoError(t, os.Unsetenv(k))
+	}
 	c, err := Load[Common]()
 	require.NoError(t, err)
 	assert.Equal(t, BrokerRabbitMQ, c.Broker, "the default")

@@ -11,7 +11,8 @@ import (
 
 func TestValidateSweepInterval(t *testing.T) {
 	t.Parallel()
-	valid := Config{Common: config.Common{LogLevel: "info", TimeScale: 1, ShutdownTimeout: time.Second},
+	valid := Config{Common: config.Common{LogLevel: "info", TimeScale: 1, ShutdownTimeout: time.Second,
+		Broker: config.BrokerRabbitMQ, AMQPURL: "amqp://guest:guest@127.0.0.1:5672/"},
 		InternalTLS: config.InternalTLS{TLSCertFile: "c.pem", TLSKeyFile: "k.pem", TLSCAFile: "ca.pem"}, SweepInterval: time.Second}
 	require.NoError(t, valid.Validate())
 
