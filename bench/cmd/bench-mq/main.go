@@ -75,6 +75,7 @@ type options struct {
 	cpuProfile  string
 	failTargetC int
 	jsonOut     string
+	ackReceipt  bool
 }
 
 func main() {
@@ -106,6 +107,7 @@ func parseFlags() (options, error) {
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&o.jsonOut, "json", "", "also write the table as JSON to this file")
 	flag.IntVar(&o.failTargetC, "fail-target-c", 32, "concurrency at which the failed-path target applies")
+	flag.BoolVar(&o.ackReceipt, "stomp-ack-receipt", false, "STOMP raw baseline: each ACK awaits its RECEIPT (default: written and not awaited, as amqp091-go's basic.ack)")
 	flag.Parse()
 	var err error
 	if o.conc, err = flagx.Ints(conc); err != nil {
@@ -252,11 +254,13 @@ func measureProvider(ctx context.Context, o options, provider string) ([]row, er
 		}
 	case mq.ProviderSTOMP:
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		base, err = mqbench.DialSTOMPBaseline(dctx, url)
+		sb, err := mqbench.DialSTOMPBaseline(dctx, url)
 		cancel()
 		if err != nil {
 			return nil, err
 		}
+		sb.AckReceipt = o.ackReceipt
+		base = sb
 	default:
 		return nil, fmt.Errorf("-provider %s: no raw baseline for it", provider)
 	}

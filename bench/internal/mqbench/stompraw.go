@@ -24,6 +24,10 @@ import (
 // ACKs carry no receipt, as amqp091-go's basic.ack has no answer: an ACK lost with its connection
 // leaves the delivery to be redelivered, which is the at-least-once the port keeps too.
 type STOMPBaseline struct {
+	// AckReceipt has each ACK wait for its RECEIPT, as a provider that must tell a settled delivery
+	// from a lost one does: the baseline of that choice rather than of the fastest ACK.
+	AckReceipt bool
+
 	url      string
 	pub, con *stomp.Conn
 
@@ -278,7 +282,7 @@ func (b *STOMPBaseline) run(ctx context.Context, queue string, p Params,
 						}
 					}
 				}
-				if err := b.con.Write(&stomp.Frame{Command: "ACK", Headers: []stomp.Header{{Key: "id", Value: m.AckID}}}); err != nil {
+				if err := b.ack(ctx, m); err != nil {
 					ackErr.CompareAndSwap(nil, &err)
 					continue
 				}
@@ -374,4 +378,12 @@ func (b *STOMPBaseline) run(ctx context.Context, queue string, p Params,
 		b.mu.Unlock()
 	}
 	return r, nil
+}
+
+// ack acknowledges one delivery: written and not awaited, or with AckReceipt awaiting its RECEIPT.
+func (b *STOMPBaseline) ack(ctx context.Context, m *stomp.Message) error {
+	if b.AckReceipt {
+		return b.con.Ack(ctx, m.AckID)
+	}
+	return b.con.Write(&stomp.Frame{Command: "ACK", Headers: []stomp.Header{{Key: "id", Value: m.AckID}}})
 }
