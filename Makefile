@@ -27,7 +27,7 @@ test: ## Unit, integration and end-to-end tests against real Postgres, RabbitMQ 
 	export INTEGRATIONS_TEST_DATABASE_URL="$${INTEGRATIONS_TEST_DATABASE_URL:-$$INTEGRATIONS_PG_URL/test?sslmode=disable}" && \
 	go vet $(PKGS) && \
 	go test -race -count=1 -timeout 15m $(MODULE)/pkg/... $(MODULE)/services/... $(MODULE)/cmd/... $(MODULE)/deploy/k8s/check/... && \
-	go test -count=1 -timeout 15m $(MODULE)/e2e/... $(MODULE)/bench/internal/chaos/... && \
+	go test -count=1 -timeout 15m $(MODULE)/e2e/... $(MODULE)/bench/internal/chaos/... $(MODULE)/bench/internal/mqbench/... && \
 	echo "e2e again, with TLS on the client-facing listeners (INTEGRATIONS_E2E_PUBLIC_TLS=true)" && \
 	INTEGRATIONS_E2E_PUBLIC_TLS=true go test -count=1 -timeout 15m $(MODULE)/e2e/... && \
 	scripts/image-check.sh
