@@ -685,10 +685,14 @@ func testRefusedSettleIsLost(t *testing.T, e *env) {
 	assert.Equal(t, "m-refused", receive(t, got, "m-refused"))
 	e.counted(t, "refused", func(c mq.Counters) bool { return c.Lost == 1 }, "the refused settlement")
 	assert.Zero(t, e.b.Counters("refused").Superseded)
+	// Whether the refused settlement also counts Acknowledged is the provider's: RabbitMQ's acks
+	// are not answered, so it was counted when written; a STOMP ACK waits for its RECEIPT.
+	acked := e.b.Counters("refused").Acknowledged
+	assert.LessOrEqual(t, acked, uint64(1))
 
 	require.NoError(t, e.b.Publish(e.ctx, "refused", mq.Outgoing{ID: "m-next"}))
 	assert.Equal(t, "m-next", receive(t, got, "m-next after the refusal"))
-	e.counted(t, "refused", func(c mq.Counters) bool { return c.Acknowledged == 2 })
+	e.counted(t, "refused", func(c mq.Counters) bool { return c.Acknowledged == acked+1 }, "m-next acked")
 	assert.EqualValues(t, 1, e.b.Counters("refused").Lost)
 }
 
