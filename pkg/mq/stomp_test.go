@@ -1,0 +1,272 @@
+package mq
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/integrations-platform/integrations/pkg/stomp"
+)
+
+// The STOMP provider's own tests: what the contract suite does not reach (header encoding, the
+// schedule header, a requeue whose copy is not confirmed, Discard, Diagnose).
+
+func stompEnv(t *testing.T) (*STOMP, *STOMPFaults, context.Context) {
+	t.Helper()
+	b, f := NewSTOMPEnv(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*waitFor)
+	t.Cleanup(cancel)
+	return b.(*STOMP), f, ctx
+}
+
+// stompConsume runs Consume in the background until the test ends (or stop), checking it returned
+// nil.
+func stompConsume(t *testing.T, ctx context.Context, b *STOMP, route string, concurrency int, h Handler) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- b.Consume(ctx, route, concurrency, h) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				assert.NoError(t, err, "Consume")
+			case <-time.After(waitFor):
+				t.Error("Consume did not return after its context was cancelled")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func TestSTOMPHeadersRoundTrip(t *testing.T) {
+	t.Parallel()
+	in := map[string]any{
+		"tenant": "acme", "x-delivery-attempt": int32(3), "big": int64(1 << 40), "flag": true,
+		"colon:less": nil, // replaced below: names are checked before values
+	}
+	delete(in, "colon:less")
+	in["text"] = "a:b\nc\\d" // STOMP escapes these; the value comes back whole
+	hs, err := stompHeaders(in)
+	require.NoError(t, err)
+	out := fromSTOMP(append(hs,
+		stomp.Header{Key: "message-id", Value: "ID:1"}, stomp.Header{Key: "redelivered", Value: "true"},
+		stomp.Header{Key: "AMQ_SCHEDULED_DELAY", Value: "10"}, stomp.Header{Key: hdrSTOMPID, Value: "m"},
+		stomp.Header{Key: "tenant", Value: "second"}, // a repeated header: the first wins
+	))
+	assert.Equal(t, map[string]any{
+		"tenant": "acme", "x-delivery-attempt": int32(3), "big": int64(1 << 40), "flag": true, "text": "a:b\nc\\d",
+	}, out, "the port's values come back typed; the broker's and the port's internal headers are dropped")
+
+	for _, tc := range []struct {
+		name string
+		h    map[string]any
+	}{
+		{"a broker's header", map[string]any{"expires": "0"}},
+		{"a broker's header in another case", map[string]any{"Persistent": "false"}},
+		{"a JMS property", map[string]any{"JMSXGroupID": "g"}},
+		{"ActiveMQ's schedule", map[string]any{"AMQ_SCHEDULED_DELAY": "1"}},
+		{"the port's own", map[string]any{"mq_id": "other"}},
+		{"a name STOMP escapes", map[string]any{"a:b": "v"}},
+		{"an empty name", map[string]any{"": "v"}},
+		{"a NUL in the value", map[string]any{"k": "a\x00b"}},
+		{"not UTF-8", map[string]any{"k": "\xff"}},
+		{"a type STOMP cannot carry", map[string]any{"k": 1.5}},
+	} {
+		_, err := stompHeaders(tc.h)
+		assert.ErrorIs(t, err, ErrSTOMPHeader, tc.name)
+	}
+}
+
+// A header STOMP cannot carry fails its message, naming the header, and sends nothing; the other
+// messages of the batch go.
+func TestSTOMPPublishRefusesAHeaderItCannotWrite(t *testing.T) {
+	t.Parallel()
+	b, f, ctx := stompEnv(t)
+	require.NoError(t, b.Declare(ctx, Route{Name: "work"}))
+	errs := b.PublishAll(ctx, "work", []Outgoing{
+		{ID: "ok-1"}, {ID: "bad", Headers: map[string]any{"expires": "1"}}, {ID: "ok-2"},
+	})
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], ErrSTOMPHeader)
+	assert.ErrorContains(t, errs[1], `"expires"`)
+	require.NoError(t, errs[2])
+	assert.Equal(t, Counters{Published: 2, Confirmed: 2}, b.Counters("work"))
+	assert.Equal(t, 2, f.Depth(t, b.QueueName("work")))
+}
+
+// The schedule header is configuration: Classic's AMQ_SCHEDULED_DELAY keeps a delayed message out
+// of the queue until (nearly) due; with schedule=artemis the copy carries _AMQ_SCHED_DELIVERY,
+// which Classic ignores (it is in the queue at once), and the consumer still holds it to its due
+// time: on either header a delayed message is never handled early.
+func TestSTOMPScheduleHeaderByConfiguration(t *testing.T) {
+	t.Parallel()
+	for _, schedule := range []string{stompScheduleClassic, stompScheduleArtemis} {
+		t.Run(schedule, func(t *testing.T) {
+			t.Parallel()
+			b, f, ctx := stompEnv(t)
+			b.schedule = schedule
+			const delay = 1500 * time.Millisecond
+			require.NoError(t, b.Declare(ctx, Route{Name: "later", DelayLevels: []time.Duration{delay}}))
+			start := time.Now()
+			require.NoError(t, b.PublishAfter(ctx, "later", []Outgoing{{ID: "m"}}, []time.Duration{delay})[0])
+			inQueue := f.Depth(t, b.QueueName("later"))
+			if schedule == stompScheduleClassic {
+				assert.Zero(t, inQueue, "held by the broker's scheduler")
+			} else {
+				assert.Equal(t, 1, inQueue, "Classic ignores Artemis's header")
+			}
+			got := make(chan time.Time, 1)
+			stompConsume(t, ctx, b, "later", 1, func(_ context.Context, m *Message) Result {
+				got <- time.Now()
+				return Ack()
+			})
+			select {
+			case at := <-got:
+				t.Logf("%s: handled %v after the publish (delay %v)", schedule, at.Sub(start), delay)
+				assert.GreaterOrEqual(t, at.Sub(start), delay, "never handled early")
+			case <-time.After(waitFor):
+				t.Fatal("the delayed message never came")
+			}
+		})
+	}
+}
+
+// A requeue whose copy is not confirmed leaves the original unacknowledged and recycles the
+// subscription, which returns it: it is delivered again (redelivered) and acked.
+func TestSTOMPUnconfirmedRequeueCopyRecyclesTheSubscription(t *testing.T) {
+	t.Parallel()
+	b, f, ctx := stompEnv(t)
+	require.NoError(t, b.Declare(ctx, Route{Name: "shaky"}))
+	require.NoError(t, b.Publish(ctx, "shaky", Outgoing{ID: "m"}))
+	type seen struct{ redelivered bool }
+	got := make(chan seen, 8)
+	var calls, subscriptions atomic.Int32
+	b.cfg.hooks.subscribed = func(string, uint64) { subscriptions.Add(1) }
+	stompConsume(t, ctx, b, "shaky", 1, func(_ context.Context, m *Message) Result {
+		got <- seen{redelivered: m.Redelivered}
+		if calls.Add(1) == 1 {
+			f.WithholdCopyConfirm(t) // the requeue's copy
+			return Result{}
+		}
+		return Ack()
+	})
+	first := <-got
+	assert.False(t, first.redelivered)
+	select {
+	case s := <-got:
+		assert.True(t, s.redelivered, "returned by the recycled subscription")
+	case <-time.After(waitFor):
+		t.Fatal("the original never came back")
+	}
+	require.Eventually(t, func() bool { return b.Counters("shaky").Acknowledged >= 1 }, waitFor, 10*time.Millisecond)
+	assert.EqualValues(t, 2, subscriptions.Load(), "the subscription was recycled")
+	c := b.Counters("shaky")
+	assert.EqualValues(t, 1, c.Requeued)
+	assert.Zero(t, c.Lost)
+}
+
+// Discard removes every copy of the named dead letters and nothing else; an empty ids removes
+// nothing.
+func TestSTOMPDiscard(t *testing.T) {
+	t.Parallel()
+	b, f, ctx := stompEnv(t)
+	require.NoError(t, b.Declare(ctx, Route{Name: "dead"}))
+	stop := stompConsume(t, ctx, b, "dead", 1, func(context.Context, *Message) Result {
+		return Reject(errors.New("no"))
+	})
+	for _, err := range b.PublishAll(ctx, "dead", []Outgoing{{ID: "a"}, {ID: "b"}, {ID: "a"}, {ID: "it's"}}) {
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return b.Counters("dead").DeadLettered == 4 }, waitFor, 10*time.Millisecond)
+	stop()
+	n, err := b.Discard(ctx, "dead", nil)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	n, err = b.Discard(ctx, "dead", []string{"a", "it's", "absent"})
+	require.NoError(t, err)
+	assert.Equal(t, 3, n, "both copies of a, and an id with a quote")
+	dls, err := b.DeadLetters(ctx, "dead", 10)
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	assert.Equal(t, "b", dls[0].ID)
+	assert.Equal(t, 1, f.Depth(t, b.QueueName("dead")+".dlq"))
+	_, err = b.Discard(ctx, "never-declared", []string{"a"})
+	assert.ErrorIs(t, err, ErrUnknownRoute)
+}
+
+// Diagnose: a consumed route answers the probe (round trip, the consumer's counters, the queue
+// depths as browsed); a route nobody consumes fails the round trip; a route never declared in
+// the scope says so. The probe is never handled nor counted.
+func TestSTOMPDiagnose(t *testing.T) {
+	t.Parallel()
+	b, _, ctx := stompEnv(t)
+	served, idle := Route{Name: "served"}, Route{Name: "idle"}
+	require.NoError(t, b.Declare(ctx, served, idle))
+	var handled atomic.Int32
+	stompConsume(t, ctx, b, "served", 1, func(context.Context, *Message) Result {
+		handled.Add(1)
+		return Ack()
+	})
+	require.NoError(t, b.Publish(ctx, "idle", Outgoing{ID: "waiting"}))
+	ds := b.Diagnose(ctx, []Route{served, idle, {Name: "ghost"}}, time.Second)
+	require.Len(t, ds, 3)
+	assert.True(t, ds[0].OK, "%v", ds[0])
+	assert.Positive(t, ds[0].RoundTrip)
+	assert.Equal(t, processName, ds[0].AnsweredBy)
+	assert.False(t, ds[1].OK)
+	assert.Equal(t, 1, ds[1].Messages)
+	assert.Contains(t, ds[1].String(), "no consumer answered")
+	assert.False(t, ds[2].OK)
+	assert.Contains(t, ds[2].String(), "not declared")
+	assert.Zero(t, handled.Load(), "a probe is not the handler's")
+	assert.Zero(t, b.Counters("served").Acknowledged, "nor counted")
+}
+
+// The three supersession checks, one at a time: a delivery is stale once its connection is not
+// the consumer's current one, once its subscription was replaced, and once a newer delivery of
+// the same SEND arrived (a reissue) — but not because another copy of the same message (same id,
+// another SEND) arrived.
+func TestSTOMPStaleChecks(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	conn, err := stomp.Dial(ctx, stompTestURL(t))
+	require.NoError(t, err)
+	defer conn.Close(ctx) //nolint:errcheck // the test's own
+	c := &stompConsumer{rules: &rules{}, top: &topology{route: "r"}, latest: map[string]uint64{}}
+	sub := &stompSub{conn: conn, inst: 1}
+	c.curGen.Store(conn.Generation())
+	c.curInst.Store(1)
+	msg := func(send string) *stomp.Message {
+		return &stomp.Message{Generation: conn.Generation(), Headers: []stomp.Header{
+			{Key: hdrSTOMPID, Value: "m"}, {Key: hdrSTOMPSend, Value: send},
+		}}
+	}
+	first := c.newJob(sub, msg("send-1"))
+	require.False(t, first.stale())
+	other := c.newJob(sub, msg("send-2"))
+	assert.False(t, first.stale(), "another copy of the message is not a reissue")
+	again := c.newJob(sub, msg("send-1"))
+	assert.True(t, first.stale(), "reissued: the newer delivery settles it")
+	assert.False(t, again.stale())
+
+	c.curInst.Store(2)
+	assert.True(t, other.stale(), "the consumer was replaced")
+	c.curInst.Store(1)
+	c.curGen.Store(conn.Generation() + 1)
+	assert.True(t, other.stale(), "the connection changed")
+	c.curGen.Store(conn.Generation())
+	require.False(t, other.stale())
+	require.NoError(t, conn.Close(ctx))
+	assert.True(t, other.stale(), "the connection ended")
+}
