@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -279,6 +280,18 @@ func (c Common) checkBroker() []error {
 		}
 		if s := schemeOf(c.STOMPURL); s != "stomp" && s != "stomp+ssl" {
 			return []error{fmt.Errorf("INTEGRATIONS_STOMP_URL: the scheme %q is not stomp or stomp+ssl", safetext.Truncate(s, 20))}
+		}
+		// The port's one query parameter (pkg/mq's STOMP provider reads it): the broker's
+		// scheduled-delivery header.
+		if u, err := url.Parse(c.STOMPURL); err == nil {
+			q := u.Query()
+			if v := q.Get("schedule"); v != "" && v != "classic" && v != "artemis" {
+				return []error{fmt.Errorf("INTEGRATIONS_STOMP_URL: the schedule parameter %q is not classic or artemis", safetext.Truncate(v, 20))}
+			}
+			q.Del("schedule")
+			if len(q) > 0 {
+				return []error{errors.New("INTEGRATIONS_STOMP_URL: query parameters other than schedule are not known")}
+			}
 		}
 	default:
 		return []error{fmt.Errorf("INTEGRATIONS_BROKER: %q is not one of %q, %q", safetext.Truncate(c.Broker, 40), BrokerRabbitMQ, BrokerSTOMP)}
