@@ -163,7 +163,7 @@ func TestBrokerChoice(t *testing.T) {
 	assert.ErrorContains(t, err, `INTEGRATIONS_STOMP_URL: the schedule parameter "soon" is not classic or artemis`)
 	t.Setenv("INTEGRATIONS_STOMP_URL", "stomp://u:s3cret@127.0.0.1:61613?schedule=artemis&x=1")
 	_, err = Load[Common]()
-	assert.ErrorContains(t, err, `INTEGRATIONS_STOMP_URL: query parameters other than schedule are not known`)
+	assert.ErrorContains(t, err, `INTEGRATIONS_STOMP_URL: query parameters other than schedule, cacertfile`)
 	t.Setenv("INTEGRATIONS_STOMP_URL", "stomp://u:s3cret@127.0.0.1:61613?schedule=artemis")
 	_, err = Load[Common]()
 	require.NoError(t, err)

@@ -26,8 +26,9 @@ import (
 // own, so a consumer that must be recycled recycles nothing else. It is safe for concurrent use.
 type STOMP struct {
 	cfg      Config
-	url      string // without the port's own query parameters
-	schedule string // stompScheduleClassic or stompScheduleArtemis
+	url      string   // without the port's own query parameters
+	tls      *amqpTLS // nil for stomp://
+	schedule string   // stompScheduleClassic or stompScheduleArtemis
 	log      *zap.Logger
 	metric   *prometheus.CounterVec
 
@@ -94,8 +95,13 @@ const (
 // was never declared in the scope fail, as RabbitMQ's 404 makes them fail.
 const stompMarkerSuffix = ".declared"
 
+// stompURLParams are the query parameters of a STOMP URL the port reads (and removes before
+// dialing): the schedule header, and the TLS files and name of a stomp+ssl:// URL.
+var stompURLParams = []string{"schedule", "cacertfile", "certfile", "keyfile", "server_name_indication"}
+
 // dialSTOMP connects the STOMP provider's publishing connection. The URL may carry the port's own
-// query parameter schedule=classic|artemis (default classic), removed before dialing.
+// query parameters (stompURLParams): schedule=classic|artemis (default classic), and for
+// stomp+ssl:// the TLS parameters of an amqps:// URL (see newSTOMPTLS).
 func dialSTOMP(ctx context.Context, cfg Config) (*STOMP, error) {
 	if err := ValidateName(cfg.Scope); err != nil {
 		return nil, fmt.Errorf("mq: Config.Scope: %w", err)
@@ -113,6 +119,10 @@ func dialSTOMP(ctx context.Context, cfg Config) (*STOMP, error) {
 	if err != nil {
 		return nil, errors.New("mq: Config.URL is not a valid URL")
 	}
+	tlsCfg, err := newSTOMPTLS(u)
+	if err != nil {
+		return nil, err
+	}
 	q := u.Query()
 	schedule := q.Get("schedule")
 	switch schedule {
@@ -123,7 +133,9 @@ func dialSTOMP(ctx context.Context, cfg Config) (*STOMP, error) {
 		return nil, fmt.Errorf("mq: Config.URL's schedule parameter %q is not one of %q, %q", schedule,
 			stompScheduleClassic, stompScheduleArtemis)
 	}
-	q.Del("schedule")
+	for _, k := range stompURLParams {
+		q.Del(k)
+	}
 	if len(q) > 0 {
 		return nil, fmt.Errorf("mq: Config.URL has query parameters the STOMP provider does not know: %v", slices.Sorted(mapKeys(q)))
 	}
@@ -135,6 +147,7 @@ func dialSTOMP(ctx context.Context, cfg Config) (*STOMP, error) {
 	b := &STOMP{
 		cfg:      cfg,
 		url:      u.String(),
+		tls:      tlsCfg,
 		schedule: schedule,
 		log:      cfg.Logger.With(zap.String("scope", cfg.Scope), zap.String("provider", ProviderSTOMP)),
 		metric:   metric,
@@ -165,6 +178,9 @@ func (b *STOMP) dial(ctx context.Context, purpose string) (*stomp.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	opts := []stomp.Option{stomp.WithHeartBeat(heartbeat, heartbeat)}
+	if b.tls != nil {
+		opts = append(opts, stomp.WithTLS(b.tls.config()))
+	}
 	if wrap := b.hooks().wrapConn; wrap != nil {
 		opts = append(opts, stomp.WithDialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var d net.Dialer

@@ -467,8 +467,7 @@ func (c *stompConsumer) work() {
 func (c *stompConsumer) process(j *stompJob) stompDone {
 	if j.probe != "" {
 		c.answerProbe(j)
-		c.settle(j, verdict{act: actAck}, true)
-		return stompDone{job: j}
+		return stompDone{job: j, recycle: c.settle(j, verdict{act: actAck}, true)}
 	}
 	v := verdict{act: actRequeue, ev: evRequeued} // stopped while held
 	if c.hold(j) {
@@ -485,8 +484,7 @@ func (c *stompConsumer) process(j *stompJob) stompDone {
 		}
 		v.act = actAck // the copy is the message now
 	}
-	c.settle(j, v, false)
-	return stompDone{job: j}
+	return stompDone{job: j, recycle: c.settle(j, v, false)}
 }
 
 // hold waits, in the worker, until a scheduled copy is due (the broker may deliver it up to
@@ -512,23 +510,22 @@ func (c *stompConsumer) requeueCopy(j *stompJob) error {
 
 // settle applies a verdict to a job on its own subscription: ACK (with a RECEIPT) for actAck,
 // nothing for a requeue (left unacknowledged: the consumer is stopping, and the subscription's
-// end returns it) or a stale job (superseded). probe: not counted.
-func (c *stompConsumer) settle(j *stompJob, v verdict, probe bool) {
+// end returns it) or a stale job (superseded). probe: not counted. It reports that the
+// subscription should be recycled: an ACK went unanswered on a live connection, so the broker may
+// still hold the delivery, and on Classic would hold it for as long as the subscription lives.
+func (c *stompConsumer) settle(j *stompJob, v verdict, probe bool) (recycle bool) {
 	count := func(e event) {
 		if !probe {
 			c.st.inc(e)
 		}
 	}
 	switch {
-	case v.act == actNone:
+	case v.act == actNone || j.stale():
 		count(evSuperseded)
-		return
+		return false
 	case v.act == actRequeue:
 		count(v.ev)
-		return
-	case j.stale():
-		count(evSuperseded)
-		return
+		return false
 	}
 	if h := c.b.hooks().stompSettling; h != nil && !probe {
 		h(j.sub.conn, j.m)
@@ -541,7 +538,7 @@ func (c *stompConsumer) settle(j *stompJob, v verdict, probe bool) {
 		if v.rejected {
 			count(evRejected)
 		}
-		return
+		return false
 	}
 	if _, refused := err.(*stomp.ServerError); refused { //nolint:errorlint // only the ERROR answering this ACK itself, not one wrapped in the connection's end
 		// The broker answered this ACK with an ERROR on a live connection: it did not hold the
@@ -549,18 +546,19 @@ func (c *stompConsumer) settle(j *stompJob, v verdict, probe bool) {
 		count(evLost)
 		c.log.Error("mq acknowledgement refused by the broker", zap.String("message_id", j.msg.ID),
 			zap.Int("attempt", j.msg.Attempt), zap.Error(err))
-		return
+		return false // the broker closes the connection after an ERROR
 	}
 	if isDone(j.sub.conn.Done()) {
 		// The connection went away under the ACK: the broker redelivers.
 		count(evSuperseded)
 		c.log.Debug("mq acknowledgement on a connection going away; superseded",
 			zap.String("message_id", j.msg.ID), zap.Error(err))
-		return
+		return false
 	}
 	count(evLost)
-	c.log.Error("mq acknowledgement without an answer on a live connection", zap.String("message_id", j.msg.ID),
-		zap.Int("attempt", j.msg.Attempt), zap.Error(err))
+	c.log.Error("mq acknowledgement without an answer on a live connection; recycling the subscription",
+		zap.String("message_id", j.msg.ID), zap.Int("attempt", j.msg.Attempt), zap.Error(err))
+	return true
 }
 
 // message is the handler's view (rules.go's delivery).

@@ -21,6 +21,18 @@ import (
 // name a broker would read as its own, or a value STOMP cannot carry.
 var ErrSTOMPHeader = errors.New("mq: header not writable over STOMP")
 
+// What a message may carry over STOMP: pkg/stomp's decoder refuses a frame beyond its limits
+// (stomp.DefaultLimits: 64 headers, 16 KiB a header line, 8 MiB a body) by ending the connection,
+// so a message past them would end every consumer's connection it reached and come back, again and
+// again. The broker adds about a dozen headers to a delivery and the port up to five of its own:
+// stompMaxHeaders leaves them room, and an application message leaves room besides for the
+// bookkeeping headers its retry and dead-letter copies gain.
+const (
+	stompMaxHeaders    = 44
+	stompMaxHeaderLine = 8 << 10
+	stompMaxBody       = 8 << 20
+)
+
 // stompHeaderName is what an application header may be called over STOMP: header names a broker
 // turns into message properties, without the characters STOMP escapes.
 var stompHeaderName = regexp.MustCompile(`^[A-Za-z0-9_.\-]+$`)
@@ -55,6 +67,9 @@ func stompBrokerHeader(k string) bool {
 // value as text, the types of the values that were not strings in hdrSTOMPTypes. Names and values
 // are checked: an error names the header and wraps ErrSTOMPHeader; nothing is sent then.
 func stompHeaders(h map[string]any) ([]stomp.Header, error) {
+	if len(h) > stompMaxHeaders {
+		return nil, fmt.Errorf("%d headers, over the %d a STOMP message of the port may carry: %w", len(h), stompMaxHeaders, ErrSTOMPHeader)
+	}
 	keys := make([]string, 0, len(h))
 	for k := range h {
 		keys = append(keys, k)
@@ -87,6 +102,9 @@ func stompHeaders(h map[string]any) ([]stomp.Header, error) {
 		}
 		if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
 			return nil, fmt.Errorf("header %q: the value is not UTF-8 text without NUL: %w", k, ErrSTOMPHeader)
+		}
+		if len(k)+1+2*len(v) > stompMaxHeaderLine { // escaping at most doubles a value
+			return nil, fmt.Errorf("header %q: %d bytes, over the %d a STOMP header line of the port may take: %w", k, len(v), stompMaxHeaderLine, ErrSTOMPHeader)
 		}
 		out = append(out, stomp.Header{Key: k, Value: v})
 	}

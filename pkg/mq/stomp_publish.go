@@ -77,7 +77,16 @@ func (b *STOMP) publishMany(ctx context.Context, st *routeStats, route, queue st
 		if ct == "" {
 			ct = defaultContentType
 		}
-		hs, err := b.sendHeaders(ids[i], ct, applicationHeaders(ctx, m), delay(i), now)
+		h := applicationHeaders(ctx, m)
+		hs, err := b.sendHeaders(ids[i], ct, h, delay(i), now)
+		switch {
+		case err != nil:
+		case len(h) > stompMaxHeaders-len(bookkeeping):
+			err = fmt.Errorf("%d headers, over the %d an application message may carry over STOMP (its copies add the port's): %w",
+				len(h), stompMaxHeaders-len(bookkeeping), ErrSTOMPHeader)
+		case len(m.Body) > stompMaxBody:
+			err = fmt.Errorf("body of %d bytes, over the %d a STOMP message of the port may carry", len(m.Body), stompMaxBody)
+		}
 		if err != nil {
 			errs[i] = fmt.Errorf("mq: publish %q to %q: %w", ids[i], route, err)
 			continue

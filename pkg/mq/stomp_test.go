@@ -2,16 +2,25 @@ package mq
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/integrations-platform/integrations/pkg/stomp"
+	"github.com/integrations-platform/integrations/pkg/tlsx"
+	"github.com/integrations-platform/integrations/pkg/tlsx/devca"
 )
 
 // The STOMP provider's own tests: what the contract suite does not reach (header encoding, the
@@ -81,6 +90,8 @@ func TestSTOMPHeadersRoundTrip(t *testing.T) {
 		{"a NUL in the value", map[string]any{"k": "a\x00b"}},
 		{"not UTF-8", map[string]any{"k": "\xff"}},
 		{"a type STOMP cannot carry", map[string]any{"k": 1.5}},
+		{"a value over the line limit", map[string]any{"k": strings.Repeat("v", stompMaxHeaderLine)}},
+		{"too many headers", manyHeaders(stompMaxHeaders + 1)},
 	} {
 		_, err := stompHeaders(tc.h)
 		assert.ErrorIs(t, err, ErrSTOMPHeader, tc.name)
@@ -95,11 +106,15 @@ func TestSTOMPPublishRefusesAHeaderItCannotWrite(t *testing.T) {
 	require.NoError(t, b.Declare(ctx, Route{Name: "work"}))
 	errs := b.PublishAll(ctx, "work", []Outgoing{
 		{ID: "ok-1"}, {ID: "bad", Headers: map[string]any{"expires": "1"}}, {ID: "ok-2"},
+		{ID: "crowded", Headers: manyHeaders(stompMaxHeaders - len(bookkeeping) + 1)},
+		{ID: "huge", Body: make([]byte, stompMaxBody+1)},
 	})
 	require.NoError(t, errs[0])
 	require.ErrorIs(t, errs[1], ErrSTOMPHeader)
 	assert.ErrorContains(t, errs[1], `"expires"`)
 	require.NoError(t, errs[2])
+	assert.ErrorIs(t, errs[3], ErrSTOMPHeader, "room is left for the copies' bookkeeping")
+	assert.ErrorContains(t, errs[4], "body of")
 	assert.Equal(t, Counters{Published: 2, Confirmed: 2}, b.Counters("work"))
 	assert.Equal(t, 2, f.Depth(t, b.QueueName("work")))
 }
@@ -269,4 +284,91 @@ func TestSTOMPStaleChecks(t *testing.T) {
 	require.False(t, other.stale())
 	require.NoError(t, conn.Close(ctx))
 	assert.True(t, other.stale(), "the connection ended")
+}
+
+func manyHeaders(n int) map[string]any {
+	h := make(map[string]any, n)
+	for i := range n {
+		h[fmt.Sprintf("h%02d", i)] = "v"
+	}
+	return h
+}
+
+// stomp+ssl:// with the TLS parameters of an amqps:// URL: the broker (a TLS proxy in front of
+// ActiveMQ, with a certificate of a dev CA) is verified against cacertfile; the port publishes
+// and consumes through it. TLS parameters on a plain stomp:// URL, and an unknown parameter, are
+// refused without the password.
+func TestSTOMPOverTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	_, err := devca.Ensure(dir)
+	require.NoError(t, err)
+	src, err := tlsx.NewSource(tlsx.Files{CertFile: devca.CertFile(dir, devca.Public), KeyFile: devca.KeyFile(dir, devca.Public), CAFile: devca.CAFile(dir)})
+	require.NoError(t, err)
+	l, err := tls.Listen("tcp", "127.0.0.1:0", tlsx.ServerConfig(src))
+	require.NoError(t, err)
+	target, err := url.Parse(stompTestURL(t))
+	require.NoError(t, err)
+	var conns sync.WaitGroup
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", target.Host)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			conns.Add(2)
+			for _, p := range [][2]net.Conn{{c, b}, {b, c}} {
+				go func() {
+					defer conns.Done()
+					_, _ = io.Copy(p[0], p[1])
+					_ = p[0].Close()
+					_ = p[1].Close()
+				}()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		conns.Wait()
+	})
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	u := "stomp+ssl://" + target.User.String() + "@localhost:" + port + "?cacertfile=" + url.QueryEscape(devca.CAFile(dir))
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+
+	b, err := dialSTOMP(ctx, Config{URL: u, Scope: "mqtest-" + uuid.NewString()[:8]})
+	require.NoError(t, err)
+	require.NoError(t, b.Declare(ctx, Route{Name: "tls"}))
+	got := make(chan string, 1)
+	stop := stompConsume(t, ctx, b, "tls", 1, func(_ context.Context, m *Message) Result {
+		got <- m.ID
+		return Ack()
+	})
+	require.NoError(t, b.Publish(ctx, "tls", Outgoing{ID: "over-tls"}))
+	select {
+	case id := <-got:
+		assert.Equal(t, "over-tls", id)
+	case <-time.After(waitFor):
+		t.Fatal("nothing came through TLS")
+	}
+	stop()
+	require.NoError(t, b.DeleteRoutes(ctx, Route{Name: "tls"}))
+	require.NoError(t, b.Close())
+
+	_, err = dialSTOMP(ctx, Config{URL: "stomp+ssl://u:secret@localhost:" + port, Scope: "x"})
+	assert.Error(t, err, "the system's roots do not hold the dev CA")
+	for _, bad := range []string{
+		"stomp://u:secret@127.0.0.1:1?cacertfile=/ca.pem",
+		"stomp+ssl://u:secret@127.0.0.1:1?certfile=/c.pem",
+		"stomp://u:secret@127.0.0.1:1?vhost=x",
+	} {
+		_, err = dialSTOMP(ctx, Config{URL: bad, Scope: "x"})
+		assert.Error(t, err, bad)
+		assert.NotContains(t, err.Error(), "secret")
+	}
 }
