@@ -145,6 +145,7 @@ func TestBrokerChoice(t *testing.T) {
 	assert.ErrorContains(t, err, `INTEGRATIONS_BROKER: "kafka" is not one of "rabbitmq", "stomp"`)
 
 	t.Setenv("INTEGRATIONS_BROKER", "stomp")
+	t.Setenv("INTEGRATIONS_STOMP_URL", "") // make test's environment has one (scripts/deps.sh up stomp)
 	_, err = Load[Common]()
 	assert.ErrorContains(t, err, `INTEGRATIONS_STOMP_URL: required when INTEGRATIONS_BROKER is "stomp"`)
 

@@ -128,7 +128,9 @@ func (b *STOMP) sendHeaders(id, contentType string, h map[string]any, delay time
 		stomp.Header{Key: hdrSTOMPSend, Value: uuid.NewString()},
 	)
 	if delay > 0 {
-		hs = append(hs, stomp.Header{Key: hdrSTOMPDue, Value: strconv.FormatInt(now.Add(delay).UnixMilli(), 10)})
+		// Rounded up to the millisecond: the hold must not let a copy through a fraction early.
+		due := now.Add(delay).Add(time.Millisecond - 1).UnixMilli()
+		hs = append(hs, stomp.Header{Key: hdrSTOMPDue, Value: strconv.FormatInt(due, 10)})
 		if ahead := delay - stompScheduleLead; ahead >= time.Millisecond {
 			if b.schedule == stompScheduleArtemis {
 				hs = append(hs, stomp.Header{Key: "_AMQ_SCHED_DELIVERY", Value: strconv.FormatInt(now.Add(ahead).UnixMilli(), 10)})
