@@ -84,7 +84,10 @@ type stompConsumer struct {
 // drops it), and an unacknowledged delivery comes back only when its subscription ends. If that
 // copy is not confirmed, the original is left unacknowledged and the subscription recycled, which
 // returns it. When the consumer stops, deliveries returned to the broker are simply left
-// unacknowledged: the subscription's end returns them. Stopping is as on RabbitMQ ([Drain] too).
+// unacknowledged: the subscription's end returns them. Stopping is as on RabbitMQ ([Drain] too),
+// but for one thing: the deliveries taken and not started go back to the broker only when the
+// consumer disconnects, once its running handlers are settled (an UNSUBSCRIBE before would void
+// their ACKs).
 func (b *STOMP) Consume(ctx context.Context, route string, concurrency int, h Handler, opts ...ConsumeOption) error {
 	top, ok := b.topology(route)
 	if !ok {

@@ -372,3 +372,71 @@ func TestSTOMPOverTLS(t *testing.T) {
 		assert.NotContains(t, err.Error(), "secret")
 	}
 }
+
+// Drain on STOMP: once the consumer stops taking, no delivery starts a handler; the handlers in
+// flight go on with a live context and their ACKs land; the deliveries the consumer held go back
+// to the broker when it disconnects, and another consumer gets every one of them.
+func TestSTOMPDrainLetsInFlightHandlersFinish(t *testing.T) {
+	t.Parallel()
+	const n, concurrency = 10, 2
+	b, f, ctx := stompEnv(t)
+	require.NoError(t, b.Declare(ctx, Route{Name: "drain", Prefetch: n}))
+	msgs := make([]Outgoing, n)
+	for i := range msgs {
+		msgs[i] = Outgoing{ID: fmt.Sprintf("d-%02d", i)}
+	}
+	for i, err := range b.PublishAll(ctx, "drain", msgs) {
+		require.NoError(t, err, "message %d", i)
+	}
+	started := make(chan string, n)
+	release := make(chan struct{})
+	finished := make(chan error, n)
+	takeCtx, take := context.WithCancel(ctx)
+	workCtx, cancelWork := context.WithCancel(ctx)
+	defer cancelWork()
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Consume(takeCtx, "drain", concurrency, func(hctx context.Context, m *Message) Result {
+			started <- m.ID
+			select {
+			case <-release:
+			case <-hctx.Done():
+			}
+			finished <- hctx.Err()
+			if hctx.Err() != nil {
+				return Result{}
+			}
+			return Ack()
+		}, Drain(workCtx, 5*time.Second))
+	}()
+	for range concurrency {
+		select {
+		case <-started:
+		case <-time.After(waitFor):
+			t.Fatal("handlers never started")
+		}
+	}
+	take()
+	close(release)
+	for range concurrency {
+		assert.NoError(t, <-finished, "the handlers' context outlives the consumer's")
+	}
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(waitFor):
+		t.Fatal("Consume did not return")
+	}
+	assert.Empty(t, started, "no handler started after the consumer stopped taking")
+	assert.EqualValues(t, concurrency, b.Counters("drain").Acknowledged)
+
+	got := make(chan string, n)
+	stompConsume(t, ctx, b, "drain", 1, func(_ context.Context, m *Message) Result {
+		got <- m.ID
+		return Ack()
+	})
+	require.Eventually(t, func() bool { return b.Counters("drain").Acknowledged == n }, waitFor, 10*time.Millisecond,
+		"every held delivery came back to the next consumer")
+	assert.Zero(t, b.Counters("drain").Lost+b.Counters("drain").Superseded)
+	assert.Equal(t, 0, f.Depth(t, b.QueueName("drain")))
+}
