@@ -117,6 +117,9 @@ func stompHeaders(h map[string]any) ([]stomp.Header, error) {
 // fromSTOMP decodes a delivery's headers into the port's map: the application's and the port's
 // bookkeeping headers, typed again (integers as int32 when they fit, as the rules write them),
 // without the broker's and the port's internal STOMP headers. The first of a repeated header wins.
+// A header another producer set that the port could not write back (its name or its length) is
+// left out: every retry, requeue or dead-letter copy of the message would fail on it, and the
+// message would come back for ever.
 func fromSTOMP(hs []stomp.Header) map[string]any {
 	types := map[string]string{}
 	for _, h := range hs {
@@ -131,7 +134,7 @@ func fromSTOMP(hs []stomp.Header) map[string]any {
 	}
 	out := make(map[string]any, len(hs))
 	for _, h := range hs {
-		if stompBrokerHeader(h.Key) {
+		if stompBrokerHeader(h.Key) || !stompHeaderName.MatchString(h.Key) || len(h.Key)+1+2*len(h.Value) > stompMaxHeaderLine {
 			continue
 		}
 		if _, seen := out[h.Key]; seen {

@@ -70,7 +70,8 @@ func TestSTOMPHeadersRoundTrip(t *testing.T) {
 	out := fromSTOMP(append(hs,
 		stomp.Header{Key: "message-id", Value: "ID:1"}, stomp.Header{Key: "redelivered", Value: "true"},
 		stomp.Header{Key: "AMQ_SCHEDULED_DELAY", Value: "10"}, stomp.Header{Key: hdrSTOMPID, Value: "m"},
-		stomp.Header{Key: "tenant", Value: "second"}, // a repeated header: the first wins
+		stomp.Header{Key: "tenant", Value: "second"},    // a repeated header: the first wins
+		stomp.Header{Key: "a foreign name", Value: "v"}, // another producer's, not writable back
 	))
 	assert.Equal(t, map[string]any{
 		"tenant": "acme", "x-delivery-attempt": int32(3), "big": int64(1 << 40), "flag": true, "text": "a:b\nc\\d",
