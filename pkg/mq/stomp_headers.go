@@ -117,8 +117,8 @@ func stompHeaders(h map[string]any) ([]stomp.Header, error) {
 // fromSTOMP decodes a delivery's headers into the port's map: the application's and the port's
 // bookkeeping headers, typed again (integers as int32 when they fit, as the rules write them),
 // without the broker's and the port's internal STOMP headers. The first of a repeated header wins.
-// A header another producer set that the port could not write back (its name or its length) is
-// left out: every retry, requeue or dead-letter copy of the message would fail on it, and the
+// A header another producer set that the port could not write back (its name, its length, one
+// too many) is left out: every retry, requeue or dead-letter copy of the message would fail on it, and the
 // message would come back for ever.
 func fromSTOMP(hs []stomp.Header) map[string]any {
 	types := map[string]string{}
@@ -156,6 +156,21 @@ func fromSTOMP(hs []stomp.Header) map[string]any {
 			}
 		}
 		out[h.Key] = v
+	}
+	// Likewise more headers than a copy could carry (another producer's message): the port's
+	// bookkeeping is kept, and the application headers first by name up to what a message of the
+	// port may carry.
+	if extra := len(out) - (stompMaxHeaders - len(bookkeeping)); extra > 0 {
+		keys := make([]string, 0, len(out))
+		for k := range out {
+			if !bookkeeping[k] {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		for _, k := range keys[max(len(keys)-extra, 0):] {
+			delete(out, k)
+		}
 	}
 	return out
 }

@@ -77,6 +77,17 @@ func TestSTOMPHeadersRoundTrip(t *testing.T) {
 		"tenant": "acme", "x-delivery-attempt": int32(3), "big": int64(1 << 40), "flag": true, "text": "a:b\nc\\d",
 	}, out, "the port's values come back typed; the broker's and the port's internal headers are dropped")
 
+	crowded := []stomp.Header{{Key: "x-delivery-attempt", Value: "2"}}
+	for k := range manyHeaders(stompMaxHeaders) {
+		crowded = append(crowded, stomp.Header{Key: k, Value: "v"})
+	}
+	decoded := fromSTOMP(crowded)
+	assert.Len(t, decoded, stompMaxHeaders-len(bookkeeping), "another producer's crowd of headers is cut to what a copy can carry")
+	assert.Contains(t, decoded, "x-delivery-attempt", "the port's bookkeeping is kept")
+	assert.Contains(t, decoded, "h00")
+	_, err = stompHeaders(decoded)
+	assert.NoError(t, err)
+
 	for _, tc := range []struct {
 		name string
 		h    map[string]any
