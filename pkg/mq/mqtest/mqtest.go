@@ -15,10 +15,10 @@
 // broker refused on a live connection lost; and Defer waits in the route's delay levels (or, below
 // the smallest, in the worker) without spending an attempt.
 //
-// RabbitMQ's provider is in pkg/mq (contract_test.go, its hooks in export_test.go). The STOMP
-// provider's goes beside it: a New that dials the STOMP Broker on a fresh scope of ActiveMQ and
-// a Faults whose hooks act on the STOMP client's connections — freezing reads withholds RECEIPTs,
-// a refused settlement is an ACK of a message-id the broker no longer holds (an ERROR frame).
+// Both providers' runs are in pkg/mq (contract_test.go): RabbitMQ's TestContract, its hooks in
+// export_test.go, and the STOMP provider's TestContractSTOMP on ActiveMQ, its hooks in
+// stomp_export_test.go — freezing reads withholds RECEIPTs, a refused settlement is an ACK of a
+// delivery the broker no longer holds (an ERROR frame).
 package mqtest
 
 import (
