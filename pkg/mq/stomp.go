@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"slices"
@@ -137,7 +138,7 @@ func dialSTOMP(ctx context.Context, cfg Config) (*STOMP, error) {
 		q.Del(k)
 	}
 	if len(q) > 0 {
-		return nil, fmt.Errorf("mq: Config.URL has query parameters the STOMP provider does not know: %v", slices.Sorted(mapKeys(q)))
+		return nil, fmt.Errorf("mq: Config.URL has query parameters the STOMP provider does not know: %v", slices.Sorted(maps.Keys(q)))
 	}
 	u.RawQuery = ""
 	metric, err := newMetric(cfg.Registerer)
@@ -161,16 +162,6 @@ func dialSTOMP(ctx context.Context, cfg Config) (*STOMP, error) {
 		return nil, fmt.Errorf("mq: connect: %w", err)
 	}
 	return b, nil
-}
-
-func mapKeys(q url.Values) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range q {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // dial opens one STOMP connection. Its error never contains the URL (it carries the passcode).
