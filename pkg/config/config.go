@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -279,6 +280,20 @@ func (c Common) checkBroker() []error {
 		}
 		if s := schemeOf(c.STOMPURL); s != "stomp" && s != "stomp+ssl" {
 			return []error{fmt.Errorf("INTEGRATIONS_STOMP_URL: the scheme %q is not stomp or stomp+ssl", safetext.Truncate(s, 20))}
+		}
+		// The port's query parameters (pkg/mq's STOMP provider reads them): the broker's
+		// scheduled-delivery header, and stomp+ssl://'s TLS files as in an amqps:// URL.
+		if u, err := url.Parse(c.STOMPURL); err == nil {
+			q := u.Query()
+			if v := q.Get("schedule"); v != "" && v != "classic" && v != "artemis" {
+				return []error{fmt.Errorf("INTEGRATIONS_STOMP_URL: the schedule parameter %q is not classic or artemis", safetext.Truncate(v, 20))}
+			}
+			for _, k := range []string{"schedule", "cacertfile", "certfile", "keyfile", "server_name_indication"} {
+				q.Del(k)
+			}
+			if len(q) > 0 {
+				return []error{errors.New("INTEGRATIONS_STOMP_URL: query parameters other than schedule, cacertfile, certfile, keyfile and server_name_indication are not known")}
+			}
 		}
 	default:
 		return []error{fmt.Errorf("INTEGRATIONS_BROKER: %q is not one of %q, %q", safetext.Truncate(c.Broker, 40), BrokerRabbitMQ, BrokerSTOMP)}

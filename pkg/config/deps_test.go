@@ -151,6 +151,7 @@ func TestBrokerChoice(t *testing.T) {
 	assert.ErrorContains(t, err, `INTEGRATIONS_BROKER: "kafka" is not one of "rabbitmq", "stomp"`)
 
 	t.Setenv("INTEGRATIONS_BROKER", "stomp")
+	t.Setenv("INTEGRATIONS_STOMP_URL", "") // make test's environment has one (scripts/deps.sh up stomp)
 	_, err = Load[Common]()
 	assert.ErrorContains(t, err, `INTEGRATIONS_STOMP_URL: required when INTEGRATIONS_BROKER is "stomp"`)
 
@@ -163,6 +164,16 @@ func TestBrokerChoice(t *testing.T) {
 	_, err = Load[Common]()
 	assert.ErrorContains(t, err, `INTEGRATIONS_STOMP_URL: the host "activemq.integrations.svc" is not a loopback address and stomp:// is plain text`)
 	assert.NotContains(t, err.Error(), "s3cret")
+
+	t.Setenv("INTEGRATIONS_STOMP_URL", "stomp://u:s3cret@127.0.0.1:61613?schedule=soon")
+	_, err = Load[Common]()
+	assert.ErrorContains(t, err, `INTEGRATIONS_STOMP_URL: the schedule parameter "soon" is not classic or artemis`)
+	t.Setenv("INTEGRATIONS_STOMP_URL", "stomp://u:s3cret@127.0.0.1:61613?schedule=artemis&x=1")
+	_, err = Load[Common]()
+	assert.ErrorContains(t, err, `INTEGRATIONS_STOMP_URL: query parameters other than schedule, cacertfile`)
+	t.Setenv("INTEGRATIONS_STOMP_URL", "stomp://u:s3cret@127.0.0.1:61613?schedule=artemis")
+	_, err = Load[Common]()
+	require.NoError(t, err)
 
 	t.Setenv("INTEGRATIONS_STOMP_URL", "stomp+ssl://u:s3cret@activemq.integrations.svc:61614")
 	c, err = Load[Common]()

@@ -1,13 +1,14 @@
 // Package mq is the message port: the only code in the project that talks to a message broker.
 //
 // [Broker] is the port, an interface; [Dial] returns the provider [Config] names
-// ([ProviderRabbitMQ], and [ProviderSTOMP] once it is built). The handler-return rules below are
+// ([ProviderRabbitMQ], [ProviderSTOMP]). The handler-return rules below are
 // provider-neutral code (rules.go): a provider supplies the broker primitives — a confirmed copy
 // to a retry, delay or dead-letter destination, the settlement of the original on the connection
 // it came from, and knowing when that settlement would be stale — and proves it keeps the rules by
 // running the contract suite, [github.com/integrations-platform/integrations/pkg/mq/mqtest]. What
 // follows describes the rules and then the RabbitMQ provider, [RabbitMQ]: its topology, holding
-// queues and reconnects.
+// queues and reconnects. The STOMP provider, [STOMP], keeps the same rules with the broker's
+// scheduler instead of holding queues (see its doc and docs/decisions.md, "The STOMP provider").
 //
 // A handler returns a [Result] and the port settles the delivery from it; handlers never ack.
 //

@@ -4,6 +4,8 @@ import (
 	"net"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/integrations-platform/integrations/pkg/stomp"
 )
 
 // testHooks let this package's tests observe and perturb the port at points that no action on
@@ -11,7 +13,7 @@ import (
 // reconnect). Set through Config.hooks, which only this package can reach; nil in production, and
 // every field may be nil.
 type testHooks struct {
-	// wrapConn wraps the TCP connection under every AMQP connection ("publish" or "consume").
+	// wrapConn wraps the TCP connection under every AMQP or STOMP connection ("publish" or "consume").
 	wrapConn func(purpose string, c net.Conn) net.Conn
 	// copySending runs before a retry or dead-letter copy is written; copySent after it was
 	// written and before its confirm is awaited.
@@ -21,6 +23,8 @@ type testHooks struct {
 	subscribed func(route string, gen uint64)
 	// settling runs on the owner goroutine before a handler's verdict is written (ack or nack).
 	settling func(route string, d *amqp.Delivery)
+	// stompSettling runs on a STOMP worker before it acknowledges a delivery of conn.
+	stompSettling func(conn *stomp.Conn, m *stomp.Message)
 	// settled runs on the owner goroutine after an ack or nack the broker accepted.
 	settled func(route, messageID string, ev event)
 	// declared runs after queues were declared (created, or found to exist): tests must not

@@ -62,11 +62,10 @@ const (
 	ProviderSTOMP    = "stomp"    // STOMP 1.2 (ActiveMQ); URL stomp:// or stomp+ssl://
 )
 
-// ErrProviderNotBuilt is Dial's answer for a provider the configuration may name but this build
-// does not have yet.
-var ErrProviderNotBuilt = errors.New("mq: provider not built yet")
-
-var _ Broker = (*RabbitMQ)(nil)
+var (
+	_ Broker = (*RabbitMQ)(nil)
+	_ Broker = (*STOMP)(nil)
+)
 
 // Dial connects to the broker Config names and returns the port over it. The provider is
 // Config.Provider, or, when that is empty, the one the URL's scheme says; a Provider and a scheme
@@ -79,8 +78,11 @@ func Dial(ctx context.Context, cfg Config) (Broker, error) {
 	}
 	switch provider {
 	case ProviderSTOMP:
-		// The STOMP provider (pkg/stomp underneath) replaces this line.
-		return nil, fmt.Errorf("mq: Config.Provider %q: %w (use %q)", ProviderSTOMP, ErrProviderNotBuilt, ProviderRabbitMQ)
+		s, err := dialSTOMP(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	default:
 		r, err := dialRabbitMQ(ctx, cfg)
 		if err != nil {

@@ -42,17 +42,26 @@ func TestProviderOf(t *testing.T) {
 	}
 }
 
-// TestDialChoosesTheProvider: Dial refuses what ProviderOf refuses, answers the STOMP provider
-// with ErrProviderNotBuilt until it exists, and gives a RabbitMQ for an amqp:// URL.
+// TestDialChoosesTheProvider: Dial refuses what ProviderOf refuses, gives a STOMP for a stomp://
+// URL (the URL's password never in an error) and a RabbitMQ for an amqp:// URL.
 func TestDialChoosesTheProvider(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	_, err := Dial(ctx, Config{Provider: ProviderSTOMP, URL: "stomp://admin:secret@127.0.0.1:61613", Scope: "x"})
-	require.ErrorIs(t, err, ErrProviderNotBuilt)
+	_, err := Dial(ctx, Config{Provider: ProviderSTOMP, URL: "stomp://admin:secret@127.0.0.1:1", Scope: "x"})
+	require.Error(t, err, "nothing listens on port 1")
 	assert.NotContains(t, err.Error(), "secret")
 	_, err = Dial(ctx, Config{Provider: ProviderSTOMP, URL: testURL(), Scope: "x"})
 	assert.ErrorContains(t, err, "Config.Provider")
+	_, err = Dial(ctx, Config{URL: stompTestURL(t) + "?schedule=later", Scope: "x"})
+	assert.ErrorContains(t, err, "schedule parameter")
+
+	s, err := Dial(ctx, Config{URL: stompTestURL(t) + "?schedule=artemis", Scope: "mqtest-dial"})
+	require.NoError(t, err)
+	assert.IsType(t, &STOMP{}, s)
+	assert.Equal(t, stompScheduleArtemis, s.(*STOMP).schedule)
+	assert.Equal(t, "mqtest-dial.work", s.QueueName("work"))
+	require.NoError(t, s.CloseContext(ctx))
 
 	b, err := Dial(ctx, Config{URL: testURL(), Scope: "mqtest-dial", Provider: ProviderRabbitMQ})
 	require.NoError(t, err)

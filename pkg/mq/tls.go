@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/url"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -49,7 +50,8 @@ func newAMQPTLS(rawURL string) (*amqpTLS, error) {
 	return t, nil
 }
 
-// config is a fresh configuration for one connection (amqp091-go writes into the one it is given).
+// config is a fresh configuration for one connection (amqp091-go writes into the one it is given;
+// the STOMP provider uses the same for stomp+ssl://).
 func (t *amqpTLS) config() *tls.Config {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.serverName}
 	if t.src != nil {
@@ -59,4 +61,32 @@ func (t *amqpTLS) config() *tls.Config {
 		}
 	}
 	return cfg
+}
+
+// newSTOMPTLS is the TLS of a stomp+ssl:// URL, from the same query parameters as an amqps://
+// URL's (cacertfile, certfile, keyfile, server_name_indication); nil for stomp:// (plain text),
+// where they are refused. The error names the parameter, never the URL.
+func newSTOMPTLS(u *url.URL) (*amqpTLS, error) {
+	q := u.Query()
+	files := tlsx.Files{CertFile: q.Get("certfile"), KeyFile: q.Get("keyfile"), CAFile: q.Get("cacertfile")}
+	if u.Scheme != "stomp+ssl" {
+		if files != (tlsx.Files{}) || q.Get("server_name_indication") != "" {
+			return nil, errors.New("mq: cacertfile/certfile/keyfile/server_name_indication in a stomp:// URL: use stomp+ssl:// for TLS")
+		}
+		return nil, nil
+	}
+	t := &amqpTLS{serverName: q.Get("server_name_indication")}
+	if t.serverName == "" {
+		t.serverName = u.Hostname()
+	}
+	if (files.CertFile == "") != (files.KeyFile == "") {
+		return nil, errors.New("mq: stomp+ssl URL: certfile and keyfile go together")
+	}
+	if files != (tlsx.Files{}) {
+		var err error
+		if t.src, err = tlsx.NewSource(files); err != nil {
+			return nil, fmt.Errorf("mq: stomp+ssl URL's cacertfile/certfile/keyfile: %w", err)
+		}
+	}
+	return t, nil
 }

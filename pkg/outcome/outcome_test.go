@@ -81,7 +81,10 @@ func TestDoRetriesUntilTheDeadlineThenExpires(t *testing.T) {
 	require.Equal(t, outcome.Expired, v)
 	require.Equal(t, codes.Unavailable, status.Code(err), "the last failure is returned, not the context's")
 	require.WithinDuration(t, until, time.Now(), 200*time.Millisecond, "retried up to the deadline, not fewer times")
-	require.Greater(t, tries, 4)
+	// At least two tries: it retried. How many fit in the 400 ms depends on the jittered backoff
+	// and on how loaded the machine is (4 under -race with other test runs on two cores); the
+	// deadline check above is what says it did not give up early.
+	require.Greater(t, tries, 1)
 }
 
 func TestDoStopsAtOnceOnAFinalAnswer(t *testing.T) {

@@ -60,6 +60,13 @@ type options struct {
 	limits       Limits
 	writeTimeout time.Duration
 	host         string
+	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// WithDialer sets how the TCP connection is made (default a plain net.Dialer). The message port's
+// tests wrap the socket to cut it or withhold what the broker sends, as a network fault would.
+func WithDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
+	return func(o *options) { o.dial = dial }
 }
 
 // WithHeartBeat asks for heart-beats: this client sends one at least every send, and wants one
@@ -141,8 +148,12 @@ func Dial(ctx context.Context, rawURL string, opts ...Option) (*Conn, error) {
 	if u.Port() == "" {
 		addr = net.JoinHostPort(u.Hostname(), "61613")
 	}
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	dial := o.dial
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	nc, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("stomp: dial %s: %w", addr, err)
 	}
@@ -356,30 +367,55 @@ func (c *Conn) Request(ctx context.Context, f *Frame) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("stomp: %s not sent: %w", f.Command, err)
 	}
+	return c.Post(f).Wait(ctx)
+}
+
+// Receipt is a request written and awaiting the broker's RECEIPT (see [Conn.Post]).
+type Receipt struct {
+	c       *Conn
+	id      string
+	command string
+	ch      chan error
+	err     error // set when the frame was not written (or may have been, wrapped in ErrOutcomeUnknown)
+}
+
+// Post writes f with a receipt header of its own and returns without waiting: [Receipt.Wait]
+// waits. Frames posted one after another from one goroutine reach the broker in that order, so a
+// caller can pipeline many and await their receipts after. f gets the receipt header appended.
+func (c *Conn) Post(f *Frame) *Receipt {
 	id := c.nextID("r")
+	r := &Receipt{c: c, id: id, command: f.Command, ch: make(chan error, 1)}
 	f.Headers = append(f.Headers, Header{"receipt", id})
-	ch := make(chan error, 1)
 	c.mu.Lock()
 	if c.err != nil {
-		err := c.err
+		r.err = c.err
 		c.mu.Unlock()
-		return err
+		return r
 	}
-	c.receipts[id] = ch
+	c.receipts[id] = r.ch
 	c.mu.Unlock()
 	if tried, err := c.write(f); err != nil {
 		c.forget(id)
 		if !tried {
-			return err
+			r.err = err
+		} else {
+			r.err = fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 		}
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
+	return r
+}
+
+// Wait waits for the receipt: errors are as [Conn.Request]'s. Call it once.
+func (r *Receipt) Wait(ctx context.Context) error {
+	if r.err != nil {
+		return r.err
 	}
 	select {
-	case err := <-ch:
+	case err := <-r.ch:
 		return err
 	case <-ctx.Done():
-		c.forget(id)
-		return fmt.Errorf("%w: %s: %w", ErrOutcomeUnknown, f.Command, ctx.Err())
+		r.c.forget(r.id)
+		return fmt.Errorf("%w: %s: %w", ErrOutcomeUnknown, r.command, ctx.Err())
 	}
 }
 
@@ -394,12 +430,20 @@ func (c *Conn) forget(id string) {
 // may not have been taken. headers (e.g. persistent:true, AMQ_SCHEDULED_DELAY, correlation-id)
 // follow destination; content-length is added.
 func (c *Conn) Send(ctx context.Context, dest string, headers []Header, body []byte) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("stomp: SEND not sent: %w", err)
+	}
+	return c.SendAsync(dest, headers, body).Wait(ctx)
+}
+
+// SendAsync is [Conn.Send] without the wait: it writes the SEND and returns its [Receipt].
+func (c *Conn) SendAsync(dest string, headers []Header, body []byte) *Receipt {
 	f := &Frame{Command: "SEND", Body: body}
 	f.Headers = make([]Header, 0, len(headers)+3)
 	f.Headers = append(f.Headers, Header{"destination", dest})
 	f.Headers = append(f.Headers, headers...)
 	f.Headers = append(f.Headers, Header{"content-length", strconv.Itoa(len(body))})
-	return c.Request(ctx, f)
+	return c.Post(f)
 }
 
 // Ack acknowledges the delivery whose ack header is ackID and waits for the RECEIPT. headers may

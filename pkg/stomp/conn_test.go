@@ -11,8 +11,10 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -463,4 +465,35 @@ func TestDialGivesUpOnASilentBroker(t *testing.T) {
 	_, err = Dial(ctx, "stomp://"+ln.Addr().String())
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Less(t, time.Since(start), 5*time.Second)
+}
+
+// SendAsync pipelines: many SENDs written before any RECEIPT is awaited reach the broker in the
+// order written, and each Receipt answers once; WithDialer's connection is the one used; a
+// Receipt of a connection that has ended says so without waiting.
+func TestSendAsyncPipelinesInOrder(t *testing.T) {
+	t.Parallel()
+	var dialed atomic.Int32
+	c := dial(t, stompURL(t), WithDialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dialed.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}))
+	require.EqualValues(t, 1, dialed.Load(), "the dialer given is the one used")
+	q := queue(t)
+	const n = 50
+	receipts := make([]*Receipt, n)
+	for i := range receipts {
+		receipts[i] = c.SendAsync(q, []Header{{"persistent", "true"}}, []byte(strconv.Itoa(i)))
+	}
+	for i, r := range receipts {
+		require.NoError(t, r.Wait(testCtx(t, 5*time.Second)), "receipt %d", i)
+	}
+	s := subscribe(t, c, q, SubscribeOptions{Ack: AckAuto})
+	for i := range n {
+		require.Equal(t, strconv.Itoa(i), string(recv(t, s, 5*time.Second).Body))
+	}
+	require.NoError(t, c.Close(testCtx(t, 5*time.Second)))
+	err := c.SendAsync(q, nil, nil).Wait(testCtx(t, time.Second))
+	require.ErrorIs(t, err, ErrClosed)
+	require.NotErrorIs(t, err, ErrOutcomeUnknown, "nothing was written")
 }

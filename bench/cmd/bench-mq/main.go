@@ -234,7 +234,7 @@ func run() error {
 
 // measureProvider runs the scenarios on one provider's broker, the port beside that provider's
 // raw baseline, in a scope of its own, and returns the table's rows. A port that cannot be dialed
-// where its raw baseline could (a provider this build does not have: mq.Dial's "not built yet")
+// where its raw baseline could (a broker refusing the port's login, a build without the provider)
 // gets rows naming why, and the raw rows are measured all the same; the error is returned with
 // them, since the port was not measured.
 func measureProvider(ctx context.Context, o options, provider string) ([]row, error) {
@@ -327,7 +327,7 @@ func measureProvider(ctx context.Context, o options, provider string) ([]row, er
 	type variant struct {
 		name string
 		run  func(mqbench.Params) (mqbench.Run, error)
-		err  error // why it cannot run at all (a provider not built): a row naming it, no runs
+		err  error // why it cannot run at all (the port could not be dialed): a row naming it, no runs
 	}
 	measure := func(n, c int, variants ...variant) {
 		p := o.params(n, c)

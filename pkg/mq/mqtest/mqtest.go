@@ -15,10 +15,10 @@
 // broker refused on a live connection lost; and Defer waits in the route's delay levels (or, below
 // the smallest, in the worker) without spending an attempt.
 //
-// RabbitMQ's provider is in pkg/mq (contract_test.go, its hooks in export_test.go). The STOMP
-// provider's goes beside it: a New that dials the STOMP Broker on a fresh scope of ActiveMQ and
-// a Faults whose hooks act on the STOMP client's connections — freezing reads withholds RECEIPTs,
-// a refused settlement is an ACK of a message-id the broker no longer holds (an ERROR frame).
+// Both providers' runs are in pkg/mq (contract_test.go): RabbitMQ's TestContract, its hooks in
+// export_test.go, and the STOMP provider's TestContractSTOMP on ActiveMQ, its hooks in
+// stomp_export_test.go — freezing reads withholds RECEIPTs, a refused settlement is an ACK of a
+// delivery the broker no longer holds (an ERROR frame).
 package mqtest
 
 import (
@@ -685,10 +685,14 @@ func testRefusedSettleIsLost(t *testing.T, e *env) {
 	assert.Equal(t, "m-refused", receive(t, got, "m-refused"))
 	e.counted(t, "refused", func(c mq.Counters) bool { return c.Lost == 1 }, "the refused settlement")
 	assert.Zero(t, e.b.Counters("refused").Superseded)
+	// Whether the refused settlement also counts Acknowledged is the provider's: RabbitMQ's acks
+	// are not answered, so it was counted when written; a STOMP ACK waits for its RECEIPT.
+	acked := e.b.Counters("refused").Acknowledged
+	assert.LessOrEqual(t, acked, uint64(1))
 
 	require.NoError(t, e.b.Publish(e.ctx, "refused", mq.Outgoing{ID: "m-next"}))
 	assert.Equal(t, "m-next", receive(t, got, "m-next after the refusal"))
-	e.counted(t, "refused", func(c mq.Counters) bool { return c.Acknowledged == 2 })
+	e.counted(t, "refused", func(c mq.Counters) bool { return c.Acknowledged == acked+1 }, "m-next acked")
 	assert.EqualValues(t, 1, e.b.Counters("refused").Lost)
 }
 
