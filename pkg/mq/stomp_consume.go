@@ -37,7 +37,16 @@ type stompJob struct {
 	probe  string
 	gen    uint64 // the generation of the connection that delivered it
 	gotten time.Time
+	// requeues is how many times the message came back as a requeue copy (mq_requeued): the
+	// port's own count, since no broker counts copies (see deadReasonDeliveryLimit).
+	requeues int
 }
+
+// deadReasonDeliveryLimit is the reason of a dead letter the STOMP provider sends once a message
+// came back deliveryLimit times as a requeue copy (the zero Result, a panic): RabbitMQ's broker
+// dead-letters such a message by x-delivery-limit, with this reason, and without a bound a
+// poison message would be copied and acked for ever.
+const deadReasonDeliveryLimit = "delivery_limit"
 
 // stompDone is a worker's report on a job, to the owner goroutine.
 type stompDone struct {
@@ -216,9 +225,17 @@ func (c *stompConsumer) newJob(sub *stompSub, m *stomp.Message) *stompJob {
 	if key == "" {
 		key = "message-id:" + m.MessageID
 	}
-	redelivered := stompValue(m.Headers, "redelivered") == "true" || stompValue(m.Headers, hdrSTOMPRequeued) != ""
+	requeued := stompValue(m.Headers, hdrSTOMPRequeued)
+	redelivered := stompValue(m.Headers, "redelivered") == "true" || requeued != ""
 	j := &stompJob{c: c, sub: sub, m: m, h: h, key: key, gen: m.Generation, gotten: time.Now(),
 		probe: stompValue(m.Headers, hdrSTOMPProbe)}
+	if requeued != "" {
+		// A count; "true" from a port that did not count yet is one.
+		j.requeues = 1
+		if n, err := strconv.Atoi(requeued); err == nil && n > 0 {
+			j.requeues = n
+		}
+	}
 	if ms, err := strconv.ParseInt(stompValue(m.Headers, hdrSTOMPDue), 10, 64); err == nil {
 		j.due = time.UnixMilli(ms)
 	}
@@ -478,6 +495,17 @@ func (c *stompConsumer) process(j *stompJob) stompDone {
 	}
 	// Stopping (the handlers' context ends before the owner closes halt): the subscription's end
 	// returns the delivery, and a copy would stand beside it.
+	if v.act == actRequeue && !c.halted() && c.ctx.Err() == nil && !j.stale() && j.requeues >= deliveryLimit {
+		// The backstop: dead-lettered rather than copied once more. If that copy is not
+		// confirmed, the requeue below goes ahead and the next delivery tries again.
+		log := c.log.With(zap.String("message_id", j.msg.ID), zap.Int("attempt", j.msg.Attempt))
+		log.Error("mq message returned to the broker too many times without a result; dead-lettering",
+			zap.Int("requeues", j.requeues))
+		if dl := c.rules.deadLetter(j, log, deadReasonDeliveryLimit,
+			fmt.Errorf("returned to the broker %d times without a result", j.requeues)); dl.act != actRequeue {
+			v = dl
+		}
+	}
 	if v.act == actRequeue && !c.halted() && c.ctx.Err() == nil && !j.stale() {
 		if err := c.requeueCopy(j); err != nil {
 			c.log.Warn("mq requeue copy not confirmed; recycling the subscription to return the delivery",
@@ -498,7 +526,7 @@ func (c *stompConsumer) hold(j *stompJob) bool {
 }
 
 // requeueCopy returns a delivery to the broker the STOMP way: a copy, same attempt and headers,
-// marked redelivered, sent to the work queue and confirmed.
+// marked redelivered with the count of its requeues, sent to the work queue and confirmed.
 func (c *stompConsumer) requeueCopy(j *stompJob) error {
 	ctx, cancel := c.copyContext()
 	defer cancel()
@@ -507,7 +535,7 @@ func (c *stompConsumer) requeueCopy(j *stompJob) error {
 	if err != nil {
 		return err
 	}
-	hs = append(hs, stomp.Header{Key: hdrSTOMPRequeued, Value: "true"})
+	hs = append(hs, stomp.Header{Key: hdrSTOMPRequeued, Value: strconv.Itoa(j.requeues + 1)})
 	return c.b.sendCopy(ctx, dest(c.top.queue), hs, j.m.Body)
 }
 

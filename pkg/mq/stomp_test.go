@@ -452,3 +452,37 @@ func TestSTOMPDrainLetsInFlightHandlersFinish(t *testing.T) {
 	assert.Zero(t, b.Counters("drain").Lost+b.Counters("drain").Superseded)
 	assert.Equal(t, 0, f.Depth(t, b.QueueName("drain")))
 }
+
+// A message that is never settled (here: always the zero Result) does not loop for ever. Each
+// requeue is a copy the port sends, so no broker counts them (RabbitMQ's x-delivery-limit does
+// for its provider): the copy carries the count, and at deliveryLimit the delivery is
+// dead-lettered, saying why, as RabbitMQ's broker does.
+func TestSTOMPRequeueLimitBackstop(t *testing.T) {
+	t.Parallel()
+	b, _, ctx := stompEnv(t)
+	require.NoError(t, b.Declare(ctx, Route{Name: "poison"}))
+	var calls atomic.Int32
+	stompConsume(t, ctx, b, "poison", 1, func(context.Context, *Message) Result {
+		calls.Add(1)
+		return Result{}
+	})
+	require.NoError(t, b.Publish(ctx, "poison", Outgoing{ID: "m-poison", Headers: map[string]any{"k": "v"}}))
+
+	var dls []DeadLetter
+	require.Eventually(t, func() bool {
+		var err error
+		dls, err = b.DeadLetters(ctx, "poison", 10)
+		return err == nil && len(dls) == 1
+	}, waitFor, 20*time.Millisecond, "the requeued message was never dead-lettered")
+	dl := dls[0]
+	assert.Equal(t, "m-poison", dl.ID)
+	assert.Equal(t, "delivery_limit", dl.Reason)
+	assert.Equal(t, b.QueueName("poison"), dl.SourceQueue)
+	assert.Equal(t, "v", dl.Headers["k"], "the application's headers kept")
+	assert.EqualValues(t, deliveryLimit+1, calls.Load(), "first delivery plus %d requeues", deliveryLimit)
+	c := b.Counters("poison")
+	assert.EqualValues(t, deliveryLimit, c.Requeued)
+	assert.EqualValues(t, 1, c.DeadLettered)
+	assert.Zero(t, c.Rejected, "the broker-side backstop is no Reject")
+	assert.Zero(t, c.Lost)
+}
