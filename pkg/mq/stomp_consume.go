@@ -22,6 +22,12 @@ type stompSub struct {
 	s    *stomp.Subscription
 	inst uint64 // the consumer's count of its subscriptions: "the consumer was replaced"
 	dead atomic.Bool
+	// acking orders a worker's acknowledgement against the subscription's end: a worker holds it
+	// (read) from its supersession checks until its ACK is written, the owner (write) to mark the
+	// subscription dead before its UNSUBSCRIBE. An ACK written after the UNSUBSCRIBE names a
+	// delivery the subscription no longer holds: Artemis answers it with an ERROR and closes the
+	// connection (voiding every other ACK in flight), and Classic delivers the message again.
+	acking sync.RWMutex
 }
 
 // stompJob is one delivery on its way to, or in, a worker.
@@ -288,9 +294,20 @@ func (c *stompConsumer) subscribe(ctx context.Context) (*stompSub, error) {
 }
 
 // retire marks sub replaced and drops its queued jobs, counting them superseded: the broker
-// returns them when the subscription ends.
-func (c *stompConsumer) retire(sub *stompSub) int {
-	sub.dead.Store(true)
+// returns them when the subscription ends. wait: sub's connection lives on, so the ACKs workers
+// are writing on it are let through first (what follows is an UNSUBSCRIBE); a lost connection
+// voids them anyway.
+func (c *stompConsumer) retire(sub *stompSub, wait bool) int {
+	if wait {
+		if h := c.b.hooks().stompRetiring; h != nil {
+			h()
+		}
+		sub.acking.Lock()
+		sub.dead.Store(true)
+		sub.acking.Unlock()
+	} else {
+		sub.dead.Store(true)
+	}
 	c.curInst.CompareAndSwap(sub.inst, 0)
 	kept := c.queue[:0]
 	dropped := 0
@@ -312,7 +329,7 @@ func (c *stompConsumer) retire(sub *stompSub) int {
 // lose retires a subscription whose channel closed: its connection ended (a network fault, a
 // heart-beat timeout, an ERROR frame). The broker returns everything unacknowledged on it.
 func (c *stompConsumer) lose(sub *stompSub) {
-	dropped := c.retire(sub)
+	dropped := c.retire(sub, false)
 	err := sub.conn.Err()
 	c.log.Warn("mq consumer lost its connection; resubscribing", zap.Uint64("generation", sub.conn.Generation()),
 		zap.Int("superseded", dropped), zap.Error(err))
@@ -326,7 +343,7 @@ func (c *stompConsumer) lose(sub *stompSub) {
 // unacknowledged — with every other one sub holds, whose settlements are then superseded — and
 // the loop subscribes again.
 func (c *stompConsumer) recycle(ctx context.Context, sub *stompSub) {
-	dropped := c.retire(sub)
+	dropped := c.retire(sub, true)
 	c.log.Warn("mq consumer recycling its subscription to return a delivery", zap.Int("superseded", dropped))
 	uctx, cancel := context.WithTimeout(ctx, c.grace)
 	defer cancel()
@@ -550,20 +567,26 @@ func (c *stompConsumer) settle(j *stompJob, v verdict, probe bool) (recycle bool
 			c.st.inc(e)
 		}
 	}
+	// Held from the checks until the ACK is written: a recycle's UNSUBSCRIBE goes after it.
+	j.sub.acking.RLock()
 	switch {
 	case v.act == actNone || j.stale():
+		j.sub.acking.RUnlock()
 		count(evSuperseded)
 		return false
 	case v.act == actRequeue:
+		j.sub.acking.RUnlock()
 		count(v.ev)
 		return false
 	}
 	if h := c.b.hooks().stompSettling; h != nil && !probe {
 		h(j.sub.conn, j.m)
 	}
+	r := j.sub.conn.Post(&stomp.Frame{Command: "ACK", Headers: []stomp.Header{{Key: "id", Value: j.m.AckID}}})
+	j.sub.acking.RUnlock()
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 	defer cancel()
-	err := j.sub.conn.Ack(ctx, j.m.AckID)
+	err := r.Wait(ctx)
 	if err == nil {
 		count(v.ev)
 		if v.rejected {

@@ -486,3 +486,77 @@ func TestSTOMPRequeueLimitBackstop(t *testing.T) {
 	assert.Zero(t, c.Rejected, "the broker-side backstop is no Reject")
 	assert.Zero(t, c.Lost)
 }
+
+// A subscription recycled while another worker is acknowledging one of its deliveries: that
+// worker passed the supersession checks, so its ACK must reach the broker before the UNSUBSCRIBE.
+// An ACK written after it names a delivery the broker no longer holds on that subscription:
+// ActiveMQ answers with an ERROR and closes the connection, voiding every other acknowledgement in
+// flight on it, and the acknowledged message comes back to be handled again.
+func TestSTOMPRecycleWaitsForAcknowledgementsInFlight(t *testing.T) {
+	t.Parallel()
+	b, f, ctx := stompEnv(t)
+	require.NoError(t, b.Declare(ctx, Route{Name: "recycled"}))
+	var mu sync.Mutex
+	calls := map[string]int{}
+	aSettling, resubscribed, retiring := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var subscriptions atomic.Int32
+	var onceRetiring sync.Once
+	hooks := b.cfg.hooks
+	faultSettling := hooks.stompSettling
+	hooks.subscribed = func(string, uint64) {
+		if subscriptions.Add(1) == 2 {
+			close(resubscribed)
+		}
+	}
+	hooks.stompRetiring = func() { onceRetiring.Do(func() { close(retiring) }) }
+	var onceA sync.Once
+	hooks.stompSettling = func(conn *stomp.Conn, m *stomp.Message) {
+		faultSettling(conn, m)
+		if stompValue(m.Headers, hdrSTOMPID) != "a" {
+			return
+		}
+		onceA.Do(func() {
+			close(aSettling)
+			// Held past its checks until the owner recycles the subscription: until it waits for
+			// this ACK, or (without that wait) until it has subscribed again.
+			select {
+			case <-retiring:
+			case <-resubscribed:
+			case <-ctx.Done():
+			}
+		})
+	}
+	// Published before the consumer starts: b's withheld copy freezes the publishing connection.
+	for _, err := range b.PublishAll(ctx, "recycled", []Outgoing{{ID: "a"}, {ID: "b"}}) {
+		require.NoError(t, err)
+	}
+	stompConsume(t, ctx, b, "recycled", 2, func(_ context.Context, m *Message) Result {
+		mu.Lock()
+		calls[m.ID]++
+		n := calls[m.ID]
+		mu.Unlock()
+		if m.ID == "b" && n == 1 {
+			select {
+			case <-aSettling:
+			case <-ctx.Done():
+			}
+			f.WithholdCopyConfirm(t) // b's requeue copy: the subscription is recycled to return b
+			return Result{}
+		}
+		return Ack()
+	})
+	// b comes back (the original, returned by the recycle, and its copy, which reached the broker
+	// though its RECEIPT was withheld) and every delivery but b's first is acknowledged. a came
+	// back with b, had its ACK gone after the UNSUBSCRIBE.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls["b"] >= 2 && int(b.Counters("recycled").Acknowledged) == calls["a"]+calls["b"]-1
+	}, waitFor, 10*time.Millisecond, "b came back through the recycled subscription and was acknowledged")
+	assert.Zero(t, f.Depth(t, b.QueueName("recycled")))
+	c := b.Counters("recycled")
+	assert.Zero(t, c.Lost, "a's ACK was refused")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 1, calls["a"], "a was acknowledged once and not handled again")
+}
