@@ -560,3 +560,42 @@ func TestSTOMPRecycleWaitsForAcknowledgementsInFlight(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, 1, calls["a"], "a was acknowledged once and not handled again")
 }
+
+// A dead letter another producer sent (no mq_id) is listed under the broker's message-id, and
+// Discard and Redrive take it by that id, as they take the port's by theirs.
+func TestSTOMPForeignDeadLetterByItsListedID(t *testing.T) {
+	t.Parallel()
+	b, f, ctx := stompEnv(t)
+	require.NoError(t, b.Declare(ctx, Route{Name: "foreign"}))
+	conn, err := stomp.Dial(ctx, f.url)
+	require.NoError(t, err)
+	defer conn.Close(ctx) //nolint:errcheck // the test's own
+	dlq := b.QueueName("foreign") + ".dlq"
+	for _, body := range []string{"redrive me", "discard me"} {
+		require.NoError(t, conn.Send(ctx, dest(dlq), []stomp.Header{{Key: "persistent", Value: "true"}}, []byte(body)))
+	}
+	dls, err := b.DeadLetters(ctx, "foreign", 10)
+	require.NoError(t, err)
+	require.Len(t, dls, 2)
+	require.NotEmpty(t, dls[0].ID)
+
+	n, err := b.Discard(ctx, "foreign", []string{dls[1].ID})
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "discarded by the id DeadLetters listed")
+	n, err = b.Redrive(ctx, "foreign", []string{dls[0].ID})
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "redriven by the id DeadLetters listed")
+	assert.Zero(t, f.Depth(t, dlq))
+	got := make(chan *Message, 1)
+	stompConsume(t, ctx, b, "foreign", 1, func(_ context.Context, m *Message) Result {
+		got <- m
+		return Ack()
+	})
+	select {
+	case m := <-got:
+		assert.Equal(t, "redrive me", string(m.Body))
+		assert.Equal(t, dls[0].ID, m.ID, "the redriven copy keeps the listed id")
+	case <-ctx.Done():
+		t.Fatal("the redriven message never came")
+	}
+}
