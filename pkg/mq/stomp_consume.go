@@ -98,7 +98,8 @@ type stompConsumer struct {
 // a STOMP NACK does not redeliver (ActiveMQ Classic sends the message to ActiveMQ.DLQ, Artemis
 // drops it), and an unacknowledged delivery comes back only when its subscription ends. If that
 // copy is not confirmed, the original is left unacknowledged and the subscription recycled, which
-// returns it. When the consumer stops, deliveries returned to the broker are simply left
+// returns it. A message returned deliveryLimit times so is dead-lettered instead
+// (deadReasonDeliveryLimit). When the consumer stops, deliveries returned to the broker are simply left
 // unacknowledged: the subscription's end returns them. Stopping is as on RabbitMQ ([Drain] too),
 // but for one thing: the deliveries taken and not started go back to the broker only when the
 // consumer disconnects, once its running handlers are settled (an UNSUBSCRIBE before would void
