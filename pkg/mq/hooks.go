@@ -25,6 +25,9 @@ type testHooks struct {
 	settling func(route string, d *amqp.Delivery)
 	// stompSettling runs on a STOMP worker before it acknowledges a delivery of conn.
 	stompSettling func(conn *stomp.Conn, m *stomp.Message)
+	// stompRetiring runs on a STOMP consumer's owner goroutine when it retires a subscription and
+	// is about to wait for the acknowledgements its workers are writing on it.
+	stompRetiring func()
 	// settled runs on the owner goroutine after an ack or nack the broker accepted.
 	settled func(route, messageID string, ev event)
 	// declared runs after queues were declared (created, or found to exist): tests must not

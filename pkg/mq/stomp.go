@@ -79,7 +79,8 @@ const (
 	// hdrSTOMPDue is when a scheduled copy is due, epoch milliseconds: the consumer holds an
 	// earlier arrival until then.
 	hdrSTOMPDue = "mq_due"
-	// hdrSTOMPRequeued marks a copy that returned a delivery to the broker: Message.Redelivered.
+	// hdrSTOMPRequeued marks a copy that returned a delivery to the broker (Message.Redelivered) and
+	// counts such returns, for the backstop (deadReasonDeliveryLimit).
 	hdrSTOMPRequeued = "mq_requeued"
 	// hdrSTOMPTypes names the headers whose values are not strings, and their types
 	// ("x-delivery-attempt=i,flag=b"): STOMP headers are text.

@@ -115,7 +115,9 @@ func (b *STOMP) DeadLetters(ctx context.Context, route string, limit int) ([]Dea
 	return out, nil
 }
 
-// idSelector selects the messages whose id is one of ids (every message when ids is empty).
+// idSelector selects the messages whose id is one of ids (every message when ids is empty): the
+// id DeadLetters lists, which is mq_id for a message of the port and the broker's message-id
+// (JMSMessageID to a selector) for one another producer sent.
 func idSelector(ids []string) string {
 	if len(ids) == 0 {
 		return ""
@@ -124,7 +126,8 @@ func idSelector(ids []string) string {
 	for i, id := range ids {
 		q[i] = selectorString(id)
 	}
-	return hdrSTOMPID + " IN (" + strings.Join(q, ", ") + ")"
+	in := " IN (" + strings.Join(q, ", ") + ")"
+	return "(" + hdrSTOMPID + in + ") OR (" + hdrSTOMPID + " IS NULL AND JMSMessageID" + in + ")"
 }
 
 // takeDLQ consumes, one at a time, the messages of a route's DLQ whose ids are in ids (all when

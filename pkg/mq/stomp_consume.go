@@ -22,6 +22,12 @@ type stompSub struct {
 	s    *stomp.Subscription
 	inst uint64 // the consumer's count of its subscriptions: "the consumer was replaced"
 	dead atomic.Bool
+	// acking orders a worker's acknowledgement against the subscription's end: a worker holds it
+	// (read) from its supersession checks until its ACK is written, the owner (write) to mark the
+	// subscription dead before its UNSUBSCRIBE. An ACK written after the UNSUBSCRIBE names a
+	// delivery the subscription no longer holds: Artemis answers it with an ERROR and closes the
+	// connection (voiding every other ACK in flight), and Classic delivers the message again.
+	acking sync.RWMutex
 }
 
 // stompJob is one delivery on its way to, or in, a worker.
@@ -37,7 +43,16 @@ type stompJob struct {
 	probe  string
 	gen    uint64 // the generation of the connection that delivered it
 	gotten time.Time
+	// requeues is how many times the message came back as a requeue copy (mq_requeued): the
+	// port's own count, since no broker counts copies (see deadReasonDeliveryLimit).
+	requeues int
 }
+
+// deadReasonDeliveryLimit is the reason of a dead letter the STOMP provider sends once a message
+// came back deliveryLimit times as a requeue copy (the zero Result, a panic): RabbitMQ's broker
+// dead-letters such a message by x-delivery-limit, with this reason, and without a bound a
+// poison message would be copied and acked for ever.
+const deadReasonDeliveryLimit = "delivery_limit"
 
 // stompDone is a worker's report on a job, to the owner goroutine.
 type stompDone struct {
@@ -83,7 +98,8 @@ type stompConsumer struct {
 // a STOMP NACK does not redeliver (ActiveMQ Classic sends the message to ActiveMQ.DLQ, Artemis
 // drops it), and an unacknowledged delivery comes back only when its subscription ends. If that
 // copy is not confirmed, the original is left unacknowledged and the subscription recycled, which
-// returns it. When the consumer stops, deliveries returned to the broker are simply left
+// returns it. A message returned deliveryLimit times so is dead-lettered instead
+// (deadReasonDeliveryLimit). When the consumer stops, deliveries returned to the broker are simply left
 // unacknowledged: the subscription's end returns them. Stopping is as on RabbitMQ ([Drain] too),
 // but for one thing: the deliveries taken and not started go back to the broker only when the
 // consumer disconnects, once its running handlers are settled (an UNSUBSCRIBE before would void
@@ -216,9 +232,17 @@ func (c *stompConsumer) newJob(sub *stompSub, m *stomp.Message) *stompJob {
 	if key == "" {
 		key = "message-id:" + m.MessageID
 	}
-	redelivered := stompValue(m.Headers, "redelivered") == "true" || stompValue(m.Headers, hdrSTOMPRequeued) != ""
+	requeued := stompValue(m.Headers, hdrSTOMPRequeued)
+	redelivered := stompValue(m.Headers, "redelivered") == "true" || requeued != ""
 	j := &stompJob{c: c, sub: sub, m: m, h: h, key: key, gen: m.Generation, gotten: time.Now(),
 		probe: stompValue(m.Headers, hdrSTOMPProbe)}
+	if requeued != "" {
+		// A count; "true" from a port that did not count yet is one.
+		j.requeues = 1
+		if n, err := strconv.Atoi(requeued); err == nil && n > 0 {
+			j.requeues = n
+		}
+	}
 	if ms, err := strconv.ParseInt(stompValue(m.Headers, hdrSTOMPDue), 10, 64); err == nil {
 		j.due = time.UnixMilli(ms)
 	}
@@ -271,9 +295,20 @@ func (c *stompConsumer) subscribe(ctx context.Context) (*stompSub, error) {
 }
 
 // retire marks sub replaced and drops its queued jobs, counting them superseded: the broker
-// returns them when the subscription ends.
-func (c *stompConsumer) retire(sub *stompSub) int {
-	sub.dead.Store(true)
+// returns them when the subscription ends. wait: sub's connection lives on, so the ACKs workers
+// are writing on it are let through first (what follows is an UNSUBSCRIBE); a lost connection
+// voids them anyway.
+func (c *stompConsumer) retire(sub *stompSub, wait bool) int {
+	if wait {
+		if h := c.b.hooks().stompRetiring; h != nil {
+			h()
+		}
+		sub.acking.Lock()
+		sub.dead.Store(true)
+		sub.acking.Unlock()
+	} else {
+		sub.dead.Store(true)
+	}
 	c.curInst.CompareAndSwap(sub.inst, 0)
 	kept := c.queue[:0]
 	dropped := 0
@@ -295,7 +330,7 @@ func (c *stompConsumer) retire(sub *stompSub) int {
 // lose retires a subscription whose channel closed: its connection ended (a network fault, a
 // heart-beat timeout, an ERROR frame). The broker returns everything unacknowledged on it.
 func (c *stompConsumer) lose(sub *stompSub) {
-	dropped := c.retire(sub)
+	dropped := c.retire(sub, false)
 	err := sub.conn.Err()
 	c.log.Warn("mq consumer lost its connection; resubscribing", zap.Uint64("generation", sub.conn.Generation()),
 		zap.Int("superseded", dropped), zap.Error(err))
@@ -309,7 +344,7 @@ func (c *stompConsumer) lose(sub *stompSub) {
 // unacknowledged — with every other one sub holds, whose settlements are then superseded — and
 // the loop subscribes again.
 func (c *stompConsumer) recycle(ctx context.Context, sub *stompSub) {
-	dropped := c.retire(sub)
+	dropped := c.retire(sub, true)
 	c.log.Warn("mq consumer recycling its subscription to return a delivery", zap.Int("superseded", dropped))
 	uctx, cancel := context.WithTimeout(ctx, c.grace)
 	defer cancel()
@@ -478,6 +513,17 @@ func (c *stompConsumer) process(j *stompJob) stompDone {
 	}
 	// Stopping (the handlers' context ends before the owner closes halt): the subscription's end
 	// returns the delivery, and a copy would stand beside it.
+	if v.act == actRequeue && !c.halted() && c.ctx.Err() == nil && !j.stale() && j.requeues >= deliveryLimit {
+		// The backstop: dead-lettered rather than copied once more. If that copy is not
+		// confirmed, the requeue below goes ahead and the next delivery tries again.
+		log := c.log.With(zap.String("message_id", j.msg.ID), zap.Int("attempt", j.msg.Attempt))
+		log.Error("mq message returned to the broker too many times without a result; dead-lettering",
+			zap.Int("requeues", j.requeues))
+		if dl := c.rules.deadLetter(j, log, deadReasonDeliveryLimit,
+			fmt.Errorf("returned to the broker %d times without a result", j.requeues)); dl.act != actRequeue {
+			v = dl
+		}
+	}
 	if v.act == actRequeue && !c.halted() && c.ctx.Err() == nil && !j.stale() {
 		if err := c.requeueCopy(j); err != nil {
 			c.log.Warn("mq requeue copy not confirmed; recycling the subscription to return the delivery",
@@ -498,7 +544,7 @@ func (c *stompConsumer) hold(j *stompJob) bool {
 }
 
 // requeueCopy returns a delivery to the broker the STOMP way: a copy, same attempt and headers,
-// marked redelivered, sent to the work queue and confirmed.
+// marked redelivered with the count of its requeues, sent to the work queue and confirmed.
 func (c *stompConsumer) requeueCopy(j *stompJob) error {
 	ctx, cancel := c.copyContext()
 	defer cancel()
@@ -507,7 +553,7 @@ func (c *stompConsumer) requeueCopy(j *stompJob) error {
 	if err != nil {
 		return err
 	}
-	hs = append(hs, stomp.Header{Key: hdrSTOMPRequeued, Value: "true"})
+	hs = append(hs, stomp.Header{Key: hdrSTOMPRequeued, Value: strconv.Itoa(j.requeues + 1)})
 	return c.b.sendCopy(ctx, dest(c.top.queue), hs, j.m.Body)
 }
 
@@ -522,20 +568,26 @@ func (c *stompConsumer) settle(j *stompJob, v verdict, probe bool) (recycle bool
 			c.st.inc(e)
 		}
 	}
+	// Held from the checks until the ACK is written: a recycle's UNSUBSCRIBE goes after it.
+	j.sub.acking.RLock()
 	switch {
 	case v.act == actNone || j.stale():
+		j.sub.acking.RUnlock()
 		count(evSuperseded)
 		return false
 	case v.act == actRequeue:
+		j.sub.acking.RUnlock()
 		count(v.ev)
 		return false
 	}
 	if h := c.b.hooks().stompSettling; h != nil && !probe {
 		h(j.sub.conn, j.m)
 	}
+	r := j.sub.conn.Post(&stomp.Frame{Command: "ACK", Headers: []stomp.Header{{Key: "id", Value: j.m.AckID}}})
+	j.sub.acking.RUnlock()
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 	defer cancel()
-	err := j.sub.conn.Ack(ctx, j.m.AckID)
+	err := r.Wait(ctx)
 	if err == nil {
 		count(v.ev)
 		if v.rejected {

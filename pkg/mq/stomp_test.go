@@ -452,3 +452,150 @@ func TestSTOMPDrainLetsInFlightHandlersFinish(t *testing.T) {
 	assert.Zero(t, b.Counters("drain").Lost+b.Counters("drain").Superseded)
 	assert.Equal(t, 0, f.Depth(t, b.QueueName("drain")))
 }
+
+// A message that is never settled (here: always the zero Result) does not loop for ever. Each
+// requeue is a copy the port sends, so no broker counts them (RabbitMQ's x-delivery-limit does
+// for its provider): the copy carries the count, and at deliveryLimit the delivery is
+// dead-lettered, saying why, as RabbitMQ's broker does.
+func TestSTOMPRequeueLimitBackstop(t *testing.T) {
+	t.Parallel()
+	b, _, ctx := stompEnv(t)
+	require.NoError(t, b.Declare(ctx, Route{Name: "poison"}))
+	var calls atomic.Int32
+	stompConsume(t, ctx, b, "poison", 1, func(context.Context, *Message) Result {
+		calls.Add(1)
+		return Result{}
+	})
+	require.NoError(t, b.Publish(ctx, "poison", Outgoing{ID: "m-poison", Headers: map[string]any{"k": "v"}}))
+
+	var dls []DeadLetter
+	require.Eventually(t, func() bool {
+		var err error
+		dls, err = b.DeadLetters(ctx, "poison", 10)
+		return err == nil && len(dls) == 1
+	}, waitFor, 20*time.Millisecond, "the requeued message was never dead-lettered")
+	dl := dls[0]
+	assert.Equal(t, "m-poison", dl.ID)
+	assert.Equal(t, "delivery_limit", dl.Reason)
+	assert.Equal(t, b.QueueName("poison"), dl.SourceQueue)
+	assert.Equal(t, "v", dl.Headers["k"], "the application's headers kept")
+	assert.EqualValues(t, deliveryLimit+1, calls.Load(), "first delivery plus %d requeues", deliveryLimit)
+	c := b.Counters("poison")
+	assert.EqualValues(t, deliveryLimit, c.Requeued)
+	assert.EqualValues(t, 1, c.DeadLettered)
+	assert.Zero(t, c.Rejected, "the broker-side backstop is no Reject")
+	assert.Zero(t, c.Lost)
+}
+
+// A subscription recycled while another worker is acknowledging one of its deliveries: that
+// worker passed the supersession checks, so its ACK must reach the broker before the UNSUBSCRIBE.
+// An ACK written after it names a delivery the broker no longer holds on that subscription:
+// ActiveMQ answers with an ERROR and closes the connection, voiding every other acknowledgement in
+// flight on it, and the acknowledged message comes back to be handled again.
+func TestSTOMPRecycleWaitsForAcknowledgementsInFlight(t *testing.T) {
+	t.Parallel()
+	b, f, ctx := stompEnv(t)
+	require.NoError(t, b.Declare(ctx, Route{Name: "recycled"}))
+	var mu sync.Mutex
+	calls := map[string]int{}
+	aSettling, resubscribed, retiring := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var subscriptions atomic.Int32
+	var onceRetiring sync.Once
+	hooks := b.cfg.hooks
+	faultSettling := hooks.stompSettling
+	hooks.subscribed = func(string, uint64) {
+		if subscriptions.Add(1) == 2 {
+			close(resubscribed)
+		}
+	}
+	hooks.stompRetiring = func() { onceRetiring.Do(func() { close(retiring) }) }
+	var onceA sync.Once
+	hooks.stompSettling = func(conn *stomp.Conn, m *stomp.Message) {
+		faultSettling(conn, m)
+		if stompValue(m.Headers, hdrSTOMPID) != "a" {
+			return
+		}
+		onceA.Do(func() {
+			close(aSettling)
+			// Held past its checks until the owner recycles the subscription: until it waits for
+			// this ACK, or (without that wait) until it has subscribed again.
+			select {
+			case <-retiring:
+			case <-resubscribed:
+			case <-ctx.Done():
+			}
+		})
+	}
+	// Published before the consumer starts: b's withheld copy freezes the publishing connection.
+	for _, err := range b.PublishAll(ctx, "recycled", []Outgoing{{ID: "a"}, {ID: "b"}}) {
+		require.NoError(t, err)
+	}
+	stompConsume(t, ctx, b, "recycled", 2, func(_ context.Context, m *Message) Result {
+		mu.Lock()
+		calls[m.ID]++
+		n := calls[m.ID]
+		mu.Unlock()
+		if m.ID == "b" && n == 1 {
+			select {
+			case <-aSettling:
+			case <-ctx.Done():
+			}
+			f.WithholdCopyConfirm(t) // b's requeue copy: the subscription is recycled to return b
+			return Result{}
+		}
+		return Ack()
+	})
+	// b comes back (the original, returned by the recycle, and its copy, which reached the broker
+	// though its RECEIPT was withheld) and every delivery but b's first is acknowledged. a came
+	// back with b, had its ACK gone after the UNSUBSCRIBE.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls["b"] >= 2 && int(b.Counters("recycled").Acknowledged) == calls["a"]+calls["b"]-1
+	}, waitFor, 10*time.Millisecond, "b came back through the recycled subscription and was acknowledged")
+	assert.Zero(t, f.Depth(t, b.QueueName("recycled")))
+	c := b.Counters("recycled")
+	assert.Zero(t, c.Lost, "a's ACK was refused")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 1, calls["a"], "a was acknowledged once and not handled again")
+}
+
+// A dead letter another producer sent (no mq_id) is listed under the broker's message-id, and
+// Discard and Redrive take it by that id, as they take the port's by theirs.
+func TestSTOMPForeignDeadLetterByItsListedID(t *testing.T) {
+	t.Parallel()
+	b, f, ctx := stompEnv(t)
+	require.NoError(t, b.Declare(ctx, Route{Name: "foreign"}))
+	conn, err := stomp.Dial(ctx, f.url)
+	require.NoError(t, err)
+	defer conn.Close(ctx) //nolint:errcheck // the test's own
+	dlq := b.QueueName("foreign") + ".dlq"
+	for _, body := range []string{"redrive me", "discard me"} {
+		require.NoError(t, conn.Send(ctx, dest(dlq), []stomp.Header{{Key: "persistent", Value: "true"}}, []byte(body)))
+	}
+	dls, err := b.DeadLetters(ctx, "foreign", 10)
+	require.NoError(t, err)
+	require.Len(t, dls, 2)
+	require.NotEmpty(t, dls[0].ID)
+
+	n, err := b.Discard(ctx, "foreign", []string{dls[1].ID})
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "discarded by the id DeadLetters listed")
+	n, err = b.Redrive(ctx, "foreign", []string{dls[0].ID})
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "redriven by the id DeadLetters listed")
+	assert.Zero(t, f.Depth(t, dlq))
+	got := make(chan *Message, 1)
+	stompConsume(t, ctx, b, "foreign", 1, func(_ context.Context, m *Message) Result {
+		got <- m
+		return Ack()
+	})
+	select {
+	case m := <-got:
+		assert.Equal(t, "redrive me", string(m.Body))
+		assert.Equal(t, dls[0].ID, m.ID, "the redriven copy keeps the listed id")
+	case <-ctx.Done():
+		t.Fatal("the redriven message never came")
+	}
+}

@@ -419,6 +419,17 @@ func (p *proxy) freeze() {
 	p.mu.Unlock()
 }
 
+// thaw relays again what a freeze held, in order.
+func (p *proxy) thaw() {
+	p.mu.Lock()
+	frozen := p.frozen
+	p.frozen = false
+	p.mu.Unlock()
+	if frozen {
+		p.gate.Unlock()
+	}
+}
+
 func (p *proxy) pendingBytes() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -496,4 +507,27 @@ func TestSendAsyncPipelinesInOrder(t *testing.T) {
 	err := c.SendAsync(q, nil, nil).Wait(testCtx(t, time.Second))
 	require.ErrorIs(t, err, ErrClosed)
 	require.NotErrorIs(t, err, ErrOutcomeUnknown, "nothing was written")
+}
+
+// A SUBSCRIBE whose RECEIPT does not come in time may still reach the broker: the client ends it
+// there too (an UNSUBSCRIBE after it, in order), or the broker would hold, unacknowledged, the
+// messages it dispatches to a subscription id the client ignores, for the connection's life.
+func TestSubscribeOutcomeUnknownLeavesNoSubscription(t *testing.T) {
+	t.Parallel()
+	u := stompURL(t)
+	p := newProxy(t, u)
+	c := dial(t, p.url)
+	q := queue(t)
+	p.freeze()
+	_, err := c.Subscribe(testCtx(t, 200*time.Millisecond), q, SubscribeOptions{Ack: AckClientIndividual, Prefetch: 1})
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	p.thaw()
+	// On the same connection, after the SUBSCRIBE: once its RECEIPT is back, a subscription the
+	// broker kept has had the message dispatched to it.
+	send(t, c, q, "held?", Header{"persistent", "true"})
+
+	other := dial(t, u)
+	m := recv(t, subscribe(t, other, q, SubscribeOptions{}), 5*time.Second)
+	require.Equal(t, "held?", string(m.Body), "the message went to a subscription the client had given up")
+	require.NoError(t, other.Ack(testCtx(t, 5*time.Second), m.AckID))
 }

@@ -2,6 +2,7 @@ package stomp
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 )
@@ -55,7 +56,9 @@ type Subscription struct {
 	stop  chan struct{}
 }
 
-// Subscribe sends SUBSCRIBE with a receipt and returns once the broker has confirmed it.
+// Subscribe sends SUBSCRIBE with a receipt and returns once the broker has confirmed it. When the
+// RECEIPT does not come (an error wrapping [ErrOutcomeUnknown]), an UNSUBSCRIBE follows it, so
+// the broker keeps no subscription the caller was told failed.
 func (c *Conn) Subscribe(ctx context.Context, dest string, o SubscribeOptions) (*Subscription, error) {
 	if o.Ack == "" {
 		o.Ack = AckClientIndividual
@@ -91,6 +94,13 @@ func (c *Conn) Subscribe(ctx context.Context, dest string, o SubscribeOptions) (
 	go s.pump()
 	if err := c.Request(ctx, f); err != nil {
 		c.dropSub(s.ID)
+		if errors.Is(err, ErrOutcomeUnknown) {
+			// The SUBSCRIBE may have reached the broker: end it there too (frames keep their
+			// order), or the broker would dispatch to an id this client ignores and, with a client
+			// ack, hold those messages unacknowledged for the connection's life. On a connection
+			// that ended, nothing is written and nothing is held.
+			_ = c.Write(&Frame{Command: "UNSUBSCRIBE", Headers: []Header{{"id", s.ID}}})
+		}
 		return nil, err
 	}
 	return s, nil
