@@ -60,6 +60,8 @@ type options struct {
 	providers   []string
 	url         string
 	n, failN    int
+	stompN      int // -n and -fail-n on a STOMP broker
+	stompFailN  int
 	reps        int
 	conc        []int
 	failConc    []int
@@ -92,6 +94,10 @@ func parseFlags() (options, error) {
 	flag.StringVar(&o.url, "url", "", "broker URL of the one provider measured (default: $INTEGRATIONS_AMQP_URL for rabbitmq, $INTEGRATIONS_STOMP_URL for stomp)")
 	flag.IntVar(&o.n, "n", 20000, "messages per run (baseline and ack path)")
 	flag.IntVar(&o.failN, "fail-n", 5000, "messages per failed-path run")
+	// ActiveMQ settles ~50 messages a second per handler when each ACK awaits its RECEIPT, as the
+	// STOMP provider's do: RabbitMQ's counts would take 400 s a run at one handler, past -timeout.
+	flag.IntVar(&o.stompN, "stomp-n", 3000, "-n on a STOMP broker")
+	flag.IntVar(&o.stompFailN, "stomp-fail-n", 600, "-fail-n on a STOMP broker")
 	flag.IntVar(&o.reps, "r", 3, "repetitions per scenario; the median is reported")
 	flag.StringVar(&conc, "c", "1,8,32,64", "handler concurrencies for the baseline and the ack path")
 	flag.StringVar(&failConc, "fail-c", "1,8,32,64", "handler concurrencies for the failed path")
@@ -116,8 +122,8 @@ func parseFlags() (options, error) {
 	if o.failConc, err = flagx.Ints(failConc); err != nil {
 		return o, fmt.Errorf("-fail-c: %w", err)
 	}
-	if o.n < 1 || o.failN < 1 || o.reps < 1 {
-		return o, errors.New("-n, -fail-n and -r must be positive")
+	if o.n < 1 || o.failN < 1 || o.stompN < 1 || o.stompFailN < 1 || o.reps < 1 {
+		return o, errors.New("-n, -fail-n, -stomp-n, -stomp-fail-n and -r must be positive")
 	}
 	if o.scenarios, err = flagx.Set(scen, "raw-ack", "port-ack", "raw-fail", "port-fail"); err != nil {
 		return o, fmt.Errorf("-scenarios: %w", err)
@@ -241,6 +247,9 @@ func measureProvider(ctx context.Context, o options, provider string) ([]row, er
 	url, err := o.urlFor(provider)
 	if err != nil {
 		return nil, err
+	}
+	if provider == mq.ProviderSTOMP {
+		o.n, o.failN = o.stompN, o.stompFailN
 	}
 	if _, err := mq.ProviderOf(provider, url); err != nil {
 		return nil, fmt.Errorf("-provider/-url: %w", err)
