@@ -27,7 +27,7 @@ test: ## Unit, integration and end-to-end tests against real Postgres, RabbitMQ 
 	export INTEGRATIONS_TEST_DATABASE_URL="$${INTEGRATIONS_TEST_DATABASE_URL:-$$INTEGRATIONS_PG_URL/test?sslmode=disable}" && \
 	go vet $(PKGS) && \
 	go test -race -count=1 -timeout 15m $(MODULE)/pkg/... $(MODULE)/services/... $(MODULE)/cmd/... $(MODULE)/deploy/k8s/check/... && \
-	go test -count=1 -timeout 15m $(MODULE)/e2e/... $(MODULE)/bench/internal/chaos/... && \
+	go test -count=1 -timeout 15m $(MODULE)/e2e/... $(MODULE)/bench/internal/chaos/... $(MODULE)/bench/internal/mqbench/... && \
 	echo "e2e again, with TLS on the client-facing listeners (INTEGRATIONS_E2E_PUBLIC_TLS=true)" && \
 	INTEGRATIONS_E2E_PUBLIC_TLS=true go test -count=1 -timeout 15m $(MODULE)/e2e/... && \
 	scripts/image-check.sh
@@ -113,9 +113,14 @@ chaos: ## The fault suite: 2 replicas of every service, kill -9s, broker and Pos
 	go run $(MODULE)/bench/cmd/chaos $(CHAOS_FLAGS)
 
 .PHONY: bench-mq
-bench-mq: ## Message-port throughput beside a raw amqp091-go baseline, on the real broker
-	@scripts/deps.sh up
-	@set -a; . .run/deps.env; set +a; go run $(MODULE)/bench/cmd/bench-mq
+# Both providers in one run, each beside its raw baseline on its own broker; the ActiveMQ this run
+# started is stopped at its end, as make test does.
+bench-mq: ## Message-port throughput beside each provider's raw baseline on the same broker: RabbitMQ (amqp091-go) and STOMP (raw frames; ActiveMQ from deps.sh) (BENCH_MQ_FLAGS=... passes flags)
+	@started=$$(mktemp); \
+	trap 'if grep -qx stomp "$$started"; then scripts/deps.sh down stomp; fi; rm -f "$$started"' EXIT; \
+	DEPS_STARTED_FILE=$$started scripts/deps.sh up stomp && \
+	set -a && . .run/deps.env && set +a && \
+	go run $(MODULE)/bench/cmd/bench-mq -provider rabbitmq,stomp $(BENCH_MQ_FLAGS)
 
 .PHONY: bench-accept
 bench-accept: ## Accept throughput (gRPC, REST) on the real stack beside the raw Postgres ceiling and River's insert

@@ -131,44 +131,7 @@ func TestFlow(t *testing.T) {
 	r := newReceiver(t)
 	r.register(t, s)
 
-	t.Run("async call answers 202 pending at attempt 0, then completes and is delivered", func(t *testing.T) {
-		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
-			[]byte(`{"mode": "MODE_ASYNC", "payload": {"greeting": "hello", "n": 1}}`))
-		require.Equal(t, http.StatusAccepted, code, "%v", body)
-		e := execution(body)
-		id, _ := e["id"].(string)
-		require.NotEmpty(t, id)
-		assert.Equal(t, "EXECUTION_STATUS_PENDING", e["status"])
-		assert.Nil(t, e["attempt"], "attempt 0 is the zero value, omitted from JSON")
-		assert.Equal(t, "/v1/executions/"+id, body["url"])
-		assert.Equal(t, 1, s.count(t, `SELECT count(*) FROM dispatches WHERE execution_id = $1 AND attempt = 1`, id),
-			"the first dispatch record is committed with the execution")
-		assert.Equal(t, 0, s.count(t, `SELECT count(*) FROM execution_attempts WHERE execution_id = $1`, id),
-			"no attempt started: the adapter was not called")
-		assert.NotContains(t, s.log("dummy-adapter"), id, "the adapter has not seen the execution")
-
-		s.start("dispatcher")
-		ev := r.await(t, id)
-		assert.Equal(t, ev.ID, ev.Body["id"], "webhook-id is the event id, the receiver's dedup key")
-		assert.Equal(t, "execution.completed", ev.Body["type"])
-		data := ev.Body["data"].(map[string]any)
-		assert.Equal(t, "succeeded", data["status"])
-		assert.EqualValues(t, 1, data["attempt"])
-		result, _ := data["result"].(map[string]any)
-		assert.Equal(t, map[string]any{"greeting": "hello", "n": float64(1)}, result["echo"], "the adapter's response")
-
-		code, body = s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
-		require.Equal(t, http.StatusOK, code, "%v", body)
-		e = execution(body)
-		assert.Equal(t, "EXECUTION_STATUS_SUCCEEDED", e["status"])
-		assert.EqualValues(t, 1, e["attempt"])
-		assert.Equal(t, result, e["result"])
-		assert.Len(t, e["attempts"], 1)
-		assert.Equal(t, 0, s.count(t, `SELECT count(*) FROM dispatches WHERE execution_id = $1`, id), "published dispatch deleted")
-		assert.Eventually(t, func() bool {
-			return s.count(t, `SELECT count(*) FROM integration_events WHERE execution_id = $1 AND delivery_status = 'delivered'`, id) == 1
-		}, 10*time.Second, 20*time.Millisecond, "the event is recorded delivered")
-	})
+	t.Run("async call answers 202 pending at attempt 0, then completes and is delivered", asyncCallDelivered(s, r))
 
 	t.Run("sync call answers the result, writes no dispatch, and still delivers the event", func(t *testing.T) {
 		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
@@ -200,27 +163,8 @@ func TestFlow(t *testing.T) {
 		assert.Equal(t, 0, s.count(t, `SELECT count(*) FROM dispatches WHERE execution_id = $1`, e["id"]))
 	})
 
-	t.Run("an async call that fails transiently is retried by the schedule and succeeds", func(t *testing.T) {
-		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
-			[]byte(`{"mode": "MODE_ASYNC", "payload": {"dummy": {"fail_transient": 2}}}`))
-		require.Equal(t, http.StatusAccepted, code, "%v", body)
-		id := execution(body)["id"].(string)
-		ev := r.await(t, id)
-		data := ev.Body["data"].(map[string]any)
-		assert.Equal(t, "succeeded", data["status"])
-		assert.EqualValues(t, 3, data["attempt"])
-		// Attempt n+1 starts no earlier than the schedule's delay after attempt n ended (1m and
-		// 5m, time-scaled to 60 ms and 300 ms).
-		var gap1, gap2 float64
-		require.NoError(t, s.schema.Pool.QueryRow(context.Background(), `
-			SELECT extract(epoch FROM (SELECT started_at FROM execution_attempts WHERE execution_id = $1 AND n = 2) -
-				(SELECT ended_at FROM execution_attempts WHERE execution_id = $1 AND n = 1)),
-			       extract(epoch FROM (SELECT started_at FROM execution_attempts WHERE execution_id = $1 AND n = 3) -
-				(SELECT ended_at FROM execution_attempts WHERE execution_id = $1 AND n = 2))`, id).Scan(&gap1, &gap2))
-		assert.GreaterOrEqual(t, gap1, 0.060)
-		assert.GreaterOrEqual(t, gap2, 0.300)
-		assert.Equal(t, 2, s.count(t, `SELECT count(*) FROM execution_attempts WHERE execution_id = $1 AND failure_class = 'transient'`, id))
-	})
+	t.Run("an async call that fails transiently is retried by the schedule and succeeds", transientFailureRetried(s, r))
+	t.Run("the dispatches went through the broker and its consumer", dispatchesThroughBroker(s))
 
 	t.Run("long-running work is accepted, then completed through the callback API", func(t *testing.T) {
 		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
@@ -251,35 +195,12 @@ func TestFlow(t *testing.T) {
 		assert.Equal(t, before, s.count(t, `SELECT count(*) FROM executions`))
 	})
 
-	t.Run("the broker diagnostic answers one line per route, through the real consumers", func(t *testing.T) {
-		post := func(token string) (int, string) {
-			req, err := http.NewRequest(http.MethodPost, s.restURL+"/api/v1/system/mq-diagnostic", nil)
-			require.NoError(t, err)
-			if token != "" {
-				req.Header.Set("Authorization", "Bearer "+token)
-			}
-			resp, err := s.http.Do(req)
-			require.NoError(t, err)
-			defer resp.Body.Close()
-			body, err := io.ReadAll(resp.Body)
-			require.NoError(t, err)
-			return resp.StatusCode, string(body)
-		}
-		code, body := post(adminToken)
-		require.Equal(t, http.StatusOK, code, body)
-		lines := strings.Split(strings.TrimSpace(body), "\n")
-		require.Len(t, lines, 2, body)
-		assert.True(t, strings.HasPrefix(lines[0], "executions ok"), lines[0])
-		assert.True(t, strings.HasPrefix(lines[1], "events ok"), lines[1])
-		assert.Contains(t, lines[0], " answered_by=", "the execution-consumer answered with its counters")
-		code, _ = post("")
-		assert.Equal(t, http.StatusUnauthorized, code)
-	})
+	t.Run("the broker diagnostic answers one line per route, through the real consumers", brokerDiagnosticAnswers(s))
 
 	t.Run("a poison dispatch is dead-lettered, listed and redriven through the operator API", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		b, err := mq.Dial(ctx, mq.Config{URL: amqpURL(), Scope: "e2e." + s.schema.Name, TimeScale: s.scale})
+		b, err := mq.Dial(ctx, s.brokerConfig())
 		require.NoError(t, err)
 		defer b.Close()
 		require.NoError(t, b.Declare(ctx, routes.Executions))
@@ -376,4 +297,107 @@ func TestFlow(t *testing.T) {
 		require.Equal(t, http.StatusOK, code)
 		assert.Empty(t, body["executions"])
 	})
+}
+
+// asyncCallDelivered is the async call through the whole platform: answered 202 pending at
+// attempt 0 without calling the adapter while the dispatcher is down (s must not run it yet), then
+// dispatched once the dispatcher starts — its first scheduled pass picks up the execution whose
+// nudge was lost — completed, and its event delivered to r, signed and verified. TestFlow and
+// TestFlowOnSTOMP run it.
+func asyncCallDelivered(s *stack, r *receiver) func(t *testing.T) {
+	return func(t *testing.T) {
+		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+			[]byte(`{"mode": "MODE_ASYNC", "payload": {"greeting": "hello", "n": 1}}`))
+		require.Equal(t, http.StatusAccepted, code, "%v", body)
+		e := execution(body)
+		id, _ := e["id"].(string)
+		require.NotEmpty(t, id)
+		assert.Equal(t, "EXECUTION_STATUS_PENDING", e["status"])
+		assert.Nil(t, e["attempt"], "attempt 0 is the zero value, omitted from JSON")
+		assert.Equal(t, "/v1/executions/"+id, body["url"])
+		assert.Equal(t, 1, s.count(t, `SELECT count(*) FROM dispatches WHERE execution_id = $1 AND attempt = 1`, id),
+			"the first dispatch record is committed with the execution")
+		assert.Equal(t, 0, s.count(t, `SELECT count(*) FROM execution_attempts WHERE execution_id = $1`, id),
+			"no attempt started: the adapter was not called")
+		assert.NotContains(t, s.log("dummy-adapter"), id, "the adapter has not seen the execution")
+
+		s.start("dispatcher")
+		ev := r.await(t, id)
+		assert.Equal(t, ev.ID, ev.Body["id"], "webhook-id is the event id, the receiver's dedup key")
+		assert.Equal(t, "execution.completed", ev.Body["type"])
+		data := ev.Body["data"].(map[string]any)
+		assert.Equal(t, "succeeded", data["status"])
+		assert.EqualValues(t, 1, data["attempt"])
+		result, _ := data["result"].(map[string]any)
+		assert.Equal(t, map[string]any{"greeting": "hello", "n": float64(1)}, result["echo"], "the adapter's response")
+
+		code, body = s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+		require.Equal(t, http.StatusOK, code, "%v", body)
+		e = execution(body)
+		assert.Equal(t, "EXECUTION_STATUS_SUCCEEDED", e["status"])
+		assert.EqualValues(t, 1, e["attempt"])
+		assert.Equal(t, result, e["result"])
+		assert.Len(t, e["attempts"], 1)
+		assert.Equal(t, 0, s.count(t, `SELECT count(*) FROM dispatches WHERE execution_id = $1`, id), "published dispatch deleted")
+		assert.Eventually(t, func() bool {
+			return s.count(t, `SELECT count(*) FROM integration_events WHERE execution_id = $1 AND delivery_status = 'delivered'`, id) == 1
+		}, 10*time.Second, 20*time.Millisecond, "the event is recorded delivered")
+	}
+}
+
+// transientFailureRetried is an async call that fails transiently twice and succeeds at attempt 3,
+// each retry no earlier than the schedule's delay: the dispatcher hands the next attempt to the
+// broker's delay levels (RabbitMQ's TTL holding queues, STOMP's scheduled delivery). TestFlow and
+// TestFlowOnSTOMP run it.
+func transientFailureRetried(s *stack, r *receiver) func(t *testing.T) {
+	return func(t *testing.T) {
+		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+			[]byte(`{"mode": "MODE_ASYNC", "payload": {"dummy": {"fail_transient": 2}}}`))
+		require.Equal(t, http.StatusAccepted, code, "%v", body)
+		id := execution(body)["id"].(string)
+		ev := r.await(t, id)
+		data := ev.Body["data"].(map[string]any)
+		assert.Equal(t, "succeeded", data["status"])
+		assert.EqualValues(t, 3, data["attempt"])
+		// Attempt n+1 starts no earlier than the schedule's delay after attempt n ended (1m and
+		// 5m, time-scaled to 60 ms and 300 ms).
+		var gap1, gap2 float64
+		require.NoError(t, s.schema.Pool.QueryRow(context.Background(), `
+			SELECT extract(epoch FROM (SELECT started_at FROM execution_attempts WHERE execution_id = $1 AND n = 2) -
+				(SELECT ended_at FROM execution_attempts WHERE execution_id = $1 AND n = 1)),
+			       extract(epoch FROM (SELECT started_at FROM execution_attempts WHERE execution_id = $1 AND n = 3) -
+				(SELECT ended_at FROM execution_attempts WHERE execution_id = $1 AND n = 2))`, id).Scan(&gap1, &gap2))
+		assert.GreaterOrEqual(t, gap1, 0.060)
+		assert.GreaterOrEqual(t, gap2, 0.300)
+		assert.Equal(t, 2, s.count(t, `SELECT count(*) FROM execution_attempts WHERE execution_id = $1 AND failure_class = 'transient'`, id))
+	}
+}
+
+// brokerDiagnosticAnswers is the operator's broker diagnostic: one line per route, answered
+// through the real consumers, and refused without the admin token.
+func brokerDiagnosticAnswers(s *stack) func(t *testing.T) {
+	return func(t *testing.T) {
+		post := func(token string) (int, string) {
+			req, err := http.NewRequest(http.MethodPost, s.restURL+"/api/v1/system/mq-diagnostic", nil)
+			require.NoError(t, err)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := s.http.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			return resp.StatusCode, string(body)
+		}
+		code, body := post(adminToken)
+		require.Equal(t, http.StatusOK, code, body)
+		lines := strings.Split(strings.TrimSpace(body), "\n")
+		require.Len(t, lines, 2, body)
+		assert.True(t, strings.HasPrefix(lines[0], "executions ok"), lines[0])
+		assert.True(t, strings.HasPrefix(lines[1], "events ok"), lines[1])
+		assert.Contains(t, lines[0], " answered_by=", "the execution-consumer answered with its counters")
+		code, _ = post("")
+		assert.Equal(t, http.StatusUnauthorized, code)
+	}
 }

@@ -68,7 +68,7 @@ func (s *stack) publishDispatch(t *testing.T, executionID string, attempt int32,
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	b, err := mq.Dial(ctx, mq.Config{URL: amqpURL(), Scope: "e2e." + s.schema.Name, TimeScale: s.scale})
+	b, err := mq.Dial(ctx, s.brokerConfig())
 	require.NoError(t, err)
 	defer b.Close()
 	require.NoError(t, b.Declare(ctx, routes.Executions))

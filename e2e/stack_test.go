@@ -98,6 +98,8 @@ func TestMain(m *testing.M) {
 type stack struct {
 	// scale is the stack's INTEGRATIONS_TIME_SCALE.
 	scale float64
+	// broker is the message broker the services use (INTEGRATIONS_BROKER), and the tests' port to it.
+	broker broker
 	// extraEnv holds per-program environment overrides, by instance name.
 	extraEnv map[string][]string
 	// adapterCredential is the dummy adapter's, for calling adapter-callback as it would.
@@ -140,9 +142,15 @@ func newStackScaled(t *testing.T, scale float64) *stack {
 
 func newStackWith(t *testing.T, scale float64, publicTLS bool) *stack {
 	t.Helper()
+	return newStackOn(t, rabbitMQBroker(), scale, publicTLS)
+}
+
+// newStackOn prepares a stack whose services use broker b.
+func newStackOn(t *testing.T, b broker, scale float64, publicTLS bool) *stack {
+	t.Helper()
 	schema := dbtest.NewSchema(t)
 	s := &stack{
-		t: t, schema: schema, addrs: map[string]string{}, procs: map[string]*process{},
+		t: t, broker: b, schema: schema, addrs: map[string]string{}, procs: map[string]*process{},
 		logDir: t.TempDir(), apiKey: "dev_" + randomHex(16), timeout: 20 * time.Second,
 		scale: scale, extraEnv: map[string][]string{}, binaryOf: map[string]string{},
 		publicTLS: publicTLS, http: http.DefaultClient,
@@ -165,8 +173,7 @@ func newStackWith(t *testing.T, scale float64, publicTLS bool) *stack {
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
 		"INTEGRATIONS_DATABASE_URL=" + schema.URL,
-		"INTEGRATIONS_AMQP_URL=" + amqpURL(),
-		"INTEGRATIONS_QUEUE_SCOPE=e2e." + schema.Name,
+		"INTEGRATIONS_QUEUE_SCOPE=" + s.queueScope(),
 		"INTEGRATIONS_TIME_SCALE=" + fmt.Sprint(scale),
 		"INTEGRATIONS_LOG_LEVEL=debug",
 		"INTEGRATIONS_SECRET_KEY=" + base64.StdEncoding.EncodeToString(key),
@@ -189,6 +196,7 @@ func newStackWith(t *testing.T, scale float64, publicTLS bool) *stack {
 		"INTEGRATIONS_DRAIN_WINDOW=50ms",
 		"INTEGRATIONS_TLS_CA_FILE=" + devca.CAFile(tlsDir),
 	}
+	s.env = append(s.env, b.env()...)
 	if publicTLS {
 		s.env = append(s.env, "INTEGRATIONS_CALLBACK_CA_FILE="+devca.CAFile(tlsDir)) // the dummy adapter's callbacks
 	}
@@ -205,19 +213,18 @@ func newStackWith(t *testing.T, scale float64, publicTLS bool) *stack {
 	})
 	require.NoError(t, err)
 	require.NoError(t, catalog.Apply(context.Background(), schema.Pool, c))
-	scope := "e2e." + schema.Name
 	// Cleanups run last-registered first: processes stop, then the scope's queues are deleted.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		b, err := mq.Dial(ctx, mq.Config{URL: amqpURL(), Scope: scope, TimeScale: scale})
+		port, err := mq.Dial(ctx, s.brokerConfig())
 		if err != nil {
-			t.Logf("delete queues of %s: %v", scope, err)
+			t.Logf("delete queues of %s: %v", s.queueScope(), err)
 			return
 		}
-		defer b.Close()
-		if err := b.DeleteRoutes(ctx, routes.Executions, routes.Events); err != nil {
-			t.Logf("delete queues of %s: %v", scope, err)
+		defer port.Close()
+		if err := port.DeleteRoutes(ctx, routes.Executions, routes.Events); err != nil {
+			t.Logf("delete queues of %s: %v", s.queueScope(), err)
 		}
 	})
 	t.Cleanup(s.stopAll)
@@ -490,6 +497,50 @@ func amqpURL() string {
 		return u
 	}
 	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// broker is a message broker a stack runs on: a provider of the port and its URL.
+type broker struct {
+	provider string // mq.ProviderRabbitMQ or mq.ProviderSTOMP
+	url      string
+}
+
+// rabbitMQBroker is INTEGRATIONS_AMQP_URL's RabbitMQ, which every stack uses unless told otherwise.
+func rabbitMQBroker() broker { return broker{provider: mq.ProviderRabbitMQ, url: amqpURL()} }
+
+// stompBroker is the STOMP broker of INTEGRATIONS_STOMP_URL (scripts/deps.sh up stomp starts an
+// ActiveMQ and writes it to .run/deps.env; make test does). Without it the test fails, never
+// skips: a run that leaves STOMP out must say so.
+func stompBroker(t *testing.T) broker {
+	t.Helper()
+	u := os.Getenv("INTEGRATIONS_STOMP_URL")
+	require.NotEmpty(t, u, "INTEGRATIONS_STOMP_URL is not set: a STOMP stack needs a STOMP broker "+
+		"(scripts/deps.sh up stomp && set -a && . .run/deps.env && set +a)")
+	return broker{provider: mq.ProviderSTOMP, url: u}
+}
+
+// env is what the services are told of the broker.
+func (b broker) env() []string {
+	if b.provider == mq.ProviderSTOMP {
+		return []string{
+			"INTEGRATIONS_BROKER=" + mq.ProviderSTOMP,
+			"INTEGRATIONS_STOMP_URL=" + b.url,
+			// Nothing of a STOMP stack may still reach RabbitMQ: a closed port makes any use of
+			// INTEGRATIONS_AMQP_URL fail instead of quietly working.
+			"INTEGRATIONS_AMQP_URL=amqp://guest:guest@127.0.0.1:1/",
+		}
+	}
+	return []string{"INTEGRATIONS_BROKER=" + mq.ProviderRabbitMQ, "INTEGRATIONS_AMQP_URL=" + b.url}
+}
+
+// queueScope is the stack's INTEGRATIONS_QUEUE_SCOPE: its schema's name, unique per test, keeps
+// tests' queues apart on either broker.
+func (s *stack) queueScope() string { return "e2e." + s.schema.Name }
+
+// brokerConfig is the port's configuration for a test to reach the stack's queues as its
+// services do.
+func (s *stack) brokerConfig() mq.Config {
+	return mq.Config{Provider: s.broker.provider, URL: s.broker.url, Scope: s.queueScope(), TimeScale: s.scale}
 }
 
 func mustRead(t *testing.T, path string) []byte {

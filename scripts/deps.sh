@@ -240,7 +240,14 @@ ensure_packages() {
     case $what in
       postgres) find_pg_bin || pkgs+=(postgresql) ;;
       rabbitmq) [[ -x $RMQ_BIN/rabbitmq-server ]] || pkgs+=(rabbitmq-server) ;;
-      activemq) [[ -f $AMQ_JAR ]] && command -v java >/dev/null 2>&1 || pkgs+=(activemq) ;;
+      activemq)
+        [[ -f $AMQ_JAR ]] && command -v java >/dev/null 2>&1 || pkgs+=(activemq)
+        # Not dependencies of Debian's activemq, but its STOMP connector needs them to turn an
+        # advisory message into a frame (jms-advisory-json); see amq_link_libs. Installed when we
+        # can; without them only the advisories are missing, which is no reason to stop.
+        if is_root && ! [[ -f $AMQ_XSTREAM_JAR && -f $AMQ_JETTISON_JAR ]]; then
+          pkgs+=(libxstream-java libjettison-java)
+        fi ;;
       *) die "internal: unknown package group $what" ;;
     esac
   done
@@ -623,6 +630,8 @@ AMQ_DIR=$DEPS_DIR/activemq
 AMQ_HOME=/usr/share/activemq
 AMQ_JAR=$AMQ_HOME/bin/activemq.jar
 AMQ_CONF_SRC=/etc/activemq/instances-available/main
+AMQ_XSTREAM_JAR=/usr/share/java/xstream.jar
+AMQ_JETTISON_JAR=/usr/share/java/jettison.jar
 AMQ_LOG=$AMQ_DIR/console.log
 AMQ_BROKER_LOG=$AMQ_DIR/activemq.log
 AMQ_PID_FILE=$AMQ_DIR/activemq.pid
@@ -751,12 +760,27 @@ log4j.appender.file.layout.ConversionPattern=%d | %-5p | %m | %c | %t%n
 EOF
 }
 
+# ActiveMQ sends an advisory (a consumer came or went, with the queue's consumerCount) to a STOMP
+# subscriber only through its JSON translator, which needs xstream and jettison; Debian's activemq
+# leaves them off its class path (the subscriber's connection fails with NoClassDefFoundError).
+# The broker's launcher adds the jars of ${activemq.base}/lib: link them there. The advisories are
+# how a STOMP client counts a queue's consumers (bench-mq starts its clock on it).
+amq_link_libs() {
+  if ! [[ -f $AMQ_XSTREAM_JAR && -f $AMQ_JETTISON_JAR ]]; then
+    log "warning: no $AMQ_XSTREAM_JAR or $AMQ_JETTISON_JAR (apt-get install libxstream-java libjettison-java): this ActiveMQ will not send advisories over STOMP (bench-mq's STOMP port rows need them)"
+    return 0
+  fi
+  mkdir -p "$AMQ_DIR/lib"
+  ln -sf "$AMQ_XSTREAM_JAR" "$AMQ_JETTISON_JAR" "$AMQ_DIR/lib/"
+}
+
 AMQ_STARTING_PID=
 AMQ_T0=
 amq_spawn_local() {
   ensure_packages activemq
   mkdir -p "$AMQ_DIR"
   amq_write_conf
+  amq_link_libs
   printf 'STOMP_PORT=%s\n' "$STOMP_PORT" >"$AMQ_MARKER"
   rm -f "$AMQ_PID_FILE"
   AMQ_T0=$(now_us)

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # scripts/run.sh — `make run`: the whole platform on this machine.
 #
-# Makes Postgres and RabbitMQ reachable (scripts/deps.sh), applies migrations and the dev
+# Makes Postgres and the broker reachable (scripts/deps.sh: RabbitMQ, or with
+# INTEGRATIONS_BROKER=stomp an ActiveMQ spoken to over STOMP), applies migrations and the dev
 # catalog, writes a throwaway CA and the services' certificates into .run/tls if missing
 # (integrationsctl dev-certs: every internal hop runs mTLS, as in production; the client-facing
 # ports stay plain on loopback), builds and starts the six services, the dummy adapter and the demo consumer, sends one
 # sample async call and shows it complete (or says what went wrong with it), then serves until
 # Ctrl-C, which stops everything.
 #
-# Settings (environment): INTEGRATIONS_DEV_API_KEY (default below), INTEGRATIONS_TIME_SCALE,
-# INTEGRATIONS_LOG_LEVEL. Logs: .run/logs/<program>.log
+# Settings (environment): INTEGRATIONS_BROKER (rabbitmq, the default, or stomp),
+# INTEGRATIONS_DEV_API_KEY (default below), INTEGRATIONS_TIME_SCALE, INTEGRATIONS_LOG_LEVEL.
+# Logs: .run/logs/<program>.log
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -19,8 +21,17 @@ say() { printf 'run: %s\n' "$*" >&2; }
 # sealed with this checkout's .run/secret.key, and two checkouts must not share queues.
 checkout=$(printf '%s' "$root" | sha1sum | cut -c1-8)
 dev_db="integrations_dev_$checkout"
-scripts/deps.sh up "$dev_db"
+# The broker the services use; deps.sh makes a STOMP one reachable only when asked (`up stomp`).
+export INTEGRATIONS_BROKER="${INTEGRATIONS_BROKER:-rabbitmq}"
+case $INTEGRATIONS_BROKER in
+  rabbitmq) scripts/deps.sh up "$dev_db" ;;
+  stomp) scripts/deps.sh up stomp "$dev_db" ;;
+  *) say "INTEGRATIONS_BROKER: \"$INTEGRATIONS_BROKER\" is not one of rabbitmq, stomp"; exit 2 ;;
+esac
 set -a; . .run/deps.env; set +a
+if [[ $INTEGRATIONS_BROKER == stomp ]]; then
+  say "broker: STOMP (INTEGRATIONS_STOMP_URL from .run/deps.env); the services do not use RabbitMQ"
+fi
 
 mkdir -p .run/logs bin
 # Generated once per checkout and kept in .run/ (git-ignored).

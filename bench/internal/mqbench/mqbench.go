@@ -1,7 +1,9 @@
-// Package mqbench measures the message port (pkg/mq) on a real RabbitMQ beside a raw amqp091-go
-// baseline doing the same work: persistent, mandatory publishes with pipelined confirms into a
-// quorum queue declared like the port's work queue, consumed with per-consumer prefetch and one
-// basic.ack per delivery.
+// Package mqbench measures the message port (pkg/mq) on a real broker beside that broker's raw
+// baseline doing the same work. On RabbitMQ the baseline is amqp091-go: persistent, mandatory
+// publishes with pipelined confirms into a quorum queue declared like the port's work queue,
+// consumed with per-consumer prefetch and one basic.ack per delivery. On a STOMP broker
+// (ActiveMQ) it is raw frames over pkg/stomp: persistent SENDs with pipelined receipts, one
+// client-individual SUBSCRIBE with the same prefetch, one ACK per delivery.
 //
 // Every measurement is end to end: from the first publish until the N-th delivery is settled.
 package mqbench
@@ -11,6 +13,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -22,7 +25,7 @@ const tsHeader = "bench-ts"
 
 // Raw is a provider's raw baseline: its broker's own client doing what the port does, with
 // nothing of the port's bookkeeping, measured in the same run on the same broker. *Baseline is
-// RabbitMQ's (amqp091-go); a STOMP provider's raw frames over pkg/stomp go beside it.
+// RabbitMQ's (amqp091-go), *STOMPBaseline a STOMP broker's (frames over pkg/stomp).
 type Raw interface {
 	// ServerVersion names the broker, for the report's header.
 	ServerVersion() string
@@ -129,10 +132,17 @@ func (l *latencies) percentiles() (p50, p99 time.Duration) {
 	return d[(n-1)*50/100], d[(n-1)*99/100]
 }
 
-// tsOf reads the publish timestamp header.
+// tsOf reads the publish timestamp header: an int64 where the broker's headers are typed
+// (AMQP), its decimal text where they are text (STOMP).
 func tsOf(h map[string]any) (int64, bool) {
-	v, ok := h[tsHeader].(int64)
-	return v, ok
+	switch v := h[tsHeader].(type) {
+	case int64:
+		return v, true
+	case string:
+		n, err := strconv.ParseInt(v, 10, 64)
+		return n, err == nil
+	}
+	return 0, false
 }
 
 // Body returns a random payload of n bytes, shared by every message of a run.
