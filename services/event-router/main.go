@@ -63,6 +63,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	db.WarnIfAutovacuumOff(ctx, pool, logger)
 	broker, err := mq.Dial(ctx, mq.Config{Provider: cfg.Broker, URL: cfg.BrokerURL(), Scope: cfg.QueueScope, TimeScale: cfg.TimeScale,
 		Logger: logger, Registerer: prometheus.DefaultRegisterer})
 	if err != nil {

@@ -74,6 +74,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	db.WarnIfAutovacuumOff(ctx, pool, logger)
 	app := lifecycle.New(logger, cfg.Shutdown())
 	// The spans still buffered go out last, after every close (see lifecycle.App.Flush).
 	app.Flush("spans", flushSpans)

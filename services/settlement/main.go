@@ -51,6 +51,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	db.WarnIfAutovacuumOff(ctx, pool, logger)
 	internal, err := grpcx.ServiceIdentity("settlement", cfg.InternalFiles(), logger)
 	if err != nil {
 		return err
