@@ -480,6 +480,10 @@ func TestSTOMPRequeueLimitBackstop(t *testing.T) {
 	assert.Equal(t, b.QueueName("poison"), dl.SourceQueue)
 	assert.Equal(t, "v", dl.Headers["k"], "the application's headers kept")
 	assert.EqualValues(t, deliveryLimit+1, calls.Load(), "first delivery plus %d requeues", deliveryLimit)
+	// The dead letter is listed once its copy's RECEIPT is in; the worker counts it after it has
+	// acknowledged the original, a moment later.
+	require.Eventually(t, func() bool { return b.Counters("poison").DeadLettered == 1 }, waitFor, 5*time.Millisecond,
+		"the dead letter counted")
 	c := b.Counters("poison")
 	assert.EqualValues(t, deliveryLimit, c.Requeued)
 	assert.EqualValues(t, 1, c.DeadLettered)
