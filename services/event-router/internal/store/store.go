@@ -70,7 +70,15 @@ func earlierPendingSQL(ev string) string {
 // (seconds). It answers the claimed events, then one tally row (id NULL) with the number parked.
 var relayClaimSQL = `
 		WITH candidate AS (
-			SELECT id, created_at, EXISTS (` + earlierPendingSQL("t") + `) AS held FROM integration_events t
+			-- Whether it can be delivered here is read from the row this locks, its newest version,
+			-- never from the statement's snapshot: a notice's delivery claim committed between the
+			-- two was overwritten, and the event delivered twice (docs/decisions.md "One claim per
+			-- event").
+			SELECT id, created_at, EXISTS (` + earlierPendingSQL("t") + `) AS held,
+				delivery_status = 'pending'
+					AND (delivery_claimed_until IS NULL OR delivery_claimed_until < now())
+					AND (attempts = 0 OR next_attempt_at IS NULL OR next_attempt_at <= now()) AS deliverable
+			FROM integration_events t
 			WHERE relayed_at IS NULL AND NOT held AND (relay_claimed_until IS NULL OR relay_claimed_until < now())
 			ORDER BY created_at
 			LIMIT $1
@@ -80,14 +88,9 @@ var relayClaimSQL = `
 			-- EventUnholdReleased lets it go.
 			UPDATE integration_events e SET held = true FROM candidate c WHERE e.id = c.id AND c.held
 			RETURNING e.id
-		), todo AS (
-			SELECT id, created_at FROM candidate WHERE NOT held
 		), ranked AS (
-			SELECT e.id, COALESCE(row_number() OVER (ORDER BY todo.created_at) <= $3
-				AND e.delivery_status = 'pending'
-				AND (e.delivery_claimed_until IS NULL OR e.delivery_claimed_until < now())
-				AND (e.attempts = 0 OR e.next_attempt_at IS NULL OR e.next_attempt_at <= now()), false) AS here
-			FROM todo JOIN integration_events e ON e.id = todo.id
+			SELECT id, COALESCE(row_number() OVER (ORDER BY created_at) <= $3 AND deliverable, false) AS here
+			FROM candidate WHERE NOT held
 		), marked AS (
 			UPDATE integration_events e SET
 				relay_claimed_until = CASE WHEN r.here THEN now() + make_interval(secs => $4) ELSE now() + make_interval(secs => $2) END,
