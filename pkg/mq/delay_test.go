@@ -39,15 +39,19 @@ func TestPlanDelayLevels(t *testing.T) {
 		{0, ""},                                // due already: nothing to wait for, whatever the tolerance
 		{time.Microsecond, "s.jobs.delay.1ms"}, // the 1 ms level is within the tolerance of it
 		{time.Millisecond, "s.jobs.delay.1ms"},
-		{499*time.Millisecond - tol, "s.jobs.delay.1ms"},
-		{500*time.Millisecond - tol, "s.jobs.delay.500ms"}, // short of the level by the tolerance
+		// Each level's slack: a tenth of it up to a second, a hundredth if more, at least tol —
+		// 50 ms at 500 ms, 100 ms at 1 s, 500 ms at 5 s.
+		{500*time.Millisecond - 51*time.Millisecond, "s.jobs.delay.1ms"}, // short by more than 50 ms
+		{500*time.Millisecond - 50*time.Millisecond, "s.jobs.delay.500ms"},
+		{500*time.Millisecond - tol, "s.jobs.delay.500ms"},
 		{500 * time.Millisecond, "s.jobs.delay.500ms"},
 		{999 * time.Millisecond, "s.jobs.delay.1000ms"},
-		{time.Second - tol - time.Microsecond, "s.jobs.delay.500ms"}, // short by more
+		{time.Second - 100*time.Millisecond, "s.jobs.delay.1000ms"},                   // a loaded machine's claim lag
+		{time.Second - 100*time.Millisecond - time.Microsecond, "s.jobs.delay.500ms"}, // short by more
 		{4 * time.Second, "s.jobs.delay.1000ms"},
-		{5*time.Second - 3*time.Millisecond, "s.jobs.delay.5000ms"},  // a due time minus a claim's ms
-		{5*time.Second - 45*time.Millisecond, "s.jobs.delay.5000ms"}, // within a hundredth of the level
-		{5*time.Second - 55*time.Millisecond, "s.jobs.delay.1000ms"}, // short by more
+		{5*time.Second - 3*time.Millisecond, "s.jobs.delay.5000ms"}, // a due time minus a claim's ms
+		{5*time.Second - 500*time.Millisecond, "s.jobs.delay.5000ms"},
+		{5*time.Second - 501*time.Millisecond, "s.jobs.delay.1000ms"}, // short by more
 		{5 * time.Second, "s.jobs.delay.5000ms"},
 		{time.Hour, "s.jobs.delay.5000ms"},
 	} {
@@ -55,7 +59,7 @@ func TestPlanDelayLevels(t *testing.T) {
 		assert.Equal(t, tc.want != "", ok, "delay %v", tc.d)
 		assert.Equal(t, tc.want, q, "delay %v", tc.d)
 		if ok {
-			assert.LessOrEqual(t, ttl, tc.d+max(tol, ttl/100), "the level is never past the delay by more than its slack")
+			assert.LessOrEqual(t, ttl, tc.d+max(tol, min(ttl/10, time.Second), ttl/100), "the level is never past the delay by more than its slack")
 		}
 	}
 
@@ -225,7 +229,7 @@ func TestDelayQueuesDiagnosedAndDeleted(t *testing.T) {
 // the worker: no hop): the walk PublishAfter and Defer make through top's levels.
 func hops(top *topology, d, early time.Duration) int {
 	n := 0
-	for left := d; left >= early && left >= top.delayTTLs[0]-top.delayTolerance; n++ {
+	for left := d; left >= early && left >= top.delayTTLs[0]-top.levelSlack(top.delayTTLs[0]); n++ {
 		_, ttl, ok := top.delayQueue(left)
 		if !ok {
 			break
@@ -245,10 +249,14 @@ func TestRetryDueInALevelTakesOneHop(t *testing.T) {
 	top, err := plan("s", 1, Route{Name: "executions", DelayLevels: levels})
 	require.NoError(t, err)
 	for _, l := range levels {
-		spent := min(l/100, 250*time.Millisecond) // a loaded machine's lag, within each level's slack
+		// A loaded machine's lag, within each level's slack: a tenth of it up to a second, or a
+		// hundredth if more.
+		spent := max(min(l/10, time.Second), l/100)
 		assert.Equal(t, 1, hops(top, l-5*time.Millisecond, DelayTolerance), "a retry due in %v, 5 ms short", l)
 		assert.Equal(t, 1, hops(top, l-spent, DelayTolerance), "a retry due in %v, %v short", l, spent)
 	}
+	assert.Equal(t, 1, hops(top, time.Second-90*time.Millisecond, DelayTolerance), "1 s, 90 ms short (a loaded two-core machine)")
 	assert.Equal(t, 1, hops(top, time.Minute-400*time.Millisecond, DelayTolerance), "1 m, 400 ms short (a busy settlement batch)")
-	assert.Greater(t, hops(top, time.Minute-time.Second, DelayTolerance), 1, "short by more than the slack: the shorter levels")
+	assert.Greater(t, hops(top, 5*time.Second-600*time.Millisecond, DelayTolerance), 1, "short by more than the slack: the shorter levels")
+	assert.Greater(t, hops(top, time.Minute-1500*time.Millisecond, DelayTolerance), 1, "short by more than the slack: the shorter levels")
 }

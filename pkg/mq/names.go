@@ -192,14 +192,14 @@ func RetryDelays(r Route, timeScale float64) (delays []time.Duration, budget tim
 }
 
 // delayQueue is the holding queue of the delay level a message due in d waits in, and its TTL:
-// the level d reaches, or the next longer one when d falls short of it by no more than the slack
-// (levelSlack: the route's delay tolerance, or a hundredth of that level if more) — the message
-// then arrives at most that much late instead of early, to be deferred again down the shorter
-// levels. A delay comes out short of the level it was meant for by the time between writing its
-// due time and publishing it: milliseconds when idle, a few hundred under load (a settlement
-// batch's commit, the dispatcher's nudge and claim), which a fixed 50 ms did not cover. ok is
-// false when d is not positive (due already), when d is short of the smallest level by more than
-// its slack, or when the route has no levels.
+// the level d reaches, or the next longer one when d falls short of it by no more than that
+// level's slack (levelSlack) — the message then arrives at most that much late instead of early,
+// to be deferred again down the shorter levels. A delay comes out short of the level it was meant
+// for by the time between writing its due time and publishing it: milliseconds when idle, tens to
+// a few hundred under load (a settlement batch's commit, the dispatcher's nudge and claim, a
+// loaded machine's scheduling), which neither a fixed 50 ms nor a hundredth of a 1 s or 5 s level
+// covered. ok is false when d is not positive (due already), when d is short of the smallest
+// level by more than its slack, or when the route has no levels.
 func (t *topology) delayQueue(d time.Duration) (queue string, ttl time.Duration, ok bool) {
 	if len(t.delayTTLs) == 0 || d <= 0 {
 		return "", 0, false
@@ -214,12 +214,19 @@ func (t *topology) delayQueue(d time.Duration) (queue string, ttl time.Duration,
 	return t.delayQueues[i], t.delayTTLs[i], true
 }
 
-// levelSlackDivisor: a message may wait in a level up to a hundredth of it longer than its delay.
-const levelSlackDivisor = 100
+// levelLagCap is the most of a level's tenth that its slack takes (before the hundredth, which
+// has no cap): a second covers any lag between writing a due time and publishing it that is not
+// an outage.
+const levelLagCap = time.Second
 
-// levelSlack is how much longer than its delay a message may wait in level.
+// levelSlack is how much longer than its delay a message may wait in level: a tenth of the level
+// up to levelLagCap, a hundredth if more, never less than the route's delay tolerance. At the
+// executions route's levels: 100 ms at 1 s, 500 ms at 5 s, 1 s from 10 s to 100 s, then 1 % (72 s
+// at 2 h). The tenth is for the short levels, where the lag is a large part of the level; a
+// message waits that much late in one hop rather than walking down the shorter levels by
+// deferrals (each a holding-queue hop, or a worker held below the smallest level).
 func (t *topology) levelSlack(level time.Duration) time.Duration {
-	return max(t.delayTolerance, level/levelSlackDivisor)
+	return max(t.delayTolerance, min(level/10, levelLagCap), level/100)
 }
 
 // retryQueue is the holding queue for a message whose attempt number `attempt` just failed.

@@ -163,20 +163,57 @@ func TestUnpublishedRecordsAreReleased(t *testing.T) {
 }
 
 // TestRetryDueInALevelTakesOneHop: a record due in exactly one delay level's delay — a retry just
-// written by the settlement service, claimed a few milliseconds later — is published into that
-// level, not the next shorter one, and a consumer that takes an arrival early by less than the
-// route's delay tolerance as on time (as the execution-consumer does) handles it on its first
-// delivery: one holding-queue hop, no deferral. Before the tolerance the delay came out short of
-// the 1 s level, went to the 300 ms one, and was deferred down the levels.
+// written by the settlement service, claimed a little later — is published into that level, not
+// the next shorter one, and a consumer that takes an arrival early by less than the route's delay
+// tolerance as on time (as the execution-consumer does) handles it on its first delivery: one
+// holding-queue hop, no deferral. Before the level's slack the delay came out short of the 1 s
+// level, went to the 300 ms one, and was deferred down the levels.
+//
+// The claim comes after the write by however long this machine takes: a few milliseconds idle,
+// tens under a loaded make test (issue 22 measured up to 46 ms at a load average of 9). The
+// promise holds for a claim within the level's slack (a tenth of it, pkg/mq levelSlack); a round
+// whose claim came later than that has not met the premise, says so, and is run again on a fresh
+// record and scope (at most five rounds), so the test never passes without the one-hop case.
 func TestRetryDueInALevelTakesOneHop(t *testing.T) {
 	t.Parallel()
+	const level = time.Second
+	const slack = level / 10
+	for round := 1; ; round++ {
+		r := retryRound(t, level)
+		if r.delay < level-slack {
+			t.Logf("round %d: claimed %v after the write, beyond the level's slack of %v: not the premise; again", round, level-r.delay, slack)
+			require.Less(t, round, 5, "five rounds and no claim within %v of the write: the machine is too loaded for this test's premise", slack)
+			continue
+		}
+		t.Logf("round %d: published %v ahead of its due time, handled %v after it", round, r.delay, r.at.Sub(r.due))
+		assert.GreaterOrEqual(t, r.at.Sub(r.published), level-mq.DelayTolerance, "it waited in the 1 s level")
+		assert.False(t, r.at.Before(r.due.Add(-mq.DelayTolerance)), "handled %v before it was due", r.due.Sub(r.at))
+		assert.EqualValues(t, 1, r.counters.Published, "one publish, into one holding queue")
+		assert.Zero(t, r.counters.Deferred, "no deferral: no second holding-queue hop")
+		assert.Zero(t, r.counters.Retried+r.counters.Requeued+r.counters.DeadLettered)
+		return
+	}
+}
+
+// retryRun is one round of TestRetryDueInALevelTakesOneHop: the delay the dispatcher computed for
+// the record, when it was published and handled, and the route's counters once it was acked.
+type retryRun struct {
+	received
+	delay     time.Duration
+	published time.Time
+	counters  mq.Counters
+}
+
+// retryRound writes a dispatch record due in level from the database's now(), runs one pass on a
+// route of its own with levels 100 ms, 300 ms and level, and waits for a consumer to handle it.
+func retryRound(t *testing.T, level time.Duration) retryRun {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s := dbtest.NewSchema(t)
 	s.ApplyCatalog(t, dbtest.TestCatalog)
 	exec := s.InsertExecution(t, dbtest.Execution{})
 
-	const level = time.Second
 	route := mq.Route{Name: routes.Executions.Name, DelayLevels: []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, level}}
 	b, err := mq.Dial(ctx, mq.Config{URL: amqpURL(), Scope: "dispatchtest-" + uuid.NewString()[:8]})
 	require.NoError(t, err)
@@ -212,28 +249,35 @@ func TestRetryDueInALevelTakesOneHop(t *testing.T) {
 	}()
 
 	// Due in exactly the level's delay from the database's now(); the claim comes after.
-	var due time.Time
 	require.NoError(t, s.Pool.QueryRow(ctx, `
 		INSERT INTO dispatches (execution_id, attempt, due_at) VALUES ($1, 2, now() + make_interval(secs => $2))
-		RETURNING due_at`, exec, level.Seconds()).Scan(&due))
-	published := time.Now()
-	d := New(store.New(s.Pool), b, zap.NewNop(), Config{
+		RETURNING due_at`, exec, level.Seconds()).Scan(new(time.Time)))
+	run := retryRun{published: time.Now()}
+	pub := &delaysSeen{Publisher: b}
+	d := New(store.New(s.Pool), pub, zap.NewNop(), Config{
 		Interval: time.Hour, ClaimTTL: 30 * time.Second, Horizon: level, BatchSize: 10,
 	})
 	require.NoError(t, d.Pass(ctx))
+	require.Len(t, pub.delays, 1, "one record published")
+	run.delay = pub.delays[0]
 
-	var r received
 	select {
-	case r = <-got:
+	case run.received = <-got:
 	case <-time.After(15 * time.Second):
 		t.Fatal("the dispatch never arrived")
 	}
-	t.Logf("handled %v after its due time", r.at.Sub(r.due))
-	assert.GreaterOrEqual(t, r.at.Sub(published), level-tolerance, "it waited in the 1 s level")
-	assert.False(t, r.at.Before(r.due.Add(-tolerance)), "handled %v before it was due", r.due.Sub(r.at))
 	require.Eventually(t, func() bool { return b.Counters(route.Name).Acknowledged == 1 }, 10*time.Second, 10*time.Millisecond)
-	c := b.Counters(route.Name)
-	assert.EqualValues(t, 1, c.Published, "one publish, into one holding queue")
-	assert.Zero(t, c.Deferred, "no deferral: no second holding-queue hop")
-	assert.Zero(t, c.Retried+c.Requeued+c.DeadLettered)
+	run.counters = b.Counters(route.Name)
+	return run
+}
+
+// delaysSeen is a Publisher that records the delays it was asked to publish with.
+type delaysSeen struct {
+	Publisher
+	delays []time.Duration
+}
+
+func (p *delaysSeen) PublishAfter(ctx context.Context, route string, msgs []mq.Outgoing, delays []time.Duration) []error {
+	p.delays = append(p.delays, delays...)
+	return p.Publisher.PublishAfter(ctx, route, msgs, delays)
 }
