@@ -138,11 +138,14 @@ func requireInOrder(t *testing.T, got []progressEvent, lastProgress map[string]a
 // always; a capability without the flag, or a sync execution, delivers only the completion event.
 func TestProgressEvents(t *testing.T) {
 	s := newStackScaled(t, eventsScale)
+	// A lease that outlasts each execution (24 h scaled is 8.6 s, against 2 s of work) even if no
+	// renewal arrives in time: at 1 h (360 ms, renewed every 120 ms) a loaded machine let it expire,
+	// and the attempt ran again, its progress reported twice (issue 22).
 	s.schema.ApplyCatalog(t, lifecycleCapabilities(s)+`
   - name: dummy.progress
     adapter: dummy
     modes: [async, sync]
-    lease: 1h
+    lease: 24h
     progress_events: true
 `)
 	keyB := "appb_" + randomHex(16)

@@ -2,7 +2,7 @@
 # scripts/deps.sh — make a PostgreSQL and a RabbitMQ (and, when asked, a STOMP broker) reachable
 # for tests and local runs.
 #
-# Usage: scripts/deps.sh up [stomp] [DB...] | down [stomp] | status | clean | help
+# Usage: scripts/deps.sh up [stomp] [DB...] | down [stomp] | install [stomp] | status | clean | help
 #
 #   up      Picks, for each of Postgres and RabbitMQ, the first of:
 #             1. the URL already set in the environment (INTEGRATIONS_PG_URL /
@@ -35,6 +35,10 @@
 #   down    Stops only the project-local servers this script started; leaves the
 #           others alone. Their data is kept for the next `up`. `down stomp` stops only the
 #           ActiveMQ.
+#   install Installs (as root, with apt-get) the packages `up` would need to start its own
+#           servers, and nothing else: for a machine about to lose its network (CI runs `make
+#           test` in a loopback-only namespace, see scripts/offline.sh), where `up` could not.
+#           With the word `stomp`, ActiveMQ's too.
 #   status  Prints what is in use and the state of the project-local servers.
 #           Exit 0 when .run/deps.env exists and both URLs answer, 3 otherwise.
 #   clean   `down`, then removes .deps/, .run/ and the Postgres data directory.
@@ -1207,11 +1211,15 @@ cd "$ROOT"
 case ${1:-} in
   up) shift; cmd_up "$@" ;;
   down) shift; cmd_down "$@" ;;
+  install)
+    shift
+    if [[ ${1:-} == stomp ]]; then ensure_packages postgres rabbitmq activemq; else ensure_packages postgres rabbitmq; fi
+    ;;
   status) cmd_status ;;
   clean) cmd_clean ;;
   help | -h | --help) usage ;;
   *)
-    log "unknown command '${1:-}'; use up, down, status or clean"
+    log "unknown command '${1:-}'; use up, down, install, status or clean"
     usage
     exit 2
     ;;
