@@ -61,9 +61,15 @@ func (s *Store) EventClaimUnrelayed(ctx context.Context, limit int, ttl time.Dur
 // before it and is still pending (neither delivered nor dead): the ordering rule's condition for
 // holding ev back. It is an index probe on (execution_id, sequence). A dead event holds nothing
 // back, so a consumer that refused one event for good still gets the ones after it.
+//
+// The event itself is left out by id: a statement that locks ev reads its newest version, and a
+// progress report that replaced it (the next sequence) since the statement's snapshot leaves its
+// older version, still pending at the sequence before, in that snapshot — the relay parked the
+// event behind itself until the recovery pass.
 func earlierPendingSQL(ev string) string {
 	return `SELECT 1 FROM integration_events p
-		WHERE p.execution_id = ` + ev + `.execution_id AND p.sequence < ` + ev + `.sequence AND p.delivery_status = 'pending'`
+		WHERE p.execution_id = ` + ev + `.execution_id AND p.sequence < ` + ev + `.sequence AND p.delivery_status = 'pending'
+			AND p.id <> ` + ev + `.id`
 }
 
 // relayClaimSQL is EventClaimForRelay's statement: $1 limit, $2 ttl, $3 local, $4 deliveryTTL
@@ -98,11 +104,13 @@ var relayClaimSQL = `
 				delivery_claimed_until = CASE WHEN r.here THEN now() + make_interval(secs => $4) ELSE e.delivery_claimed_until END
 			FROM ranked r
 			WHERE e.id = r.id
+			-- The payload handed is the locked row's: the join below reads the snapshot's, which a
+			-- progress report committed meanwhile has replaced (its last report never delivered).
 			RETURNING e.id, e.application_id, r.here, e.relay_claimed_until, e.delivery_claimed_until,
-				e.type, e.created_at, e.attempts
+				e.type, e.created_at, e.attempts, CASE WHEN r.here THEN e.payload END AS payload
 		)
 		SELECT m.id, m.application_id, m.here, m.relay_claimed_until, m.delivery_claimed_until, m.type, m.created_at, m.attempts,
-			CASE WHEN m.here THEN e.payload END, a.consumer_kind, a.consumer_endpoint,
+			m.payload, a.consumer_kind, a.consumer_endpoint,
 			CASE WHEN m.here THEN a.signing_secret_enc END,
 			CASE WHEN m.here AND a.signing_secret_prev_until > now() THEN a.signing_secret_prev_enc END,
 			x.created_at, e.execution_id::text, coalesce(e.traceparent, ''), coalesce(e.tracestate, ''), 0::bigint

@@ -280,13 +280,18 @@ func (s *Store) RevokeKey(ctx context.Context, appID, id string, a *Audit) (KeyI
 	var already bool
 	err = db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 		// already is read from the row before the update: a CTE's UPDATE RETURNING shows the new row.
+		// The CTE before locks the row and so reads its newest version (k reads before, so before
+		// runs first): read from the statement's snapshot, a revocation that k waited for was not
+		// seen, and two racing revocations were both audited as the first.
 		err := tx.QueryRow(ctx, `
 		WITH before AS (
 			SELECT revoked_at IS NOT NULL AS already FROM api_keys WHERE application_id = $1 AND id = $2
+			FOR UPDATE
 		), k AS (
 			UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
+			FROM before
 			WHERE application_id = $1 AND id = $2
-			RETURNING *
+			RETURNING api_keys.*
 		), legacy AS (
 			UPDATE applications a SET api_key_hash = $3, updated_at = now()
 			FROM k
