@@ -39,7 +39,8 @@ type DeadLetter struct {
 // next (so each is seen once), and then hands them all back with one nack requeue=true: the DLQ is
 // a classic queue, where a requeued message returns to its original position and nothing counts
 // deliveries, so listing any number of times neither loses nor reorders a dead letter (see
-// dlqArgs). A concurrent Redrive of the same DLQ may hide the messages it holds at that moment.
+// dlqArgs). A concurrent Redrive or Discard of the same DLQ does not see the messages it holds at
+// that moment (Redrive looks again for the ids it was given).
 func (b *RabbitMQ) DeadLetters(ctx context.Context, route string, limit int) (_ []DeadLetter, err error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("mq: dead letters of %q: limit %d must be positive", route, limit)
@@ -93,29 +94,60 @@ func (b *RabbitMQ) DeadLetters(ctx context.Context, route string, limit int) (_ 
 // any selected message could not be (a moved message is then possibly a duplicate, never lost).
 //
 // It looks at most at the messages the DLQ held when it started, so a message that fails again
-// while Redrive runs is not redriven twice. For a subscription, route is
+// while Redrive runs is not redriven twice. A selected id it did not find may be held at that
+// moment by a concurrent listing (DeadLetters holds what it lists for the time of a few gets: the
+// dispatcher's recovery lists the executions DLQ every pass), so it looks again, a few times over
+// a second at most, for those it did not see — an operator's redrive of what they just listed
+// found nothing on a loaded machine (issue 22). For a subscription, route is
 // "<topic>.<subscription>" and the messages go back to that subscription's queue alone.
 func (b *RabbitMQ) Redrive(ctx context.Context, route string, ids []string) (moved int, err error) {
-	queue, dlq, err := b.dlqOf(route)
-	if err != nil {
-		return 0, err
-	}
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
 	}
+	for wait := redriveLookAgain; ; wait *= 2 {
+		n, seen, err := b.redriveWalk(ctx, route, want)
+		moved += n
+		for id := range seen {
+			delete(want, id)
+		}
+		if err != nil || len(ids) == 0 || len(want) == 0 || wait > redriveLookAgainMax {
+			return moved, err
+		}
+		select {
+		case <-ctx.Done():
+			return moved, nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// redriveLookAgain is how long Redrive waits before it looks again for selected dead letters it
+// did not find; each wait doubles, up to redriveLookAgainMax (in all under a second).
+const (
+	redriveLookAgain    = 25 * time.Millisecond
+	redriveLookAgainMax = 400 * time.Millisecond
+)
+
+// redriveWalk is one walk of Redrive over the DLQ (want empty: every message), reporting the
+// selected ids it came across, moved or not.
+func (b *RabbitMQ) redriveWalk(ctx context.Context, route string, want map[string]bool) (moved int, seen map[string]bool, err error) {
+	queue, dlq, err := b.dlqOf(route)
+	if err != nil {
+		return 0, nil, err
+	}
+	seen = map[string]bool{}
 	ch, done, err := b.dlqChannel(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("mq: redrive %q: %w", route, err)
+		return 0, nil, fmt.Errorf("mq: redrive %q: %w", route, err)
 	}
 	defer func() {
 		if cerr := done(); cerr != nil && err == nil {
 			err = fmt.Errorf("mq: redrive %q: %w", route, cerr)
 		}
 	}()
-	q, err := ch.QueueDeclarePassive(dlq, true, false, false, false, nil)
-	if err != nil {
-		return 0, fmt.Errorf("mq: redrive %q: check %q: %w", route, dlq, err)
+	if _, err := ch.QueueDeclarePassive(dlq, true, false, false, false, nil); err != nil {
+		return 0, nil, fmt.Errorf("mq: redrive %q: check %q: %w", route, dlq, err)
 	}
 	st := b.routeStats(route)
 	var errs []error
@@ -155,14 +187,25 @@ func (b *RabbitMQ) Redrive(ctx context.Context, route string, ids []string) (mov
 		}
 		return nil
 	}
-	for range q.Messages {
+	// The walk stops at the messages the DLQ held when it started, as the first get-ok counts them
+	// (message-count: how many more the queue held), so a message dead-lettered again meanwhile is
+	// not moved twice. That count is the queue's as it hands out this message, after whatever it
+	// was sent before (a listing's requeue just before this); the passive declare's count, used
+	// before, is a separate question to the queue and need not be.
+	for n, total := 0, 1; n < total; n++ {
 		d, ok, err := ch.Get(dlq, false)
 		if err != nil {
 			// The channel is gone; the broker requeues what it held, unmoved.
-			return moved, fmt.Errorf("mq: redrive %q: get from %q: %w", route, dlq, ctxErr(ctx, err))
+			return moved, seen, fmt.Errorf("mq: redrive %q: get from %q: %w", route, dlq, ctxErr(ctx, err))
 		}
 		if !ok {
 			break
+		}
+		if n == 0 {
+			total = int(d.MessageCount) + 1
+		}
+		if want[d.MessageId] {
+			seen[d.MessageId] = true
 		}
 		if len(want) > 0 && !want[d.MessageId] {
 			held = max(held, d.DeliveryTag) // held unacked, so the next get moves past it; requeued in place below
@@ -171,12 +214,12 @@ func (b *RabbitMQ) Redrive(ctx context.Context, route string, ids []string) (mov
 		batch = append(batch, d)
 		if len(batch) == redriveBatch {
 			if err := flush(); err != nil {
-				return moved, fmt.Errorf("mq: redrive %q: %w", route, err)
+				return moved, seen, fmt.Errorf("mq: redrive %q: %w", route, err)
 			}
 		}
 	}
 	if err := flush(); err != nil {
-		return moved, fmt.Errorf("mq: redrive %q: %w", route, err)
+		return moved, seen, fmt.Errorf("mq: redrive %q: %w", route, err)
 	}
 	if held > 0 {
 		// Everything still held (not selected, or not confirmed) goes back where it was.
@@ -185,9 +228,9 @@ func (b *RabbitMQ) Redrive(ctx context.Context, route string, ids []string) (mov
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return moved, fmt.Errorf("mq: redrive %q: %w", route, err)
+		return moved, seen, fmt.Errorf("mq: redrive %q: %w", route, err)
 	}
-	return moved, nil
+	return moved, seen, nil
 }
 
 // Discard removes from a route's DLQ the dead letters whose message ids are in ids (every copy of
@@ -214,19 +257,21 @@ func (b *RabbitMQ) Discard(ctx context.Context, route string, ids []string) (rem
 			err = fmt.Errorf("mq: discard from %q: %w", route, cerr)
 		}
 	}()
-	q, err := ch.QueueDeclarePassive(dlq, true, false, false, false, nil)
-	if err != nil {
+	if _, err := ch.QueueDeclarePassive(dlq, true, false, false, false, nil); err != nil {
 		return 0, fmt.Errorf("mq: discard from %q: check %q: %w", route, dlq, err)
 	}
 	// held is the highest tag still unacked (see Redrive: a nack multiple=true must name one).
 	var held uint64
-	for range q.Messages {
+	for n, total := 0, 1; n < total; n++ { // bounded as Redrive's walk is
 		d, ok, err := ch.Get(dlq, false)
 		if err != nil {
 			return removed, fmt.Errorf("mq: discard from %q: get from %q: %w", route, dlq, ctxErr(ctx, err))
 		}
 		if !ok {
 			break
+		}
+		if n == 0 {
+			total = int(d.MessageCount) + 1
 		}
 		if !want[d.MessageId] {
 			held = max(held, d.DeliveryTag)

@@ -164,3 +164,77 @@ func TestQuorumRequeueGoesToBack(t *testing.T) {
 		assert.Equal(t, tc.want, got, "%v", tc.args)
 	}
 }
+
+// TestRedriveRightAfterAListingFindsWhatItListed: a redrive of dead letters just listed finds them.
+// The listing hands them back with a nack, which the queue may not have applied when the redrive
+// starts; the redrive counted the DLQ with queue.declare, which the queue answers ahead of pending
+// requeues, and on a loaded machine counted it empty and moved nothing (issue 22, e2e TestFlow's
+// poison dispatch). Each round lists the DLQ and at once redrives one of what it listed, and a
+// fresh dead letter takes its place.
+func TestRedriveRightAfterAListingFindsWhatItListed(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "listed"}))
+	dlq := tb.b.QueueName("listed") + ".dlq"
+	deadLetter := func(id string) {
+		require.NoError(t, tb.ch.PublishWithContext(tb.ctx, "", dlq, false, false,
+			amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent}))
+	}
+	const n = 5
+	for i := range n {
+		deadLetter(fmt.Sprintf("dead-%d", i))
+	}
+	require.Eventually(t, func() bool { return tb.depth(t, dlq) == n }, waitFor, 10*time.Millisecond)
+	for round := range 100 {
+		dls, err := tb.b.DeadLetters(tb.ctx, "listed", 10)
+		require.NoError(t, err)
+		require.Len(t, dls, n, "round %d", round)
+		moved, err := tb.b.Redrive(tb.ctx, "listed", []string{dls[0].ID})
+		require.NoError(t, err)
+		require.Equal(t, 1, moved, "round %d: the redrive finds the dead letter just listed", round)
+		deadLetter(fmt.Sprintf("dead-%d", n+round))
+		require.Eventually(t, func() bool { return tb.depth(t, dlq) == n }, waitFor, time.Millisecond, "round %d: the fresh dead letter arrived", round)
+	}
+	// Discard walks the DLQ the same way.
+	dls, err := tb.b.DeadLetters(tb.ctx, "listed", 10)
+	require.NoError(t, err)
+	removed, err := tb.b.Discard(tb.ctx, "listed", ids(dls))
+	require.NoError(t, err)
+	require.Equal(t, n, removed)
+}
+
+// TestRedriveFindsADeadLetterAConcurrentListingHolds: a selected dead letter held at that moment
+// by another channel's listing (the dispatcher's recovery lists the executions DLQ every pass) is
+// still redriven: Redrive looks again for the ids it did not find. Before, it answered 0 moved
+// (issue 22: e2e TestFlow's operator redrive on a loaded machine).
+func TestRedriveFindsADeadLetterAConcurrentListingHolds(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, 1)
+	require.NoError(t, tb.b.Declare(tb.ctx, Route{Name: "held"}))
+	dlq := tb.b.QueueName("held") + ".dlq"
+	require.NoError(t, tb.ch.PublishWithContext(tb.ctx, "", dlq, false, false,
+		amqp.Publishing{MessageId: "held-1", DeliveryMode: amqp.Persistent}))
+	require.Eventually(t, func() bool { return tb.depth(t, dlq) == 1 }, waitFor, 10*time.Millisecond)
+
+	// Another listing holds it, unacked, as DeadLetters does while it fetches the rest.
+	d, ok, err := tb.ch.Get(dlq, false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	redriven := make(chan int, 1)
+	go func() {
+		moved, err := tb.b.Redrive(tb.ctx, "held", []string{"held-1"})
+		assert.NoError(t, err)
+		redriven <- moved
+	}()
+	// The listing's hold lasts as long as its gets (here: a while); then it hands the message back.
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, tb.ch.Nack(d.DeliveryTag, false, true))
+	select {
+	case moved := <-redriven:
+		require.Equal(t, 1, moved, "the redrive looked again and found it")
+	case <-time.After(waitFor):
+		t.Fatal("the redrive did not return")
+	}
+	require.Eventually(t, func() bool { return tb.depth(t, tb.b.QueueName("held")) == 1 }, waitFor, 10*time.Millisecond,
+		"the dead letter is back in the work queue")
+}
