@@ -22,7 +22,7 @@ import (
 const LinkerSymbol = "github.com/integrations-platform/integrations/pkg/version.release"
 
 // Fallback is the release of a build that says nothing else about itself: the next release, in
-// development. Raise it when a release is tagged (CONTRIBUTING.md, "Releases").
+// development. Raised after a release is tagged (CONTRIBUTING.md, "Releases").
 const Fallback = "0.1.0-dev"
 
 // release is set by the linker (LinkerSymbol); empty otherwise.
