@@ -6,6 +6,11 @@ MODULE   := github.com/integrations-platform/integrations
 # Every Go module of the workspace, for go vet / go test.
 PKGS     := $(MODULE)/pkg/... $(MODULE)/migrations/... $(MODULE)/services/... $(MODULE)/cmd/... $(MODULE)/e2e/... $(MODULE)/bench/... $(MODULE)/deploy/k8s/check/...
 BINARIES := gateway dispatcher execution-consumer adapter-callback settlement event-router
+# The release every binary prints (`integrationsctl version`, `-version`) and logs at start:
+# `git describe` (v0.1.0, v0.1.0-3-g3f2a9c1, -dirty with changes), pkg/version's fallback
+# without git. `make build VERSION=...` overrides it.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
+LDFLAGS  := -X $(MODULE)/pkg/version.release=$(VERSION)
 TOOLS    := bin/buf bin/protoc-gen-go bin/protoc-gen-go-grpc bin/protoc-gen-grpc-gateway bin/protoc-gen-openapiv2
 
 .PHONY: help
@@ -33,8 +38,8 @@ test: ## Unit, integration and end-to-end tests against real Postgres, RabbitMQ 
 	scripts/image-check.sh
 
 .PHONY: build
-build: ## Build every binary into bin/
-	go build -o bin/ $(addprefix $(MODULE)/services/,$(BINARIES)) $(MODULE)/cmd/...
+build: ## Build every binary into bin/, each saying its release (VERSION, from git describe)
+	go build -ldflags "$(LDFLAGS)" -o bin/ $(addprefix $(MODULE)/services/,$(BINARIES)) $(MODULE)/cmd/...
 
 # The platform's one image (deploy/image/Containerfile): every program of PROGRAMS in
 # /usr/local/bin, static. Its build context is IMAGE_STAGE, filled here: no Go base image can be
@@ -52,12 +57,12 @@ images: ## Build the one OCI image with podman, tagged localhost/integrations:<1
 	@set -euo pipefail; \
 	rev=$$(git rev-parse HEAD); tag=$(IMAGE):$$(git rev-parse --short=12 HEAD); \
 	rm -rf $(IMAGE_STAGE); mkdir -p $(IMAGE_STAGE)/usr/local/bin $(IMAGE_STAGE)/etc/ssl/certs; \
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags "-s -w" -o $(IMAGE_STAGE)/usr/local/bin/ \
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(IMAGE_STAGE)/usr/local/bin/ \
 		$(addprefix $(MODULE)/services/,$(BINARIES)) $(addprefix $(MODULE)/cmd/,integrationsctl dummy-adapter demo-consumer); \
 	for p in $(PROGRAMS); do test -x $(IMAGE_STAGE)/usr/local/bin/$$p || { echo "images: $$p was not built" >&2; exit 1; }; done; \
 	cp $(CA_BUNDLE) $(IMAGE_STAGE)/etc/ssl/certs/ca-certificates.crt; \
 	cp deploy/image/passwd deploy/image/group $(IMAGE_STAGE)/etc/; \
-	timeout 600 podman build --layers=false --arch $(IMAGE_ARCH) --file deploy/image/Containerfile --build-arg REVISION=$$rev \
+	timeout 600 podman build --layers=false --arch $(IMAGE_ARCH) --file deploy/image/Containerfile --build-arg REVISION=$$rev --build-arg VERSION=$(VERSION) \
 		--tag $$tag --tag $(IMAGE):dev $(IMAGE_STAGE) </dev/null >&2; \
 	timeout 120 podman image prune --force --filter label=org.opencontainers.image.title=integrations </dev/null >/dev/null; \
 	echo $$tag

@@ -1,4 +1,4 @@
--- The shared schema of executions, their work outbox and their event outbox (DESIGN.md §4).
+-- The shared schema of executions, their work outbox and their event outbox (docs/architecture.md §5).
 -- Durations are stored in milliseconds; time scaling for tests happens in the services.
 
 -- +goose Up

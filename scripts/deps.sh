@@ -696,7 +696,8 @@ amq_port_holder() { # port
   local f base netns
   netns=$(readlink /proc/self/ns/net 2>/dev/null || true)
   while IFS= read -r f; do
-    # Only one of our network namespace can hold our port (see `unshare -n` in NOTES.md).
+    # Only one of our network namespace can hold our port: an ActiveMQ in another namespace
+    # (scripts/offline.sh runs make test under `unshare -n`) holds its own port 56613, not ours.
     [[ $(readlink "${f%/cmdline}/ns/net" 2>/dev/null || true) == "$netns" ]] || continue
     base=$(tr '\0' '\n' <"$f" 2>/dev/null | sed -n 's/^-Dactivemq.base=//p' | head -n 1)
     [[ -n $base ]] || continue

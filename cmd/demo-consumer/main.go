@@ -18,9 +18,14 @@ import (
 	"github.com/integrations-platform/integrations/pkg/config"
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
 	"github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/pkg/version"
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.Line("demo-consumer"))
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "demo-consumer:", err)
 		os.Exit(1)

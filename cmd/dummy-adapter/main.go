@@ -17,9 +17,14 @@ import (
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/telemetry"
+	"github.com/integrations-platform/integrations/pkg/version"
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.Line("dummy-adapter"))
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "dummy-adapter:", err)
 		os.Exit(1)

@@ -14,6 +14,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/catalog"
 	"github.com/integrations-platform/integrations/pkg/db"
 	"github.com/integrations-platform/integrations/pkg/secret"
+	"github.com/integrations-platform/integrations/pkg/version"
 )
 
 func main() {
@@ -32,7 +33,9 @@ func root() *cobra.Command {
 		Short:         "Administer an integrations deployment",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.String(),
 	}
+	cmd.SetVersionTemplate(version.Line("integrationsctl") + "\n")
 	cmd.PersistentFlags().StringVar(&databaseURL, "database-url", envOr("INTEGRATIONS_DATABASE_URL",
 		"postgres://postgres@127.0.0.1:5432/integrations?sslmode=disable"), "Postgres URL (env INTEGRATIONS_DATABASE_URL)")
 	var client clientFlags
@@ -40,7 +43,7 @@ func root() *cobra.Command {
 	cmd.AddCommand(migrateCmd(&databaseURL), catalogCmd(&databaseURL),
 		invokeCmd(&client), getCmd(&client), listCmd(&client), consumerCmd(&client), eventsCmd(&client), keysCmd(&client))
 	cmd.AddCommand(timelineCmd(&client), diagnoseCmd(&client))
-	cmd.AddCommand(platformKeyCmd(), devCertsCmd(), healthCmd())
+	cmd.AddCommand(platformKeyCmd(), devCertsCmd(), healthCmd(), versionCmd())
 	return cmd
 }
 

@@ -1,5 +1,5 @@
-// Package adapter is the Go SDK for writing an adapter (DESIGN.md §6): a Handler turns one
-// attempt's Request into a Result, and the Server does the rest — the AdapterService gRPC
+// Package adapter is the Go SDK for writing an adapter (docs/architecture.md §7): a Handler turns
+// one attempt's Request into a Result, and the Server does the rest — the AdapterService gRPC
 // surface, panic containment, and for long work (Later) the Accepted answer, automatic lease
 // renewal, and delivery of the final outcome through AdapterCallbackService.
 //
@@ -30,8 +30,8 @@ import (
 	"time"
 )
 
-// Failure classes the platform understands (DESIGN.md §3). A class is data: the gateway records
-// it as the execution's failure class, and retries only failures marked retryable.
+// Failure classes the platform understands (docs/architecture.md §4). A class is data: the
+// gateway records it as the execution's failure class, and retries only failures marked retryable.
 const (
 	ClassTransient   = "transient"
 	ClassPermanent   = "permanent"

@@ -109,7 +109,7 @@ type Capability struct {
 	ProgressEvents bool `yaml:"progress_events"`
 }
 
-// Defaults (DESIGN.md §3).
+// Defaults (docs/architecture.md §4).
 var (
 	DefaultRetryDelays = []time.Duration{time.Minute, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 6 * time.Hour}
 	DefaultMaxAttempts = 10

@@ -37,7 +37,7 @@ const (
 	AttemptTimeout  = "timeout"
 )
 
-// Failure reasons (DESIGN.md §3).
+// Failure reasons (docs/architecture.md §4).
 const (
 	ReasonAdapterPermanent     = "adapter.permanent"
 	ReasonAttemptLimit         = "retry_exhausted.attempt_limit"

@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/integrations-platform/integrations/pkg/version"
 )
 
 // ErrShutdownTimeout is returned by Run when parts were still running at the hard timeout.
@@ -194,7 +196,7 @@ func (a *App) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	a.log.Info("service started")
+	a.log.Info("service started", zap.String("version", version.String()))
 
 	var first error
 	drain := a.t.Drain

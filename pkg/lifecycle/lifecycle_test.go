@@ -13,6 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/integrations-platform/integrations/pkg/version"
 )
 
 // journal records what happened when, for assertions on order and timing.
@@ -260,4 +263,19 @@ func TestTimeouts(t *testing.T) {
 	a := New(zap.NewNop(), Timeouts{Drain: 20 * time.Second, Soft: 30 * time.Second, Hard: 10 * time.Second})
 	assert.Equal(t, Timeouts{Drain: 5 * time.Second, Soft: 5 * time.Second, Hard: 10 * time.Second}, a.t)
 	assert.Equal(t, 1250*time.Millisecond, a.Grace())
+}
+
+// TestStartLineNamesTheRelease: the one line every program logs when it is up carries its
+// release, so a log search tells which build ran.
+func TestStartLineNamesTheRelease(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zap.InfoLevel)
+	a := New(zap.New(core), Timeouts{Drain: 10 * time.Millisecond, Soft: time.Second, Hard: 2 * time.Second})
+	a.signals = func(chan<- os.Signal) {}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.NoError(t, a.Run(ctx))
+	started := logs.FilterMessage("service started").All()
+	require.Len(t, started, 1)
+	require.Equal(t, version.String(), started[0].ContextMap()["version"])
 }

@@ -20,7 +20,7 @@ const BlipFloor = 5 * time.Second
 // Executions carries ExecutionDispatch messages from the dispatcher to the execution-consumer.
 // Its port-level retry covers a consumer that could not do its own work (Postgres or the
 // settlement service unreachable), not the provider failing: that is the execution's own
-// schedule, kept in Postgres (DESIGN.md §5, "two levels of retry").
+// schedule, kept in Postgres (docs/architecture.md §6, "Two levels of retry").
 //
 // Its DelayLevels carry dispatches that are due in the future: the dispatcher publishes a dispatch
 // due within the largest level (2h) into the largest level not past its due time, and the consumer

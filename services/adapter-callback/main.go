@@ -18,12 +18,17 @@ import (
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/telemetry"
+	"github.com/integrations-platform/integrations/pkg/version"
 	svcconfig "github.com/integrations-platform/integrations/services/adapter-callback/internal/config"
 	"github.com/integrations-platform/integrations/services/adapter-callback/internal/server"
 	"github.com/integrations-platform/integrations/services/adapter-callback/internal/store"
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.Line("adapter-callback"))
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "adapter-callback:", err)
 		os.Exit(1)

@@ -23,12 +23,17 @@ import (
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
 	"github.com/integrations-platform/integrations/pkg/telemetry"
+	"github.com/integrations-platform/integrations/pkg/version"
 	svcconfig "github.com/integrations-platform/integrations/services/dispatcher/internal/config"
 	"github.com/integrations-platform/integrations/services/dispatcher/internal/dispatch"
 	"github.com/integrations-platform/integrations/services/dispatcher/internal/store"
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.Line("dispatcher"))
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "dispatcher:", err)
 		os.Exit(1)

@@ -20,6 +20,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/routes"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/pkg/telemetry"
+	"github.com/integrations-platform/integrations/pkg/version"
 	svcconfig "github.com/integrations-platform/integrations/services/event-router/internal/config"
 	"github.com/integrations-platform/integrations/services/event-router/internal/deliver"
 	"github.com/integrations-platform/integrations/services/event-router/internal/relay"
@@ -27,6 +28,10 @@ import (
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.Line("event-router"))
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "event-router:", err)
 		os.Exit(1)

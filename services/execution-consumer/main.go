@@ -23,12 +23,17 @@ import (
 	"github.com/integrations-platform/integrations/pkg/nudge"
 	"github.com/integrations-platform/integrations/pkg/routes"
 	"github.com/integrations-platform/integrations/pkg/telemetry"
+	"github.com/integrations-platform/integrations/pkg/version"
 	"github.com/integrations-platform/integrations/services/execution-consumer/internal/attempt"
 	svcconfig "github.com/integrations-platform/integrations/services/execution-consumer/internal/config"
 	"github.com/integrations-platform/integrations/services/execution-consumer/internal/store"
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.Line("execution-consumer"))
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "execution-consumer:", err)
 		os.Exit(1)

@@ -26,6 +26,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/pkg/telemetry"
+	"github.com/integrations-platform/integrations/pkg/version"
 	svcconfig "github.com/integrations-platform/integrations/services/gateway/internal/config"
 	"github.com/integrations-platform/integrations/services/gateway/internal/console"
 	"github.com/integrations-platform/integrations/services/gateway/internal/httpapi"
@@ -36,6 +37,10 @@ import (
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.Line("gateway"))
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
 		os.Exit(1)

@@ -17,6 +17,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/telemetry"
+	"github.com/integrations-platform/integrations/pkg/version"
 	svcconfig "github.com/integrations-platform/integrations/services/settlement/internal/config"
 	"github.com/integrations-platform/integrations/services/settlement/internal/server"
 	"github.com/integrations-platform/integrations/services/settlement/internal/store"
@@ -24,6 +25,10 @@ import (
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.Line("settlement"))
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "settlement:", err)
 		os.Exit(1)

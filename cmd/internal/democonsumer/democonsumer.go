@@ -115,7 +115,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // print writes the event's line. Delivery is at least once and the webhook id is the dedup key
-// (DESIGN.md §7), so a redelivery is printed as such rather than as a new event.
+// (docs/architecture.md §8), so a redelivery is printed as such rather than as a new event.
 func (h *Handler) print(id string, ev *event) {
 	line := fmt.Sprintf("event %s %s execution=%s status=%s attempt=%s result=%s",
 		id, ev.Type, ev.Data.ExecutionID, ev.Data.Status, raw(ev.Data.Attempt), raw(ev.Data.Result))

@@ -1,6 +1,6 @@
 // Package dummy is the reference adapter: capability dummy.echo echoes its payload, and an
 // optional "dummy" object in the payload scripts how the attempt behaves, so that tests and
-// demos can drive every path of the flow (DESIGN.md §6):
+// demos can drive every path of the flow (docs/architecture.md §7):
 //
 //	{"dummy": {"fail_transient": 2, "retry_after_ms": 500}}  attempts 1..2 fail transient, 3 succeeds
 //	{"dummy": {"fail_permanent": true}}                      fails permanent

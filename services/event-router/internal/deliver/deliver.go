@@ -1,10 +1,11 @@
 // Package deliver delivers events to each application's consumer — a webhook signed per the
 // Standard Webhooks convention, or a gRPC EventConsumerService — recording every attempt.
 //
-// Two levels of retry are kept apart (DESIGN.md §5). The delivery schedule is counted on the
-// event row: after a failed attempt the deliverer records when the next one is due and returns
-// mq.Defer, so the notice waits in the events route's delay levels without spending a port
-// attempt; after the last attempt the event is dead and the notice acked. The route's own short
+// Two levels of retry are kept apart (docs/architecture.md §6, "Two levels of retry"). The
+// delivery schedule is counted on the event row: after a failed attempt the deliverer records
+// when the next one is due and returns mq.Defer, so the notice waits in the events route's delay
+// levels without spending a port attempt; after the last attempt the event is dead and the notice
+// acked. The route's own short
 // Fail budget covers only the deliverer failing to do its own work (Postgres unreachable).
 //
 // One application cannot hold up another's deliveries: at most PerApp deliveries per application

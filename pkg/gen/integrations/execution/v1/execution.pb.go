@@ -75,7 +75,7 @@ func (Mode) EnumDescriptor() ([]byte, []int) {
 	return file_integrations_execution_v1_execution_proto_rawDescGZIP(), []int{0}
 }
 
-// ExecutionStatus is the execution's place in its state machine (DESIGN.md §3).
+// ExecutionStatus is the execution's place in its state machine (docs/architecture.md §4).
 type ExecutionStatus int32
 
 const (
