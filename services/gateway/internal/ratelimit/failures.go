@@ -2,8 +2,11 @@ package ratelimit
 
 import (
 	"context"
+	"math"
 	"net"
+	"net/http"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -288,4 +291,17 @@ func WithSource(ctx context.Context, remoteAddr string) context.Context {
 		return ctx
 	}
 	return peer.NewContext(ctx, &peer.Peer{Addr: net.TCPAddrFromAddrPort(ap)})
+}
+
+// SourceOfRequest is the source address of an HTTP request: its connection's peer.
+func SourceOfRequest(r *http.Request) netip.Addr {
+	if a := SourceOf(r.Context()); a.IsValid() {
+		return a
+	}
+	return AddrOf(r.RemoteAddr)
+}
+
+// RetryAfterSeconds is d as a Retry-After header's value: whole seconds, rounded up, at least 1.
+func RetryAfterSeconds(d time.Duration) string {
+	return strconv.Itoa(max(int(math.Ceil(d.Seconds())), 1))
 }
