@@ -169,7 +169,7 @@ func TestWeakSecret(t *testing.T) {
 		weak   bool
 	}{
 		{generated.Token, false},
-		{"q8ZxW2vN0pL5tR7yB1cD4fG6hJ9kM3sA", false},                                // 32 base64 characters
+		{"q8ZxW2vN0pL5tR7yB1cD4fG6hJ9kM3sA", false},                                 // 32 base64 characters
 		{"0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0", false}, // 64 hex
 		{"dev-admin-token", true},
 		{"dev-api-key-change-me", true},
