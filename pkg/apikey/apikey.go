@@ -163,3 +163,38 @@ func randomBase62(n int) (string, error) {
 func isBase62(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z'
 }
+
+// Strength rules of a secret an operator chooses (the admin token, a catalog key): what
+// WeakSecret calls random-looking.
+const (
+	MinSecretLen      = 32
+	MinSecretDistinct = 10
+)
+
+// WeakSecret says why s does not look like 32 random bytes, or "" if it does: it must be at least
+// MinSecretLen characters, hold at least MinSecretDistinct distinct characters, and no character
+// may make up more than a quarter of it. A rough test, not an entropy measure: it passes 32 or
+// more characters of base64 or hex from a random source (`head -c 24 /dev/urandom | base64`, `keys
+// generate`) and refuses the short, the repetitive and the typed-by-hand ("dev-admin-token").
+func WeakSecret(s string) string {
+	if len(s) < MinSecretLen {
+		return fmt.Sprintf("%d characters, fewer than %d", len(s), MinSecretLen)
+	}
+	var counts [256]int
+	distinct, most := 0, 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if counts[c] == 0 {
+			distinct++
+		}
+		counts[c]++
+		most = max(most, counts[c])
+	}
+	if distinct < MinSecretDistinct {
+		return fmt.Sprintf("only %d distinct characters, fewer than %d", distinct, MinSecretDistinct)
+	}
+	if most*4 > len(s) {
+		return "one character makes up more than a quarter of it"
+	}
+	return ""
+}

@@ -158,3 +158,27 @@ func TestUnusableHashIsFreshEachTime(t *testing.T) {
 	require.NotEqual(t, a, b)
 	require.NotEqual(t, Hash(""), a)
 }
+
+func TestWeakSecret(t *testing.T) {
+	generated, err := Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		secret string
+		weak   bool
+	}{
+		{generated.Token, false},
+		{"q8ZxW2vN0pL5tR7yB1cD4fG6hJ9kM3sA", false},                                 // 32 base64 characters
+		{"0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0", false}, // 64 hex
+		{"dev-admin-token", true},
+		{"dev-api-key-change-me", true},
+		{"q8ZxW2vN0pL5tR7yB1cD4fG6hJ9kM3s", true}, // 31
+		{"abababababababababababababababababab", true},
+		{"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa0123456789", true},
+	} {
+		if got := WeakSecret(tc.secret) != ""; got != tc.weak {
+			t.Errorf("WeakSecret(%q) weak = %v, want %v (%s)", tc.secret, got, tc.weak, WeakSecret(tc.secret))
+		}
+	}
+}

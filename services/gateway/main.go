@@ -61,6 +61,9 @@ func run() error {
 		return err
 	}
 	defer func() { _ = logger.Sync() }()
+	if warning, _ := cfg.CheckAdminToken(); warning != "" { // off loopback, Validate refused it
+		logger.Warn("weak admin token allowed on loopback", zap.String("problem", warning))
+	}
 	ctx := context.Background()
 	// Before any server or client is built: they trace only if tracing is on by then.
 	flushSpans, err := telemetry.Setup(ctx, "gateway", logger)
@@ -120,6 +123,10 @@ func run() error {
 	app.Go("replica-heartbeat", func(ctx context.Context) error { replicas.Run(ctx); return nil })
 	limiter := ratelimit.New(ratelimit.NewSource(pool, cfg.RateLimits(), cfg.CacheTTL).Limits, replicas.Count)
 	gate := server.NewRateGate(limiter, cfg.RateLimitRefusalDelay, server.MaxHeldPerApplication)
+	// Failed authentications, counted per source address and key id by every surface that takes
+	// a credential (gRPC, REST, the console's sign-in, the operator endpoints), each replica
+	// holding its share like the rate limits.
+	fails := ratelimit.NewFailures(cfg.AuthFailureBurst, cfg.AuthFailureWindow, replicas.Count, logger)
 	// The gRPC limit leaves room for the envelope around a payload of the largest size allowed,
 	// so that an oversized payload is refused by validation with a message naming the field.
 	srv := grpcx.NewServer(grpcx.ServerConfig{
@@ -130,7 +137,7 @@ func run() error {
 		// A call over its limit is held (and one waiting for its token waits): the bound per
 		// connection keeps one connection firing calls without waiting from piling them up.
 		MaxConcurrentStreams: 1000,
-		Interceptors:         []grpc.UnaryServerInterceptor{server.AuthInterceptor(st, cfg.AdminToken), gate.Interceptor()},
+		Interceptors:         []grpc.UnaryServerInterceptor{server.GuardedAuthInterceptor(st, fails, cfg.AdminToken), gate.Interceptor()},
 	})
 	gw := server.New(st, adapters,
 		dispatcherv1.NewDispatcherServiceClient(dispatcherConn), settlementv1.NewSettlementServiceClient(settlementConn),
@@ -172,13 +179,14 @@ func run() error {
 		Broker:     mq.Config{Provider: cfg.Broker, URL: cfg.BrokerURL(), Scope: cfg.QueueScope, TimeScale: cfg.TimeScale, Logger: logger},
 		Timeout:    2 * time.Second,
 		Logger:     logger,
+		Failures:   fails,
 	}
 	extra := system.Handlers(sys)
 	// The console calls gw directly with the signed-in caller's identity: it checks its session
 	// itself, and gw's methods apply the caller's tenancy as to any API call.
 	extra[console.Prefix], err = console.Handler(console.Config{
 		API: gw, Store: st, Box: box, AdminToken: cfg.AdminToken, System: sys,
-		Secure: publicTLS != nil, SessionTTL: cfg.ConsoleSessionTTL, Logger: logger,
+		Secure: publicTLS != nil, SessionTTL: cfg.ConsoleSessionTTL, Logger: logger, Failures: fails,
 	})
 	if err != nil {
 		return err
@@ -190,7 +198,7 @@ func run() error {
 		WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
 		TLS: publicTLS,
 		// A request over its rate limit is refused before its body is decoded.
-		Precheck: gate.Precheck(st),
+		Precheck: gate.Precheck(st, fails),
 		Extra:    extra,
 	}); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/integrations-platform/integrations/pkg/apikey"
 	"github.com/integrations-platform/integrations/pkg/catalog"
 	"github.com/integrations-platform/integrations/pkg/config"
 	"github.com/integrations-platform/integrations/pkg/platformtoken"
@@ -72,6 +73,45 @@ type Config struct {
 	// RateLimitHeartbeat is how often a replica records itself alive and recounts the replicas
 	// sharing the limits; one unseen for three heartbeats is no longer counted.
 	RateLimitHeartbeat time.Duration `env:"INTEGRATIONS_RATE_LIMIT_HEARTBEAT" envDefault:"2s"`
+	// AuthFailureBurst failed authentications (API, console sign-in, operator endpoints) are
+	// answered 401 per source address, and per presented key id, before the next are refused 429;
+	// they come back at AuthFailureBurst per AuthFailureWindow. Across all replicas: each holds its
+	// share. Not time-scaled: it is about clients.
+	AuthFailureBurst  int           `env:"INTEGRATIONS_AUTH_FAILURE_BURST" envDefault:"10"`
+	AuthFailureWindow time.Duration `env:"INTEGRATIONS_AUTH_FAILURE_WINDOW" envDefault:"1m"`
+}
+
+// Loopback reports whether every listener of the gateway (gRPC, REST, metrics) is on a loopback
+// address: development, where a weak admin token is allowed with a warning.
+func (c Config) Loopback() bool {
+	addrs := []string{c.GRPCAddr, c.HTTPAddr}
+	if c.MetricsAddr != "" {
+		addrs = append(addrs, c.MetricsAddr)
+	}
+	for _, a := range addrs {
+		if !config.IsLoopback(a) {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckAdminToken refuses an INTEGRATIONS_ADMIN_TOKEN that does not look like 32 random bytes
+// (apikey.WeakSecret) when a listener is not on loopback; on loopback it returns the problem as a
+// warning. An empty token (no operator) is neither.
+func (c Config) CheckAdminToken() (warning string, err error) {
+	if c.AdminToken == "" {
+		return "", nil
+	}
+	problem := apikey.WeakSecret(c.AdminToken)
+	switch {
+	case problem == "":
+		return "", nil
+	case c.Loopback():
+		return "INTEGRATIONS_ADMIN_TOKEN is weak (" + problem + "): allowed because every listener is on loopback", nil
+	default:
+		return "", fmt.Errorf("INTEGRATIONS_ADMIN_TOKEN: does not look like %d random bytes (%s); make one with `head -c 24 /dev/urandom | base64` (a weak token is allowed only when every listener is on a loopback address)", apikey.MinSecretLen, problem)
+	}
 }
 
 // RateLimits are the default limits of every application.
@@ -123,6 +163,15 @@ func (c Config) Validate() error {
 		if t.v < 100*time.Millisecond || t.v > time.Hour {
 			errs = append(errs, fmt.Errorf("%s: %v must be between 100ms and 1h", t.name, t.v))
 		}
+	}
+	if c.AuthFailureBurst < 1 || c.AuthFailureBurst > 1000 {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_AUTH_FAILURE_BURST: %d must be between 1 and 1000", c.AuthFailureBurst))
+	}
+	if c.AuthFailureWindow < 100*time.Millisecond || c.AuthFailureWindow > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("INTEGRATIONS_AUTH_FAILURE_WINDOW: %v must be between 100ms and 24h", c.AuthFailureWindow))
+	}
+	if _, err := c.CheckAdminToken(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.HTTPReadHeaderTimeout > c.HTTPReadTimeout {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_HTTP_READ_HEADER_TIMEOUT: %v must not exceed INTEGRATIONS_HTTP_READ_TIMEOUT (%v)", c.HTTPReadHeaderTimeout, c.HTTPReadTimeout))

@@ -102,3 +102,37 @@ func TestWebhookDenyCIDRs(t *testing.T) {
 	}
 	assert.Empty(t, Config{}.WebhookDeny())
 }
+
+// TestWeakAdminTokenOnlyOnLoopback: an admin token that does not look like 32 random bytes is a
+// warning while every listener is on loopback, and stops the gateway, naming the variable, once
+// one is not.
+func TestWeakAdminTokenOnlyOnLoopback(t *testing.T) {
+	t.Setenv("INTEGRATIONS_SECRET_KEY", "k")
+	t.Setenv("INTEGRATIONS_PLATFORM_SIGNING_KEY", base64.StdEncoding.EncodeToString(make([]byte, ed25519.SeedSize)))
+	t.Setenv("INTEGRATIONS_INTERNAL_PLAINTEXT", "true")
+	t.Setenv("INTEGRATIONS_ADMIN_TOKEN", "dev-admin-token")
+	c, err := config.Load[Config]()
+	require.NoError(t, err, "make run's token, on loopback")
+	warning, err := c.CheckAdminToken()
+	require.NoError(t, err)
+	assert.Contains(t, warning, "INTEGRATIONS_ADMIN_TOKEN is weak (15 characters, fewer than 32)")
+
+	t.Setenv("INTEGRATIONS_PUBLIC_PLAINTEXT", "true")
+	t.Setenv("INTEGRATIONS_METRICS_ADDR", ":9100")
+	_, err = config.Load[Config]()
+	require.ErrorContains(t, err, "INTEGRATIONS_ADMIN_TOKEN: does not look like 32 random bytes (15 characters, fewer than 32)")
+	assert.NotContains(t, err.Error(), "dev-admin-token")
+
+	t.Setenv("INTEGRATIONS_ADMIN_TOKEN", "q8ZxW2vN0pL5tR7yB1cD4fG6hJ9kM3sA") // head -c 24 /dev/urandom | base64
+	_, err = config.Load[Config]()
+	require.NoError(t, err)
+	t.Setenv("INTEGRATIONS_ADMIN_TOKEN", "")
+	_, err = config.Load[Config]()
+	require.NoError(t, err, "no admin token: no operator, nothing to refuse")
+
+	t.Setenv("INTEGRATIONS_AUTH_FAILURE_BURST", "0")
+	t.Setenv("INTEGRATIONS_AUTH_FAILURE_WINDOW", "1ms")
+	_, err = config.Load[Config]()
+	require.ErrorContains(t, err, "INTEGRATIONS_AUTH_FAILURE_BURST: 0 must be between 1 and 1000")
+	require.ErrorContains(t, err, "INTEGRATIONS_AUTH_FAILURE_WINDOW: 1ms must be between 100ms and 24h")
+}

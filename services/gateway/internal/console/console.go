@@ -26,6 +26,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/services/gateway/internal/audit"
+	"github.com/integrations-platform/integrations/services/gateway/internal/ratelimit"
 	"github.com/integrations-platform/integrations/services/gateway/internal/server"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 	"github.com/integrations-platform/integrations/services/gateway/internal/system"
@@ -64,6 +65,10 @@ type Config struct {
 	// SessionTTL is how long a sign-in lasts (0: DefaultSessionTTL).
 	SessionTTL time.Duration
 	Logger     *zap.Logger
+	// Failures limits failed sign-ins (nil: not limited), counted with the API's failed
+	// authentications: a source address or key id over its limit is answered 429 with
+	// Retry-After before its token is checked.
+	Failures *ratelimit.Failures
 	// Now is the clock sessions expire by (nil: time.Now).
 	Now func() time.Time
 }

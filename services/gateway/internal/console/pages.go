@@ -20,6 +20,7 @@ import (
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/services/gateway/internal/audit"
+	"github.com/integrations-platform/integrations/services/gateway/internal/ratelimit"
 	"github.com/integrations-platform/integrations/services/gateway/internal/server"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 	"github.com/integrations-platform/integrations/services/gateway/internal/system"
@@ -87,19 +88,30 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s := &session{ID: uuid.NewString(), CSRF: csrf, Expires: h.cfg.Now().Add(h.cfg.SessionTTL)}
-	if isAdminToken(token, h.cfg.AdminToken) {
-		s.Role, s.AdminHash = roleOperator, adminHash(h.cfg.AdminToken)
-	} else {
+	err = h.cfg.Failures.Guard(r.Context(), ratelimit.SourceOfRequest(r), token, func() error {
+		if isAdminToken(token, h.cfg.AdminToken) {
+			s.Role, s.AdminHash = roleOperator, adminHash(h.cfg.AdminToken)
+			return nil
+		}
 		app, ref, err := server.AuthenticateKey(r.Context(), h.cfg.Store, token)
 		if err != nil {
-			if e, ok := apperr.As(err); ok && e.Kind == apperr.KindUnauthenticated {
-				refuse(http.StatusUnauthorized, loginRefusal(e.Message))
-				return
-			}
-			h.failAPI(w, r, nil, err)
-			return
+			return err
 		}
 		s.Role, s.Application, s.Key = roleApplication, app, &ref
+		return nil
+	})
+	if err != nil {
+		e, ok := apperr.As(err)
+		switch {
+		case ok && e.Kind == apperr.KindResourceExhausted:
+			w.Header().Set("Retry-After", ratelimit.RetryAfterSeconds(e.RetryAfter))
+			refuse(http.StatusTooManyRequests, "Not signed in: too many failed sign-ins; try again in "+ratelimit.RetryAfterSeconds(e.RetryAfter)+" s.")
+		case ok && e.Kind == apperr.KindUnauthenticated:
+			refuse(http.StatusUnauthorized, loginRefusal(e.Message))
+		default:
+			h.failAPI(w, r, nil, err)
+		}
+		return
 	}
 	value, err := seal(h.cfg.Box, s)
 	if err != nil {

@@ -36,6 +36,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
 	"github.com/integrations-platform/integrations/pkg/safetext"
 	"github.com/integrations-platform/integrations/pkg/tlsx"
+	"github.com/integrations-platform/integrations/services/gateway/internal/ratelimit"
 	"github.com/integrations-platform/integrations/services/gateway/internal/server"
 )
 
@@ -126,7 +127,16 @@ func Handler(ctx context.Context, api gatewayv1.GatewayServiceServer, cfg Config
 	for pattern, h := range cfg.Extra {
 		root.Handle(pattern, h)
 	}
-	return root, nil
+	return withSource(root), nil
+}
+
+// withSource gives every request's context its connection's peer (ratelimit.WithSource): the REST
+// calls served in process are then limited by their source address as gRPC calls are. The peer is
+// the TCP connection's, never X-Forwarded-For: the gateway has no trusted-proxy setting.
+func withSource(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(ratelimit.WithSource(r.Context(), r.RemoteAddr)))
+	})
 }
 
 // precheckMiddleware asks pre (if not nil) about each request carrying one well-formed bearer

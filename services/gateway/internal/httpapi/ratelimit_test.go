@@ -60,7 +60,7 @@ func rateLimitAnswers429(t *testing.T, precheck bool) {
 		server.Options{MaxPayloadBytes: 1 << 20, Scale: func(d time.Duration) time.Duration { return d }}, log)
 	cfg := httpapi.Config{}
 	if precheck {
-		cfg.Precheck = gate.Precheck(st)
+		cfg.Precheck = gate.Precheck(st, nil)
 	}
 	url := restServerWith(t, httpapi.InProcess(gw, srv.Unary()), cfg)
 

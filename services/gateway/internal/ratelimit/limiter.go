@@ -83,9 +83,7 @@ type Limiter struct {
 	replicas func() int
 	now      func() time.Time
 
-	mu        sync.RWMutex
-	buckets   map[bucketKey]*bucket
-	lastSweep time.Time
+	buckets table[bucketKey]
 }
 
 type bucketKey struct {
@@ -96,7 +94,7 @@ type bucketKey struct {
 // New returns a Limiter reading each application's limits with limits (cached by the caller: it
 // is called on every call) and the number of live replicas with replicas (at least 1).
 func New(limits func(ctx context.Context, app string) (Limits, error), replicas func() int) *Limiter {
-	return &Limiter{limits: limits, replicas: replicas, now: time.Now, buckets: map[bucketKey]*bucket{}}
+	return &Limiter{limits: limits, replicas: replicas, now: time.Now, buckets: newTable[bucketKey]()}
 }
 
 // Allow takes a token from the application's bucket of kind k, or says when to come back. An
@@ -130,7 +128,7 @@ func (l *Limiter) decide(ctx context.Context, app string, k Kind, within time.Du
 	}
 	n := max(l.replicas(), 1)
 	for {
-		b := l.bucket(bucketKey{app, k})
+		b := l.buckets.get(bucketKey{app, k}, l.now)
 		// The clock is read under the bucket's lock, so that the calls on a bucket see time
 		// in the order they take its tokens.
 		b.mu.Lock()
@@ -151,44 +149,6 @@ func (l *Limiter) decide(ctx context.Context, app string, k Kind, within time.Du
 	}
 }
 
-// bucket returns the bucket of key, made if new, sweeping idle buckets every sweepEvery.
-func (l *Limiter) bucket(key bucketKey) *bucket {
-	l.mu.RLock()
-	b := l.buckets[key]
-	l.mu.RUnlock()
-	if b != nil {
-		return b
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now := l.now(); now.Sub(l.lastSweep) >= sweepEvery {
-		l.sweep(now)
-		l.lastSweep = now
-	}
-	if b = l.buckets[key]; b == nil {
-		b = &bucket{}
-		l.buckets[key] = b
-	}
-	return b
-}
-
-// sweep drops the buckets full at now; l.mu is held. A bucket just made, whose first call has
-// not yet taken its lock, is left alone.
-func (l *Limiter) sweep(now time.Time) {
-	for key, b := range l.buckets {
-		b.mu.Lock()
-		if b.last.IsZero() {
-			b.mu.Unlock()
-			continue
-		}
-		if b.advance(now); b.tokens >= b.burst {
-			b.dropped = true
-			delete(l.buckets, key)
-		}
-		b.mu.Unlock()
-	}
-}
-
 // bucket is one application's token bucket of one kind: tokens at last, refilled at rate a
 // second up to burst — this replica's share of limit over replicas, resized in place (keeping its
 // tokens) when either changes. tokens below 0 are tokens reserved for calls waiting for them.
@@ -198,6 +158,11 @@ func (l *Limiter) sweep(now time.Time) {
 type bucket struct {
 	mu      sync.Mutex
 	dropped bool
+	// held and settled are the failed-authentication limiter's (Failures): the attempts in
+	// flight, each holding a token until it is known to have failed (kept) or succeeded (given
+	// back), and a channel closed when one of them settles, for attempts waiting on them.
+	held    int
+	settled chan struct{}
 	state
 }
 

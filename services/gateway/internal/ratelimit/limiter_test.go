@@ -303,10 +303,10 @@ func TestIdleBucketsAreSwept(t *testing.T) {
 	allowed(t, l, "busy", Invoke, 1)
 	f.advance(sweepEvery)
 	allowed(t, l, "idle", Read, 1) // a new bucket's lookup sweeps
-	l.mu.RLock()
-	_, idle := l.buckets[bucketKey{"idle", Invoke}]
-	_, busy := l.buckets[bucketKey{"busy", Invoke}]
-	l.mu.RUnlock()
+	l.buckets.mu.RLock()
+	_, idle := l.buckets.m[bucketKey{"idle", Invoke}]
+	_, busy := l.buckets.m[bucketKey{"busy", Invoke}]
+	l.buckets.mu.RUnlock()
 	require.False(t, idle, "refilled a minute after its last call: dropped")
 	require.True(t, busy, "at 0.01/s still filling: kept")
 	ok, _ := allowed(t, l, "busy", Invoke, 1)

@@ -12,6 +12,7 @@ import (
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/services/gateway/internal/audit"
+	"github.com/integrations-platform/integrations/services/gateway/internal/ratelimit"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
 
@@ -55,6 +56,15 @@ func AuthInterceptor(st *store.Store, adminToken ...string) grpc.UnaryServerInte
 	if len(adminToken) > 0 {
 		admin = adminToken[0]
 	}
+	return GuardedAuthInterceptor(st, nil, admin)
+}
+
+// GuardedAuthInterceptor is AuthInterceptor with failed authentications limited by fails (nil:
+// not limited) per source address — the call's TCP peer — and presented key id: a source or key
+// id over its limit is refused RESOURCE_EXHAUSTED with a RetryInfo before its token is verified
+// (docs/decisions.md, "Failed authentications are limited (issue 23)"). A REST call, served in
+// process, carries its HTTP connection's peer (ratelimit.WithSource).
+func GuardedAuthInterceptor(st *store.Store, fails *ratelimit.Failures, admin string) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if _, ok := info.Server.(*Server); !ok {
 			return handler(ctx, req)
@@ -63,15 +73,24 @@ func AuthInterceptor(st *store.Store, adminToken ...string) grpc.UnaryServerInte
 		if err != nil {
 			return nil, err
 		}
-		if admin != "" && subtle.ConstantTimeCompare([]byte(token), []byte(admin)) == 1 {
+		var operator bool
+		var appID string
+		err = fails.Guard(ctx, ratelimit.SourceOf(ctx), token, func() error {
+			if admin != "" && subtle.ConstantTimeCompare([]byte(token), []byte(admin)) == 1 {
+				operator = true
+				return nil
+			}
+			appID, err = authenticate(ctx, st, token)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if operator {
 			if !operatorMethods[info.FullMethod] {
 				return nil, apperr.New(apperr.KindPermissionDenied, "OPERATOR_READ_ONLY", "the admin token reads executions and events, redelivers events and cancels executions only; call %s with an application's API key", info.FullMethod)
 			}
 			return handler(context.WithValue(ctx, operatorKey{}, true), req)
-		}
-		appID, err := authenticate(ctx, st, token)
-		if err != nil {
-			return nil, err
 		}
 		return handler(context.WithValue(ctx, applicationKey{}, appID), req)
 	}

@@ -109,8 +109,15 @@ func (g *RateGate) refuse(ctx context.Context, app string, kind ratelimit.Kind, 
 // cost the gateway. It takes no token: a request it lets through meets the interceptor's Take as
 // any other. A token it cannot authenticate, or limits it cannot read, it lets through, for the
 // gRPC server to refuse in its own words.
-func (g *RateGate) Precheck(st *store.Store) func(ctx context.Context, token string, invoke bool) error {
+//
+// A request whose source address or key id failed authentication too often (fails, nil: not
+// limited) is refused first, without its token being verified: the interceptor would refuse it
+// the same, after the precheck's lookup the limit exists to spare.
+func (g *RateGate) Precheck(st *store.Store, fails *ratelimit.Failures) func(ctx context.Context, token string, invoke bool) error {
 	return func(ctx context.Context, token string, invoke bool) error {
+		if err := fails.Check(ratelimit.SourceOf(ctx), token); err != nil {
+			return err
+		}
 		app, err := authenticate(ctx, st, token)
 		if err != nil {
 			return nil

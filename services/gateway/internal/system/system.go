@@ -15,9 +15,11 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/integrations-platform/integrations/pkg/apperr"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
 	"github.com/integrations-platform/integrations/services/gateway/internal/audit"
+	"github.com/integrations-platform/integrations/services/gateway/internal/ratelimit"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
 
@@ -49,26 +51,45 @@ type Config struct {
 	// here is written to (nil: the entries are logged at error as not written).
 	Keys   *store.Store
 	Logger *zap.Logger
+	// Failures limits failed authentications (nil: not limited): a source address that sent
+	// wrong admin tokens too often is answered 429 with Retry-After before its token is compared.
+	Failures *ratelimit.Failures
 }
 
 // Handlers returns the system routes.
 func Handlers(cfg Config) map[string]http.Handler {
 	return map[string]http.Handler{
-		DiagnosticPath:   admin(cfg.AdminToken, diagnostic(cfg)),
-		DeadLettersPath:  admin(cfg.AdminToken, deadLetters(cfg)),
-		RedrivePath:      admin(cfg.AdminToken, redrive(cfg)),
-		ApplicationsPath: admin(cfg.AdminToken, keys(cfg)),
+		DiagnosticPath:   admin(cfg, diagnostic(cfg)),
+		DeadLettersPath:  admin(cfg, deadLetters(cfg)),
+		RedrivePath:      admin(cfg, redrive(cfg)),
+		ApplicationsPath: admin(cfg, keys(cfg)),
 	}
 }
 
-func admin(token string, next http.Handler) http.Handler {
+func admin(cfg Config, next http.Handler) http.Handler {
+	token := cfg.AdminToken
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if token == "" {
 			http.Error(w, "system endpoints are disabled: set INTEGRATIONS_ADMIN_TOKEN", http.StatusForbidden)
 			return
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+		if !ok {
+			http.Error(w, "missing or wrong admin token (Authorization: Bearer <INTEGRATIONS_ADMIN_TOKEN>)", http.StatusUnauthorized)
+			return
+		}
+		err := cfg.Failures.Guard(r.Context(), ratelimit.SourceOfRequest(r), got, func() error {
+			if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+				return apperr.Unauthenticated("wrong admin token")
+			}
+			return nil
+		})
+		if e, ok := apperr.As(err); ok && e.Kind == apperr.KindResourceExhausted {
+			w.Header().Set("Retry-After", ratelimit.RetryAfterSeconds(e.RetryAfter))
+			http.Error(w, e.Message, http.StatusTooManyRequests)
+			return
+		}
+		if err != nil {
 			http.Error(w, "missing or wrong admin token (Authorization: Bearer <INTEGRATIONS_ADMIN_TOKEN>)", http.StatusUnauthorized)
 			return
 		}
