@@ -218,10 +218,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	assert.Contains(t, timeline, "transient", "the failed attempts' error class")
 	assert.Contains(t, timeline, "HTTP 204", "the delivery's status code")
 	assert.Equal(t, len(rows), br.count(".axis .tick"), "one tick per entry on the axis")
-	shot := br.shot("timeline")
-	if data, err := os.ReadFile(shot); err == nil {
-		_ = os.WriteFile("/work/briefs/console-timeline.png", data, 0o644)
-	}
+	br.shot("timeline")
 
 	// Its event: redeliver it (confirm page, then POST) and see the new attempt.
 	href := runAction(br, chromedp.AttributeValue(chromedp.CSS(`tr.entry[data-kind="event"] a`), "href"))
