@@ -128,9 +128,9 @@ func New(h Handler, opts Options) (*Server, error) {
 }
 
 // authenticate checks the platform's token on a call for an attempt, req being the request
-// received, before anything of the call is acted on. A refusal is UNAUTHENTICATED marked with the
-// adaptercall.TokenRefusedReason ErrorInfo, sent before the received header: the platform knows
-// that nothing ran (adaptercall treats it as an adapter it could not use, no attempt spent).
+// received, before anything of the call is acted on. A refusal is UNAUTHENTICATED with the
+// refusal marker (platformtoken.RefusalStatus), sent before the received header: the platform
+// knows that nothing ran (adaptercall treats it as an adapter it could not use, no attempt spent).
 func (s *Server) authenticate(ctx context.Context, method, executionID string, attempt int32, req proto.Message) error {
 	if s.verifier == nil {
 		return nil
@@ -152,12 +152,22 @@ func (s *Server) authenticate(ctx context.Context, method, executionID string, a
 				zap.String("execution_id", safetext.Truncate(executionID, 64)), plog.Attempt(attempt), zap.Error(err),
 				zap.Int("refused_unlogged", unlogged))
 		}
-		e := apperr.New(apperr.KindUnauthenticated, adaptercall.TokenRefusedReason, "%s", err.Error())
-		e.Domain = adaptercall.TokenRefusedDomain
-		e.Metadata = map[string]string{adaptercall.TokenRefusedCheckKey: platformtoken.Check(err)}
-		return refusal{e}
+		return newRefusal(err)
 	}
 	return nil
+}
+
+// newRefusal is the refusal of a token Verify refused with err: platformtoken.RefusalStatus, the
+// marker built by construction, on either server (TestRefusalIsTheMarker holds the two equal).
+func newRefusal(err error) refusal {
+	st := platformtoken.RefusalStatus(err)
+	e := apperr.New(apperr.KindUnauthenticated, platformtoken.RefusalReason, "%s", st.Message())
+	e.Domain = platformtoken.RefusalDomain
+	e.Metadata = map[string]string{platformtoken.RefusalCheckKey: platformtoken.Check(err)}
+	if e.Metadata[platformtoken.RefusalCheckKey] == "" {
+		e.Metadata[platformtoken.RefusalCheckKey] = platformtoken.CheckInvalid
+	}
+	return refusal{e: e, st: st}
 }
 
 // refusalEvery is the least time between two log lines of refused calls.
@@ -189,13 +199,17 @@ func (r *refusalSampler) sample() (bool, int) {
 	return true, n
 }
 
-// refusal is a refused token, answered UNAUTHENTICATED whichever server the adapter runs on: a
-// grpcx.Server maps the *apperr.Error in its chain, a plain grpc.Server asks GRPCStatus.
-type refusal struct{ e *apperr.Error }
+// refusal is a refused token, answered UNAUTHENTICATED with the refusal marker whichever server
+// the adapter runs on: a grpcx.Server maps the *apperr.Error in its chain, a plain grpc.Server
+// asks GRPCStatus.
+type refusal struct {
+	e  *apperr.Error
+	st *status.Status
+}
 
 func (r refusal) Error() string              { return r.e.Error() }
 func (r refusal) Unwrap() error              { return r.e }
-func (r refusal) GRPCStatus() *status.Status { return grpcx.ToStatus(r.e) }
+func (r refusal) GRPCStatus() *status.Status { return r.st }
 
 // Register registers AdapterService on g (a *grpc.Server, or a *grpcx.Server which embeds one).
 func (s *Server) Register(g grpc.ServiceRegistrar) {

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -76,6 +75,12 @@ type Outcome struct {
 	// captured token, a possible attack, not a configuration fault — with this very request: the
 	// work may have run, and the attempt is spent.
 	Replayed bool
+	// MalformedRefusal, for Failed: the adapter answered something meant as the token-refusal
+	// marker that is not a well-formed one (platformtoken.ReadRefusal), in words for the log. A
+	// marker not taken is an ordinary failure and spends the attempt (Refused and Replayed are
+	// false); one taken despite a bad check has Refused or Replayed set. The adapter's author must
+	// hear of it: the callers log it at warning level.
+	MalformedRefusal string
 }
 
 // Adapter names the adapter a call goes to: its catalog id (the token's audience) and endpoint.
@@ -213,37 +218,22 @@ func (p *Pool) endpointLocked(target string) (*endpoint, error) {
 // on a broken connection without that header never reached the adapter's handler.
 const ReceivedHeader = "integrations-received"
 
-// The ErrorInfo detail with which the adapter SDK marks its refusal of a platform token, on the
-// UNAUTHENTICATED it answers before doing anything. The domain is the adapter protocol's, not
-// the platform's services' (grpcx.ErrorDomain): an adapter in another language that checks the
-// token answers it too.
-// Its metadata's TokenRefusedCheckKey names the check that failed (platformtoken.Check).
+// The ErrorInfo detail with which an adapter marks its refusal of a platform token, on the
+// UNAUTHENTICATED it answers before doing anything: platformtoken's refusal marker, named here too
+// for the platform's side. Its metadata's TokenRefusedCheckKey names the check that failed
+// (platformtoken.Check).
 const (
-	TokenRefusedDomain   = "integrations.platform"
-	TokenRefusedReason   = "PLATFORM_TOKEN_REFUSED"
-	TokenRefusedCheckKey = "check"
+	TokenRefusedDomain   = platformtoken.RefusalDomain
+	TokenRefusedReason   = platformtoken.RefusalReason
+	TokenRefusedCheckKey = platformtoken.RefusalCheckKey
 )
 
-// IsTokenRefusal reports whether err (an adapter's answer, possibly wrapped) is the SDK's refusal
-// of the platform's token: UNAUTHENTICATED with the TokenRefusedReason marker. A bare
-// UNAUTHENTICATED is not: an adapter may answer it for its own provider's refusal.
+// IsTokenRefusal reports whether err (an adapter's answer, possibly wrapped) is an adapter's
+// refusal of the platform's token: UNAUTHENTICATED with the well-formed TokenRefusedReason marker
+// (platformtoken.ReadRefusal). A bare UNAUTHENTICATED is not: an adapter may answer it for its own
+// provider's refusal.
 func IsTokenRefusal(err error) bool {
-	ok, _ := tokenRefusal(err)
-	return ok
-}
-
-// tokenRefusal is IsTokenRefusal, and the check the token failed.
-func tokenRefusal(err error) (bool, string) {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.Unauthenticated {
-		return false, ""
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == TokenRefusedDomain && info.GetReason() == TokenRefusedReason {
-			return true, info.GetMetadata()[TokenRefusedCheckKey]
-		}
-	}
-	return false, ""
+	return platformtoken.ReadRefusal(err, false).Marked
 }
 
 // sentKey carries an Execute call's *callState.
@@ -365,7 +355,8 @@ var errNotSentInTime = errors.New("adapter call not sent within the connect wait
 // unreachable adapter, until the execution's deadline — what an operator wants while a key
 // rotation reaches the adapters in the wrong order. Only the SDK's own refusal counts, which it
 // marks (IsTokenRefusal): any other UNAUTHENTICATED answer — an adapter not on the SDK whose
-// provider refused its key, perhaps after doing the work — spends the attempt like any failure.
+// provider refused its key, perhaps after doing the work — spends the attempt like any failure;
+// one carrying a malformed marker does too, and says what is wrong with it (MalformedRefusal).
 func (p *Pool) Execute(ctx context.Context, a Adapter, req *adapterv1.ExecuteRequest) Outcome {
 	ep, err := p.endpoint(a.Endpoint)
 	if err != nil {
@@ -417,10 +408,12 @@ func (p *Pool) Execute(ctx context.Context, a Adapter, req *adapterv1.ExecuteReq
 			out.NotSent = true
 			return out
 		}
-		if refused, check := tokenRefusal(err); refused && !call.received.Load() {
+		refusal := platformtoken.ReadRefusal(err, call.received.Load())
+		if refusal.Marked {
 			out := transportFailure(err)
 			out.Failure.Message = "adapter refused the platform's credential"
-			if check == platformtoken.CheckReplayed {
+			out.MalformedRefusal = refusal.Detail
+			if refusal.Check == platformtoken.CheckReplayed {
 				// We sign afresh for every call: someone else used this call's token first, with
 				// this very request (the token is bound to it), so the work may have run. Spent.
 				out.Replayed = true
@@ -430,6 +423,7 @@ func (p *Pool) Execute(ctx context.Context, a Adapter, req *adapterv1.ExecuteReq
 			return out
 		}
 		out := transportFailure(err)
+		out.MalformedRefusal = refusal.Detail
 		// Sent onto a connection whose adapter had just died (gRPC calls a request sent once it
 		// is queued on the transport, before the peer is known to be gone): an adapter that
 		// acknowledges receipt and did not, on a connection that broke, never ran its handler.

@@ -186,6 +186,8 @@ func TestUnauthenticatedWithoutTheMarkerSpendsTheAttempt(t *testing.T) {
 		require.True(t, out.Retryable, name)
 		require.Equal(t, codes.Unauthenticated.String(), out.Failure.Code, name)
 		require.Equal(t, "adapter answered Unauthenticated: provider rejected our API key", out.Failure.Message, name)
+		// A marker got wrong is named, for the platform's warning to the adapter's author.
+		require.Equal(t, details != nil, out.MalformedRefusal != "", "%s: %q", name, out.MalformedRefusal)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -85,11 +86,13 @@ type Signer struct {
 	key ed25519.PrivateKey
 	kid string
 	now func() time.Time
+	// rand is where token ids come from; the test vectors' generator makes it fixed.
+	rand io.Reader
 }
 
 // NewSigner returns a Signer for key.
 func NewSigner(key ed25519.PrivateKey) *Signer {
-	return &Signer{key: key, kid: KeyID(key.Public().(ed25519.PublicKey)), now: time.Now}
+	return &Signer{key: key, kid: KeyID(key.Public().(ed25519.PublicKey)), now: time.Now, rand: rand.Reader}
 }
 
 // KeyID is the id of the Signer's key, as its tokens' kid header names it.
@@ -112,7 +115,7 @@ func (s *Signer) Sign(c Call) (string, error) {
 		return "", fmt.Errorf("sign platform token: %w", err)
 	}
 	jti := make([]byte, 16)
-	if _, err := rand.Read(jti); err != nil {
+	if _, err := io.ReadFull(s.rand, jti); err != nil {
 		return "", fmt.Errorf("token id: %w", err)
 	}
 	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, Claims{
@@ -148,22 +151,36 @@ var (
 	ErrReplayed = errors.New("token already used")
 )
 
+// The names of the checks a token can fail, as Check returns them and the refusal marker's check
+// metadata carries them (docs/adapter-protocol.md).
+const (
+	CheckMissing  = "missing"
+	CheckKey      = "key"
+	CheckInvalid  = "invalid"
+	CheckAudience = "audience"
+	CheckBinding  = "binding"
+	CheckReplayed = "replayed"
+)
+
+// checks names each refusal reason.
+var checks = []struct {
+	err  error
+	name string
+}{
+	{ErrMissing, CheckMissing}, {ErrKey, CheckKey}, {ErrInvalid, CheckInvalid},
+	{ErrAudience, CheckAudience}, {ErrBinding, CheckBinding}, {ErrReplayed, CheckReplayed},
+}
+
 // Check names the check a refusal (an error of Verify) failed, for machine-readable reports (the
-// SDK's refusal carries it): missing, key, invalid, audience, binding or replayed; "" for an error
-// that is no refusal.
+// SDK's refusal carries it): one of the Check constants; "" for an error that is no refusal.
 func Check(err error) string {
-	for why, name := range map[error]string{
-		ErrMissing: "missing", ErrKey: "key", ErrInvalid: "invalid", ErrAudience: "audience", ErrBinding: "binding", ErrReplayed: "replayed",
-	} {
-		if errors.Is(err, why) {
-			return name
+	for _, c := range checks {
+		if errors.Is(err, c.err) {
+			return c.name
 		}
 	}
 	return ""
 }
-
-// CheckReplayed is Check's name for ErrReplayed.
-const CheckReplayed = "replayed"
 
 // Verifier checks platform tokens for one adapter.
 type Verifier struct {

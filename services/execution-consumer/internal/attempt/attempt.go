@@ -120,6 +120,12 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 		logger.Error("possible attack: the adapter saw this call's platform token used before; attempt spent",
 			zap.String("adapter_id", started.AdapterID), zap.Error(out.Cause))
 	}
+	if out.MalformedRefusal != "" {
+		// The adapter meant to refuse the platform's token and got the marker wrong: its author must
+		// hear of it (docs/adapter-protocol.md, "The refusal marker").
+		logger.Warn("adapter answered a malformed token-refusal marker", zap.String("adapter_id", started.AdapterID),
+			zap.String("problem", out.MalformedRefusal), zap.Bool("attempt_spent", !out.NotSent))
+	}
 	if out.NotSent {
 		return h.unreachable(ctx, logger, started, out)
 	}

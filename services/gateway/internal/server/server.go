@@ -278,6 +278,12 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 		s.log.Error("possible attack: the adapter saw this call's platform token used before; attempt spent",
 			log.ExecutionID(row.ID), zap.String("adapter_id", c.AdapterID), zap.Error(out.Cause))
 	}
+	if out.MalformedRefusal != "" {
+		// The adapter meant to refuse the platform's token and got the marker wrong: its author must
+		// hear of it (docs/adapter-protocol.md, "The refusal marker").
+		s.log.Warn("adapter answered a malformed token-refusal marker", log.ExecutionID(row.ID),
+			zap.String("adapter_id", c.AdapterID), zap.String("problem", out.MalformedRefusal), zap.Bool("attempt_spent", !out.NotSent))
+	}
 	if out.Kind == adaptercall.Failed && out.NotSent {
 		if resp, done, err := s.withdrawSync(ctx, row); done {
 			return resp, err
