@@ -247,3 +247,30 @@ func TestReplayedTokenSpendsTheAttempt(t *testing.T) {
 	require.False(t, out.Refused)
 	require.Equal(t, "adapter refused the platform's credential", out.Failure.Message)
 }
+
+// refuseAfterReceipt acknowledges the call, then answers the refusal marker: a contradiction.
+type refuseAfterReceipt struct {
+	adapterv1.UnimplementedAdapterServiceServer
+}
+
+func (refuseAfterReceipt) Execute(ctx context.Context, _ *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
+	if err := grpc.SendHeader(ctx, metadata.Pairs(adaptercall.ReceivedHeader, "1")); err != nil {
+		return nil, err
+	}
+	return nil, platformtoken.RefusalStatus(fmt.Errorf("%w: %w", platformtoken.ErrRefused, platformtoken.ErrKey)).Err()
+}
+
+// TestRefusalAfterReceiptSpendsTheAttempt: a marker sent after the integrations-received header
+// is not taken (the handler may have started): the attempt is spent, and the problem named.
+func TestRefusalAfterReceiptSpendsTheAttempt(t *testing.T) {
+	t.Parallel()
+	keys := tokentest.New(t, "adp-1")
+	addr := serve(t, func(s *grpc.Server) { adapterv1.RegisterAdapterServiceServer(s, refuseAfterReceipt{}) })
+	p := adaptercall.NewPool(adaptercall.WithSigner(keys.Signer))
+	t.Cleanup(func() { _ = p.Close() })
+	out := p.Execute(context.Background(), adaptercall.Adapter{ID: "adp-1", Endpoint: addr}, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
+	require.Equal(t, adaptercall.Failed, out.Kind)
+	require.False(t, out.NotSent)
+	require.False(t, out.Refused)
+	require.Contains(t, out.MalformedRefusal, "integrations-received")
+}
