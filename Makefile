@@ -11,7 +11,7 @@ BINARIES := gateway dispatcher execution-consumer adapter-callback settlement ev
 # without git. `make build VERSION=...` overrides it.
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
 LDFLAGS  := -X $(MODULE)/pkg/version.release=$(VERSION)
-TOOLS    := bin/buf bin/protoc-gen-go bin/protoc-gen-go-grpc bin/protoc-gen-grpc-gateway bin/protoc-gen-openapiv2
+TOOLS    := bin/buf bin/protoc-gen-go bin/protoc-gen-go-grpc bin/protoc-gen-grpc-gateway bin/protoc-gen-openapiv2 bin/openapi3gen
 
 .PHONY: help
 help: ## List the targets
@@ -79,6 +79,9 @@ tools: $(TOOLS) ## Build the pinned protobuf tools (tools/go.mod, tools/buf/go.m
 bin/buf: tools/buf/go.mod tools/buf/go.sum
 	GOWORK=off go -C tools/buf build -o ../../bin/ github.com/bufbuild/buf/cmd/buf
 
+bin/openapi3gen: tools/go.mod tools/go.sum $(wildcard tools/openapi3gen/*.go)
+	GOWORK=off go -C tools build -o ../bin/ ./openapi3gen
+
 bin/protoc-gen-%: tools/go.mod tools/go.sum
 	GOWORK=off go -C tools build -o ../bin/ \
 		google.golang.org/protobuf/cmd/protoc-gen-go \
@@ -86,10 +89,19 @@ bin/protoc-gen-%: tools/go.mod tools/go.sum
 		github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway \
 		github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2
 
+# The OpenAPI document: protoc-gen-openapiv2's Swagger 2.0 (bin/openapiv2, an intermediate), the
+# protos' descriptors and the overlay beside gateway.proto, made one OpenAPI 3.1 document.
+OPENAPI_OVERLAY := proto/integrations/gateway/v1/openapi.yaml
+OPENAPI_DOC     := pkg/gen/openapi/integrations.openapi.yaml
+
 .PHONY: generate
-generate: tools ## Regenerate pkg/gen from proto/ (buf lint first)
+generate: tools ## Regenerate pkg/gen from proto/ (buf lint first), the OpenAPI 3.1 document included
 	bin/buf lint
 	bin/buf generate
+	bin/buf build --exclude-source-info -o bin/openapiv2/image.binpb
+	@mkdir -p $(dir $(OPENAPI_DOC))
+	bin/openapi3gen -swagger bin/openapiv2/integrations.swagger.json -descriptors bin/openapiv2/image.binpb \
+		-overlay $(OPENAPI_OVERLAY) -out $(OPENAPI_DOC)
 
 .PHONY: check-generated
 check-generated: generate ## Fail if the committed generated code differs from what make generate produces

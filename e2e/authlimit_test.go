@@ -51,11 +51,13 @@ func (a *answers) add(refused, limited bool, retryAfter string) {
 }
 
 // from is an HTTP client whose connections come from the loopback address ip (127.0.0.0/8 all
-// routes to lo on Linux), not following redirects.
-func from(ip string) *http.Client {
+// routes to lo on Linux), not following redirects; its API calls are held to the OpenAPI
+// document as stack.http's are.
+func from(t *testing.T, ip string) *http.Client {
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
 	return &http.Client{
-		Transport:     &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 100},
+		Transport: suiteContract(t).transport(&http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 100},
+			func(problem string) { t.Errorf("%s", problem) }),
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		Timeout:       20 * time.Second,
 	}
@@ -92,7 +94,7 @@ func TestFailedAuthenticationsAreLimited(t *testing.T) {
 	const n, budget = 100, 10
 
 	t.Run("REST", func(t *testing.T) {
-		attacker, other := from("127.0.0.2"), from("127.0.0.3")
+		attacker, other := from(t, "127.0.0.2"), from(t, "127.0.0.3")
 		get := func(c *http.Client, key string) *http.Response {
 			req, err := http.NewRequest(http.MethodGet, s.restURL+"/v1/executions", nil)
 			require.NoError(t, err)
@@ -142,7 +144,7 @@ func TestFailedAuthenticationsAreLimited(t *testing.T) {
 	})
 
 	t.Run("console sign-in", func(t *testing.T) {
-		attacker, other := from("127.0.0.6"), from("127.0.0.7")
+		attacker, other := from(t, "127.0.0.6"), from(t, "127.0.0.7")
 		login := func(c *http.Client, token string) *http.Response {
 			resp, err := c.PostForm(s.restURL+"/console/login", url.Values{"token": {token}})
 			require.NoError(t, err)

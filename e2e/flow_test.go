@@ -40,6 +40,7 @@ type receivedEvent struct {
 
 func newReceiver(t *testing.T) *receiver {
 	r := &receiver{events: make(chan receivedEvent, 100), bad: make(chan error, 100)}
+	contract := suiteContract(t)
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, err := io.ReadAll(req.Body)
 		if err != nil {
@@ -69,6 +70,10 @@ func newReceiver(t *testing.T) *receiver {
 			r.bad <- fmt.Errorf("event body is not JSON: %w", err)
 			w.WriteHeader(http.StatusBadRequest)
 			return
+		}
+		// Every delivery the suite receives is held to the document's webhooks too.
+		if problem := contract.checkWebhook(req.Header, m); problem != "" {
+			t.Errorf("%s", problem)
 		}
 		r.events <- receivedEvent{ID: req.Header.Get(webhook.HeaderID), Body: m}
 		w.WriteHeader(http.StatusNoContent)
@@ -313,7 +318,7 @@ func asyncCallDelivered(s *stack, r *receiver) func(t *testing.T) {
 		id, _ := e["id"].(string)
 		require.NotEmpty(t, id)
 		assert.Equal(t, "EXECUTION_STATUS_PENDING", e["status"])
-		assert.Nil(t, e["attempt"], "attempt 0 is the zero value, omitted from JSON")
+		assert.EqualValues(t, 0, e["attempt"], "attempt 0 is sent: zero values are in every answer")
 		assert.Equal(t, "/v1/executions/"+id, body["url"])
 		assert.Equal(t, 1, s.count(t, `SELECT count(*) FROM dispatches WHERE execution_id = $1 AND attempt = 1`, id),
 			"the first dispatch record is committed with the execution")

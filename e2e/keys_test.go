@@ -57,7 +57,7 @@ func TestAPIKeyLifecycle(t *testing.T) {
 		req, err := http.NewRequest(http.MethodGet, base+"/v1/executions", nil)
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := s.http.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
@@ -68,7 +68,7 @@ func TestAPIKeyLifecycle(t *testing.T) {
 		req, err := http.NewRequest(method, replicas[0]+path, strings.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+adminToken)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := s.http.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		out := map[string]any{}

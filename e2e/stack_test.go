@@ -90,6 +90,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	fmt.Fprintln(os.Stderr, contractSummary())
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -162,6 +163,8 @@ func newStackOn(t *testing.T, b broker, scale float64, publicTLS bool) *stack {
 	if publicTLS {
 		s.http = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: caPool(t), MinVersion: tls.VersionTLS12}}}
 	}
+	// Every REST call of the suite goes through s.http: each is held to the OpenAPI document.
+	s.http = contractClient(t, s.http)
 	adapterCredential := "adc_" + randomHex(16)
 	s.adapterCredential = adapterCredential
 	key := make([]byte, 32)

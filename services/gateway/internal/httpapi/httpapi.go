@@ -167,10 +167,13 @@ func precheckMiddleware(mux **runtime.ServeMux, pre func(ctx context.Context, to
 }
 
 // restMarshaler is the REST API's JSON: proto field names, unknown fields refused, nothing after
-// the request's object.
+// the request's object. Zero values are sent (EmitDefaultValues: `"attempt": 0`, `"count": "0"`,
+// `"executions": []`), so that every scalar, enum and list field the OpenAPI document declares is
+// present in every answer and can be marked required; a message field that is not set (a
+// failure, a timestamp, a payload) is still left out rather than sent as null.
 func restMarshaler() runtime.Marshaler {
 	return wholeBody{&runtime.JSONPb{
-		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: true},
+		MarshalOptions:   protojson.MarshalOptions{EmitDefaultValues: true, UseProtoNames: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}}
 }
@@ -398,7 +401,11 @@ func setStatus(ctx context.Context, w http.ResponseWriter, resp proto.Message) e
 func limitBody(next http.Handler, n int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > n {
-			http.Error(w, fmt.Sprintf(`{"code":3,"message":"request body: %d bytes exceeds the limit of %d bytes"}`, r.ContentLength, n), http.StatusRequestEntityTooLarge)
+			// The error body every other refusal has (google.rpc.Status as the marshaler writes it).
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			fmt.Fprintf(w, `{"code":3,"message":"request body: %d bytes exceeds the limit of %d bytes","details":[]}`+"\n", r.ContentLength, n)
 			return
 		}
 		over := &bodyOver{limit: n}

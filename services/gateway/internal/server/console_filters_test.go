@@ -63,6 +63,21 @@ func TestListExecutionsFiltersByTimeAndQuery(t *testing.T) {
 		require.Equal(t, tt.want, listIDs(t, b, b.ctx, tt.req), name)
 	}
 
+	// Pages of two over three executions: a token after the first, none after the last; a page
+	// of three is the last, full, and has none.
+	first, err := b.server.ListExecutions(b.ctx, &gatewayv1.ListExecutionsRequest{PageSize: 2})
+	require.NoError(t, err)
+	require.Len(t, first.GetExecutions(), 2)
+	require.NotEmpty(t, first.GetNextPageToken())
+	last, err := b.server.ListExecutions(b.ctx, &gatewayv1.ListExecutionsRequest{PageSize: 2, PageToken: first.GetNextPageToken()})
+	require.NoError(t, err)
+	require.Len(t, last.GetExecutions(), 1)
+	require.Empty(t, last.GetNextPageToken())
+	full, err := b.server.ListExecutions(b.ctx, &gatewayv1.ListExecutionsRequest{PageSize: 3})
+	require.NoError(t, err)
+	require.Len(t, full.GetExecutions(), 3)
+	require.Empty(t, full.GetNextPageToken(), "the last page, full, has no next page")
+
 	for name, req := range map[string]*gatewayv1.ListExecutionsRequest{
 		"created_after":  {CreatedAfter: &timestamppb.Timestamp{Seconds: -1 << 60}},
 		"created_before": {CreatedBefore: &timestamppb.Timestamp{Seconds: -1 << 60}},

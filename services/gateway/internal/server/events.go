@@ -138,20 +138,25 @@ func (s *Server) ListEvents(ctx context.Context, req *gatewayv1.ListEventsReques
 	if err != nil {
 		return nil, err
 	}
+	// One row past the page says whether another page follows: the last page carries no
+	// next_page_token (a token on it led to an empty page).
+	size := f.Limit
+	f.Limit++
 	rows, err := s.store.EventList(ctx, app, f)
 	if err != nil {
 		return nil, err
 	}
 	resp := &gatewayv1.ListEventsResponse{}
+	if len(rows) > size {
+		rows = rows[:size]
+		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(rows[len(rows)-1].ID))
+	}
 	for _, r := range rows {
 		e, err := eventProto(r)
 		if err != nil {
 			return nil, err
 		}
 		resp.Events = append(resp.Events, e)
-	}
-	if len(rows) == f.Limit {
-		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(rows[len(rows)-1].ID))
 	}
 	return resp, nil
 }

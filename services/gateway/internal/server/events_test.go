@@ -125,6 +125,16 @@ func TestListEventsIsScopedNewestFirstAndPaginated(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, resp.GetEvents(), 5)
 	require.Empty(t, resp.GetNextPageToken())
+
+	// A last page exactly full has no token either: it used to carry one that led to an empty page.
+	resp, err = b.server.ListEvents(b.ctx, &gatewayv1.ListEventsRequest{PageSize: 5})
+	require.NoError(t, err)
+	require.Len(t, resp.GetEvents(), 5)
+	require.Empty(t, resp.GetNextPageToken(), "the last page, full, has no next page")
+	resp, err = b.server.ListEvents(b.ctx, &gatewayv1.ListEventsRequest{PageSize: 4})
+	require.NoError(t, err)
+	require.Len(t, resp.GetEvents(), 4)
+	require.NotEmpty(t, resp.GetNextPageToken(), "a page with one more after it")
 	e := resp.GetEvents()[0]
 	require.Equal(t, execution.EventTypeExecutionComplete, e.GetType())
 	require.Equal(t, eventsv1.EventStatus_EVENT_STATUS_PENDING, e.GetStatus())

@@ -690,20 +690,25 @@ func (s *Server) ListExecutions(ctx context.Context, req *gatewayv1.ListExecutio
 	if err != nil {
 		return nil, err
 	}
+	// One row past the page says whether another page follows: the last page carries no
+	// next_page_token (a token on it led to an empty page).
+	size := f.Limit
+	f.Limit++
 	rows, err := s.store.ExecutionList(ctx, app, f)
 	if err != nil {
 		return nil, err
 	}
 	resp := &gatewayv1.ListExecutionsResponse{}
+	if len(rows) > size {
+		rows = rows[:size]
+		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(rows[len(rows)-1].ID))
+	}
 	for _, r := range rows {
 		e, err := listItem(r)
 		if err != nil {
 			return nil, err
 		}
 		resp.Executions = append(resp.Executions, e)
-	}
-	if len(rows) == f.Limit {
-		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(rows[len(rows)-1].ID))
 	}
 	return resp, nil
 }
