@@ -24,7 +24,7 @@ run: ## Run the whole platform locally (deps, migrations, six services, dummy ad
 .PHONY: test
 # deps.sh starts an ActiveMQ for pkg/stomp's tests when none answers; the trap stops the one this
 # run started (a CI clone must leave no java running), never one that was there before.
-test: ## Unit, integration and end-to-end tests against real Postgres, RabbitMQ and ActiveMQ (STOMP) (mTLS inside; e2e twice: plain and TLS client-facing listeners; then the image check, skipped without podman)
+test: ## Unit, integration and end-to-end tests against real Postgres, RabbitMQ and ActiveMQ (STOMP) (mTLS inside; e2e twice: plain and TLS client-facing listeners; then the image check, skipped without podman; then make test-ts)
 	@started=$$(mktemp); \
 	trap 'if grep -qx stomp "$$started"; then scripts/deps.sh down stomp; fi; rm -f "$$started"' EXIT; \
 	DEPS_STARTED_FILE=$$started scripts/deps.sh up stomp && \
@@ -35,7 +35,12 @@ test: ## Unit, integration and end-to-end tests against real Postgres, RabbitMQ 
 	go test -count=1 -timeout 15m $(MODULE)/e2e/... $(MODULE)/bench/internal/chaos/... $(MODULE)/bench/internal/mqbench/... && \
 	echo "e2e again, with TLS on the client-facing listeners (INTEGRATIONS_E2E_PUBLIC_TLS=true)" && \
 	INTEGRATIONS_E2E_PUBLIC_TLS=true go test -count=1 -timeout 15m $(MODULE)/e2e/... && \
-	scripts/image-check.sh
+	scripts/image-check.sh && \
+	$(MAKE) -s test-ts
+
+.PHONY: test-ts
+test-ts: ## The TypeScript adapter SDK's tests with Node's own runner: all 61 protocol vectors, renewal and retry rules (needs npm ci in sdk/typescript/adapter)
+	cd sdk/typescript/adapter && node --test test/
 
 .PHONY: build
 build: ## Build every binary into bin/, each saying its release (VERSION, from git describe)

@@ -6,8 +6,9 @@
 # Usage: scripts/offline.sh [--fetch] COMMAND...      e.g.  scripts/offline.sh --fetch make test
 #
 #   --fetch  First, while the network is there: download every module the workspace's packages
-#            and tests need, and build the pinned protobuf tools (make tools), so that the
-#            command needs nothing from the network.
+#            and tests need, build the pinned protobuf tools (make tools), and run npm ci in
+#            every npm package with a package-lock.json (sdk/typescript/*, examples/*), so that
+#            the command needs nothing from the network.
 #
 # Inside, scripts/deps.sh starts the project-local servers (the machine's own are on the other
 # side of the namespace); at the end, whatever it started is stopped by pid (`deps.sh down`): a
@@ -39,6 +40,12 @@ if [[ ${1:-} == --fetch ]]; then
   go list -deps -test "$module/pkg/..." "$module/migrations/..." "$module/services/..." "$module/cmd/..." \
     "$module/e2e/..." "$module/bench/..." "$module/deploy/k8s/check/..." >/dev/null
   make -s tools
+  # The npm packages' dependencies (sdk/typescript/*, then examples/*, which link the SDK), from
+  # their lockfiles: make test runs their tests, and the e2e suite the TypeScript adapter example.
+  for lock in sdk/typescript/*/package-lock.json examples/*/package-lock.json; do
+    [[ -f $lock ]] || continue
+    (cd "$(dirname "$lock")" && npm ci --no-audit --no-fund --loglevel=error)
+  done
   say "modules and tools fetched in $((SECONDS - t0)) s"
 fi
 (($#)) || { sed -n '2,/^set -e/{/^set -e/d;s/^# \{0,1\}//;p}' "$0" >&2; exit 2; }
