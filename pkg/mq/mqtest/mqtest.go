@@ -644,7 +644,7 @@ func testConnectionClosedMidFlight(t *testing.T, e *env) {
 	assert.EqualValues(t, n, c.Acknowledged, "acked once each")
 	assert.GreaterOrEqual(t, c.Superseded, uint64(concurrency), "the mid-flight results")
 	assert.LessOrEqual(t, c.Superseded, uint64(prefetch), "at most a prefetch worth of deliveries was on the dead connection")
-	assert.Zero(t, c.Lost+c.Requeued+c.Retried+c.DeadLettered)
+	assert.Zero(t, c.Lost+c.Requeued+c.Retried+c.DeadLettered, "counters: %+v", c)
 }
 
 // testSettleOnATornDownConnectionIsSuperseded: the consuming connection dies while a handler's
