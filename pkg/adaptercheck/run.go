@@ -38,6 +38,9 @@ type checker struct {
 // check that could not run at all (a setting missing); an adapter that cannot be reached fails
 // the rules instead.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Callbacks != nil {
+		defer func() { _ = cfg.Callbacks.Close() }()
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
