@@ -61,6 +61,8 @@ type attempt struct {
 	// ended is the execution's status once the attempt is over (completed, cancelled, swept).
 	ended     string
 	completes int
+	// cancelled: the execution was cancelled while the attempt ran (cancelRule).
+	cancelled bool
 }
 
 // platform is the check's AdapterCallbackService: it answers as services/adapter-callback does,
@@ -134,14 +136,12 @@ func (p *platform) status(a *attempt) string {
 	return a.ended
 }
 
-// end ends the attempt with the execution's status (a cancellation): every later callback is
-// refused NO_LONGER_APPLICABLE.
-func (p *platform) end(a *attempt, status string) {
+// cancel marks the attempt's execution cancelled: its Complete is refused NO_LONGER_APPLICABLE,
+// as the platform's; its renewals and progress are still taken (see cancelRule).
+func (p *platform) cancel(a *attempt) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if a.ended == "" {
-		a.ended = status
-	}
+	a.cancelled = true
 }
 
 // sweepLocked ends an attempt whose lease ran out more than the grace ago, as the platform's
@@ -207,7 +207,7 @@ func (p *platform) authorizeLocked(ctx context.Context, id string, n int32, toke
 // sends.
 func (p *platform) answer(a *attempt, ev event, r *refusal) error {
 	if r != nil {
-		ev.answer, ev.fault = r.err, r.fault
+		ev.answer, ev.fault = grpcx.ToStatus(r.err).Err(), r.fault
 	}
 	if a != nil {
 		select {
@@ -215,10 +215,7 @@ func (p *platform) answer(a *attempt, ev event, r *refusal) error {
 		default: // a flood of callbacks: the scenario has seen enough of them
 		}
 	}
-	if r == nil {
-		return nil
-	}
-	return grpcx.ToStatus(r.err).Err()
+	return ev.answer
 }
 
 // RenewLease implements AdapterCallbackService.RenewLease.
@@ -283,6 +280,9 @@ func (p *platform) Complete(ctx context.Context, req *adapterv1.CompleteRequest)
 		}
 	default:
 		return nil, p.answer(a, ev, invalidField("outcome", "required: succeeded or failed"))
+	}
+	if a.cancelled && a.ended == "" {
+		a.ended = execution.StatusCancelled
 	}
 	if p.sweepLocked(a, now) {
 		return nil, p.answer(a, ev, notApplicable(a, "the attempt has ended"))
