@@ -43,7 +43,7 @@ func root() *cobra.Command {
 	cmd.AddCommand(migrateCmd(&databaseURL), catalogCmd(&databaseURL),
 		invokeCmd(&client), getCmd(&client), listCmd(&client), consumerCmd(&client), eventsCmd(&client), keysCmd(&client))
 	cmd.AddCommand(timelineCmd(&client), diagnoseCmd(&client))
-	cmd.AddCommand(platformKeyCmd(), devCertsCmd(), healthCmd(), versionCmd())
+	cmd.AddCommand(platformKeyCmd(), devCertsCmd(), healthCmd(), versionCmd(), adapterCmd())
 	return cmd
 }
 
