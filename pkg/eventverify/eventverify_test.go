@@ -82,7 +82,9 @@ func TestVerifyRefusesTampering(t *testing.T) {
 		name   string
 		tamper func(md metadata.MD, req *eventsv1.DeliverRequest)
 	}{
-		{"body", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.Body = append([]byte(nil), r.Body[:len(r.Body)-1]...) }},
+		{"body", func(_ metadata.MD, r *eventsv1.DeliverRequest) {
+			r.Body = append([]byte(nil), r.Body[:len(r.Body)-1]...)
+		}},
 		{"id", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.Id = "evt-2" }},
 		{"webhook-id", func(md metadata.MD, _ *eventsv1.DeliverRequest) { md.Set(eventverify.KeyID, "evt-2") }},
 		{"webhook-timestamp", func(md metadata.MD, _ *eventsv1.DeliverRequest) {
@@ -93,9 +95,13 @@ func TestVerifyRefusesTampering(t *testing.T) {
 		}},
 		{"no signature", func(md metadata.MD, _ *eventsv1.DeliverRequest) { md.Delete(eventverify.KeySignature) }},
 		{"type", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.Type = "execution.progress" }},
-		{"time", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.Time = timestamppb.New(r.Time.AsTime().Add(time.Second)) }},
+		{"time", func(_ metadata.MD, r *eventsv1.DeliverRequest) {
+			r.Time = timestamppb.New(r.Time.AsTime().Add(time.Second))
+		}},
 		{"sequence", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.Sequence = 1 }},
-		{"data", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.Data.Fields["status"] = structpb.NewStringValue("failed") }},
+		{"data", func(_ metadata.MD, r *eventsv1.DeliverRequest) {
+			r.Data.Fields["status"] = structpb.NewStringValue("failed")
+		}},
 		{"no data", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.Data = nil }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

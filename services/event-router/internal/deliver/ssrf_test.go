@@ -292,10 +292,10 @@ func TestAttemptCategories(t *testing.T) {
 		category string
 		code     int
 	}{
-		{"answered", dev, plain(lis.Addr().String()), webhook.CategoryGRPCStatus, int(codes.Unavailable)},
-		{"connection refused", dev, plain(closedAddr), webhook.CategoryConnectionRefused, 0},
-		{"resolves to loopback", webhook.Policy{}, plain("rebind.example.com:" + grpcPort), webhook.CategoryRefusedAddress, 0},
-		{"refused before dialling", webhook.Policy{}, plain(lis.Addr().String()), webhook.CategoryRefusedAddress, 0},
+		{"answered", dev, plainTarget(lis.Addr().String()), webhook.CategoryGRPCStatus, int(codes.Unavailable)},
+		{"connection refused", dev, plainTarget(closedAddr), webhook.CategoryConnectionRefused, 0},
+		{"resolves to loopback", webhook.Policy{}, plainTarget("rebind.example.com:" + grpcPort), webhook.CategoryRefusedAddress, 0},
+		{"refused before dialling", webhook.Policy{}, plainTarget(lis.Addr().String()), webhook.CategoryRefusedAddress, 0},
 		{"answered over TLS", dev, grpcTarget{addr: "hooks.example.com:" + tlsPort, caPEM: tlsConsumer.caPEM}, webhook.CategoryGRPCStatus, int(codes.Unavailable)},
 		{"TLS, resolves to loopback", webhook.Policy{}, grpcTarget{addr: "rebind.example.com:" + tlsPort, caPEM: tlsConsumer.caPEM}, webhook.CategoryRefusedAddress, 0},
 		{"untrusted certificate", dev, grpcTarget{addr: "hooks.example.com:" + tlsPort}, webhook.CategoryTLS, 0},
@@ -400,13 +400,13 @@ func TestConsumerNamesResolvedRooted(t *testing.T) {
 	_, grpcPort, _ := net.SplitHostPort(lis.Addr().String())
 	gc := newGRPCClients(dev, resolver)
 	t.Cleanup(func() { _ = gc.close() })
-	res = gc.deliver(ctx, plain("hooks.example.com:"+grpcPort), []string{secret}, ev)
+	res = gc.deliver(ctx, plainTarget("hooks.example.com:"+grpcPort), []string{secret}, ev)
 	require.NoError(t, res.err)
 	assert.Equal(t, "hooks.example.com:"+grpcPort, <-consumer.authority)
 
 	nxCtx, nxCancel := context.WithTimeout(context.Background(), time.Second)
 	defer nxCancel()
-	res = gc.deliver(nxCtx, plain("nx.example.com:"+grpcPort), []string{secret}, ev)
+	res = gc.deliver(nxCtx, plainTarget("nx.example.com:"+grpcPort), []string{secret}, ev)
 	assert.Equal(t, webhook.CategoryDNS, res.category, "%v", res.err)
 	require.ErrorAs(t, res.err, &dnsErr)
 	assert.Equal(t, "nx.example.com.", dnsErr.Name, "the gRPC dialer asked for the rooted name")
@@ -443,7 +443,7 @@ func TestDenyListAtDial(t *testing.T) {
 	}
 	for _, target := range []string{"hooks.example.com:" + port, "127.0.0.1:" + port} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		res := g.deliver(ctx, plain(target), []string{secret}, ev)
+		res := g.deliver(ctx, plainTarget(target), []string{secret}, ev)
 		cancel()
 		assert.Equal(t, webhook.CategoryRefusedAddress, res.category, "%s: %v", target, res.err)
 	}
