@@ -218,14 +218,32 @@ func consumerCmd(f *clientFlags) *cobra.Command {
 		},
 	}
 	set.Flags().StringVar(&secretFile, "secret-file", "", "write the signing secret to this file (mode 0600) instead of printing it")
+	var caFile, grpcSecretFile string
+	var plaintext bool
 	setGRPC := &cobra.Command{
-		Use: "set-grpc HOST:PORT", Short: "Register a gRPC EventConsumerService endpoint", Args: cobra.ExactArgs(1),
+		Use: "set-grpc HOST:PORT", Args: cobra.ExactArgs(1),
+		Short: "Register a gRPC EventConsumerService endpoint, called over TLS and signed; prints (or writes) its signing secret",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return setConsumer(cmd, f, "", &gatewayv1.SetConsumerRequest{
-				Consumer: &gatewayv1.SetConsumerRequest_Grpc{Grpc: &gatewayv1.GrpcConsumer{Target: args[0]}},
+			c := &gatewayv1.GrpcConsumer{Target: args[0]}
+			if plaintext {
+				c.Plaintext = &plaintext
+			}
+			if caFile != "" {
+				pem, err := os.ReadFile(caFile)
+				if err != nil {
+					return fmt.Errorf("--ca-file: %w", err)
+				}
+				ca := string(pem)
+				c.CaPem = &ca
+			}
+			return setConsumer(cmd, f, grpcSecretFile, &gatewayv1.SetConsumerRequest{
+				Consumer: &gatewayv1.SetConsumerRequest_Grpc{Grpc: c},
 			})
 		},
 	}
+	setGRPC.Flags().StringVar(&caFile, "ca-file", "", "PEM CA certificates the consumer's certificate chains to (default: the system roots)")
+	setGRPC.Flags().BoolVar(&plaintext, "plaintext", false, "call the consumer without TLS (only where the deployment allows http webhooks)")
+	setGRPC.Flags().StringVar(&grpcSecretFile, "secret-file", "", "write the signing secret to this file (mode 0600) instead of printing it")
 	var rotateFile string
 	rotate := &cobra.Command{
 		Use:   "rotate-secret",

@@ -69,18 +69,29 @@ type WebhookConsumer struct {
 	URL string `yaml:"url"`
 }
 
-// GRPCConsumer receives events through the EventConsumerService it serves.
+// GRPCConsumer receives events through the EventConsumerService it serves, over TLS unless
+// Plaintext, signed as a webhook is.
 type GRPCConsumer struct {
 	// Target is host:port.
 	Target string `yaml:"target"`
+	// CAPEM is the CA bundle the target's certificate must chain to (PEM CERTIFICATE blocks);
+	// empty: the system roots.
+	CAPEM string `yaml:"ca_pem"`
+	// Plaintext delivers without TLS. The catalog is the platform team's, so it is taken here as
+	// an http webhook URL is, whatever INTEGRATIONS_WEBHOOK_ALLOW_HTTP says.
+	Plaintext bool `yaml:"plaintext"`
 }
 
-// kind and endpoint are the consumer as stored (applications.consumer_kind, consumer_endpoint).
-func (c *Consumer) kind() (kind, endpoint string) {
+// stored is the consumer as stored (applications.consumer_kind, consumer_endpoint,
+// consumer_grpc_plaintext, consumer_grpc_ca).
+func (c *Consumer) stored() (kind, endpoint string, plaintext bool, caPEM *string) {
 	if c.Webhook != nil {
-		return "webhook", c.Webhook.URL
+		return "webhook", c.Webhook.URL, false, nil
 	}
-	return "grpc", c.GRPC.Target
+	if c.GRPC.CAPEM != "" {
+		caPEM = &c.GRPC.CAPEM
+	}
+	return "grpc", c.GRPC.Target, c.GRPC.Plaintext, caPEM
 }
 
 // Adapter is a provider integration reachable over gRPC. Give exactly one of Credential or
@@ -300,6 +311,14 @@ func checkConsumer(c *Consumer) error {
 		if err != nil || host == "" || strings.ContainsAny(host, "/@ ") || jsonbound.Problem(host) != "" || perr != nil || p < 1 || p > 65535 {
 			return fmt.Errorf(".grpc.target: %q must be host:port", c.GRPC.Target)
 		}
+		if c.GRPC.CAPEM != "" {
+			if c.GRPC.Plaintext {
+				return errors.New(".grpc.ca_pem: a CA applies to TLS only; leave it out with plaintext")
+			}
+			if _, err := webhook.ParseCAPEM(c.GRPC.CAPEM); err != nil {
+				return fmt.Errorf(".grpc.ca_pem: %w", err)
+			}
+		}
 	}
 	return nil
 }
@@ -412,19 +431,20 @@ func applyConsumer(ctx context.Context, tx pgx.Tx, appID string, c *Consumer, bo
 			return fmt.Errorf("seal signing secret of application %s: %w", appID, err)
 		}
 	}
-	kind, endpoint := c.kind()
+	kind, endpoint, plaintext, caPEM := c.stored()
 	var hasSecret bool
 	if err := tx.QueryRow(ctx, `
 		UPDATE applications SET consumer_kind = $2, consumer_endpoint = $3,
+			consumer_grpc_plaintext = $5, consumer_grpc_ca = $6,
 			signing_secret_enc = coalesce(signing_secret_enc, $4), updated_at = now()
 		WHERE id = $1
-		RETURNING signing_secret_enc IS NOT NULL`, appID, kind, endpoint, sealedNew).Scan(&hasSecret); err != nil {
+		RETURNING signing_secret_enc IS NOT NULL`, appID, kind, endpoint, sealedNew, plaintext, caPEM).Scan(&hasSecret); err != nil {
 		return fmt.Errorf("apply consumer of application %s: %w", appID, err)
 	}
-	// A gRPC consumer's deliveries are not signed; a webhook's cannot go out without a secret.
-	if !hasSecret && kind == "webhook" {
-		return fmt.Errorf("application %s declares a webhook but has no signing secret yet: "+
-			"INTEGRATIONS_SECRET_KEY is needed to create one", appID)
+	// Every delivery, a webhook's or a gRPC consumer's, is signed: none can go out without a secret.
+	if !hasSecret {
+		return fmt.Errorf("application %s declares a %s consumer but has no signing secret yet: "+
+			"INTEGRATIONS_SECRET_KEY is needed to create one", appID, kind)
 	}
 	return nil
 }
@@ -458,8 +478,8 @@ type applyOptions struct {
 
 // WithSecretBox lets Apply create the signing secret of an application that declares a consumer
 // and has none yet, sealed with box (the deployment's INTEGRATIONS_SECRET_KEY). Without it, an
-// application that declares a webhook and has no secret makes Apply fail, naming the application:
-// a webhook cannot be signed without one. (A gRPC consumer's deliveries are not signed.)
+// application that declares a consumer and has no secret makes Apply fail, naming the
+// application: a delivery, a webhook's or a gRPC consumer's, cannot be signed without one.
 func WithSecretBox(box *secret.Box) ApplyOption {
 	return func(o *applyOptions) { o.box = box }
 }

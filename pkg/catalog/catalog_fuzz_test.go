@@ -59,7 +59,7 @@ capabilities:
 		for _, a := range c.Applications {
 			texts = append(texts, a.ID, a.Name)
 			if a.Consumer != nil {
-				_, endpoint := a.Consumer.kind()
+				_, endpoint, _, _ := a.Consumer.stored()
 				texts = append(texts, endpoint)
 			}
 		}

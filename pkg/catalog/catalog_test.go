@@ -364,14 +364,14 @@ func TestApplyRefusesAWebhookItCannotSign(t *testing.T) {
 	require.Contains(t, err.Error(), "INTEGRATIONS_SECRET_KEY")
 	require.Empty(t, rows(t, s.Pool), "nothing applied")
 
-	// A gRPC consumer's deliveries are not signed: it needs no secret.
+	// A gRPC consumer's deliveries are signed too: it needs one as well.
 	c, err = catalog.Parse([]byte(catalogYAML(t, spec{
 		appExtra: "    consumer: {grpc: {target: 'consumer.example:9000'}}\n"})), env(nil))
 	require.NoError(t, err)
-	require.NoError(t, catalog.Apply(ctx, s.Pool, c))
-	got := readConsumer(t, s.Pool, "app")
-	require.Equal(t, "grpc", *got.kind)
-	require.Nil(t, got.sealed)
+	err = catalog.Apply(ctx, s.Pool, c)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "application app declares a grpc consumer")
+	require.Empty(t, rows(t, s.Pool), "nothing applied")
 }
 
 // progress_events is stored on the capability, and applying a catalog without it turns it off

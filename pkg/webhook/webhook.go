@@ -63,22 +63,36 @@ func SetHeaders(h http.Header, secret, id string, ts time.Time, body []byte) err
 // receiver that knows either the current or the previous secret finds a signature it can verify.
 // At least one secret is required.
 func SetHeadersRotating(h http.Header, secrets []string, id string, ts time.Time, body []byte) error {
+	sigs, err := SignRotating(secrets, id, ts, body)
+	if err != nil {
+		return err
+	}
+	h.Set(HeaderID, id)
+	h.Set(HeaderTimestamp, Timestamp(ts))
+	h.Set(HeaderSignature, sigs)
+	return nil
+}
+
+// SignRotating returns the webhook-signature value for a message signed with every secret, the
+// signatures space-separated (see SetHeadersRotating): what a gRPC consumer's delivery carries in
+// its metadata. At least one secret is required.
+func SignRotating(secrets []string, id string, ts time.Time, body []byte) (string, error) {
 	if len(secrets) == 0 {
-		return errors.New("no signing secret")
+		return "", errors.New("no signing secret")
 	}
 	sigs := make([]string, len(secrets))
 	for i, secret := range secrets {
 		sig, err := Sign(secret, id, ts, body)
 		if err != nil {
-			return err
+			return "", err
 		}
 		sigs[i] = sig
 	}
-	h.Set(HeaderID, id)
-	h.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
-	h.Set(HeaderSignature, strings.Join(sigs, " "))
-	return nil
+	return strings.Join(sigs, " "), nil
 }
+
+// Timestamp is the webhook-timestamp value for ts: Unix seconds.
+func Timestamp(ts time.Time) string { return strconv.FormatInt(ts.Unix(), 10) }
 
 // Verify checks the headers of a received webhook against body: one of its v1 signatures (there
 // are several while the sender rotates its secret) must match and the timestamp must be within

@@ -309,15 +309,16 @@ func (d *Deliverer) attempt(ctx context.Context, ev *store.Delivery) result {
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
+	// Either kind is signed with the same secrets, per the Standard Webhooks convention.
+	secrets, err := d.secrets(ev)
+	if err != nil {
+		return result{err: err, category: webhook.CategoryOther}
+	}
 	switch *ev.ConsumerKind {
 	case "webhook":
-		secrets, err := d.secrets(ev)
-		if err != nil {
-			return result{err: err, category: webhook.CategoryOther}
-		}
 		return d.webhook.post(ctx, *ev.Endpoint, secrets, ev, d.cfg.TimeScale)
 	case "grpc":
-		return d.grpc.deliver(ctx, *ev.Endpoint, ev)
+		return d.grpc.deliver(ctx, grpcTargetOf(ev), secrets, ev)
 	default:
 		return result{err: fmt.Errorf("consumer kind %q is not supported", *ev.ConsumerKind), category: webhook.CategoryOther}
 	}

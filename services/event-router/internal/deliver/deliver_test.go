@@ -22,14 +22,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/integrations-platform/integrations/pkg/db"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
-	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
 	queuev1 "github.com/integrations-platform/integrations/pkg/gen/integrations/queue/v1"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
@@ -507,63 +503,6 @@ func TestRotationSignsWithBothSecrets(t *testing.T) {
 	require.Len(t, strings.Fields(got[1].header.Get(webhook.HeaderSignature)), 1)
 	assert.NoError(t, webhook.Verify(current, got[1].header, got[1].body, time.Now(), webhook.DefaultTolerance))
 	assert.Error(t, webhook.Verify(previous, got[1].header, got[1].body, time.Now(), webhook.DefaultTolerance))
-}
-
-// consumerServer is an in-process EventConsumerService: it answers UNAVAILABLE first, then OK.
-type consumerServer struct {
-	eventsv1.UnimplementedEventConsumerServiceServer
-	mu  sync.Mutex
-	got []*eventsv1.DeliverRequest
-}
-
-func (c *consumerServer) Deliver(_ context.Context, req *eventsv1.DeliverRequest) (*eventsv1.DeliverResponse, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.got = append(c.got, req)
-	if len(c.got) == 1 {
-		return nil, status.Error(codes.Unavailable, "warming up")
-	}
-	return &eventsv1.DeliverResponse{}, nil
-}
-
-// TestGRPCConsumer: an application with a gRPC consumer gets the event through
-// EventConsumerService.Deliver — id, type, time, data and the exact body — and a failed call is
-// an attempt recorded by its code (status_code holds the gRPC code, as the API documents).
-func TestGRPCConsumer(t *testing.T) {
-	t.Parallel()
-	b := setup(t, options{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := grpc.NewServer()
-	cs := &consumerServer{}
-	eventsv1.RegisterEventConsumerServiceServer(srv, cs)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	b.setConsumer(t, dbtest.TestApp, "grpc", lis.Addr().String())
-
-	id := b.newEvent(t, dbtest.TestApp)
-	b.awaitStatus(t, id, "delivered", 10*time.Second)
-	cs.mu.Lock()
-	got := cs.got
-	cs.mu.Unlock()
-	require.Len(t, got, 2)
-	var payload []byte
-	require.NoError(t, b.s.Pool.QueryRow(context.Background(), `SELECT payload FROM integration_events WHERE id = $1`, id).Scan(&payload))
-	req := got[1]
-	assert.Equal(t, id, req.GetId())
-	assert.Equal(t, "execution.completed", req.GetType())
-	assert.Equal(t, int32(1), req.GetSequence(), "data.sequence, as a field of its own")
-	assert.Equal(t, string(payload), string(req.GetBody()), "the exact body a webhook would get")
-	assert.Equal(t, "succeeded", req.GetData().GetFields()["status"].GetStringValue())
-	assert.WithinDuration(t, time.Now(), req.GetTime().AsTime(), time.Minute)
-
-	rows := b.deliveries(t, id)
-	require.Len(t, rows, 2)
-	require.NotNil(t, rows[0].code, "a gRPC consumer's answer is recorded by its gRPC code")
-	assert.Equal(t, int(codes.Unavailable), *rows[0].code)
-	require.NotNil(t, rows[0].err)
-	assert.Equal(t, webhook.CategoryGRPCStatus, *rows[0].err)
-	assert.Nil(t, rows[1].err)
 }
 
 func TestNextDelay(t *testing.T) {

@@ -2,6 +2,8 @@ package deliver
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +13,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -23,88 +27,179 @@ import (
 	"github.com/integrations-platform/integrations/services/event-router/internal/store"
 )
 
-// grpcClients holds one client connection per gRPC consumer endpoint (host:port), made on first
-// use and kept: a connection multiplexes every delivery to its endpoint and reconnects by itself.
+// grpcTarget is where a gRPC consumer is and how it is reached, as registered.
+type grpcTarget struct {
+	// addr is host:port.
+	addr string
+	// plaintext: without TLS (the gateway allowed it at registration, for development).
+	plaintext bool
+	// caPEM is the CA bundle the consumer's certificate must chain to; empty: the system roots.
+	caPEM string
+}
+
+// grpcTargetOf is ev's consumer as a grpcTarget.
+func grpcTargetOf(ev *store.Delivery) grpcTarget {
+	t := grpcTarget{addr: *ev.Endpoint, plaintext: ev.GRPCPlaintext}
+	if ev.GRPCCA != nil {
+		t.caPEM = *ev.GRPCCA
+	}
+	return t
+}
+
+// connKey names one connection: a target with its transport, so that two applications serving
+// one address with different CAs, or an application re-registering with another CA, never share
+// a connection verified for the other.
+type connKey struct {
+	addr      string
+	plaintext bool
+	ca        [sha256.Size]byte // of caPEM; zero: the system roots
+}
+
+func (t grpcTarget) key() connKey {
+	k := connKey{addr: t.addr, plaintext: t.plaintext}
+	if t.caPEM != "" {
+		k.ca = sha256.Sum256([]byte(t.caPEM))
+	}
+	return k
+}
+
+// grpcClients holds one client connection per gRPC consumer endpoint and transport, made on
+// first use and kept: a connection multiplexes every delivery to its endpoint and reconnects by
+// itself.
 //
-// The connections are plaintext for now; TLS to consumers (system roots, optionally a pinned CA
-// per application) is a follow-up.
+// Connections are TLS (1.2 at least), the consumer's certificate verified against the system
+// roots or the CA bundle registered with it, for the target's host — unless the consumer was
+// registered plaintext, which the gateway allows only where http webhooks are allowed.
 type grpcClients struct {
 	policy   webhook.Policy
 	resolver *net.Resolver
 	mu       sync.Mutex
-	conns    map[string]*grpc.ClientConn
-	// dialErrs holds each target's last connection error (nil after a connection is made): a
-	// call that never reached the consumer fails with the channel's own status, and the
-	// category of the attempt comes from why the connection could not be made.
+	conns    map[connKey]*grpc.ClientConn
+	// connErrs holds each connection's last failure to connect — the dial's or the TLS
+	// handshake's — and nil once a connection is made (the handshake succeeded): a call that
+	// never reached the consumer fails with the channel's own status, and the category of the
+	// attempt comes from why the connection could not be made (connection_refused, dns,
+	// refused_address, tls).
 	//
-	// It is per target, not per call, and that is a limit: gRPC dials from the channel's own
+	// It is per connection, not per call, and that is a limit: gRPC dials from the channel's own
 	// context, not the call's (no context value of the call reaches the dialer), and one dial
 	// serves every call waiting on the channel. So the cause given is the channel's latest
 	// failure, which may come from a dial made before this call began (the channel backing off
 	// from it), and concurrent attempts to one target all see the same one. That is what the
 	// attempt failed on, so the category is right; only which dial is not tracked.
-	dialErrs map[string]error
+	connErrs map[connKey]error
 }
 
 func newGRPCClients(policy webhook.Policy, resolver *net.Resolver) *grpcClients {
-	return &grpcClients{policy: policy, resolver: resolver, conns: map[string]*grpc.ClientConn{}, dialErrs: map[string]error{}}
+	return &grpcClients{policy: policy, resolver: resolver, conns: map[connKey]*grpc.ClientConn{}, connErrs: map[connKey]error{}}
 }
 
-// conn returns the cached connection to target, making it if need be. grpc.NewClient does not
+func (c *grpcClients) setConnErr(k connKey, err error) {
+	c.mu.Lock()
+	c.connErrs[k] = err
+	c.mu.Unlock()
+}
+
+// conn returns the cached connection to t, making it if need be. grpc.NewClient does not
 // dial: connecting happens on the first call, through the dialer below, whose Control checks
 // the policy on the address actually connected, after resolution, as for webhooks. The
 // passthrough resolver hands the target to that dialer as is: no gRPC name resolution (DNS SRV,
 // service config, balancer lists) picks addresses the check would not see. The dialer resolves
 // the host rooted (webhook.RootedDial), never under the router's search domains; the
-// :authority still comes from the target as registered.
-func (c *grpcClients) conn(target string) (*grpc.ClientConn, error) {
+// :authority and the TLS server name still come from the target as registered.
+func (c *grpcClients) conn(t grpcTarget, host string) (*grpc.ClientConn, error) {
+	k := t.key()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cc, ok := c.conns[target]; ok {
+	if cc, ok := c.conns[k]; ok {
 		return cc, nil
+	}
+	var creds credentials.TransportCredentials = insecure.NewCredentials()
+	if !t.plaintext {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
+		if t.caPEM != "" {
+			// The stored bundle was checked at registration; one written around it is refused here.
+			pool, err := webhook.ParseCAPEM(t.caPEM)
+			if err != nil {
+				return nil, fmt.Errorf("gRPC consumer CA bundle: %w", err)
+			}
+			cfg.RootCAs = pool
+		}
+		creds = credentials.NewTLS(cfg)
 	}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, Resolver: c.resolver, Control: c.policy.Control}
 	dial := webhook.RootedDial(dialer.DialContext)
-	cc, err := grpc.NewClient("passthrough:///"+target,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	cc, err := grpc.NewClient("passthrough:///"+t.addr,
+		grpc.WithTransportCredentials(recordingCreds{TransportCredentials: creds, record: func(err error) { c.setConnErr(k, err) }}),
 		// The consumer gets the delivery's trace context (its "deliver" span is the client span).
 		telemetry.PropagateDialOption(),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			conn, err := dial(ctx, "tcp", addr)
-			c.mu.Lock()
-			c.dialErrs[target] = err
-			c.mu.Unlock()
+			if err != nil {
+				c.setConnErr(k, err)
+			}
 			return conn, err
 		}))
 	if err != nil {
 		return nil, fmt.Errorf("gRPC consumer client: %w", err)
 	}
-	c.conns[target] = cc
+	c.conns[k] = cc
 	return cc, nil
 }
 
-func (c *grpcClients) dialErr(target string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.dialErrs[target]
+// recordingCreds are transport credentials that record the outcome of every client handshake:
+// a TLS failure (an unknown authority, a name mismatch, a plaintext server) is kept as the
+// connection's failure, and a success clears the one before. The plaintext handshake always
+// succeeds, so it only clears.
+type recordingCreds struct {
+	credentials.TransportCredentials
+	record func(error)
 }
 
-// deliver calls EventConsumerService.Deliver on target once. OK is delivered; any other status
-// the consumer answered is a failed attempt recorded by its code (grpc_status); a call that never
-// reached the consumer is recorded by why (refused_address, connection_refused, dns, timeout).
-func (c *grpcClients) deliver(ctx context.Context, target string, ev *store.Delivery) result {
+func (r recordingCreds) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	out, info, err := r.TransportCredentials.ClientHandshake(ctx, authority, conn)
+	r.record(err)
+	return out, info, err
+}
+
+func (r recordingCreds) Clone() credentials.TransportCredentials {
+	return recordingCreds{TransportCredentials: r.TransportCredentials.Clone(), record: r.record}
+}
+
+func (c *grpcClients) connErr(k connKey) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.connErrs[k]
+}
+
+// deliver calls EventConsumerService.Deliver on t once, signed with secrets (the application's
+// current secret, then the previous one during a rotation's overlap) per the Standard Webhooks
+// convention: webhook-id, webhook-timestamp and webhook-signature in the call's metadata, the
+// signature over the request's body — the webhook body, byte for byte. OK is delivered; any
+// other status the consumer answered is a failed attempt recorded by its code (grpc_status); a
+// call that never reached the consumer is recorded by why (refused_address, connection_refused,
+// dns, tls, timeout).
+func (c *grpcClients) deliver(ctx context.Context, t grpcTarget, secrets []string, ev *store.Delivery) result {
 	// The stored target may not have come through registration: check it before dialling.
-	if _, err := c.policy.CheckTarget(target); err != nil {
+	host, err := c.policy.CheckTarget(t.addr)
+	if err != nil {
 		return result{err: fmt.Errorf("gRPC consumer target: %w", err), category: webhook.CategoryRefusedAddress}
 	}
 	req, err := deliverRequest(ev)
 	if err != nil {
 		return result{err: err, category: webhook.CategoryOther}
 	}
-	cc, err := c.conn(target)
+	now := time.Now()
+	sigs, err := webhook.SignRotating(secrets, req.GetId(), now, req.GetBody())
 	if err != nil {
 		return result{err: err, category: webhook.CategoryOther}
 	}
+	cc, err := c.conn(t, host)
+	if err != nil {
+		return result{err: err, category: webhook.CategoryTLS}
+	}
+	ctx = metadata.AppendToOutgoingContext(ctx,
+		webhook.HeaderID, req.GetId(), webhook.HeaderTimestamp, webhook.Timestamp(now), webhook.HeaderSignature, sigs)
 	// WaitForReady: a connection still backing off from an earlier outage would otherwise fail
 	// the attempt at once after the consumer recovered; the attempt's deadline bounds the wait.
 	var p peer.Peer
@@ -115,7 +210,7 @@ func (c *grpcClients) deliver(ctx context.Context, target string, ev *store.Deli
 	st := status.Convert(err)
 	if p.Addr == nil {
 		// No stream was opened: the consumer was never reached.
-		cause := c.dialErr(target)
+		cause := c.connErr(t.key())
 		switch {
 		case cause != nil:
 			return result{err: fmt.Errorf("gRPC consumer not reached (%s): %w", st.Code(), cause), category: category(cause)}
@@ -174,10 +269,10 @@ func (c *grpcClients) close() error {
 	var errs []error
 	for target, cc := range c.conns {
 		if err := cc.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close gRPC consumer connection %s: %w", target, err))
+			errs = append(errs, fmt.Errorf("close gRPC consumer connection %s: %w", target.addr, err))
 		}
 		delete(c.conns, target)
-		delete(c.dialErrs, target)
+		delete(c.connErrs, target)
 	}
 	return errors.Join(errs...)
 }

@@ -282,17 +282,26 @@ func TestAttemptCategories(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	_, grpcPort, _ := net.SplitHostPort(lis.Addr().String())
+	// Over TLS, a consumer whose certificate is for *.example.com from a CA of its own.
+	tlsConsumer := startTLSConsumer(t, unavailableConsumer{})
+	_, tlsPort, _ := net.SplitHostPort(tlsConsumer.addr)
 	for _, tc := range []struct {
 		name     string
 		policy   webhook.Policy
-		target   string
+		target   grpcTarget
 		category string
 		code     int
 	}{
-		{"answered", dev, lis.Addr().String(), webhook.CategoryGRPCStatus, int(codes.Unavailable)},
-		{"connection refused", dev, closedAddr, webhook.CategoryConnectionRefused, 0},
-		{"resolves to loopback", webhook.Policy{}, "rebind.example.com:" + grpcPort, webhook.CategoryRefusedAddress, 0},
-		{"refused before dialling", webhook.Policy{}, lis.Addr().String(), webhook.CategoryRefusedAddress, 0},
+		{"answered", dev, plainTarget(lis.Addr().String()), webhook.CategoryGRPCStatus, int(codes.Unavailable)},
+		{"connection refused", dev, plainTarget(closedAddr), webhook.CategoryConnectionRefused, 0},
+		{"resolves to loopback", webhook.Policy{}, plainTarget("rebind.example.com:" + grpcPort), webhook.CategoryRefusedAddress, 0},
+		{"refused before dialling", webhook.Policy{}, plainTarget(lis.Addr().String()), webhook.CategoryRefusedAddress, 0},
+		{"answered over TLS", dev, grpcTarget{addr: "hooks.example.com:" + tlsPort, caPEM: tlsConsumer.caPEM}, webhook.CategoryGRPCStatus, int(codes.Unavailable)},
+		{"TLS, resolves to loopback", webhook.Policy{}, grpcTarget{addr: "rebind.example.com:" + tlsPort, caPEM: tlsConsumer.caPEM}, webhook.CategoryRefusedAddress, 0},
+		{"untrusted certificate", dev, grpcTarget{addr: "hooks.example.com:" + tlsPort}, webhook.CategoryTLS, 0},
+		{"another CA", dev, grpcTarget{addr: "hooks.example.com:" + tlsPort, caPEM: otherCAPEM(t)}, webhook.CategoryTLS, 0},
+		{"certificate for another name", dev, grpcTarget{addr: tlsConsumer.addr, caPEM: tlsConsumer.caPEM}, webhook.CategoryTLS, 0},
+		{"bad stored CA bundle", dev, grpcTarget{addr: "hooks.example.com:" + tlsPort, caPEM: "not pem"}, webhook.CategoryTLS, 0},
 	} {
 		t.Run("grpc "+tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -300,7 +309,7 @@ func TestAttemptCategories(t *testing.T) {
 			t.Cleanup(func() { _ = c.close() })
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			res := c.deliver(ctx, tc.target, ev)
+			res := c.deliver(ctx, tc.target, []string{secret}, ev)
 			assert.Equal(t, tc.category, res.category, "%v", res.err)
 			assert.Equal(t, tc.code, res.statusCode)
 			require.Error(t, res.err)
@@ -391,13 +400,13 @@ func TestConsumerNamesResolvedRooted(t *testing.T) {
 	_, grpcPort, _ := net.SplitHostPort(lis.Addr().String())
 	gc := newGRPCClients(dev, resolver)
 	t.Cleanup(func() { _ = gc.close() })
-	res = gc.deliver(ctx, "hooks.example.com:"+grpcPort, ev)
+	res = gc.deliver(ctx, plainTarget("hooks.example.com:"+grpcPort), []string{secret}, ev)
 	require.NoError(t, res.err)
 	assert.Equal(t, "hooks.example.com:"+grpcPort, <-consumer.authority)
 
 	nxCtx, nxCancel := context.WithTimeout(context.Background(), time.Second)
 	defer nxCancel()
-	res = gc.deliver(nxCtx, "nx.example.com:"+grpcPort, ev)
+	res = gc.deliver(nxCtx, plainTarget("nx.example.com:"+grpcPort), []string{secret}, ev)
 	assert.Equal(t, webhook.CategoryDNS, res.category, "%v", res.err)
 	require.ErrorAs(t, res.err, &dnsErr)
 	assert.Equal(t, "nx.example.com.", dnsErr.Name, "the gRPC dialer asked for the rooted name")
@@ -434,7 +443,7 @@ func TestDenyListAtDial(t *testing.T) {
 	}
 	for _, target := range []string{"hooks.example.com:" + port, "127.0.0.1:" + port} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		res := g.deliver(ctx, target, ev)
+		res := g.deliver(ctx, plainTarget(target), []string{secret}, ev)
 		cancel()
 		assert.Equal(t, webhook.CategoryRefusedAddress, res.category, "%s: %v", target, res.err)
 	}

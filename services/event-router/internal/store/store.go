@@ -110,7 +110,7 @@ var relayClaimSQL = `
 				e.type, e.created_at, e.attempts, CASE WHEN r.here THEN e.payload END AS payload
 		)
 		SELECT m.id, m.application_id, m.here, m.relay_claimed_until, m.delivery_claimed_until, m.type, m.created_at, m.attempts,
-			m.payload, a.consumer_kind, a.consumer_endpoint,
+			m.payload, a.consumer_kind, a.consumer_endpoint, a.consumer_grpc_plaintext, a.consumer_grpc_ca,
 			CASE WHEN m.here THEN a.signing_secret_enc END,
 			CASE WHEN m.here AND a.signing_secret_prev_until > now() THEN a.signing_secret_prev_enc END,
 			x.created_at, e.execution_id::text, coalesce(e.traceparent, ''), coalesce(e.tracestate, ''), 0::bigint
@@ -118,7 +118,7 @@ var relayClaimSQL = `
 			JOIN executions x ON x.id = e.execution_id
 		UNION ALL
 		-- The tally: how many held events this scan set aside, so the caller knows the batch was full.
-		SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, count(*) FROM parked`
+		SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, count(*) FROM parked`
 
 // EventClaimForRelay reserves up to limit events not yet published to the broker, and of them
 // claims up to local — the oldest that are pending, due and under no live delivery claim — for
@@ -149,12 +149,12 @@ func (s *Store) EventClaimForRelay(ctx context.Context, limit int, ttl time.Dura
 	for rows.Next() {
 		var d Delivery
 		var id, appID, typ, execID, traceparent, tracestate *string
-		var isHere *bool
+		var isHere, plaintext *bool
 		var relayClaim, deliveryClaim, createdAt, execCreatedAt *time.Time
 		var attempts *int32
 		var held int64
 		if err := rows.Scan(&id, &appID, &isHere, &relayClaim, &deliveryClaim, &typ, &createdAt,
-			&attempts, &d.Payload, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret, &execCreatedAt,
+			&attempts, &d.Payload, &d.ConsumerKind, &d.Endpoint, &plaintext, &d.GRPCCA, &d.SealedSecret, &d.PrevSealedSecret, &execCreatedAt,
 			&execID, &traceparent, &tracestate, &held); err != nil {
 			return nil, nil, 0, fmt.Errorf("claim unrelayed events: %w", err)
 		}
@@ -162,6 +162,7 @@ func (s *Store) EventClaimForRelay(ctx context.Context, limit int, ttl time.Dura
 			parked = int(held)
 			continue
 		}
+		d.GRPCPlaintext = *plaintext
 		d.EventID, d.ApplicationID, d.Type, d.CreatedAt, d.Attempts, d.ExecutionCreatedAt = *id, *appID, *typ, *createdAt, *attempts, *execCreatedAt
 		d.ExecutionID, d.Traceparent, d.Tracestate = *execID, *traceparent, *tracestate
 		if !*isHere {
@@ -315,6 +316,11 @@ type Delivery struct {
 	Attempts      int32
 	ConsumerKind  *string
 	Endpoint      *string
+	// GRPCPlaintext and GRPCCA are a gRPC consumer's transport: without TLS (where the gateway
+	// allowed it at registration), or verified against the CA bundle GRPCCA (PEM; nil: the
+	// system roots).
+	GRPCPlaintext bool
+	GRPCCA        *string
 	SealedSecret  []byte
 	// PrevSealedSecret is the application's previous signing secret while its overlap lasts
 	// (signing_secret_prev_until in the future), nil otherwise.
@@ -364,7 +370,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Dura
 	err := s.pool.QueryRow(ctx, `
 		WITH ev AS (
 			SELECT e.id, e.application_id, e.type, e.created_at, e.payload, e.delivery_status, e.attempts,
-				a.consumer_kind, a.consumer_endpoint, a.signing_secret_enc,
+				a.consumer_kind, a.consumer_endpoint, a.consumer_grpc_plaintext, a.consumer_grpc_ca, a.signing_secret_enc,
 				CASE WHEN a.signing_secret_prev_until > now() THEN a.signing_secret_prev_enc END AS prev_secret,
 				COALESCE(extract(epoch FROM
 					CASE WHEN e.attempts > 0 THEN e.next_attempt_at END - now()), 0)::float8 AS wait,
@@ -390,7 +396,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Dura
 		SELECT ev.*, (SELECT delivery_claimed_until FROM claimed WHERE NOT held),
 			COALESCE((SELECT held FROM claimed), false) FROM ev`, eventID, ttl.Seconds()).
 		Scan(&d.EventID, &d.ApplicationID, &d.Type, &d.CreatedAt, &d.Payload,
-			&d.Status, &d.Attempts, &d.ConsumerKind, &d.Endpoint, &d.SealedSecret, &d.PrevSealedSecret,
+			&d.Status, &d.Attempts, &d.ConsumerKind, &d.Endpoint, &d.GRPCPlaintext, &d.GRPCCA, &d.SealedSecret, &d.PrevSealedSecret,
 			&wait, &claimWait, &d.ExecutionCreatedAt, &behind, &d.ExecutionID, &d.Traceparent, &d.Tracestate, &claim, &d.Held)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound

@@ -27,7 +27,10 @@ func (s *Server) checkConsumer(ctx context.Context, req *gatewayv1.SetConsumerRe
 	case *gatewayv1.SetConsumerRequest_Webhook:
 		return s.checkWebhookURL(ctx, c.Webhook.GetUrl())
 	case *gatewayv1.SetConsumerRequest_Grpc:
-		return s.checkGRPCTarget(ctx, c.Grpc.GetTarget())
+		if err := s.checkGRPCTarget(ctx, c.Grpc.GetTarget()); err != nil {
+			return err
+		}
+		return s.checkGRPCTransport(c.Grpc)
 	default:
 		return apperr.Invalid("consumer", "required: {\"webhook\": {\"url\": \"https://...\"}} or {\"grpc\": {\"target\": \"host:port\"}}")
 	}
@@ -53,6 +56,25 @@ func (s *Server) checkGRPCTarget(ctx context.Context, target string) error {
 		return invalidEndpoint(field, err)
 	}
 	return s.checkResolves(ctx, field, host)
+}
+
+// checkGRPCTransport refuses plaintext where http webhooks are not allowed (grpc.plaintext), and
+// a CA bundle that is not PEM certificates, too long, or given with plaintext (grpc.ca_pem):
+// plaintext is the same exception as an http webhook, one setting for both, for development.
+func (s *Server) checkGRPCTransport(c *gatewayv1.GrpcConsumer) error {
+	if c.GetPlaintext() && !s.opts.WebhookAllowHTTP {
+		return apperr.Invalid("grpc.plaintext", "plaintext delivery is allowed only with INTEGRATIONS_WEBHOOK_ALLOW_HTTP (development); serve TLS and leave plaintext out")
+	}
+	if c.CaPem == nil {
+		return nil
+	}
+	if c.GetPlaintext() {
+		return apperr.Invalid("grpc.ca_pem", "a CA applies to TLS only; leave it out with plaintext")
+	}
+	if _, err := webhook.ParseCAPEM(c.GetCaPem()); err != nil {
+		return invalidEndpoint("grpc.ca_pem", err)
+	}
+	return nil
 }
 
 // checkResolves is the courtesy check at registration: a name that resolves only to private

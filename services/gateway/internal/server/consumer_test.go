@@ -2,10 +2,18 @@ package server
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"math/big"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -229,4 +237,120 @@ func TestEventsShowRawDeliveryErrorsAsOther(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, list.GetEvents(), 1)
 	require.Equal(t, webhook.CategoryOther, list.GetEvents()[0].GetLastError())
+}
+
+// caPEM is a self-signed CA certificate in PEM.
+func caPEM(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "consumer CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
+// TestSetConsumerGRPCTransport: a gRPC consumer is TLS unless it asks for plaintext, which is
+// refused (grpc.plaintext) unless the deployment allows http webhooks; a CA bundle must be PEM
+// certificates within the bound, and never comes with plaintext (grpc.ca_pem). What is accepted
+// is stored and answered; nothing is written on a refusal.
+func TestSetConsumerGRPCTransport(t *testing.T) {
+	t.Parallel()
+	ca := caPEM(t)
+	yes, no := true, false
+	str := func(s string) *string { return &s }
+	for _, tc := range []struct {
+		name      string
+		consumer  *gatewayv1.GrpcConsumer
+		allowHTTP bool
+		// wantField is the field refused; "" when accepted.
+		wantField string
+	}{
+		{name: "TLS, system roots", consumer: &gatewayv1.GrpcConsumer{Target: "consumer.example.com:443"}},
+		{name: "TLS said", consumer: &gatewayv1.GrpcConsumer{Target: "consumer.example.com:443", Plaintext: &no}},
+		{name: "TLS with a CA", consumer: &gatewayv1.GrpcConsumer{Target: "consumer.example.com:443", CaPem: &ca}},
+		{name: "TLS with a CA bundle", consumer: &gatewayv1.GrpcConsumer{Target: "consumer.example.com:443", CaPem: str(ca + "\n" + caPEM(t))}},
+		{name: "plaintext refused", consumer: &gatewayv1.GrpcConsumer{Target: "consumer.example.com:443", Plaintext: &yes}, wantField: "grpc.plaintext"},
+		{name: "plaintext allowed", consumer: &gatewayv1.GrpcConsumer{Target: "consumer.example.com:443", Plaintext: &yes}, allowHTTP: true},
+		{name: "plaintext with a CA", consumer: &gatewayv1.GrpcConsumer{Target: "consumer.example.com:443", Plaintext: &yes, CaPem: &ca},
+			allowHTTP: true, wantField: "grpc.ca_pem"},
+		{name: "empty CA", consumer: &gatewayv1.GrpcConsumer{Target: "consumer.example.com:443", CaPem: str("")}, wantField: "grpc.ca_pem"},
+		{name: "CA not PEM", consumer: &gatewayv1.GrpcConsumer{Target: "consumer.example.com:443", CaPem: str("MIIB...")}, wantField: "grpc.ca_pem"},
+		{name: "CA with a private key", consumer: &gatewayv1.GrpcConsumer{Target: "consumer.example.com:443",
+			CaPem: str(ca + string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte{1}})))}, wantField: "grpc.ca_pem"},
+		{name: "CA too long", consumer: &gatewayv1.GrpcConsumer{Target: "consumer.example.com:443",
+			CaPem: str(ca + strings.Repeat("\n", webhook.MaxCAPEMLength))}, wantField: "grpc.ca_pem"},
+		{name: "bad target first", consumer: &gatewayv1.GrpcConsumer{Target: "127.0.0.1:9000", Plaintext: &yes}, wantField: "grpc.target"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.server.opts.WebhookAllowHTTP = tc.allowHTTP
+
+			resp, err := b.server.SetConsumer(b.ctx, &gatewayv1.SetConsumerRequest{
+				Consumer: &gatewayv1.SetConsumerRequest_Grpc{Grpc: tc.consumer}})
+
+			var kind *string
+			var plaintext bool
+			var storedCA *string
+			require.NoError(t, b.schema.Pool.QueryRow(context.Background(),
+				`SELECT consumer_kind, consumer_grpc_plaintext, consumer_grpc_ca FROM applications WHERE id = $1`,
+				dbtest.TestApp).Scan(&kind, &plaintext, &storedCA))
+			if tc.wantField != "" {
+				c, _ := code(err)
+				require.Equal(t, codes.InvalidArgument, c, "%v", err)
+				require.Equal(t, tc.wantField, field(err))
+				require.NotContains(t, err.Error(), "BEGIN CERTIFICATE", "the input is never repeated")
+				require.Nil(t, kind, "nothing written")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, "grpc", *kind)
+			require.Equal(t, tc.consumer.GetPlaintext(), plaintext)
+			require.Equal(t, tc.consumer.CaPem, storedCA)
+			got := resp.GetGrpc()
+			require.Equal(t, tc.consumer.GetTarget(), got.GetTarget())
+			require.NotNil(t, got.Plaintext, "plaintext is always answered")
+			require.Equal(t, tc.consumer.GetPlaintext(), got.GetPlaintext())
+			require.Equal(t, tc.consumer.CaPem, got.CaPem)
+			require.Regexp(t, `^whsec_`, resp.GetSigningSecret(), "a gRPC consumer's deliveries are signed too")
+		})
+	}
+}
+
+// TestSetConsumerSwitchClearsGRPCTransport: re-registering as a webhook, or as a TLS gRPC
+// consumer, leaves nothing of a plaintext or CA registration behind.
+func TestSetConsumerSwitchClearsGRPCTransport(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.server.opts.WebhookAllowHTTP = true
+	ca := caPEM(t)
+	read := func() (plaintext bool, storedCA *string) {
+		require.NoError(t, b.schema.Pool.QueryRow(context.Background(),
+			`SELECT consumer_grpc_plaintext, consumer_grpc_ca FROM applications WHERE id = $1`, dbtest.TestApp).Scan(&plaintext, &storedCA))
+		return plaintext, storedCA
+	}
+	_, err := b.server.SetConsumer(b.ctx, &gatewayv1.SetConsumerRequest{Consumer: &gatewayv1.SetConsumerRequest_Grpc{
+		Grpc: &gatewayv1.GrpcConsumer{Target: "consumer.example.com:443", CaPem: &ca}}})
+	require.NoError(t, err)
+	_, storedCA := read()
+	require.NotNil(t, storedCA)
+	_, err = b.server.SetConsumer(b.ctx, webhookReq("https://hooks.example.com/e"))
+	require.NoError(t, err)
+	plaintext, storedCA := read()
+	require.False(t, plaintext)
+	require.Nil(t, storedCA)
+
+	yes := true
+	_, err = b.server.SetConsumer(b.ctx, &gatewayv1.SetConsumerRequest{Consumer: &gatewayv1.SetConsumerRequest_Grpc{
+		Grpc: &gatewayv1.GrpcConsumer{Target: "consumer.example.com:443", Plaintext: &yes}}})
+	require.NoError(t, err)
+	plaintext, _ = read()
+	require.True(t, plaintext)
+	_, err = b.server.SetConsumer(b.ctx, grpcReq("consumer.example.com:443"))
+	require.NoError(t, err)
+	plaintext, storedCA = read()
+	require.False(t, plaintext, "leaving plaintext out means TLS")
+	require.Nil(t, storedCA)
 }

@@ -734,23 +734,32 @@ func listApplication(ctx context.Context, named, what string) (string, error) {
 }
 
 // SetConsumer implements GatewayService.SetConsumer. Either kind of consumer gets a signing
-// secret (kept if the application has one): a gRPC consumer does not use it, but an application
-// with a consumer then always has one, and switching to a webhook keeps the secret it knows.
+// secret (kept if the application has one): both kinds' deliveries are signed with it, and
+// switching kinds keeps the secret the application knows.
 func (s *Server) SetConsumer(ctx context.Context, req *gatewayv1.SetConsumerRequest) (*gatewayv1.SetConsumerResponse, error) {
 	var kind string
-	var register func(ctx context.Context, applicationID, endpoint string, sealedNew []byte) ([]byte, error)
-	var endpoint string
+	var register func(ctx context.Context, applicationID string, sealedNew []byte) ([]byte, error)
 	resp := &gatewayv1.SetConsumerResponse{}
 	if err := s.checkConsumer(ctx, req); err != nil {
 		return nil, err
 	}
 	switch c := req.GetConsumer().(type) {
 	case *gatewayv1.SetConsumerRequest_Webhook:
-		kind, endpoint, register = "webhook", c.Webhook.GetUrl(), s.store.ConsumerSetWebhook
-		resp.Consumer = &gatewayv1.SetConsumerResponse_Webhook{Webhook: &gatewayv1.WebhookConsumer{Url: endpoint}}
+		url := c.Webhook.GetUrl()
+		kind = "webhook"
+		register = func(ctx context.Context, app string, sealedNew []byte) ([]byte, error) {
+			return s.store.ConsumerSetWebhook(ctx, app, url, sealedNew)
+		}
+		resp.Consumer = &gatewayv1.SetConsumerResponse_Webhook{Webhook: &gatewayv1.WebhookConsumer{Url: url}}
 	case *gatewayv1.SetConsumerRequest_Grpc:
-		kind, endpoint, register = "grpc", c.Grpc.GetTarget(), s.store.ConsumerSetGRPC
-		resp.Consumer = &gatewayv1.SetConsumerResponse_Grpc{Grpc: &gatewayv1.GrpcConsumer{Target: endpoint}}
+		g := store.GRPCConsumer{Target: c.Grpc.GetTarget(), Plaintext: c.Grpc.GetPlaintext(), CAPEM: c.Grpc.CaPem}
+		kind = "grpc"
+		register = func(ctx context.Context, app string, sealedNew []byte) ([]byte, error) {
+			return s.store.ConsumerSetGRPC(ctx, app, g, sealedNew)
+		}
+		// The consumer as registered: plaintext always said, the CA when one was given.
+		resp.Consumer = &gatewayv1.SetConsumerResponse_Grpc{Grpc: &gatewayv1.GrpcConsumer{
+			Target: g.Target, Plaintext: &g.Plaintext, CaPem: g.CAPEM}}
 	default:
 		return nil, apperr.Invalid("consumer", "required: {\"webhook\": {\"url\": \"https://...\"}} or {\"grpc\": {\"target\": \"host:port\"}}")
 	}
@@ -762,7 +771,7 @@ func (s *Server) SetConsumer(ctx context.Context, req *gatewayv1.SetConsumerRequ
 	if err != nil {
 		return nil, err
 	}
-	sealed, err := register(ctx, applicationID(ctx), endpoint, sealedFresh)
+	sealed, err := register(ctx, applicationID(ctx), sealedFresh)
 	if err != nil {
 		return nil, err
 	}

@@ -227,22 +227,33 @@ func (s *Store) EventRedrive(ctx context.Context, applicationID string, since *t
 	return n, nil
 }
 
-// ConsumerSetGRPC registers the application's gRPC EventConsumerService endpoint. Like
-// ConsumerSetWebhook it keeps a signing secret the application has, or stores sealedNew, and
-// returns the sealed secret in force: an application with a consumer always has one, so that
-// switching to a webhook later signs with the secret it already knows.
-func (s *Store) ConsumerSetGRPC(ctx context.Context, applicationID, target string, sealedNew []byte) ([]byte, error) {
-	return s.consumerSet(ctx, applicationID, "grpc", target, sealedNew)
+// GRPCConsumer is a gRPC consumer as registered.
+type GRPCConsumer struct {
+	// Target is host:port.
+	Target string
+	// Plaintext: delivered without TLS (where the deployment allows it).
+	Plaintext bool
+	// CAPEM is the CA bundle the target's certificate must chain to; nil: the system roots.
+	CAPEM *string
 }
 
-func (s *Store) consumerSet(ctx context.Context, applicationID, kind, endpoint string, sealedNew []byte) ([]byte, error) {
+// ConsumerSetGRPC registers the application's gRPC EventConsumerService endpoint. Like
+// ConsumerSetWebhook it keeps a signing secret the application has, or stores sealedNew, and
+// returns the sealed secret in force: both kinds' deliveries are signed with it.
+func (s *Store) ConsumerSetGRPC(ctx context.Context, applicationID string, c GRPCConsumer, sealedNew []byte) ([]byte, error) {
+	return s.consumerSet(ctx, applicationID, "grpc", c.Target, c.Plaintext, c.CAPEM, sealedNew)
+}
+
+// consumerSet stores the consumer; a webhook's row has plaintext false and no CA.
+func (s *Store) consumerSet(ctx context.Context, applicationID, kind, endpoint string, plaintext bool, caPEM *string, sealedNew []byte) ([]byte, error) {
 	var sealed []byte
 	err := s.pool.QueryRow(ctx, `
 		UPDATE applications
 		SET consumer_kind = $2, consumer_endpoint = $3,
+			consumer_grpc_plaintext = $5, consumer_grpc_ca = $6,
 			signing_secret_enc = coalesce(signing_secret_enc, $4), updated_at = now()
 		WHERE id = $1
-		RETURNING signing_secret_enc`, applicationID, kind, endpoint, sealedNew).Scan(&sealed)
+		RETURNING signing_secret_enc`, applicationID, kind, endpoint, sealedNew, plaintext, caPEM).Scan(&sealed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}

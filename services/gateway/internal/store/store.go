@@ -326,7 +326,7 @@ func likePrefix(s string) string {
 // application has one (re-registering a URL must not break verification); sealedNew is stored
 // otherwise. It returns the sealed secret in force.
 func (s *Store) ConsumerSetWebhook(ctx context.Context, applicationID, url string, sealedNew []byte) ([]byte, error) {
-	return s.consumerSet(ctx, applicationID, "webhook", url, sealedNew)
+	return s.consumerSet(ctx, applicationID, "webhook", url, false, nil, sealedNew)
 }
 
 // listColumns are execution.Columns without the JSON documents (payload, result, progress, up to

@@ -343,7 +343,8 @@ type DeliverRequest struct {
 	Time *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
 	// The event body's "data" object.
 	Data *structpb.Struct `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
-	// The exact JSON body a webhook consumer would receive, for receivers that keep it verbatim.
+	// The exact JSON body a webhook consumer would receive, byte for byte: what webhook-signature
+	// signs. The other fields are read from it, for convenience, and are not signed themselves.
 	Body []byte `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
 	// The event's place among its execution's events (1, 2, ...; data.sequence). Events of one
 	// execution are delivered in this order; after a retry or a redelivery an older one may come

@@ -31,6 +31,19 @@ const (
 // a crash of the router, or a redelivery), always with the same id, so the receiver deduplicates
 // by id. Answering OK acknowledges the event; any error status (or no answer within the timeout)
 // counts as a failed attempt and is retried on the backoff schedule.
+//
+// Calls come over TLS (plaintext only where the deployment allows it, for development) and each
+// is signed as a webhook is, per the Standard Webhooks convention, with the application's signing
+// secret; the three headers are the call's metadata:
+//
+//	webhook-id         the event id (DeliverRequest.id)
+//	webhook-timestamp  the attempt's time, in Unix seconds
+//	webhook-signature  "v1,<base64 HMAC-SHA256 of id.timestamp.body>", body being
+//	                   DeliverRequest.body; space-separated, one per secret, during a rotation
+//
+// So the receiver verifies the metadata and DeliverRequest.body with any Standard Webhooks
+// library, as it would a webhook, and reads the event from body (or, once verified, from the
+// typed fields, which hold the same values: the signature covers body, not them).
 type EventConsumerServiceClient interface {
 	// Deliver hands one event to the consumer.
 	Deliver(ctx context.Context, in *DeliverRequest, opts ...grpc.CallOption) (*DeliverResponse, error)
@@ -63,6 +76,19 @@ func (c *eventConsumerServiceClient) Deliver(ctx context.Context, in *DeliverReq
 // a crash of the router, or a redelivery), always with the same id, so the receiver deduplicates
 // by id. Answering OK acknowledges the event; any error status (or no answer within the timeout)
 // counts as a failed attempt and is retried on the backoff schedule.
+//
+// Calls come over TLS (plaintext only where the deployment allows it, for development) and each
+// is signed as a webhook is, per the Standard Webhooks convention, with the application's signing
+// secret; the three headers are the call's metadata:
+//
+//	webhook-id         the event id (DeliverRequest.id)
+//	webhook-timestamp  the attempt's time, in Unix seconds
+//	webhook-signature  "v1,<base64 HMAC-SHA256 of id.timestamp.body>", body being
+//	                   DeliverRequest.body; space-separated, one per secret, during a rotation
+//
+// So the receiver verifies the metadata and DeliverRequest.body with any Standard Webhooks
+// library, as it would a webhook, and reads the event from body (or, once verified, from the
+// typed fields, which hold the same values: the signature covers body, not them).
 type EventConsumerServiceServer interface {
 	// Deliver hands one event to the consumer.
 	Deliver(context.Context, *DeliverRequest) (*DeliverResponse, error)

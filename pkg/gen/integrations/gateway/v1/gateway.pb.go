@@ -624,11 +624,22 @@ func (x *WebhookConsumer) GetUrl() string {
 }
 
 // GrpcConsumer receives events through the integrations.events.v1.EventConsumerService Deliver
-// call the application implements.
+// call the application implements: over TLS, the target's certificate verified against the system
+// roots (or ca_pem) for the target's host, and every call signed per the Standard Webhooks
+// convention in its metadata, with the same signing secret as a webhook (see DeliverRequest).
 type GrpcConsumer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// host:port of the application's EventConsumerService.
-	Target        string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// host:port of the application's EventConsumerService. Its certificate must be valid for host
+	// (a DNS name, or an IP address in the certificate's IP SANs).
+	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// PEM-encoded CA certificates ("-----BEGIN CERTIFICATE-----" blocks, nothing else; at most
+	// 64 KiB) the target's certificate must chain to, instead of the system roots: for a consumer
+	// with a private CA or a self-signed certificate. Absent: the system roots.
+	CaPem *string `protobuf:"bytes,2,opt,name=ca_pem,json=caPem,proto3,oneof" json:"ca_pem,omitempty"`
+	// Deliver without TLS. Allowed only where the deployment allows http webhooks
+	// (INTEGRATIONS_WEBHOOK_ALLOW_HTTP, for development); refused otherwise, and together with
+	// ca_pem. Deliveries are signed either way. Absent: false (TLS); always set in an answer.
+	Plaintext     *bool `protobuf:"varint,3,opt,name=plaintext,proto3,oneof" json:"plaintext,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -668,6 +679,20 @@ func (x *GrpcConsumer) GetTarget() string {
 		return x.Target
 	}
 	return ""
+}
+
+func (x *GrpcConsumer) GetCaPem() string {
+	if x != nil && x.CaPem != nil {
+		return *x.CaPem
+	}
+	return ""
+}
+
+func (x *GrpcConsumer) GetPlaintext() bool {
+	if x != nil && x.Plaintext != nil {
+		return *x.Plaintext
+	}
+	return false
 }
 
 type SetConsumerRequest struct {
@@ -759,7 +784,7 @@ type SetConsumerResponse struct {
 	//	*SetConsumerResponse_Webhook
 	//	*SetConsumerResponse_Grpc
 	Consumer isSetConsumerResponse_Consumer `protobuf_oneof:"consumer"`
-	// The secret webhook signatures are made with: "whsec_" and base64.
+	// The secret deliveries are signed with, a webhook's or a gRPC consumer's: "whsec_" and base64.
 	SigningSecret string `protobuf:"bytes,2,opt,name=signing_secret,json=signingSecret,proto3" json:"signing_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1769,9 +1794,14 @@ const file_integrations_gateway_v1_gateway_proto_rawDesc = "" +
 	"executions\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"#\n" +
 	"\x0fWebhookConsumer\x12\x10\n" +
-	"\x03url\x18\x01 \x01(\tR\x03url\"&\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\"~\n" +
 	"\fGrpcConsumer\x12\x16\n" +
-	"\x06target\x18\x01 \x01(\tR\x06target\"\xa3\x01\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1a\n" +
+	"\x06ca_pem\x18\x02 \x01(\tH\x00R\x05caPem\x88\x01\x01\x12!\n" +
+	"\tplaintext\x18\x03 \x01(\bH\x01R\tplaintext\x88\x01\x01B\t\n" +
+	"\a_ca_pemB\f\n" +
+	"\n" +
+	"_plaintext\"\xa3\x01\n" +
 	"\x12SetConsumerRequest\x12D\n" +
 	"\awebhook\x18\x01 \x01(\v2(.integrations.gateway.v1.WebhookConsumerH\x00R\awebhook\x12;\n" +
 	"\x04grpc\x18\x02 \x01(\v2%.integrations.gateway.v1.GrpcConsumerH\x00R\x04grpcB\n" +
@@ -1992,6 +2022,7 @@ func file_integrations_gateway_v1_gateway_proto_init() {
 	if File_integrations_gateway_v1_gateway_proto != nil {
 		return
 	}
+	file_integrations_gateway_v1_gateway_proto_msgTypes[9].OneofWrappers = []any{}
 	file_integrations_gateway_v1_gateway_proto_msgTypes[10].OneofWrappers = []any{
 		(*SetConsumerRequest_Webhook)(nil),
 		(*SetConsumerRequest_Grpc)(nil),

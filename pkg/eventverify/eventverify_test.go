@@ -1,0 +1,140 @@
+package eventverify_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/integrations-platform/integrations/pkg/eventverify"
+	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
+	"github.com/integrations-platform/integrations/pkg/webhook"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const body = `{"id":"evt-1","type":"execution.completed","timestamp":"2026-01-02T03:04:05.123456Z",` +
+	`"data":{"execution_id":"ex-1","status":"succeeded","result":{"echo":"hé"},"sequence":2}}`
+
+// delivery is what the event router sends for body: the request and its metadata, signed at ts
+// with secrets (pkg/webhook is the platform's signer).
+func delivery(t *testing.T, ts time.Time, secrets ...string) (metadata.MD, *eventsv1.DeliverRequest) {
+	t.Helper()
+	sigs, err := webhook.SignRotating(secrets, "evt-1", ts, []byte(body))
+	require.NoError(t, err)
+	data, err := structpb.NewStruct(map[string]any{"execution_id": "ex-1", "status": "succeeded",
+		"result": map[string]any{"echo": "hé"}, "sequence": 2})
+	require.NoError(t, err)
+	req := &eventsv1.DeliverRequest{Id: "evt-1", Type: "execution.completed",
+		Time: timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)), Data: data, Body: []byte(body), Sequence: 2}
+	return metadata.Pairs(eventverify.KeyID, "evt-1", eventverify.KeyTimestamp, webhook.Timestamp(ts),
+		eventverify.KeySignature, sigs), req
+}
+
+func secret(t *testing.T) string {
+	t.Helper()
+	s, err := webhook.NewSecret()
+	require.NoError(t, err)
+	return s
+}
+
+func TestVerify(t *testing.T) {
+	t.Parallel()
+	current, previous, other := secret(t), secret(t), secret(t)
+	now := time.Now()
+
+	md, req := delivery(t, now, current)
+	require.NoError(t, eventverify.Verify(md, req, current))
+	require.NoError(t, eventverify.Verify(md, req, other, current), "any of the receiver's secrets")
+	require.ErrorIs(t, eventverify.Verify(md, req, other), eventverify.ErrUnsigned)
+	require.ErrorIs(t, eventverify.Verify(md, req), eventverify.ErrUnsigned, "no secret verifies nothing")
+	require.Error(t, eventverify.Verify(md, req, "not-a-secret!"))
+
+	// During a rotation's overlap both signatures come: either secret verifies on its own.
+	md, req = delivery(t, now, current, previous)
+	require.NoError(t, eventverify.Verify(md, req, current))
+	require.NoError(t, eventverify.Verify(md, req, previous))
+	require.ErrorIs(t, eventverify.Verify(md, req, other), eventverify.ErrUnsigned)
+
+	// The timestamp is held to the tolerance.
+	md, req = delivery(t, now.Add(-6*time.Minute), current)
+	require.ErrorIs(t, eventverify.Verify(md, req, current), eventverify.ErrUnsigned)
+	require.NoError(t, eventverify.Verifier{Secrets: []string{current}, Tolerance: 10 * time.Minute}.Verify(md, req))
+	require.NoError(t, eventverify.Verifier{Secrets: []string{current}, Now: func() time.Time { return now.Add(-6 * time.Minute) }}.Verify(md, req))
+}
+
+// TestVerifyRefusesTampering: the body, the metadata and each typed field are held to what was
+// signed.
+func TestVerifyRefusesTampering(t *testing.T) {
+	t.Parallel()
+	s := secret(t)
+	for _, tc := range []struct {
+		name   string
+		tamper func(md metadata.MD, req *eventsv1.DeliverRequest)
+	}{
+		{"body", func(_ metadata.MD, r *eventsv1.DeliverRequest) {
+			r.Body = append([]byte(nil), r.Body[:len(r.Body)-1]...)
+		}},
+		{"id", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.Id = "evt-2" }},
+		{"webhook-id", func(md metadata.MD, _ *eventsv1.DeliverRequest) { md.Set(eventverify.KeyID, "evt-2") }},
+		{"webhook-timestamp", func(md metadata.MD, _ *eventsv1.DeliverRequest) {
+			md.Set(eventverify.KeyTimestamp, webhook.Timestamp(time.Now().Add(-time.Second)))
+		}},
+		{"two timestamps", func(md metadata.MD, _ *eventsv1.DeliverRequest) {
+			md.Append(eventverify.KeyTimestamp, webhook.Timestamp(time.Now()))
+		}},
+		{"no signature", func(md metadata.MD, _ *eventsv1.DeliverRequest) { md.Delete(eventverify.KeySignature) }},
+		{"type", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.Type = "execution.progress" }},
+		{"time", func(_ metadata.MD, r *eventsv1.DeliverRequest) {
+			r.Time = timestamppb.New(r.Time.AsTime().Add(time.Second))
+		}},
+		{"sequence", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.Sequence = 1 }},
+		{"data", func(_ metadata.MD, r *eventsv1.DeliverRequest) {
+			r.Data.Fields["status"] = structpb.NewStringValue("failed")
+		}},
+		{"no data", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.Data = nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			md, req := delivery(t, time.Now(), s)
+			require.NoError(t, eventverify.Verify(md, proto.Clone(req).(*eventsv1.DeliverRequest), s))
+			tc.tamper(md, req)
+			require.ErrorIs(t, eventverify.Verify(md, req, s), eventverify.ErrUnsigned)
+		})
+	}
+}
+
+func TestUnaryServerInterceptor(t *testing.T) {
+	t.Parallel()
+	s := secret(t)
+	intercept := eventverify.UnaryServerInterceptor(s)
+	deliver := &grpc.UnaryServerInfo{FullMethod: eventsv1.EventConsumerService_Deliver_FullMethodName}
+	called := 0
+	handler := func(context.Context, any) (any, error) { called++; return &eventsv1.DeliverResponse{}, nil }
+
+	md, req := delivery(t, time.Now(), s)
+	_, err := intercept(metadata.NewIncomingContext(context.Background(), md), req, deliver, handler)
+	require.NoError(t, err)
+	require.Equal(t, 1, called)
+
+	req.Sequence = 7
+	_, err = intercept(metadata.NewIncomingContext(context.Background(), md), req, deliver, handler)
+	require.Equal(t, codes.Unauthenticated, status.Code(err))
+	_, err = intercept(context.Background(), req, deliver, handler)
+	require.Equal(t, codes.Unauthenticated, status.Code(err), "no metadata at all")
+	require.Equal(t, 1, called, "the handler never sees an unverified delivery")
+
+	_, err = intercept(context.Background(), struct{}{}, &grpc.UnaryServerInfo{FullMethod: "/grpc.health.v1.Health/Check"}, handler)
+	require.NoError(t, err, "other methods pass through")
+	require.False(t, errors.Is(err, eventverify.ErrUnsigned))
+}
