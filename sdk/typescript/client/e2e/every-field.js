@@ -7,7 +7,6 @@
 //
 // Environment: INTEGRATIONS_URL, INTEGRATIONS_API_KEY, INTEGRATIONS_OPENAPI_JSON (the document as
 // JSON), and the capabilities ECHO (async and sync) and PROGRESS (async, progress_events).
-// @ts-check
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
