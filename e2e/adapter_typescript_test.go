@@ -35,7 +35,7 @@ const typeScriptExample = "../examples/adapter-typescript"
 // execution settles succeeded from the call's answer, and an async one is answered Accepted and
 // settles through the callbacks, its progress reported on the way.
 func TestTypeScriptAdapter(t *testing.T) {
-	node := nodeOrSkip(t)
+	node := nodeOrSkip(t, typeScriptExample, "../sdk/typescript/adapter")
 	s := newStack(t)
 
 	addr := freeAddr(t)
@@ -109,9 +109,9 @@ capabilities:
 	assert.NotContains(t, log, "call refused", "every platform call carried a valid token")
 }
 
-// nodeOrSkip is the node binary, with the example's dependencies installed; without them the test
-// skips, or fails when requireNodeEnv is 1.
-func nodeOrSkip(t *testing.T) string {
+// nodeOrSkip is the node binary, with the dependencies of each npm package in dirs installed;
+// without them the test skips, or fails when requireNodeEnv is 1.
+func nodeOrSkip(t *testing.T, dirs ...string) string {
 	t.Helper()
 	missing := func(format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
@@ -122,10 +122,10 @@ func nodeOrSkip(t *testing.T) string {
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
-		missing("no node binary on PATH: the TypeScript adapter example needs Node 20 or later")
+		missing("no node binary on PATH: the TypeScript packages need Node 20 or later")
 		return ""
 	}
-	for _, dir := range []string{typeScriptExample, "../sdk/typescript/adapter"} {
+	for _, dir := range dirs {
 		if _, err := os.Stat(filepath.Join(dir, "node_modules")); err != nil {
 			missing("%s has no node_modules: run npm ci there (scripts/offline.sh --fetch does)", dir)
 			return ""
