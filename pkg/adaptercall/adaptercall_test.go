@@ -14,6 +14,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
 	"github.com/integrations-platform/integrations/pkg/execution"
+	"github.com/integrations-platform/integrations/pkg/freeport"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 )
 
@@ -31,10 +32,11 @@ func (h *hangingAdapter) Execute(ctx context.Context, _ *adapterv1.ExecuteReques
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// Outside the ephemeral range (pkg/freeport): a closed port from that range can be taken as
+	// the source port of the call to it, which then connects to itself — the first call to an
+	// adapter that is down was "sent" in a fresh-machine run under load (issue 22).
+	addr, err := freeport.Addr()
 	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
 	return addr
 }
 
