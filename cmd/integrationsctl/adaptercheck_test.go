@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/ed25519"
+	"github.com/integrations-platform/integrations/pkg/freeport"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,10 +22,8 @@ import (
 // configured with before the check listens on it.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr() // outside the ephemeral range: a closed port there can connect to itself
 	require.NoError(t, err)
-	addr := lis.Addr().String()
-	require.NoError(t, lis.Close())
 	return addr
 }
 

@@ -2,6 +2,7 @@ package grpcx_test
 
 import (
 	"context"
+	"github.com/integrations-platform/integrations/pkg/freeport"
 	"net"
 	"testing"
 	"time"
@@ -49,10 +50,8 @@ func sleepService(started chan<- struct{}) *grpc.ServiceDesc {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr() // outside the ephemeral range: a closed port there can connect to itself
 	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
 	return addr
 }
 

@@ -2,7 +2,7 @@ package telemetry
 
 import (
 	"context"
-	"net"
+	"github.com/integrations-platform/integrations/pkg/freeport"
 	"testing"
 	"time"
 
@@ -23,10 +23,8 @@ func TestMain(m *testing.M) {
 // with the collector down took the whole hard timeout and exited unclean.)
 func TestShutdownWithTheCollectorDownIsBounded(t *testing.T) {
 	clearEnv(t)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr() // outside the ephemeral range: a closed port there can connect to itself; nothing listens there: every export is refused
 	require.NoError(t, err)
-	addr := lis.Addr().String()
-	require.NoError(t, lis.Close()) // nothing listens there: every export is refused
 	t.Setenv(envEndpoint, "http://"+addr)
 	t.Setenv(envProtocol, "grpc")
 	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")

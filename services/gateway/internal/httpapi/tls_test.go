@@ -3,7 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"crypto/tls"
-	"net"
+	"github.com/integrations-platform/integrations/pkg/freeport"
 	"net/http"
 	"testing"
 	"time"
@@ -29,10 +29,8 @@ func TestRESTOverTLSSpeaksHTTP2(t *testing.T) {
 	roots, err := tlsx.NewSource(tlsx.Files{CAFile: devca.CAFile(dir)})
 	require.NoError(t, err)
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr() // outside the ephemeral range: a closed port there can connect to itself
 	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
 	log := zaptest.NewLogger(t)
 	app := lifecycle.New(log, lifecycle.Timeouts{Drain: 0, Soft: time.Second, Hard: 2 * time.Second})
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })

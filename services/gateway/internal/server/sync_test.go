@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"github.com/integrations-platform/integrations/pkg/freeport"
 	"net"
 	"testing"
 	"time"
@@ -153,10 +154,8 @@ func TestSyncAdapterUnreachableIsNotAnAttempt(t *testing.T) {
 	t.Parallel()
 	b := syncSetup(t, 10*time.Second)
 	// An address nothing listens on, kept for the adapter to come up at later.
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr() // outside the ephemeral range: a closed port there can connect to itself
 	require.NoError(t, err)
-	addr := lis.Addr().String()
-	require.NoError(t, lis.Close())
 	_, err = b.schema.Pool.Exec(context.Background(), `UPDATE adapters SET endpoint = $1`, addr)
 	require.NoError(t, err)
 	call := func() (*gatewayv1.InvokeCapabilityResponse, error) {
@@ -178,7 +177,7 @@ func TestSyncAdapterUnreachableIsNotAnAttempt(t *testing.T) {
 	require.Zero(t, events, "no completion event")
 	require.Empty(t, b.settlement.requests(), "nothing was reported")
 
-	lis, err = net.Listen("tcp", addr)
+	lis, err := net.Listen("tcp", addr)
 	require.NoError(t, err)
 	srv := grpc.NewServer()
 	adapterv1.RegisterAdapterServiceServer(srv, &fakeAdapter{})
