@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/ed25519"
-	"github.com/integrations-platform/integrations/pkg/freeport"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/integrations-platform/integrations/cmd/internal/dummy"
 	"github.com/integrations-platform/integrations/pkg/adapter"
+	"github.com/integrations-platform/integrations/pkg/freeport"
 	"github.com/integrations-platform/integrations/pkg/platformtoken"
 )
 

@@ -2,7 +2,6 @@ package grpcx_test
 
 import (
 	"context"
-	"github.com/integrations-platform/integrations/pkg/freeport"
 	"net"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/integrations-platform/integrations/pkg/freeport"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
 )

@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"github.com/integrations-platform/integrations/pkg/freeport"
 	"testing"
 	"time"
 
@@ -11,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+
+	"github.com/integrations-platform/integrations/pkg/freeport"
 )
 
 func TestMain(m *testing.M) {

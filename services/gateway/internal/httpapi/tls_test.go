@@ -3,7 +3,6 @@ package httpapi_test
 import (
 	"context"
 	"crypto/tls"
-	"github.com/integrations-platform/integrations/pkg/freeport"
 	"net/http"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/integrations-platform/integrations/pkg/freeport"
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
 	"github.com/integrations-platform/integrations/pkg/tlsx"
 	"github.com/integrations-platform/integrations/pkg/tlsx/devca"

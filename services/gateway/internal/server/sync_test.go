@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"github.com/integrations-platform/integrations/pkg/freeport"
 	"net"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	"github.com/integrations-platform/integrations/pkg/freeport"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 )
 
