@@ -743,10 +743,27 @@ export interface components {
         };
         /**
          * @description GrpcConsumer receives events through the integrations.events.v1.EventConsumerService Deliver
-         *     call the application implements.
+         *     call the application implements: over TLS, the target's certificate verified against the system
+         *     roots (or ca_pem) for the target's host, and every call signed per the Standard Webhooks
+         *     convention in its metadata, with the same signing secret as a webhook (see DeliverRequest).
          */
         GrpcConsumer: {
-            /** @description host:port of the application's EventConsumerService. */
+            /**
+             * @description PEM-encoded CA certificates ("-----BEGIN CERTIFICATE-----" blocks, nothing else; at most
+             *     64 KiB) the target's certificate must chain to, instead of the system roots: for a consumer
+             *     with a private CA or a self-signed certificate. Absent: the system roots.
+             */
+            ca_pem?: string;
+            /**
+             * @description Deliver without TLS. Allowed only where the deployment allows http webhooks
+             *     (INTEGRATIONS_WEBHOOK_ALLOW_HTTP, for development); refused otherwise, and together with
+             *     ca_pem. Deliveries are signed either way. Absent: false (TLS); always set in an answer.
+             */
+            plaintext?: boolean;
+            /**
+             * @description host:port of the application's EventConsumerService. Its certificate must be valid for host
+             *     (a DNS name, or an IP address in the certificate's IP SANs).
+             */
             target: string;
         };
         InvokeCapabilityBody: {
@@ -825,7 +842,7 @@ export interface components {
         } & (unknown | unknown);
         SetConsumerResponse: {
             grpc?: components["schemas"]["GrpcConsumer"];
-            /** @description The secret webhook signatures are made with: "whsec_" and base64. */
+            /** @description The secret deliveries are signed with, a webhook's or a gRPC consumer's: "whsec_" and base64. */
             signing_secret: string;
             webhook?: components["schemas"]["WebhookConsumer"];
         };
