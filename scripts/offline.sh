@@ -18,12 +18,13 @@
 # OFFLINE_KEEP=INTEGRATIONS_E2E_REQUIRE_BROWSER.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+self=$PWD/scripts/offline.sh # $0 may be relative to where it was called from, which the cd left
 
 if [[ ${1:-} == --in-namespace ]]; then
   shift
   ip link set lo up
   # Whatever deps.sh started in here is stopped on the way out, also after a failure.
-  trap 'scripts/deps.sh down >&2 2>&1 | sed "s/^/offline: /" >&2 || true' EXIT
+  trap 'scripts/deps.sh down 2>&1 | sed "s/^/offline: /" >&2 || true' EXIT
   "$@"
   exit
 fi
@@ -48,7 +49,7 @@ if [[ ${1:-} == --fetch ]]; then
   done
   say "modules and tools fetched in $((SECONDS - t0)) s"
 fi
-(($#)) || { sed -n '2,/^set -e/{/^set -e/d;s/^# \{0,1\}//;p}' "$0" >&2; exit 2; }
+(($#)) || { sed -n '2,/^set -e/{/^set -e/d;s/^# \{0,1\}//;p}' "$self" >&2; exit 2; }
 
 command -v unshare >/dev/null || { say "unshare (util-linux) is not installed"; exit 1; }
 unshare -n true 2>/dev/null || { say "unshare -n is refused: run as root (or with CAP_SYS_ADMIN)"; exit 1; }
@@ -58,4 +59,4 @@ keep=(PATH="$PATH" HOME="$HOME" LANG="${LANG:-C.UTF-8}" GOPROXY=off)
 for v in ${OFFLINE_KEEP:-}; do
   [[ -n ${!v+x} ]] && keep+=("$v=${!v}")
 done
-exec unshare -n env -i "${keep[@]}" "$BASH" "$0" --in-namespace "$@"
+exec unshare -n env -i "${keep[@]}" "$BASH" "$self" --in-namespace "$@"
