@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/integrations-platform/integrations/pkg/freeport"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/tlsx"
 	"github.com/integrations-platform/integrations/pkg/tlsx/devca"
@@ -39,10 +40,8 @@ func requireHealthError(t *testing.T, err error, want string) {
 // closedAddr is a loopback address nothing listens on.
 func closedAddr(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr() // outside the ephemeral range: a closed port there can connect to itself
 	require.NoError(t, err)
-	addr := lis.Addr().String()
-	require.NoError(t, lis.Close())
 	return addr
 }
 

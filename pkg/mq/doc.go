@@ -43,9 +43,10 @@
 //
 // Scheduled delivery is bounded and kept apart from retries: a route's [Route.DelayLevels] (e.g.
 // 1s … 2h) are holding queues of their own. [Broker.PublishAfter] puts a message due in d into the
-// largest level not longer than d plus [DelayTolerance] (or straight into the work queue below the
-// smallest), so it never arrives before that level, at most the tolerance late, and may arrive
-// early by the rest of d; a handler takes one early by less than the tolerance as on time. The message carries its
+// largest level not longer than d plus that level's slack — a tenth of it up to a second, or a
+// hundredth if more, at least [DelayTolerance] — (or straight into the work queue below the
+// smallest), so it never arrives before that level, at most the slack late, and may arrive early
+// by the rest of d; a handler takes one early by less than the tolerance as on time. The message carries its
 // due time; a handler that sees it early returns [Defer] with what is left, which moves a copy
 // (attempt header unchanged) to the next fitting level, or — below the smallest level — holds the
 // delivery that long in the worker and calls the handler again. Each deferral waits at least a

@@ -36,7 +36,9 @@ type Broker interface {
 	QueueName(route string) string
 	// DelayLevels are a declared route's delay levels as applied (time-scaled), ascending.
 	DelayLevels(route string) []time.Duration
-	// DelayTolerance is how late a delay level may deliver rather than a level early.
+	// DelayTolerance is how early an arrival a handler may take as on time; a delay level
+	// delivers up to its slack late (a tenth of the level up to a second, or a hundredth if
+	// more, at least this) rather than a level early.
 	DelayTolerance(route string) time.Duration
 	// Counters is a snapshot of a route's durability counters in this process.
 	Counters(route string) Counters

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+	"github.com/integrations-platform/integrations/pkg/freeport"
 	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
 	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/services/event-router/internal/store"
@@ -215,10 +216,8 @@ func TestAttemptCategories(t *testing.T) {
 	dev := webhook.Policy{AllowPrivate: true, AllowHTTP: true}
 	resolver := fakeDNS(t, "127.0.0.1")
 
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	closedAddr, err := freeport.Addr() // nothing listens there (outside the ephemeral range: see pkg/freeport)
 	require.NoError(t, err)
-	closedAddr := closed.Addr().String()
-	require.NoError(t, closed.Close())
 
 	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
 	t.Cleanup(plain.Close)
