@@ -454,7 +454,8 @@ func TestShutdownIsBoundedWhileTheCallbackServiceIsDown(t *testing.T) {
 	t.Parallel()
 	finished := make(chan struct{})
 	b := setup(t, &fakeCallbacks{completeUnavailable: 1 << 20}, func(ctx context.Context, req *adapter.Request) adapter.Result {
-		return adapter.Later(time.Minute, func(context.Context, *adapter.Callbacks) adapter.Result {
+		// A ten-minute lease: Shutdown returning within 20 s can only be its own bound.
+		return adapter.Later(10*time.Minute, func(context.Context, *adapter.Callbacks) adapter.Result {
 			defer close(finished)
 			return adapter.Complete(map[string]any{"done": true})
 		})
@@ -471,7 +472,9 @@ func TestShutdownIsBoundedWhileTheCallbackServiceIsDown(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	require.NoError(t, b.server.Shutdown(ctx), "the work itself ended")
-	require.Less(t, time.Since(start), 4*time.Second, "Shutdown returns a short grace after its ctx ended")
+	// The grace is a couple of seconds, the lease ten minutes: 20 s tells them apart with room for a
+	// loaded machine.
+	require.Less(t, time.Since(start), 20*time.Second, "Shutdown returns a short grace after its ctx ended, not at the lease's end")
 	b.fake.mu.Lock()
 	defer b.fake.mu.Unlock()
 	require.Empty(t, b.fake.completes, "nothing was delivered")
@@ -496,7 +499,9 @@ func TestShutdownDoesNotWaitForWorkIgnoringCancellation(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	require.ErrorIs(t, b.server.Shutdown(ctx), adapter.ErrShutdownIncomplete)
-	require.Less(t, time.Since(start), 4*time.Second)
+	// The work never ends by itself: returning at all is the point; 20 s leaves room for a loaded
+	// machine above the grace.
+	require.Less(t, time.Since(start), 20*time.Second)
 	close(release)
 	b.server.Wait()
 }
