@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,6 +47,10 @@ capabilities:
     adapter: adp
     modes: [async]
 `
+
+// slowCatalog is limitedCatalog with an invoke rate of one per 100 s: a refused call's next token
+// is so far away that no hold in these tests, however late a loaded machine runs it, reaches it.
+var slowCatalog = strings.Replace(limitedCatalog, "invokes_per_second: 1,", "invokes_per_second: 0.01,", 1)
 
 const otherKey = "other-api-key-0123456789"
 
@@ -208,22 +213,28 @@ func TestRateLimitHeldAcrossTwoReplicas(t *testing.T) {
 func TestRateLimitHoldsARefusal(t *testing.T) {
 	t.Parallel()
 	s := dbtest.NewSchema(t)
-	s.ApplyCatalog(t, limitedCatalog) // invokes: 1/s, burst 1; reads: 40/s, burst 10
-	const hold = 200 * time.Millisecond
+	s.ApplyCatalog(t, slowCatalog) // invokes: 1 per 100 s, burst 1
+	// The hold is seconds long and the token 100 s away, so that neither a late start nor a slow
+	// answer on a loaded machine can bring the token within the hold or past the deadline below.
+	const hold, period = 3 * time.Second, 100 * time.Second
 	g := startGateway(t, s, time.Minute, hold)
 
 	require.Equal(t, codes.InvalidArgument, status.Code(invoke(g, authed(dbtest.TestAPIKey))), "the burst")
 	start := time.Now()
 	err := invoke(g, authed(dbtest.TestAPIKey))
-	require.Equal(t, codes.ResourceExhausted, status.Code(err), "a token a second away does not come within the hold")
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "a token 100 s away does not come within the hold")
 	require.GreaterOrEqual(t, time.Since(start), hold, "the refusal came after the hold")
-	require.Greater(t, grpcx.RetryDelay(err), 500*time.Millisecond, "and advises the delay left after it")
-	require.LessOrEqual(t, grpcx.RetryDelay(err), time.Second-hold+50*time.Millisecond, "not counting the hold")
+	require.Greater(t, grpcx.RetryDelay(err), period/2, "and advises the delay left after it")
+	require.LessOrEqual(t, grpcx.RetryDelay(err), period-hold+50*time.Millisecond, "not counting the hold")
 
-	ctx, cancel := context.WithTimeout(authed(dbtest.TestAPIKey), 100*time.Millisecond)
+	// A deadline of 4 s is held half of it, 2 s, then answered: 2 s before the deadline, a margin
+	// scheduling noise does not eat; run out instead, it would end DeadlineExceeded.
+	ctx, cancel := context.WithTimeout(authed(dbtest.TestAPIKey), 4*time.Second)
 	defer cancel()
+	start = time.Now()
 	err = invoke(g, ctx)
 	require.Equal(t, codes.ResourceExhausted, status.Code(err), "a short deadline is answered, not run out: held half of it")
+	require.GreaterOrEqual(t, time.Since(start), 2*time.Second, "held half the deadline")
 }
 
 // A call whose token comes within the hold waits exactly until it and is admitted: the token a
@@ -232,24 +243,27 @@ func TestRateLimitWaitsForATokenWithinTheHold(t *testing.T) {
 	t.Parallel()
 	s := dbtest.NewSchema(t)
 	s.ApplyCatalog(t, limitedCatalog) // invokes: 1/s, burst 1
-	const hold = 1500 * time.Millisecond
+	// A hold of 30 s against a token a second away: "only for it, not the whole hold" is told
+	// apart by 20 s, not by the half second a loaded machine can add.
+	const hold = 30 * time.Second
 	g := startGateway(t, s, time.Minute, hold)
 
+	// Times are measured from before the burst took its token: the later tokens are due a
+	// second, then two, after it, however late a loaded machine sends the next calls.
+	burst := time.Now()
 	require.Equal(t, codes.InvalidArgument, status.Code(invoke(g, authed(dbtest.TestAPIKey))), "the burst")
 	start := time.Now()
 	require.Equal(t, codes.InvalidArgument, status.Code(invoke(g, authed(dbtest.TestAPIKey))),
 		"the next token is about a second away, within the hold: admitted")
-	elapsed := time.Since(start)
-	require.GreaterOrEqual(t, elapsed, 800*time.Millisecond, "after waiting for its token")
-	require.Less(t, elapsed, hold, "and only for it, not the whole hold")
+	require.GreaterOrEqual(t, time.Since(burst), 800*time.Millisecond, "after waiting for its token")
+	require.Less(t, time.Since(start), hold-20*time.Second, "and only for it, not the whole hold")
 
 	// The token reserved was spent: the next call's is a second further on, within the hold
 	// again, so it waits its turn too.
-	start = time.Now()
 	ctx, cancel := context.WithTimeout(authed(dbtest.TestAPIKey), 10*time.Second)
 	defer cancel()
 	require.Equal(t, codes.InvalidArgument, status.Code(invoke(g, ctx)))
-	require.GreaterOrEqual(t, time.Since(start), 800*time.Millisecond, "one token after the one reserved")
+	require.GreaterOrEqual(t, time.Since(burst), 1800*time.Millisecond, "one token after the one reserved")
 }
 
 // At most maxHeld calls of an application are held at once: past them a call over the limit is
@@ -257,8 +271,10 @@ func TestRateLimitWaitsForATokenWithinTheHold(t *testing.T) {
 func TestRateLimitHoldsAtMostMaxHeld(t *testing.T) {
 	t.Parallel()
 	s := dbtest.NewSchema(t)
-	s.ApplyCatalog(t, limitedCatalog) // invokes: 1/s, burst 1
-	const hold = 800 * time.Millisecond
+	s.ApplyCatalog(t, slowCatalog) // invokes: 1 per 100 s, burst 1
+	// A hold of 4 s: "at once" (under 2 s) and "held" (4 s) stay apart by seconds on a loaded
+	// machine, and the token, 100 s away, never comes within the hold.
+	const hold = 4 * time.Second
 	g := startGatewayHolding(t, s, time.Minute, hold, 2)
 
 	require.Equal(t, codes.InvalidArgument, status.Code(invoke(g, authed(dbtest.TestAPIKey))), "the burst")
@@ -269,7 +285,7 @@ func TestRateLimitHoldsAtMostMaxHeld(t *testing.T) {
 			start := time.Now()
 			err := invoke(g, authed(dbtest.TestAPIKey))
 			took[i] = time.Since(start)
-			assert.Equal(t, codes.ResourceExhausted, status.Code(err), "a token a second away is beyond the hold")
+			assert.Equal(t, codes.ResourceExhausted, status.Code(err), "a token 100 s away is beyond the hold")
 		})
 	}
 	wg.Wait()

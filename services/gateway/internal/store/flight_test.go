@@ -81,7 +81,9 @@ func TestAWaiterGivingUpDoesNotFailTheRead(t *testing.T) {
 func TestAKeyInUseIsRefreshedAheadOfItsExpiry(t *testing.T) {
 	s := dbtest.NewSchema(t)
 	s.ApplyCatalog(t, dbtest.TestCatalog)
-	const ttl = 2 * time.Second // the refresh window is its last quarter: 500 ms to be seen in
+	// The refresh window is the TTL's last quarter: 1.5 s for the loop below to look up in, so that
+	// a loaded machine's scheduling delays (hundreds of ms) cannot skip it and let the entry lapse.
+	const ttl = 6 * time.Second
 	st := New(s.Pool).WithCache(ttl)
 	held := holdRead(st, 2) // the refresh: held until the test has looked up meanwhile
 	reads, inRefresh, release := &held.reads, held.inRead, held.release
@@ -110,7 +112,7 @@ func TestAKeyInUseIsRefreshedAheadOfItsExpiry(t *testing.T) {
 	select {
 	case err := <-done:
 		require.NoError(t, err)
-	case <-time.After(2 * time.Second):
+	case <-time.After(30 * time.Second): // the refresh is held until the test releases it
 		t.Fatal("a lookup waited on the refresh")
 	}
 	close(release)
