@@ -184,7 +184,9 @@ func TestLongDelayDoesNotHoldBackShort(t *testing.T) {
 	t.Logf("%s after %v, %s after %v", first.id, first.at.Sub(start), second.id, second.at.Sub(start))
 	require.Equal(t, "B", first.id)
 	require.Equal(t, "A", second.id)
-	assert.Less(t, first.at.Sub(start), 1500*time.Millisecond, "B did not wait for A")
+	// Behind A, B would come at A's 2 s or later (the order above says it did not): before 2 s
+	// is the most that can be asked of B without a tighter bound than a loaded machine keeps.
+	assert.Less(t, first.at.Sub(start), 2*time.Second, "B did not wait for A")
 	assert.GreaterOrEqual(t, second.at.Sub(start), 2*time.Second-brokerClockGrain)
 }
 
