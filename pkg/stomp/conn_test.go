@@ -475,7 +475,8 @@ func TestDialGivesUpOnASilentBroker(t *testing.T) {
 	start := time.Now()
 	_, err = Dial(ctx, "stomp://"+ln.Addr().String())
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Less(t, time.Since(start), 5*time.Second)
+	// The listener never answers: only ctx ends the wait; 20 s is room for a loaded machine.
+	require.Less(t, time.Since(start), 20*time.Second)
 }
 
 // SendAsync pipelines: many SENDs written before any RECEIPT is awaited reach the broker in the
