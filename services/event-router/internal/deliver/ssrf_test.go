@@ -380,9 +380,9 @@ func TestConsumerNamesResolvedRooted(t *testing.T) {
 	require.NoError(t, err)
 	roots := x509.NewCertPool()
 	roots.AddCert(srv.Certificate())
-	c := newWebhookClient(2*time.Second, dev, resolver)
+	c := newWebhookClient(30*time.Second, dev, resolver)
 	c.client.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: roots}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res := c.post(ctx, "https://hooks.example.com:"+port+"/hook", []string{secret}, ev, 1)
 	require.NoError(t, res.err)
@@ -441,11 +441,11 @@ func TestDenyListAtDial(t *testing.T) {
 	resolver := fakeDNS(t, "127.0.0.1")
 	port, accepts := countingListener(t)
 
-	c := newWebhookClient(time.Second, policy, resolver)
+	c := newWebhookClient(30*time.Second, policy, resolver)
 	g := newGRPCClients(policy, resolver)
 	t.Cleanup(func() { _ = g.close() })
 	for _, url := range []string{"http://hooks.example.com:" + port + "/", "http://127.0.0.1:" + port + "/"} {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		res := c.post(ctx, url, []string{secret}, ev, 1)
 		cancel()
 		assert.Equal(t, webhook.CategoryRefusedAddress, res.category, "%s: %v", url, res.err)
@@ -468,7 +468,7 @@ func TestDenyListAtDial(t *testing.T) {
 	hs.Listener = ln
 	hs.Start()
 	t.Cleanup(hs.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res := c.post(ctx, hs.URL, []string{secret}, ev, 1)
 	assert.NoError(t, res.err)
