@@ -118,9 +118,11 @@ const reconnectMaxDelay = time.Second
 
 // failFastWindow is how recent a failed connection attempt must be for Execute to answer NotSent
 // at once, without waiting, while the connection is in TRANSIENT_FAILURE: connection attempts are
-// at most reconnectMaxDelay apart, so during an outage there always is one this recent, and a burst
-// of dispatches to a dead adapter does not each hold a consumer slot for the connect wait.
-const failFastWindow = reconnectMaxDelay + 250*time.Millisecond
+// at most reconnectMaxDelay apart — plus gRPC's jitter of a fifth, applied after the cap, and
+// however late a loaded host runs the timer — so during an outage there always is one this
+// recent, and a burst of dispatches to a dead adapter does not each hold a consumer slot for the
+// connect wait. (A quarter second of slack was less than the jitter alone.)
+const failFastWindow = reconnectMaxDelay + reconnectMaxDelay/5 + time.Second
 
 // endpoint is one adapter's connection, and when a connection attempt to it last failed.
 type endpoint struct {
@@ -348,7 +350,7 @@ var errNotSentInTime = errors.New("adapter call not sent within the connect wait
 // ready, or the call failed before any of its headers or payload went out (the connection's stats
 // handler records that), the failure is NotSent: the adapter cannot have started the work. While
 // the adapter is known to be down (the connection in TRANSIENT_FAILURE and a connection attempt
-// failed within the last second or so) Execute answers NotSent at once, without waiting.
+// failed within the last two seconds or so) Execute answers NotSent at once, without waiting.
 //
 // The call carries a platform token (WithSigner). An adapter whose SDK refuses it did nothing: the
 // failure is NotSent and Refused, so the attempt is not spent and is tried again as for an
