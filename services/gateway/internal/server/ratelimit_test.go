@@ -164,8 +164,13 @@ func TestRateLimitHeldAcrossTwoReplicas(t *testing.T) {
 	t.Parallel()
 	s := dbtest.NewSchema(t)
 	s.ApplyCatalog(t, limitedCatalog)
-	a := startGateway(t, s, 200*time.Millisecond, 0)
-	b := startGateway(t, s, 200*time.Millisecond, 0)
+	// A heartbeat of 5 s (a beat bounded by it, stale after three): a loaded machine's slow beat
+	// within the flood cannot change the count (at 200 ms, a beat outrun or late made the count err
+	// high and the fleet admit under 75% of the limit). a beats once more, now that b has, to count
+	// it at once rather than an interval later.
+	a := startGateway(t, s, 5*time.Second, 0)
+	b := startGateway(t, s, 5*time.Second, 0)
+	require.NoError(t, a.replicas.Beat(context.Background()))
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, g := range []*gateway{a, b} {
@@ -173,7 +178,7 @@ func TestRateLimitHeldAcrossTwoReplicas(t *testing.T) {
 	}
 	t.Cleanup(func() { stop(); wg.Wait() })
 	require.Eventually(t, func() bool { return a.replicas.Count() == 2 && b.replicas.Count() == 2 },
-		5*time.Second, 10*time.Millisecond, "each replica counts the other")
+		15*time.Second, 10*time.Millisecond, "each replica counts the other")
 
 	// Both replicas flooded alike, as a load balancer spreads calls, for a while.
 	const window = 2 * time.Second
