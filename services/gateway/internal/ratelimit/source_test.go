@@ -114,11 +114,14 @@ func TestReplicasRunBeatsAndLeavesWhenStopped(t *testing.T) {
 	other := NewReplicas(s.Pool, time.Second, zaptest.NewLogger(t))
 	require.NoError(t, other.Beat(ctx))
 
-	r := NewReplicas(s.Pool, 50*time.Millisecond, zaptest.NewLogger(t))
+	// The loop's first beat comes an interval in, and counts the rows beaten within three: other's
+	// single beat is 2 s old then, 4 s from stale (at 50 ms, a first beat 100 ms late on a loaded
+	// machine found it stale and deleted it).
+	r := NewReplicas(s.Pool, 2*time.Second, zaptest.NewLogger(t))
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { r.Run(runCtx); close(done) }()
-	require.Eventually(t, func() bool { return r.Count() == 2 }, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return r.Count() == 2 }, 15*time.Second, 10*time.Millisecond,
 		"the loop's beats count the other replica")
 
 	stop()
