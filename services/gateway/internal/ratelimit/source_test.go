@@ -116,7 +116,7 @@ func TestReplicasRunBeatsAndLeavesWhenStopped(t *testing.T) {
 
 	// The loop's first beat comes an interval in, and counts the rows beaten within three: other's
 	// single beat is 2 s old then, 4 s from stale (at 50 ms, a first beat 100 ms late on a loaded
-	// machine found it stale and deleted it).
+	// machine would find it stale and delete it).
 	r := NewReplicas(s.Pool, 2*time.Second, zaptest.NewLogger(t))
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
