@@ -234,9 +234,9 @@ func TestRateLimitHoldsARefusal(t *testing.T) {
 
 	// A deadline of 4 s is held half of it, 2 s, then answered: 2 s before the deadline, a margin
 	// scheduling noise does not eat; run out instead, it would end DeadlineExceeded.
+	start = time.Now() // before the deadline is set: the hold is half of what is left of it
 	ctx, cancel := context.WithTimeout(authed(dbtest.TestAPIKey), 4*time.Second)
 	defer cancel()
-	start = time.Now()
 	err = invoke(g, ctx)
 	require.Equal(t, codes.ResourceExhausted, status.Code(err), "a short deadline is answered, not run out: held half of it")
 	require.GreaterOrEqual(t, time.Since(start), 2*time.Second, "held half the deadline")
