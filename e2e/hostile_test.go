@@ -126,6 +126,11 @@ func TestHostileInput(t *testing.T) {
 	journal := filepath.Join(t.TempDir(), "journal")
 	s.extraEnv["dummy-adapter"] = []string{"INTEGRATIONS_DUMMY_JOURNAL=" + journal}
 	s.extraEnv["gateway"] = []string{"INTEGRATIONS_HTTP_READ_HEADER_TIMEOUT=1s", "INTEGRATIONS_HTTP_READ_TIMEOUT=1s"}
+	// dummy.long: the dummy adapter with a lease of 1 h, 3.6 s scaled — the alternative the
+	// adapter-result subtest rules out (the lease running out and the work run again) stays far
+	// from its path on a loaded machine (dummy.echo's 5 min, 300 ms scaled, ran out there while a
+	// refused result became a protocol failure, issue 22).
+	s.schema.ApplyCatalog(t, lifecycleCapabilities(s))
 	s.start("settlement", "dispatcher", "adapter-callback", "execution-consumer", "dummy-adapter", "gateway")
 	before := s.rows(t)
 
@@ -321,7 +326,7 @@ func TestHostileInput(t *testing.T) {
 				code, body := s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
 				e = execution(body)
 				return code == http.StatusOK && e["status"] != "EXECUTION_STATUS_RUNNING" && e["status"] != "EXECUTION_STATUS_PENDING"
-			}, 10*time.Second, 20*time.Millisecond, "settled well before the lease (5 min, scaled 300 ms, then retries) would have run the work again")
+			}, 20*time.Second, 20*time.Millisecond, "settled well before the lease (1 h, scaled 3.6 s, then retries) would have run the work again")
 			require.Equal(t, "EXECUTION_STATUS_FAILED", e["status"], "%v", e)
 			failure, _ := e["failure"].(map[string]any)
 			require.Equal(t, "protocol", failure["class"], "%v", e)
@@ -333,10 +338,10 @@ func TestHostileInput(t *testing.T) {
 		// 20000 levels: protobuf marshals it and refuses to decode it (past 10 000) — the
 		// platform's client (direct path) or the callback service cannot decode the result.
 		for _, script := range []string{`{"result_nul": true}`, `{"result_depth": 70}`, `{"result_depth": 20000}`} {
-			id := s.invoke(t, "dummy.echo", `{"mode":"MODE_ASYNC","payload":{"dummy":`+script+`}}`)
+			id := s.invoke(t, "dummy.long", `{"mode":"MODE_ASYNC","payload":{"dummy":`+script+`}}`)
 			failedAtOnce(t, id)
 			// Through the callback API (long-running work completing later).
-			id = s.invoke(t, "dummy.echo", `{"mode":"MODE_ASYNC","payload":{"dummy":{"complete_later_ms":50,"lease_ms":60000,`+strings.Trim(script, "{}")+`}}}`)
+			id = s.invoke(t, "dummy.long", `{"mode":"MODE_ASYNC","payload":{"dummy":{"complete_later_ms":50,"lease_ms":60000,`+strings.Trim(script, "{}")+`}}}`)
 			failedAtOnce(t, id)
 		}
 
@@ -358,7 +363,7 @@ func TestHostileInput(t *testing.T) {
 		require.Equal(t, 1, journalRecv(t, journal, e["id"].(string)), "the provider work ran once")
 
 		// Progress with a NUL is refused; the work goes on and completes, without the progress.
-		id := s.invoke(t, "dummy.echo", `{"mode":"MODE_ASYNC","payload":{"dummy":{"complete_later_ms":100,"lease_ms":60000,"progress_nul":true}}}`)
+		id := s.invoke(t, "dummy.long", `{"mode":"MODE_ASYNC","payload":{"dummy":{"complete_later_ms":100,"lease_ms":60000,"progress_nul":true}}}`)
 		require.Eventually(t, func() bool {
 			_, body := s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
 			return execution(body)["status"] == "EXECUTION_STATUS_SUCCEEDED"
