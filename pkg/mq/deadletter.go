@@ -187,22 +187,15 @@ func (b *RabbitMQ) redriveWalk(ctx context.Context, route string, want map[strin
 		}
 		return nil
 	}
-	// The walk stops at the messages the DLQ held when it started, as the first get-ok counts them
-	// (message-count: how many more the queue held), so a message dead-lettered again meanwhile is
-	// not moved twice. That count is the queue's as it hands out this message, after whatever it
-	// was sent before (a listing's requeue just before this); the passive declare's count, used
-	// before, is a separate question to the queue and need not be.
-	for n, total := 0, 1; n < total; n++ {
-		d, ok, err := ch.Get(dlq, false)
+	next := walkDLQ(ch, dlq)
+	for {
+		d, ok, err := next()
 		if err != nil {
 			// The channel is gone; the broker requeues what it held, unmoved.
 			return moved, seen, fmt.Errorf("mq: redrive %q: get from %q: %w", route, dlq, ctxErr(ctx, err))
 		}
 		if !ok {
 			break
-		}
-		if n == 0 {
-			total = int(d.MessageCount) + 1
 		}
 		if want[d.MessageId] {
 			seen[d.MessageId] = true
@@ -262,16 +255,14 @@ func (b *RabbitMQ) Discard(ctx context.Context, route string, ids []string) (rem
 	}
 	// held is the highest tag still unacked (see Redrive: a nack multiple=true must name one).
 	var held uint64
-	for n, total := 0, 1; n < total; n++ { // bounded as Redrive's walk is
-		d, ok, err := ch.Get(dlq, false)
+	next := walkDLQ(ch, dlq)
+	for {
+		d, ok, err := next()
 		if err != nil {
 			return removed, fmt.Errorf("mq: discard from %q: get from %q: %w", route, dlq, ctxErr(ctx, err))
 		}
 		if !ok {
 			break
-		}
-		if n == 0 {
-			total = int(d.MessageCount) + 1
 		}
 		if !want[d.MessageId] {
 			held = max(held, d.DeliveryTag)
@@ -288,6 +279,31 @@ func (b *RabbitMQ) Discard(ctx context.Context, route string, ids []string) (rem
 		}
 	}
 	return removed, nil
+}
+
+// walkDLQ returns next, which takes dlq's messages one by one with basic.get (each held unacked
+// on ch until the caller settles it) and reports false once the queue is empty or the walk has
+// seen as many as the queue held when it started, as the first get-ok counts them (its
+// message-count: how many more the queue held) — so a message dead-lettered again while Redrive or
+// Discard runs is not taken twice. That count is the queue's as it hands out the first message,
+// after whatever it was sent before (a listing's requeue just before); a passive declare's count,
+// used before, is a separate question to the queue and need not be (issue 22).
+func walkDLQ(ch *amqp.Channel, dlq string) func() (amqp.Delivery, bool, error) {
+	n, total := 0, 1
+	return func() (amqp.Delivery, bool, error) {
+		if n >= total {
+			return amqp.Delivery{}, false, nil
+		}
+		d, ok, err := ch.Get(dlq, false)
+		if err != nil || !ok {
+			return d, false, err
+		}
+		if n == 0 {
+			total = int(d.MessageCount) + 1
+		}
+		n++
+		return d, true, nil
+	}
 }
 
 // dlqOf is the scoped work queue and DLQ of a route or subscription ("<topic>.<subscription>").
