@@ -4,7 +4,7 @@ SHELL := /bin/bash
 
 MODULE   := github.com/integrations-platform/integrations
 # Every Go module of the workspace, for go vet / go test.
-PKGS     := $(MODULE)/pkg/... $(MODULE)/migrations/... $(MODULE)/services/... $(MODULE)/cmd/... $(MODULE)/e2e/... $(MODULE)/bench/... $(MODULE)/deploy/k8s/check/...
+PKGS     := $(MODULE)/pkg/... $(MODULE)/sdk/... $(MODULE)/migrations/... $(MODULE)/services/... $(MODULE)/cmd/... $(MODULE)/e2e/... $(MODULE)/bench/... $(MODULE)/deploy/k8s/check/...
 BINARIES := gateway dispatcher execution-consumer adapter-callback settlement event-router
 # The release every binary prints (`integrationsctl version`, `-version`) and logs at start:
 # `git describe` (v0.1.0, v0.1.0-3-g3f2a9c1, -dirty with changes), pkg/version's fallback
@@ -103,6 +103,7 @@ OPENAPI_DOC     := pkg/gen/openapi/integrations.openapi.yaml
 .PHONY: generate
 generate: tools ## Regenerate pkg/gen from proto/ (buf lint first), the OpenAPI 3.1 document included
 	bin/buf lint
+	rm -rf pkg/gen/integrations bin/openapiv2
 	bin/buf generate
 	bin/buf build --exclude-source-info -o bin/openapiv2/image.binpb
 	@mkdir -p $(dir $(OPENAPI_DOC))

@@ -3,6 +3,8 @@ module github.com/integrations-platform/integrations/bench
 go 1.26.0
 
 require (
+	github.com/integrations-platform/integrations/sdk/go v0.1.0
+	github.com/integrations-platform/integrations/pkg/gen v0.1.0
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/google/uuid v1.6.0
 	github.com/integrations-platform/integrations/pkg v0.0.0
@@ -68,3 +70,8 @@ require (
 replace github.com/integrations-platform/integrations/pkg => ../pkg
 
 replace github.com/integrations-platform/integrations/migrations => ../migrations
+
+replace (
+	github.com/integrations-platform/integrations/pkg/gen => ../pkg/gen
+	github.com/integrations-platform/integrations/sdk/go => ../sdk/go
+)

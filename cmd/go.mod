@@ -3,6 +3,8 @@ module github.com/integrations-platform/integrations/cmd
 go 1.26.0
 
 require (
+	github.com/integrations-platform/integrations/sdk/go v0.1.0
+	github.com/integrations-platform/integrations/pkg/gen v0.1.0
 	github.com/integrations-platform/integrations/pkg v0.0.0
 	github.com/spf13/cobra v1.10.2
 	github.com/stretchr/testify v1.12.1
@@ -63,3 +65,8 @@ require (
 replace github.com/integrations-platform/integrations/pkg => ../pkg
 
 replace github.com/integrations-platform/integrations/migrations => ../migrations
+
+replace (
+	github.com/integrations-platform/integrations/pkg/gen => ../pkg/gen
+	github.com/integrations-platform/integrations/sdk/go => ../sdk/go
+)

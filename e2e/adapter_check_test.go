@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/integrations-platform/integrations/pkg/adaptercheck"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 // TestTypeScriptAdapterPassesTheConformanceCheck: the adapter conformance check

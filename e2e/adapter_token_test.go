@@ -16,7 +16,7 @@ import (
 
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 // TestAdapterRefusesCallsNotFromThePlatform: the running dummy adapter (on the SDK) refuses an

@@ -19,8 +19,8 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/catalog"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
 	"github.com/integrations-platform/integrations/pkg/tlsx/devca"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 // requireNodeEnv, set to 1, makes a missing node or a missing npm install of the TypeScript

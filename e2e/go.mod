@@ -3,6 +3,8 @@ module github.com/integrations-platform/integrations/e2e
 go 1.26.0
 
 require (
+	github.com/integrations-platform/integrations/sdk/go v0.1.0
+	github.com/integrations-platform/integrations/pkg/gen v0.1.0
 	github.com/chromedp/chromedp v0.23.1
 	github.com/getkin/kin-openapi v0.153.0
 	github.com/integrations-platform/integrations/pkg v0.0.0
@@ -66,6 +68,8 @@ require (
 )
 
 replace (
+	github.com/integrations-platform/integrations/pkg/gen => ../pkg/gen
+	github.com/integrations-platform/integrations/sdk/go => ../sdk/go
 	github.com/integrations-platform/integrations/migrations => ../migrations
 	github.com/integrations-platform/integrations/pkg => ../pkg
 )

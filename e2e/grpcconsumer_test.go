@@ -23,9 +23,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/integrations-platform/integrations/pkg/eventverify"
 	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
 	"github.com/integrations-platform/integrations/pkg/tlsx/devca"
+	"github.com/integrations-platform/integrations/sdk/go/eventverify"
 )
 
 // grpcCall is one Deliver call as the consumer got it, verified.
@@ -36,7 +36,7 @@ type grpcCall struct {
 }
 
 // grpcConsumer is an application's EventConsumerService, as a client application would serve
-// it: every call verified with pkg/eventverify's interceptor before the handler, which records
+// it: every call verified with sdk/go/eventverify's interceptor before the handler, which records
 // it.
 type grpcConsumer struct {
 	eventsv1.UnimplementedEventConsumerServiceServer
@@ -103,7 +103,7 @@ func (c *grpcConsumer) callFor(t *testing.T, executionID string) grpcCall {
 	}
 }
 
-// assertSigned checks that call verifies with each of secrets on its own, with pkg/eventverify
+// assertSigned checks that call verifies with each of secrets on its own, with sdk/go/eventverify
 // and with the Standard Webhooks reference library, and carries one signature per secret.
 func assertSigned(t *testing.T, call grpcCall, secrets ...string) {
 	t.Helper()

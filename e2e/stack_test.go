@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/integrations-platform/integrations/pkg/freeport"
 	"io"
 	"net/http"
 	"os"
@@ -24,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/integrations-platform/integrations/pkg/freeport"
+
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health/grpc_health_v1"
@@ -32,10 +33,10 @@ import (
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/mq"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
 	"github.com/integrations-platform/integrations/pkg/routes"
 	"github.com/integrations-platform/integrations/pkg/tlsx"
 	"github.com/integrations-platform/integrations/pkg/tlsx/devca"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 const modulePrefix = "github.com/integrations-platform/integrations/"

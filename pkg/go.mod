@@ -5,6 +5,8 @@ go 1.26.0
 replace github.com/integrations-platform/integrations/migrations => ../migrations
 
 require (
+	github.com/integrations-platform/integrations/sdk/go v0.1.0
+	github.com/integrations-platform/integrations/pkg/gen v0.1.0
 	github.com/caarlos0/env/v11 v11.4.2
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/golang-jwt/jwt/v5 v5.3.1
@@ -58,4 +60,9 @@ require (
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
+)
+
+replace (
+	github.com/integrations-platform/integrations/pkg/gen => ./gen
+	github.com/integrations-platform/integrations/sdk/go => ../sdk/go
 )

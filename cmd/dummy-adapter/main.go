@@ -1,4 +1,4 @@
-// Command dummy-adapter is the reference adapter, built with pkg/adapter: it serves capability
+// Command dummy-adapter is the reference adapter, built with sdk/go/adapter: it serves capability
 // dummy.echo, whose behaviour a test scripts through the payload (see cmd/internal/dummy).
 package main
 
@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"google.golang.org/grpc"
-
 	"github.com/integrations-platform/integrations/cmd/internal/dummy"
-	"github.com/integrations-platform/integrations/pkg/adapter"
 	"github.com/integrations-platform/integrations/pkg/config"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
@@ -18,6 +15,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/telemetry"
 	"github.com/integrations-platform/integrations/pkg/version"
+	"github.com/integrations-platform/integrations/sdk/go/adapter"
 )
 
 func main() {
@@ -57,7 +55,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	var callbackDial []grpc.DialOption
+	// The callback client traces and counts its calls as the platform's own clients do.
+	callbackDial := grpcx.ClientOptions()
 	if cfg.CallbackTLS || cfg.CallbackCAFile != "" {
 		opt, err := grpcx.PublicDialOption(cfg.CallbackCAFile)
 		if err != nil {

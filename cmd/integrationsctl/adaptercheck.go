@@ -17,7 +17,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/adaptercheck"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 // adapterCmd groups the commands for adapter authors.

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/integrations-platform/integrations/cmd/internal/dummy"
-	"github.com/integrations-platform/integrations/pkg/adapter"
 	"github.com/integrations-platform/integrations/pkg/freeport"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
+	"github.com/integrations-platform/integrations/sdk/go/adapter"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 // freeAddr is a loopback address free a moment ago: the callback address the adapter is

@@ -7,11 +7,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 // platformKeyCmd makes and reads the key pair that signs the platform's calls to adapters
-// (pkg/platformtoken): the private key for the gateway and the execution-consumer
+// (sdk/go/platformtoken): the private key for the gateway and the execution-consumer
 // (INTEGRATIONS_PLATFORM_SIGNING_KEY_FILE), the public key for adapters
 // (INTEGRATIONS_PLATFORM_PUBLIC_KEYS).
 func platformKeyCmd() *cobra.Command {

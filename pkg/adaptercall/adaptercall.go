@@ -28,8 +28,8 @@ import (
 	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
 	"github.com/integrations-platform/integrations/pkg/safetext"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 // maxMessage bounds an adapter's failure message as stored.
@@ -92,7 +92,7 @@ type Adapter struct {
 // Option configures a Pool.
 type Option func(*Pool)
 
-// WithSigner makes every call carry a platform token signed by s (pkg/platformtoken), bound to
+// WithSigner makes every call carry a platform token signed by s (sdk/go/platformtoken), bound to
 // the adapter, the execution, the attempt and the method. The services that call adapters always
 // set it; a Pool without it sends no token (tests of adapters that do not check).
 func WithSigner(s *platformtoken.Signer) Option { return func(p *Pool) { p.signer = s } }
@@ -215,10 +215,8 @@ func (p *Pool) endpointLocked(target string) (*endpoint, error) {
 	return ep, nil
 }
 
-// ReceivedHeader is the response header an adapter sends the moment an Execute call reaches it,
-// before its handler starts any work (the adapter SDK, pkg/adapter, does). A call that then fails
-// on a broken connection without that header never reached the adapter's handler.
-const ReceivedHeader = "integrations-received"
+// ReceivedHeader is the adapter's acknowledgement of a call (platformtoken.ReceivedHeader).
+const ReceivedHeader = platformtoken.ReceivedHeader
 
 // The ErrorInfo detail with which an adapter marks its refusal of a platform token, on the
 // UNAUTHENTICATED it answers before doing anything: platformtoken's refusal marker, named here too

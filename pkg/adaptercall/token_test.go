@@ -20,12 +20,12 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/integrations-platform/integrations/pkg/adapter"
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
 	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
-	"github.com/integrations-platform/integrations/pkg/platformtoken/tokentest"
+	"github.com/integrations-platform/integrations/sdk/go/adapter"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken/tokentest"
 )
 
 // tokenRecorder answers every call and keeps the platform token each carried, and its request.

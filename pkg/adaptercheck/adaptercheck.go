@@ -5,7 +5,7 @@
 // does. Each property is a named Rule with a verdict and a line saying why.
 //
 // It speaks only the wire protocol: nothing in it depends on the adapter being written with the Go
-// SDK (pkg/adapter), so it checks an adapter in any language. `integrationsctl adapter check` is
+// SDK (sdk/go/adapter), so it checks an adapter in any language. `integrationsctl adapter check` is
 // its command line.
 package adaptercheck
 

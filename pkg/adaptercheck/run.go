@@ -23,7 +23,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 // checker is one run of the check.

@@ -17,7 +17,7 @@ import (
 
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 // sabotage names the one thing a wireAdapter gets wrong.
@@ -40,7 +40,7 @@ const (
 )
 
 // wireAdapter is an adapter written against the wire protocol alone (the generated stubs, no
-// pkg/adapter), as an author in another language would: it verifies the token and answers the
+// sdk/go/adapter), as an author in another language would: it verifies the token and answers the
 // marker, acknowledges receipt, answers a sync call at once, accepts async work of
 // payload.later_ms milliseconds and renews its lease, completes through the callbacks with retries,
 // and honours Cancel — except for the one thing its sabotage breaks.

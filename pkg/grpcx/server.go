@@ -340,18 +340,25 @@ func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
-		// Tracing: a client span per call when on; the caller's trace context passed on either way
-		// (telemetry.WrapClient around the outermost interceptor when off).
-		telemetry.DialOption(),
-		// Per-RPC client metrics (grpc_client_*).
-		grpc.WithChainUnaryInterceptor(telemetry.WrapClient(metrics.GRPCClient().UnaryClientInterceptor())),
-		grpc.WithChainStreamInterceptor(metrics.GRPCClient().StreamClientInterceptor()),
-	}, opts...)
+	}, append(ClientOptions(), opts...)...)
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("grpc client for %s: %w", target, err)
 	}
 	return conn, nil
+}
+
+// ClientOptions are the dial options of the platform's clients beyond transport and reconnection:
+// a client span per call when tracing is on, the caller's trace context passed on either way
+// (telemetry.WrapClient around the outermost interceptor when off), and per-RPC client metrics
+// (grpc_client_*). Dial adds them; a client dialled elsewhere (the adapter SDK's callback client
+// in the dummy adapter) takes them as its own options.
+func ClientOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		telemetry.DialOption(),
+		grpc.WithChainUnaryInterceptor(telemetry.WrapClient(metrics.GRPCClient().UnaryClientInterceptor())),
+		grpc.WithChainStreamInterceptor(metrics.GRPCClient().StreamClientInterceptor()),
+	}
 }
 
 // WithBearer returns ctx carrying `authorization: Bearer <token>` for an outgoing call.

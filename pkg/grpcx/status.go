@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
+	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
 )
 
 // ErrorDomain is the domain of every ErrorInfo detail this project returns.
@@ -68,6 +70,12 @@ func ToStatus(err error) *status.Status {
 	}
 	if e, ok := apperr.As(err); ok {
 		return typedStatus(e)
+	}
+	// An adapter served by a grpcx.Server (the dummy adapter) answers a refused platform token
+	// with the protocol's marker, exactly as the SDK builds it.
+	var refused *platformtoken.RefusalError
+	if errors.As(err, &refused) {
+		return refused.GRPCStatus()
 	}
 	switch {
 	case errors.Is(err, context.Canceled):
@@ -162,43 +170,14 @@ func Downstream(ctx context.Context, service string, err error) error {
 	}
 }
 
-// RetryDelay returns the delay a status error advises through its RetryInfo, or 0.
-func RetryDelay(err error) time.Duration {
-	st, ok := status.FromError(err)
-	if !ok {
-		return 0
-	}
-	return retryDelay(st)
-}
+// RetryDelay returns the delay a status error advises through its RetryInfo, or 0
+// (rpcstatus.RetryDelay).
+func RetryDelay(err error) time.Duration { return rpcstatus.RetryDelay(err) }
 
-func retryDelay(st *status.Status) time.Duration {
-	for _, d := range st.Details() {
-		if ri, ok := d.(*errdetails.RetryInfo); ok {
-			return ri.GetRetryDelay().AsDuration()
-		}
-	}
-	return 0
-}
+func retryDelay(st *status.Status) time.Duration { return rpcstatus.StatusRetryDelay(st) }
 
-// Reason returns the ErrorInfo reason carried by a status error, or "".
-func Reason(err error) string {
-	info := ErrorInfo(err)
-	if info == nil {
-		return ""
-	}
-	return info.GetReason()
-}
+// Reason returns the ErrorInfo reason carried by a status error, or "" (rpcstatus.Reason).
+func Reason(err error) string { return rpcstatus.Reason(err) }
 
-// ErrorInfo returns the ErrorInfo detail carried by a status error, or nil.
-func ErrorInfo(err error) *errdetails.ErrorInfo {
-	st, ok := status.FromError(err)
-	if !ok {
-		return nil
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info
-		}
-	}
-	return nil
-}
+// ErrorInfo returns the ErrorInfo detail carried by a status error, or nil (rpcstatus.ErrorInfo).
+func ErrorInfo(err error) *errdetails.ErrorInfo { return rpcstatus.ErrorInfo(err) }

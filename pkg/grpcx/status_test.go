@@ -17,12 +17,14 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	_ "github.com/integrations-platform/integrations/pkg/db" // registers the database's connection errors
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/mq"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 func TestToStatusMapsEachKind(t *testing.T) {
@@ -287,5 +289,19 @@ func TestToStatusKeepsAnErrorsDomain(t *testing.T) {
 		}
 		require.NotNil(t, info, "%v", err)
 		require.Equal(t, want, info.GetDomain(), "%v", err)
+	}
+}
+
+// TestAdapterTokenRefusalPassesThrough: an adapter served by grpcx.Server (the dummy adapter)
+// answers the SDK's refusal of a platform token as the protocol's marker, byte for byte, not as
+// INTERNAL: the platform reads the marker to know that nothing ran and no attempt is spent.
+func TestAdapterTokenRefusalPassesThrough(t *testing.T) {
+	t.Parallel()
+	for _, why := range []error{platformtoken.ErrMissing, platformtoken.ErrInvalid, platformtoken.ErrReplayed} {
+		err := fmt.Errorf("%w: %w", platformtoken.ErrRefused, why)
+		want := platformtoken.RefusalStatus(err).Proto()
+		got := grpcx.ToStatus(fmt.Errorf("execute: %w", platformtoken.Refuse(err)))
+		require.True(t, proto.Equal(want, got.Proto()), "%v: %v", why, got)
+		require.True(t, platformtoken.ReadRefusal(got.Err(), false).Marked, "%v", why)
 	}
 }

@@ -158,8 +158,7 @@ func annotateRequest(span trace.Span, req any) {
 }
 
 // FromIncoming returns ctx carrying the trace context of its incoming gRPC metadata, when ctx has
-// none yet: for a handler whose server was not built with ServerOption (an adapter on the SDK
-// registered on a grpc.Server of its own), so that it continues its caller's trace all the same.
+// none yet.
 func FromIncoming(ctx context.Context) context.Context {
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx

@@ -3,6 +3,8 @@ module github.com/integrations-platform/integrations/services/event-router
 go 1.26.0
 
 require (
+	github.com/integrations-platform/integrations/sdk/go v0.1.0
+	github.com/integrations-platform/integrations/pkg/gen v0.1.0
 	github.com/google/uuid v1.6.0
 	github.com/integrations-platform/integrations/pkg v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
@@ -58,6 +60,8 @@ require (
 )
 
 replace (
+	github.com/integrations-platform/integrations/pkg/gen => ../../pkg/gen
+	github.com/integrations-platform/integrations/sdk/go => ../../sdk/go
 	github.com/integrations-platform/integrations/migrations => ../../migrations
 	github.com/integrations-platform/integrations/pkg => ../../pkg
 )

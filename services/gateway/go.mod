@@ -3,6 +3,8 @@ module github.com/integrations-platform/integrations/services/gateway
 go 1.26.0
 
 require (
+	github.com/integrations-platform/integrations/sdk/go v0.1.0
+	github.com/integrations-platform/integrations/pkg/gen v0.1.0
 	github.com/google/uuid v1.6.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0
 	github.com/hashicorp/golang-lru/v2 v2.0.7
@@ -60,6 +62,8 @@ require (
 )
 
 replace (
+	github.com/integrations-platform/integrations/pkg/gen => ../../pkg/gen
+	github.com/integrations-platform/integrations/sdk/go => ../../sdk/go
 	github.com/integrations-platform/integrations/migrations => ../../migrations
 	github.com/integrations-platform/integrations/pkg => ../../pkg
 )

@@ -18,7 +18,7 @@ import (
 
 	"github.com/integrations-platform/integrations/bench/internal/flow"
 	"github.com/integrations-platform/integrations/bench/internal/load"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 // The child process's environment (secrets travel here, never on its command line).

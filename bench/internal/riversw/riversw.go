@@ -44,8 +44,8 @@ import (
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
 	"github.com/integrations-platform/integrations/pkg/webhook"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 // The tuning of issue 13.

@@ -18,10 +18,10 @@ import (
 	"github.com/integrations-platform/integrations/bench/internal/flow"
 	"github.com/integrations-platform/integrations/bench/internal/load"
 	"github.com/integrations-platform/integrations/bench/internal/stack"
-	"github.com/integrations-platform/integrations/pkg/adapter"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
 	"github.com/integrations-platform/integrations/pkg/webhook"
+	"github.com/integrations-platform/integrations/sdk/go/adapter"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 
 	"crypto/ed25519"
 )
@@ -51,7 +51,7 @@ func freshSchema(t *testing.T, ctx context.Context, url string) string {
 	return schema
 }
 
-// startAdapter serves an adapter (pkg/adapter, verifying platform tokens of pub for id "dummy")
+// startAdapter serves an adapter (sdk/go/adapter, verifying platform tokens of pub for id "dummy")
 // that echoes, and fails the first attempt retryably when the payload says {"fail_first": true}.
 func startAdapter(t *testing.T, pub ed25519.PublicKey) string {
 	t.Helper()

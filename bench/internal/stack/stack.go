@@ -15,7 +15,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/integrations-platform/integrations/pkg/freeport"
 	"io"
 	"net"
 	"net/http"
@@ -31,6 +30,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/integrations-platform/integrations/pkg/freeport"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health/grpc_health_v1"
@@ -40,10 +41,10 @@ import (
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/mq"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
 	"github.com/integrations-platform/integrations/pkg/routes"
 	"github.com/integrations-platform/integrations/pkg/tlsx"
 	"github.com/integrations-platform/integrations/pkg/tlsx/devca"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 const modulePrefix = "github.com/integrations-platform/integrations/"

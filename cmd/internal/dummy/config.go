@@ -4,7 +4,7 @@ import (
 	"errors"
 
 	"github.com/integrations-platform/integrations/pkg/config"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 // Config is the dummy adapter's environment.

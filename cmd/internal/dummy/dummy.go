@@ -36,8 +36,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/integrations-platform/integrations/pkg/adapter"
 	plog "github.com/integrations-platform/integrations/pkg/log"
+	"github.com/integrations-platform/integrations/sdk/go/adapter"
 )
 
 // Capability is the dummy adapter's capability. It also serves every other capability named

@@ -20,11 +20,11 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/integrations-platform/integrations/cmd/internal/dummy"
-	"github.com/integrations-platform/integrations/pkg/adapter"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
-	"github.com/integrations-platform/integrations/pkg/platformtoken/tokentest"
+	"github.com/integrations-platform/integrations/sdk/go/adapter"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken/tokentest"
 )
 
 // callbacks is a real AdapterCallbackService in the test process, recording what it receives.

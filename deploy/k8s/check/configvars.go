@@ -28,7 +28,7 @@ type Var struct {
 
 // ConfigVars reads the variables services/<service>/internal/config.Config reads, from its
 // `env:"..."` struct tags, following embedded and named struct fields into the repository's
-// other packages (pkg/config, pkg/platformtoken, ...). The config packages are internal to the
+// other packages (pkg/config, sdk/go/platformtoken, ...). The config packages are internal to the
 // services' modules, so the source is parsed, not imported; reading it keeps the check in step
 // with the code, where a list kept by hand would drift.
 func ConfigVars(root, service string) ([]Var, error) {

@@ -16,7 +16,7 @@ func TestConfigVarsFollowsNamedAndEmbeddedFields(t *testing.T) {
 	for _, v := range b.vars["gateway"] {
 		names[v.Name] = v.Field
 	}
-	// Embedded from pkg/config, a named field of pkg/platformtoken, and the gateway's own.
+	// Embedded from pkg/config, a named field of sdk/go/platformtoken, and the gateway's own.
 	require.Equal(t, "config.Common.ShutdownTimeout", names["INTEGRATIONS_SHUTDOWN_TIMEOUT"])
 	require.Equal(t, "config.PublicTLS.PublicCertFile", names["INTEGRATIONS_PUBLIC_TLS_CERT_FILE"])
 	require.Equal(t, "platformtoken.SignerConfig.SigningKey", names["INTEGRATIONS_PLATFORM_SIGNING_KEY"])

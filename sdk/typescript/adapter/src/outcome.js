@@ -1,4 +1,4 @@
-// The outcome reporter's rules, as the Go SDK's (pkg/outcome, used by pkg/adapter's deliver):
+// The outcome reporter's rules, as the Go SDK's (sdk/go/outcome, used by sdk/go/adapter's deliver):
 //   - a retryable answer (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED without a
 //     moved-on reason, INTERNAL, UNKNOWN, CANCELLED, or no status at all: a transport failure) is
 //     retried with exponential backoff — 100 ms growing by 1.5 with ±50 % jitter to at most 2 s —

@@ -1,4 +1,4 @@
-// Every case of the language-neutral test vectors (pkg/platformtoken/testdata/vectors.json, see
+// Every case of the language-neutral test vectors (sdk/go/platformtoken/testdata/vectors.json, see
 // docs/adapter-protocol.md §9): digests, token verifications, refusal markers.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -9,7 +9,7 @@ import { digest, digestInput, DIGEST_DOMAIN } from '../src/digest.js';
 import { Verifier, TokenRefusedError, keyId, TOKEN_HEADER } from '../src/token.js';
 import { readRefusal, refusalError, refusalStatusBytes, STATUS_DETAILS_KEY } from '../src/refusal.js';
 
-const file = fileURLToPath(new URL('../../../../pkg/platformtoken/testdata/vectors.json', import.meta.url));
+const file = fileURLToPath(new URL('../../../../sdk/go/platformtoken/testdata/vectors.json', import.meta.url));
 const vectors = JSON.parse(readFileSync(file, 'utf8'));
 const byKind = (k) => vectors.cases.filter((c) => c.kind === k);
 const request = (c) => decodeRequest(c.request.type, Buffer.from(c.request.proto_hex, 'hex'));

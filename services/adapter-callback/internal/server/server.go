@@ -202,7 +202,7 @@ func undecodableOutcome(err error) string {
 // invalidResult records an adapter's outcome the platform cannot take — a result it cannot
 // decode or store, a failure it cannot decode — as the attempt's permanent protocol failure
 // (adapter.invalid_result) through settlement's FailAttempt, as the direct path does
-// (pkg/outcome), and answers refusal, which names the adapter's field. Left to the adapter's
+// (sdk/go/outcome), and answers refusal, which names the adapter's field. Left to the adapter's
 // SDK, an adapter without it (or an SDK that gave up) left the attempt running until its lease
 // ended, and the work ran again.
 func (s *Server) invalidResult(ctx context.Context, req *adapterv1.CompleteRequest, outcome string, refusal error) error {

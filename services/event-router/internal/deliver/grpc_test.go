@@ -25,10 +25,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
-	"github.com/integrations-platform/integrations/pkg/eventverify"
 	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
 	"github.com/integrations-platform/integrations/pkg/tlsx/devca"
 	"github.com/integrations-platform/integrations/pkg/webhook"
+	"github.com/integrations-platform/integrations/sdk/go/eventverify"
 )
 
 // plain is a plaintext gRPC consumer at addr.
@@ -135,7 +135,7 @@ func standardHeaders(md metadata.MD) http.Header {
 // EventConsumerService.Deliver over TLS — the certificate verified against the CA registered
 // with the consumer, for the target's name — with id, type, time, data and the exact body, every
 // call signed in its metadata as a webhook is: during a rotation's overlap with both secrets,
-// each verifying on its own, with pkg/eventverify (the consumer's interceptor refuses anything
+// each verifying on its own, with sdk/go/eventverify (the consumer's interceptor refuses anything
 // else) and with the Standard Webhooks reference library; after it, with the current one only. A
 // failed call is an attempt recorded by its code (status_code holds the gRPC code, as the API
 // documents).

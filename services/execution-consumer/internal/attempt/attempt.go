@@ -27,9 +27,10 @@ import (
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/mq"
-	"github.com/integrations-platform/integrations/pkg/outcome"
 	"github.com/integrations-platform/integrations/pkg/secret"
+	"github.com/integrations-platform/integrations/pkg/settle"
 	"github.com/integrations-platform/integrations/pkg/telemetry"
+	"github.com/integrations-platform/integrations/sdk/go/outcome"
 	"github.com/integrations-platform/integrations/services/execution-consumer/internal/store"
 )
 
@@ -281,13 +282,13 @@ func (h *Handler) record(ctx context.Context, logger *zap.Logger, started *store
 	if floor := time.Now().Add(recordFloor); until.Before(floor) {
 		until = floor
 	}
-	a := outcome.Attempt{ExecutionID: started.ExecutionID, Attempt: started.Attempt, Until: until}
+	a := settle.Attempt{ExecutionID: started.ExecutionID, Attempt: started.Attempt, Until: until}
 	switch out.Kind {
 	case adaptercall.Completed, adaptercall.Failed:
 		if out.Kind == adaptercall.Failed {
 			logger.Info("attempt failed", zap.String("class", out.Failure.Class), zap.Bool("retryable", out.Retryable), zap.NamedError("transport", out.Cause))
 		}
-		_, v, err := outcome.Settler{Client: h.settlement, Log: logger}.Report(ctx, a, out)
+		_, v, err := settle.Settler{Client: h.settlement, Log: logger}.Report(ctx, a, out)
 		logger.Debug("attempt outcome reported", zap.Stringer("verdict", v))
 		return err
 	case adaptercall.Accepted:

@@ -13,12 +13,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/integrations-platform/integrations/pkg/adapter"
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/mq"
-	"github.com/integrations-platform/integrations/pkg/platformtoken/tokentest"
+	"github.com/integrations-platform/integrations/sdk/go/adapter"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken/tokentest"
 	"github.com/integrations-platform/integrations/services/execution-consumer/internal/store"
 )
 

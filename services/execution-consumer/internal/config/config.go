@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/integrations-platform/integrations/pkg/config"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 // Config is read from the environment.

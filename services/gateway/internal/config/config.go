@@ -10,8 +10,8 @@ import (
 	"github.com/integrations-platform/integrations/pkg/apikey"
 	"github.com/integrations-platform/integrations/pkg/catalog"
 	"github.com/integrations-platform/integrations/pkg/config"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
 	"github.com/integrations-platform/integrations/pkg/webhook"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 	"github.com/integrations-platform/integrations/services/gateway/internal/ratelimit"
 )
 

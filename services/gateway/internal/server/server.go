@@ -36,10 +36,11 @@ import (
 	"github.com/integrations-platform/integrations/pkg/jsonbound"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/nudge"
-	"github.com/integrations-platform/integrations/pkg/outcome"
 	"github.com/integrations-platform/integrations/pkg/secret"
+	"github.com/integrations-platform/integrations/pkg/settle"
 	"github.com/integrations-platform/integrations/pkg/telemetry"
 	"github.com/integrations-platform/integrations/pkg/webhook"
+	"github.com/integrations-platform/integrations/sdk/go/outcome"
 	"github.com/integrations-platform/integrations/services/gateway/internal/audit"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
@@ -344,7 +345,7 @@ const syncReportGrace = 5 * time.Second
 const syncAnswerFloor = 2 * time.Second
 
 // reportSync hands the sync attempt's outcome to the settlement service through the one outcome
-// reporter (pkg/outcome), as the consumer and the adapter SDK do: retried while settlement is
+// reporter (sdk/go/outcome), as the consumer and the adapter SDK do: retried while settlement is
 // unreachable or failing, a refused result recorded as the adapter's protocol failure (never an
 // error about a field the caller did not send), and an execution settled meanwhile by another
 // (a cancellation, the sweeper) answered as it was settled.
@@ -368,8 +369,8 @@ func (s *Server) reportSync(ctx context.Context, row *execution.Row, deadline ti
 		defer s.syncs.Done()
 		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(syncReportGrace))
 		defer cancel()
-		e, v, err := outcome.Settler{Client: s.settlement, Log: logger}.Report(rctx,
-			outcome.Attempt{ExecutionID: row.ID, Attempt: 1, Until: deadline.Add(syncReportGrace)}, out)
+		e, v, err := settle.Settler{Client: s.settlement, Log: logger}.Report(rctx,
+			settle.Attempt{ExecutionID: row.ID, Attempt: 1, Until: deadline.Add(syncReportGrace)}, out)
 		switch v {
 		case outcome.Recorded, outcome.MovedOn:
 		default:

@@ -16,13 +16,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/integrations-platform/integrations/pkg/adapter"
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
-	"github.com/integrations-platform/integrations/pkg/platformtoken/tokentest"
+	"github.com/integrations-platform/integrations/sdk/go/adapter"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken/tokentest"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
 

@@ -13,7 +13,7 @@ import (
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
-	report "github.com/integrations-platform/integrations/pkg/outcome"
+	report "github.com/integrations-platform/integrations/sdk/go/outcome"
 )
 
 const boundsID = "0190a0c2-0000-7000-8000-000000000001"
@@ -26,7 +26,7 @@ func boundsStruct(t *testing.T, raw string) *structpb.Struct {
 }
 
 // A result settlement cannot store is refused before any statement, as INVALID_ARGUMENT on
-// "result" — which is what makes pkg/outcome record a protocol failure instead of retrying.
+// "result" — which is what makes sdk/go/outcome record a protocol failure instead of retrying.
 func TestSettleRefusesAnUnstorableResult(t *testing.T) {
 	t.Parallel()
 	s := &Server{} // no store: a refusal must come before it is used

@@ -172,7 +172,7 @@ func outcome(req *settlementv1.SettleRequest) (store.Outcome, error) {
 	switch to {
 	case execution.StatusSucceeded:
 		// A result Postgres cannot store (NUL, invalid UTF-8) or that could not be read back
-		// (nested past 64) is refused naming "result": the reporter (pkg/outcome) then records
+		// (nested past 64) is refused naming "result": the reporter (sdk/go/outcome) then records
 		// the adapter's protocol failure instead of retrying until the lease ends.
 		if err := jsonbound.Struct("result", req.GetResult()); err != nil {
 			return store.Outcome{}, err

@@ -27,7 +27,7 @@
 // The protocol this package implements — every RPC and field, what each answer costs, the
 // platform token and the request digest at byte level, the refusal marker — is written in
 // docs/adapter-protocol.md, with language-neutral test vectors in
-// pkg/platformtoken/testdata/vectors.json. A refused token is answered with
+// sdk/go/platformtoken/testdata/vectors.json. A refused token is answered with
 // platformtoken.RefusalStatus, the marker built by construction; platformtoken.ReadRefusal checks
 // one, as the platform reads it.
 package adapter

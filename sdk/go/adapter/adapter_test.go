@@ -13,20 +13,19 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/integrations-platform/integrations/pkg/adapter"
-	"github.com/integrations-platform/integrations/pkg/apperr"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
-	"github.com/integrations-platform/integrations/pkg/grpcx"
-	"github.com/integrations-platform/integrations/pkg/platformtoken/tokentest"
-	"github.com/integrations-platform/integrations/pkg/telemetry"
+	"github.com/integrations-platform/integrations/sdk/go/adapter"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken/tokentest"
 )
 
 func TestMain(m *testing.M) {
@@ -66,8 +65,8 @@ type fakeCallbacks struct {
 }
 
 func (f *fakeCallbacks) seen(ctx context.Context) {
-	bearer, _ := grpcx.BearerToken(ctx)
-	f.bearers = append(f.bearers, bearer)
+	auth := metadata.ValueFromIncomingContext(ctx, "authorization")
+	f.bearers = append(f.bearers, strings.TrimPrefix(strings.Join(auth, ","), "Bearer "))
 	tp := metadata.ValueFromIncomingContext(ctx, "traceparent")
 	f.traceparents = append(f.traceparents, strings.Join(tp, ","))
 }
@@ -105,7 +104,13 @@ func (f *fakeCallbacks) Complete(ctx context.Context, in *adapterv1.CompleteRequ
 		return nil, status.Error(c, "settlement: transport is closing")
 	}
 	if _, ok := in.GetOutcome().(*adapterv1.CompleteRequest_Succeeded); ok && f.refuseResult {
-		return nil, grpcx.ToStatus(apperr.Invalid("result", "not a JSON object: json: unsupported value: NaN")).Err()
+		// As the platform refuses a result it cannot store: INVALID_ARGUMENT naming the field.
+		st, err := status.New(codes.InvalidArgument, "result: not a JSON object: json: unsupported value: NaN").WithDetails(
+			&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "result", Description: "not a JSON object"}}})
+		if err != nil {
+			return nil, err
+		}
+		return nil, st.Err()
 	}
 	f.completes = append(f.completes, in)
 	f.completed <- in
@@ -146,7 +151,7 @@ func setup(t *testing.T, fake *fakeCallbacks, h adapter.Handler) *bundle {
 	go func() { _ = srv.Serve(lis) }()
 
 	// Calls are signed as the platform signs them: the SDK's check is on in every test.
-	conn, err := grpcx.Dial(lis.Addr().String(), keys.DialOption())
+	conn, err := dialTest(lis.Addr().String(), keys.DialOption())
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = conn.Close()
@@ -539,7 +544,7 @@ func TestLaterWithoutCallbackAddrIsRefused(t *testing.T) {
 	srv := grpc.NewServer()
 	s.Register(srv)
 	go func() { _ = srv.Serve(lis) }()
-	conn, err := grpcx.Dial(lis.Addr().String(), keys.DialOption())
+	conn, err := dialTest(lis.Addr().String(), keys.DialOption())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(); srv.Stop(); require.NoError(t, s.Close()) })
 
@@ -641,7 +646,7 @@ func TestLaterCallbacksContinueTheCallersTrace(t *testing.T) {
 	const traceID = "0af7651916cd43dd8448eb211c80319c"
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ctx = telemetry.WithTraceparent(ctx, "00-"+traceID+"-b7ad6b7169203331-01", "")
+	ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+traceID+"-b7ad6b7169203331-01")
 	st, err := structpb.NewStruct(map[string]any{})
 	require.NoError(t, err)
 	_, err = b.client.Execute(ctx, &adapterv1.ExecuteRequest{
@@ -660,4 +665,9 @@ func TestLaterCallbacksContinueTheCallersTrace(t *testing.T) {
 		require.Len(t, parts, 4, "callback %d's traceparent %q", i, tp)
 		require.Equal(t, traceID, parts[1], "callback %d continues the caller's trace", i)
 	}
+}
+
+// dialTest is a plaintext client of an adapter or fake served on the loopback.
+func dialTest(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 }

@@ -1,4 +1,4 @@
-package outcome_test
+package settle_test
 
 import (
 	"context"
@@ -22,24 +22,20 @@ import (
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
-	"github.com/integrations-platform/integrations/pkg/outcome"
+	"github.com/integrations-platform/integrations/pkg/settle"
+	"github.com/integrations-platform/integrations/sdk/go/outcome"
 )
 
-func TestClassify(t *testing.T) {
+// TestPlatformStatusesClassify: the statuses the platform's services answer (grpcx.ToStatus of
+// their typed errors) mean to the outcome reporter what the adapter protocol says they mean.
+func TestPlatformStatusesClassify(t *testing.T) {
 	t.Parallel()
 	st := func(e *apperr.Error) error { return grpcx.ToStatus(e).Err() }
-	tests := []struct {
+	for _, tt := range []struct {
 		name string
 		err  error
 		want outcome.Class
 	}{
-		{"unavailable", status.Error(codes.Unavailable, "connection refused"), outcome.Retry},
-		{"deadline", status.Error(codes.DeadlineExceeded, "deadline"), outcome.Retry},
-		{"resource exhausted", status.Error(codes.ResourceExhausted, "busy"), outcome.Retry},
-		{"internal from a transport", status.Error(codes.Internal, "stream reset"), outcome.Retry},
-		{"unknown", status.Error(codes.Unknown, "?"), outcome.Retry},
-		{"aborted conflict", status.Error(codes.Aborted, "serialization"), outcome.Retry},
-		{"plain context deadline", context.DeadlineExceeded, outcome.Retry},
 		{"already settled", st(apperr.New(apperr.KindFailedPrecondition, "ALREADY_SETTLED", "settled")), outcome.ClassMovedOn},
 		{"stale attempt", st(apperr.New(apperr.KindAborted, "STALE_ATTEMPT", "stale")), outcome.ClassMovedOn},
 		{"not found", st(apperr.NotFound("gone")), outcome.ClassMovedOn},
@@ -47,71 +43,12 @@ func TestClassify(t *testing.T) {
 		{"result refused", st(apperr.Invalid("result", "not a JSON object: NaN")), outcome.ClassResultRefused},
 		{"other field refused", st(apperr.Invalid("execution_id", "not a UUID")), outcome.ClassRefused},
 		{"unauthenticated", st(apperr.Unauthenticated("bad token")), outcome.ClassRefused},
-	}
-	for _, tt := range tests {
+		{"unavailable", st(apperr.New(apperr.KindUnavailable, grpcx.ReasonUnavailable, "down")), outcome.Retry},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			require.Equal(t, tt.want, outcome.Classify(tt.err))
 		})
-	}
-}
-
-func TestDoRetriesUntilRecorded(t *testing.T) {
-	t.Parallel()
-	tries := 0
-	v, err := outcome.Do(context.Background(), outcome.Options{Until: time.Now().Add(5 * time.Second), InitialInterval: time.Millisecond},
-		func(context.Context) error {
-			tries++
-			if tries < 4 {
-				return status.Error([]codes.Code{codes.Unavailable, codes.Internal, codes.DeadlineExceeded}[tries-1], "down")
-			}
-			return nil
-		})
-	require.NoError(t, err)
-	require.Equal(t, outcome.Recorded, v)
-	require.Equal(t, 4, tries)
-}
-
-func TestDoRetriesUntilTheDeadlineThenExpires(t *testing.T) {
-	t.Parallel()
-	until := time.Now().Add(400 * time.Millisecond)
-	tries := 0
-	v, err := outcome.Do(context.Background(), outcome.Options{Until: until, InitialInterval: 10 * time.Millisecond, MaxInterval: 50 * time.Millisecond},
-		func(context.Context) error { tries++; return status.Error(codes.Unavailable, "down") })
-	require.Equal(t, outcome.Expired, v)
-	require.Equal(t, codes.Unavailable, status.Code(err), "the last failure is returned, not the context's")
-	// Giving up early is the fault to catch: the lower bound is tight (the backoff's last interval
-	// is at most 50 ms), and a loaded machine only makes the end later. The upper bound only says
-	// it did give up: a last try run late must not fail the test.
-	now := time.Now()
-	require.False(t, now.Before(until.Add(-200*time.Millisecond)), "retried up to the deadline, not fewer times")
-	require.True(t, now.Before(until.Add(10*time.Second)), "and gave up at it")
-	// At least two tries: it retried. How many fit in the 400 ms depends on the jittered backoff
-	// and on how loaded the machine is (4 under -race with other test runs on two cores); the
-	// deadline check above is what says it did not give up early.
-	require.Greater(t, tries, 1)
-}
-
-func TestDoStopsAtOnceOnAFinalAnswer(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		err  error
-		want outcome.Verdict
-	}{
-		{grpcx.ToStatus(apperr.New(apperr.KindFailedPrecondition, "ALREADY_SETTLED", "settled")).Err(), outcome.MovedOn},
-		{grpcx.ToStatus(apperr.Unauthenticated("no")).Err(), outcome.Refused},
-		{grpcx.ToStatus(apperr.Invalid("result", "NaN")).Err(), outcome.ResultRefused},
-	} {
-		tries := 0
-		v, err := outcome.Do(context.Background(), outcome.Options{Until: time.Now().Add(time.Second)},
-			func(context.Context) error { tries++; return tt.err })
-		require.Equal(t, tt.want, v)
-		require.Equal(t, 1, tries)
-		if v == outcome.MovedOn {
-			require.NoError(t, err, "moved on is not an error")
-		} else {
-			require.Error(t, err)
-		}
 	}
 }
 
@@ -173,10 +110,10 @@ const execID = "0190a0e0-0000-7000-8000-000000000001"
 func TestSettlerRetriesASettlementOutage(t *testing.T) {
 	t.Parallel()
 	f := &fakeSettlement{settle: []error{status.Error(codes.Unavailable, "dial tcp 127.0.0.1:9094: connection refused"), status.Error(codes.Internal, "transport is closing")}}
-	s := outcome.Settler{Client: serve(t, f)}
+	s := settle.Settler{Client: serve(t, f)}
 	result, err := structpb.NewStruct(map[string]any{"ok": true})
 	require.NoError(t, err)
-	e, v, err := s.Report(context.Background(), outcome.Attempt{ExecutionID: execID, Attempt: 1, Until: time.Now().Add(5 * time.Second)},
+	e, v, err := s.Report(context.Background(), settle.Attempt{ExecutionID: execID, Attempt: 1, Until: time.Now().Add(5 * time.Second)},
 		adaptercall.Outcome{Kind: adaptercall.Completed, Result: result})
 	require.NoError(t, err)
 	require.Equal(t, outcome.Recorded, v)
@@ -188,9 +125,9 @@ func TestSettlerRetriesASettlementOutage(t *testing.T) {
 func TestSettlerTurnsARefusedResultIntoAProtocolFailure(t *testing.T) {
 	t.Parallel()
 	f := &fakeSettlement{fail: []error{status.Error(codes.Unavailable, "down")}}
-	s := outcome.Settler{Client: serve(t, f)}
+	s := settle.Settler{Client: serve(t, f)}
 	result := &structpb.Struct{Fields: map[string]*structpb.Value{"x": structpb.NewNumberValue(math.NaN())}}
-	e, v, err := s.Report(context.Background(), outcome.Attempt{ExecutionID: execID, Attempt: 2, Until: time.Now().Add(5 * time.Second)},
+	e, v, err := s.Report(context.Background(), settle.Attempt{ExecutionID: execID, Attempt: 2, Until: time.Now().Add(5 * time.Second)},
 		adaptercall.Outcome{Kind: adaptercall.Completed, Result: result})
 	require.NoError(t, err)
 	require.Equal(t, outcome.Recorded, v)
@@ -206,8 +143,8 @@ func TestSettlerTurnsARefusedResultIntoAProtocolFailure(t *testing.T) {
 func TestSettlerMovedOnIsFinalNotAnError(t *testing.T) {
 	t.Parallel()
 	f := &fakeSettlement{fail: []error{grpcx.ToStatus(apperr.New(apperr.KindAborted, "STALE_ATTEMPT", "attempt 1 is not current")).Err()}}
-	s := outcome.Settler{Client: serve(t, f)}
-	e, v, err := s.Report(context.Background(), outcome.Attempt{ExecutionID: execID, Attempt: 1, Until: time.Now().Add(5 * time.Second)},
+	s := settle.Settler{Client: serve(t, f)}
+	e, v, err := s.Report(context.Background(), settle.Attempt{ExecutionID: execID, Attempt: 1, Until: time.Now().Add(5 * time.Second)},
 		adaptercall.Outcome{Kind: adaptercall.Failed, Retryable: true, Failure: execution.Failure{Class: execution.ClassTransient}})
 	require.NoError(t, err)
 	require.Equal(t, outcome.MovedOn, v)
@@ -221,9 +158,9 @@ func TestSettlerGivesUpAtTheLease(t *testing.T) {
 	for range 1000 {
 		f.settle = append(f.settle, status.Error(codes.Unavailable, "down"))
 	}
-	s := outcome.Settler{Client: serve(t, f)}
+	s := settle.Settler{Client: serve(t, f)}
 	until := time.Now().Add(300 * time.Millisecond)
-	_, v, err := s.Report(context.Background(), outcome.Attempt{ExecutionID: execID, Attempt: 1, Until: until},
+	_, v, err := s.Report(context.Background(), settle.Attempt{ExecutionID: execID, Attempt: 1, Until: until},
 		adaptercall.Outcome{Kind: adaptercall.Completed, Result: &structpb.Struct{}})
 	require.Equal(t, outcome.Expired, v)
 	// The last error is the service's answer, or the lease's end cutting the last try short.

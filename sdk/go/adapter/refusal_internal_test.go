@@ -8,8 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/integrations-platform/integrations/pkg/grpcx"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 // TestRefusalSampler: one line per refusalEvery, the next one counting those left out.
@@ -36,17 +35,17 @@ func TestRefusalSampler(t *testing.T) {
 }
 
 // TestRefusalIsTheMarker: the SDK's refusal is platformtoken.RefusalStatus to the byte, on a
-// plain gRPC server (GRPCStatus) and on a grpcx.Server (which maps the *apperr.Error), and the
-// platform takes it as a well-formed marker naming the check.
+// gRPC server (GRPCStatus), and the platform takes it as a well-formed marker naming the check.
+// (pkg/grpcx's tests hold the platform's own server to the same bytes.)
 func TestRefusalIsTheMarker(t *testing.T) {
 	t.Parallel()
 	for _, why := range []error{platformtoken.ErrMissing, platformtoken.ErrKey, platformtoken.ErrInvalid,
 		platformtoken.ErrAudience, platformtoken.ErrBinding, platformtoken.ErrReplayed} {
 		err := fmt.Errorf("%w: %w", platformtoken.ErrRefused, why)
 		want := platformtoken.RefusalStatus(err).Proto()
-		r := newRefusal(err)
+		r := platformtoken.Refuse(err)
 		require.True(t, proto.Equal(want, r.GRPCStatus().Proto()), "%v", why)
-		require.True(t, proto.Equal(want, grpcx.ToStatus(r).Proto()), "%v on a grpcx.Server", why)
+		require.ErrorIs(t, r, why)
 		got := platformtoken.ReadRefusal(r.GRPCStatus().Err(), false)
 		require.True(t, got.Marked, "%v", why)
 		require.Empty(t, got.Problem, "%v", why)

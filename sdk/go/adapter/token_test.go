@@ -23,13 +23,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/integrations-platform/integrations/pkg/adapter"
-	"github.com/integrations-platform/integrations/pkg/adaptercall"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
-	"github.com/integrations-platform/integrations/pkg/grpcx"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
-	"github.com/integrations-platform/integrations/pkg/platformtoken/tokentest"
+	"github.com/integrations-platform/integrations/sdk/go/adapter"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken/tokentest"
 )
 
 const tokenAdapterID = "tok-adapter"
@@ -44,8 +42,7 @@ type authBundle struct {
 
 func setupAuth(t *testing.T) *authBundle { return setupAuthOn(t, grpc.NewServer()) }
 
-// setupAuthOn is setupAuth on srv: a plain grpc.Server, or the platform's grpcx one, whose error
-// mapping must keep the refusal UNAUTHENTICATED too.
+// setupAuthOn is setupAuth on srv.
 func setupAuthOn(t *testing.T, srv *grpc.Server) *authBundle {
 	t.Helper()
 	b := &authBundle{old: tokentest.New(t, tokenAdapterID), new: tokentest.New(t, tokenAdapterID)}
@@ -59,7 +56,7 @@ func setupAuthOn(t *testing.T, srv *grpc.Server) *authBundle {
 	require.NoError(t, err)
 	s.Register(srv)
 	go func() { _ = srv.Serve(lis) }()
-	conn, err := grpcx.Dial(lis.Addr().String())
+	conn, err := dialTest(lis.Addr().String())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(); srv.Stop(); require.NoError(t, s.Close()) })
 	b.client = adapterv1.NewAdapterServiceClient(conn)
@@ -138,7 +135,7 @@ func TestPlatformTokenAccepted(t *testing.T) {
 		resp, header, err := b.execute(sign(t, k, nil))
 		require.NoError(t, err)
 		require.NotNil(t, resp.GetCompleted())
-		require.NotEmpty(t, header.Get(adaptercall.ReceivedHeader), "received is acknowledged once the token passed")
+		require.NotEmpty(t, header.Get(platformtoken.ReceivedHeader), "received is acknowledged once the token passed")
 	}
 	require.EqualValues(t, 2, b.handlerRan.Load())
 }
@@ -233,7 +230,7 @@ func TestPlatformTokenRefusals(t *testing.T) {
 			require.Nil(t, resp)
 			require.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
 			require.Contains(t, status.Convert(err).Message(), tc.why.Error())
-			require.Empty(t, header.Get(adaptercall.ReceivedHeader), "refused before the received header")
+			require.Empty(t, header.Get(platformtoken.ReceivedHeader), "refused before the received header")
 			requireRefusalMarker(t, err, platformtoken.Check(tc.why))
 		})
 	}
@@ -243,29 +240,15 @@ func TestPlatformTokenRefusals(t *testing.T) {
 // requireRefusalMarker: err carries the SDK's ErrorInfo marker, naming the check that failed.
 func requireRefusalMarker(t *testing.T, err error, check string) {
 	t.Helper()
-	require.True(t, adaptercall.IsTokenRefusal(err), "%v", err)
+	require.True(t, platformtoken.ReadRefusal(err, false).Marked, "%v", err)
 	for _, d := range status.Convert(err).Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == adaptercall.TokenRefusedDomain {
-			require.Equal(t, adaptercall.TokenRefusedReason, info.GetReason())
-			require.Equal(t, check, info.GetMetadata()[adaptercall.TokenRefusedCheckKey])
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == platformtoken.RefusalDomain {
+			require.Equal(t, platformtoken.RefusalReason, info.GetReason())
+			require.Equal(t, check, info.GetMetadata()[platformtoken.RefusalCheckKey])
 			return
 		}
 	}
-	t.Fatalf("no ErrorInfo of %s on %v", adaptercall.TokenRefusedDomain, err)
-}
-
-// TestPlatformTokenRefusedOnAGrpcxServer: served by grpcx.Server (as the dummy adapter is), a
-// refusal is still UNAUTHENTICATED with its reason, not mapped to INTERNAL.
-func TestPlatformTokenRefusedOnAGrpcxServer(t *testing.T) {
-	t.Parallel()
-	b := setupAuthOn(t, grpcx.NewServer(grpcx.ServerConfig{Logger: zaptest.NewLogger(t)}).Server)
-	_, _, err := b.execute("")
-	require.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
-	require.Contains(t, status.Convert(err).Message(), platformtoken.ErrMissing.Error())
-	requireRefusalMarker(t, err, "missing")
-	resp, _, err := b.execute(sign(t, b.old, nil))
-	require.NoError(t, err)
-	require.NotNil(t, resp.GetCompleted())
+	t.Fatalf("no ErrorInfo of %s on %v", platformtoken.RefusalDomain, err)
 }
 
 // TestPlatformTokenOnCancel: Cancel is refused without a token for its attempt, taken with one.
@@ -321,7 +304,7 @@ func TestRefusalsDoNotFloodTheLog(t *testing.T) {
 	s.Register(srv)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	conn, err := grpcx.Dial(lis.Addr().String())
+	conn, err := dialTest(lis.Addr().String())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	client := adapterv1.NewAdapterServiceClient(conn)

@@ -1,4 +1,6 @@
-package outcome
+// Package settle reports an adapter's answer to the settlement service, with the outcome reporter's
+// rules (sdk/go/outcome): the gateway's sync path and the execution-consumer share it.
+package settle
 
 import (
 	"context"
@@ -14,6 +16,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/execution"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
+	"github.com/integrations-platform/integrations/sdk/go/outcome"
 )
 
 // Attempt names the attempt an outcome belongs to and until when it may be reported.
@@ -37,18 +40,18 @@ type Settler struct {
 // the settlement service refuses (e.g. NaN in it) becomes a permanent protocol failure of the
 // attempt, reported through FailAttempt.
 //
-// The execution is returned as settled (or sent back to pending) for Recorded; it is nil for the
+// The execution is returned as settled (or sent back to pending) for outcome.Recorded; it is nil for the
 // other verdicts.
-func (s Settler) Report(ctx context.Context, a Attempt, out adaptercall.Outcome) (*executionv1.Execution, Verdict, error) {
+func (s Settler) Report(ctx context.Context, a Attempt, out adaptercall.Outcome) (*executionv1.Execution, outcome.Verdict, error) {
 	log := s.Log
 	if log == nil {
 		log = zap.NewNop()
 	}
-	o := Options{Until: a.Until, Log: log}
+	o := outcome.Options{Until: a.Until, Log: log}
 	if out.Kind == adaptercall.Completed {
 		var e *executionv1.Execution
 		o.What = "settle"
-		v, err := Do(ctx, o, func(ctx context.Context) error {
+		v, err := outcome.Do(ctx, o, func(ctx context.Context) error {
 			resp, err := s.Client.Settle(ctx, &settlementv1.SettleRequest{
 				ExecutionId: a.ExecutionID, Attempt: a.Attempt,
 				FromStatus: executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING,
@@ -57,7 +60,7 @@ func (s Settler) Report(ctx context.Context, a Attempt, out adaptercall.Outcome)
 			e = resp.GetExecution()
 			return err
 		})
-		if v != ResultRefused {
+		if v != outcome.ResultRefused {
 			return e, v, wrap(err, "settle attempt %d of %s", a.Attempt, a.ExecutionID)
 		}
 		// The adapter answered a result the platform cannot store: that is the adapter failing,
@@ -71,7 +74,7 @@ func (s Settler) Report(ctx context.Context, a Attempt, out adaptercall.Outcome)
 	}
 	var e *executionv1.Execution
 	o.What = "fail_attempt"
-	v, err := Do(ctx, o, func(ctx context.Context) error {
+	v, err := outcome.Do(ctx, o, func(ctx context.Context) error {
 		resp, err := s.Client.FailAttempt(ctx, &settlementv1.FailAttemptRequest{
 			ExecutionId: a.ExecutionID, Attempt: a.Attempt, Failure: out.Failure.Proto(),
 			Retryable: out.Retryable, RetryAfter: durationpb.New(out.RetryAfter),

@@ -10,14 +10,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
-	"github.com/integrations-platform/integrations/pkg/grpcx"
-	"github.com/integrations-platform/integrations/pkg/outcome"
-	"github.com/integrations-platform/integrations/pkg/safetext"
-	"github.com/integrations-platform/integrations/pkg/telemetry"
+	"github.com/integrations-platform/integrations/sdk/go/outcome"
 )
 
 // ErrAttemptGone is the context.Cause of Later work cancelled because the platform refused a
@@ -135,14 +133,17 @@ func (c *Callbacks) renewEvery() time.Duration {
 	return max(lease/3, minRenewEvery)
 }
 
+// outgoing is ctx for a callback: it continues the work's trace (traceparent, W3C) and carries
+// the adapter's credential.
 func (c *Callbacks) outgoing(ctx context.Context) context.Context {
 	if c.span.IsValid() && !trace.SpanContextFromContext(ctx).IsValid() {
 		ctx = trace.ContextWithSpanContext(ctx, c.span)
 	}
+	ctx = withTraceparent(ctx)
 	if c.credential == "" {
 		return ctx
 	}
-	return grpcx.WithBearer(ctx, c.credential)
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.credential)
 }
 
 // background runs Later work to its end and delivers its outcome. It owns one unit of the
@@ -152,8 +153,7 @@ func (s *Server) background(ctx context.Context, cancel context.CancelCauseFunc,
 	defer s.endWork()
 	// The work's span runs from the Accepted answer to the outcome's delivery: the platform's
 	// attempt waits on it, and the callbacks it makes are its children.
-	ctx, span := telemetry.Start(ctx, "adapter.work", trace.SpanKindInternal,
-		telemetry.ExecutionID(cb.executionID), telemetry.Attempt(cb.attempt))
+	ctx, span := startWork(ctx, cb.executionID, cb.attempt)
 	defer span.End()
 	cb.span = span.SpanContext()
 	if !deadline.IsZero() {
@@ -238,7 +238,7 @@ func attemptGone(err error) bool {
 }
 
 // deliver sends a Later outcome through Complete with the platform's one outcome reporter
-// (pkg/outcome): retried with backoff on every retryable answer (UNAVAILABLE, INTERNAL, ...) until
+// (sdk/go/outcome): retried with backoff on every retryable answer (UNAVAILABLE, INTERNAL, ...) until
 // the attempt's lease ends (at least deliverFloor from now); an attempt that has moved on ends it
 // without an error; a result the platform refuses (e.g. NaN in it) is delivered instead as a
 // permanent protocol failure, so the attempt ends now rather than at its lease. It runs on its own
@@ -292,7 +292,7 @@ func (s *Server) deliver(work context.Context, log *zap.Logger, cb *Callbacks, r
 		case v == outcome.ResultRefused && name == "succeeded":
 			log.Warn("adapter result refused by the platform; delivering a protocol failure", zap.String("code", status.Code(err).String()))
 			req.Outcome = &adapterv1.CompleteRequest_Failed{Failed: toFailed(Fail(ClassProtocol, CodeInvalidResult,
-				"adapter result refused: "+safetext.Truncate(status.Convert(err).Message(), 512), false))}
+				"adapter result refused: "+truncate(status.Convert(err).Message(), 512), false))}
 			continue
 		default:
 			log.Error("outcome not delivered", zap.String("outcome", name), zap.Int("tries", tries),

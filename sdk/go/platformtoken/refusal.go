@@ -26,7 +26,7 @@ const (
 // UNAUTHENTICATED, err's text as the message (it never quotes the token), and the marker naming
 // the check (Check; an error that names none is reported as CheckInvalid — whatever went wrong,
 // the token was not accepted). It is the marker built right by construction: an adapter on
-// pkg/adapter answers it, and an adapter served otherwise can return RefusalStatus(err).Err().
+// the SDK (sdk/go/adapter) answers it, and an adapter served otherwise can return RefusalStatus(err).Err().
 func RefusalStatus(err error) *status.Status {
 	check := Check(err)
 	if check == "" {
@@ -45,6 +45,31 @@ func RefusalStatus(err error) *status.Status {
 	}
 	return st
 }
+
+// RefusalError is the error an adapter returns for a call whose token Verify refused: its
+// GRPCStatus is RefusalStatus. A gRPC server answers it as it is; the platform's own server
+// (grpcx.Server, which maps every other error to a status of its own) passes it through too.
+type RefusalError struct {
+	cause error
+	st    *status.Status
+}
+
+// Refuse is the RefusalError of a token Verify refused with err.
+func Refuse(err error) *RefusalError { return &RefusalError{cause: err, st: RefusalStatus(err)} }
+
+func (r *RefusalError) Error() string { return r.st.Message() }
+
+// Unwrap is the refusal's cause, Verify's error.
+func (r *RefusalError) Unwrap() error { return r.cause }
+
+// GRPCStatus is RefusalStatus of the cause.
+func (r *RefusalError) GRPCStatus() *status.Status { return r.st }
+
+// ReceivedHeader is the response header an adapter sends the moment an Execute call reaches it,
+// before its handler starts any work (the adapter SDK does). A call that then fails on a broken
+// connection without that header never reached the adapter's handler, and the platform spends no
+// attempt on it.
+const ReceivedHeader = "integrations-received"
 
 // Problems of a refusal marker, as Refusal.Problem names them.
 const (

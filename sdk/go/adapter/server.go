@@ -14,20 +14,13 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/integrations-platform/integrations/pkg/adaptercall"
-	"github.com/integrations-platform/integrations/pkg/apperr"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
-	"github.com/integrations-platform/integrations/pkg/grpcx"
-	plog "github.com/integrations-platform/integrations/pkg/log"
-	"github.com/integrations-platform/integrations/pkg/platformtoken"
-	"github.com/integrations-platform/integrations/pkg/safetext"
-	"github.com/integrations-platform/integrations/pkg/telemetry"
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
 // Codes the SDK itself puts on failures it answers on the handler's behalf, so that they can
@@ -55,7 +48,7 @@ type Options struct {
 	// AdapterID is this adapter's id in the platform's catalog: the audience the platform's
 	// tokens are addressed to. Required, with PlatformKeys, unless InsecureSkipPlatformAuth.
 	AdapterID string
-	// PlatformKeys are the platform's public keys (pkg/platformtoken): every Execute and Cancel
+	// PlatformKeys are the platform's public keys (sdk/go/platformtoken): every Execute and Cancel
 	// must carry a token signed by one of them, or is refused with UNAUTHENTICATED before the
 	// handler runs. Several during a key rotation: the new one added before the platform signs
 	// with it, the old one removed after. platformtoken.ParsePublicKeys reads them from text.
@@ -149,25 +142,12 @@ func (s *Server) authenticate(ctx context.Context, method, executionID string, a
 		// flood the adapter's logs.
 		if ok, unlogged := s.refusals.sample(); ok {
 			s.log.Warn("call refused: platform token", zap.String("method", method),
-				zap.String("execution_id", safetext.Truncate(executionID, 64)), plog.Attempt(attempt), zap.Error(err),
+				zap.String("execution_id", truncate(executionID, 64)), logAttempt(attempt), zap.Error(err),
 				zap.Int("refused_unlogged", unlogged))
 		}
-		return newRefusal(err)
+		return platformtoken.Refuse(err)
 	}
 	return nil
-}
-
-// newRefusal is the refusal of a token Verify refused with err: platformtoken.RefusalStatus, the
-// marker built by construction, on either server (TestRefusalIsTheMarker holds the two equal).
-func newRefusal(err error) refusal {
-	st := platformtoken.RefusalStatus(err)
-	e := apperr.New(apperr.KindUnauthenticated, platformtoken.RefusalReason, "%s", st.Message())
-	e.Domain = platformtoken.RefusalDomain
-	e.Metadata = map[string]string{platformtoken.RefusalCheckKey: platformtoken.Check(err)}
-	if e.Metadata[platformtoken.RefusalCheckKey] == "" {
-		e.Metadata[platformtoken.RefusalCheckKey] = platformtoken.CheckInvalid
-	}
-	return refusal{e: e, st: st}
 }
 
 // refusalEvery is the least time between two log lines of refused calls.
@@ -199,19 +179,7 @@ func (r *refusalSampler) sample() (bool, int) {
 	return true, n
 }
 
-// refusal is a refused token, answered UNAUTHENTICATED with the refusal marker whichever server
-// the adapter runs on: a grpcx.Server maps the *apperr.Error in its chain, a plain grpc.Server
-// asks GRPCStatus.
-type refusal struct {
-	e  *apperr.Error
-	st *status.Status
-}
-
-func (r refusal) Error() string              { return r.e.Error() }
-func (r refusal) Unwrap() error              { return r.e }
-func (r refusal) GRPCStatus() *status.Status { return r.st }
-
-// Register registers AdapterService on g (a *grpc.Server, or a *grpcx.Server which embeds one).
+// Register registers AdapterService on g (a *grpc.Server, or any grpc.ServiceRegistrar).
 func (s *Server) Register(g grpc.ServiceRegistrar) {
 	adapterv1.RegisterAdapterServiceServer(g, service{s: s})
 }
@@ -368,7 +336,7 @@ func (s *Server) callbackClient() (adapterv1.AdapterCallbackServiceClient, error
 			s.dialErr = errors.New("no callback address configured")
 			return
 		}
-		s.conn, s.dialErr = grpcx.Dial(s.opts.CallbackAddr, s.opts.DialOptions...)
+		s.conn, s.dialErr = dial(s.opts.CallbackAddr, s.opts.DialOptions...)
 		if s.dialErr == nil {
 			s.client = adapterv1.NewAdapterCallbackServiceClient(s.conn)
 		}
@@ -393,12 +361,12 @@ func (v service) Execute(ctx context.Context, in *adapterv1.ExecuteRequest) (*ad
 	}
 	// The attempt's trace, whether or not the adapter's gRPC server was built by grpcx: its work
 	// and callbacks continue it.
-	ctx = telemetry.FromIncoming(ctx)
+	ctx = fromIncoming(ctx)
 	// Acknowledge receipt before any work starts: a platform whose call then fails on a broken
 	// connection without this header knows the handler never ran, and spends no attempt.
-	_ = grpc.SendHeader(ctx, metadata.Pairs(adaptercall.ReceivedHeader, "1"))
+	_ = grpc.SendHeader(ctx, metadata.Pairs(platformtoken.ReceivedHeader, "1"))
 	req := newRequest(in)
-	log := s.log.With(plog.ExecutionID(req.ExecutionID), plog.Attempt(req.Attempt), zap.String("capability", req.Capability))
+	log := s.log.With(logExecutionID(req.ExecutionID), logAttempt(req.Attempt), zap.String("capability", req.Capability))
 	if !req.Deadline.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
@@ -499,7 +467,7 @@ func (v service) Cancel(ctx context.Context, in *adapterv1.CancelRequest) (*adap
 		return nil, err
 	}
 	stopped := v.s.cancelWork(workKey{in.GetExecutionId(), in.GetAttempt()})
-	v.s.log.Info("cancel requested", plog.ExecutionID(in.GetExecutionId()), plog.Attempt(in.GetAttempt()), zap.Bool("stopped", stopped))
+	v.s.log.Info("cancel requested", logExecutionID(in.GetExecutionId()), logAttempt(in.GetAttempt()), zap.Bool("stopped", stopped))
 	return &adapterv1.CancelResponse{Stopped: stopped}, nil
 }
 

@@ -26,7 +26,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/integrations-platform/integrations/pkg/grpcx"
+	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
 )
 
 // Verdict is how a report ended.
@@ -85,7 +85,7 @@ func Classify(err error) Class {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return Retry
 	}
-	if movedOnReasons[grpcx.Reason(err)] {
+	if movedOnReasons[rpcstatus.Reason(err)] {
 		return ClassMovedOn
 	}
 	switch status.Code(err) {

@@ -2,7 +2,13 @@ package eventverify_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,9 +22,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/integrations-platform/integrations/pkg/eventverify"
 	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
-	"github.com/integrations-platform/integrations/pkg/webhook"
+	"github.com/integrations-platform/integrations/sdk/go/eventverify"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -27,25 +32,26 @@ const body = `{"id":"evt-1","type":"execution.completed","timestamp":"2026-01-02
 	`"data":{"execution_id":"ex-1","status":"succeeded","result":{"echo":"hé"},"sequence":2}}`
 
 // delivery is what the event router sends for body: the request and its metadata, signed at ts
-// with secrets (pkg/webhook is the platform's signer).
+// with secrets, signed here as Standard Webhooks says, apart from the platform's signer.
 func delivery(t *testing.T, ts time.Time, secrets ...string) (metadata.MD, *eventsv1.DeliverRequest) {
 	t.Helper()
-	sigs, err := webhook.SignRotating(secrets, "evt-1", ts, []byte(body))
+	sigs, err := signAll(secrets, "evt-1", ts, []byte(body))
 	require.NoError(t, err)
 	data, err := structpb.NewStruct(map[string]any{"execution_id": "ex-1", "status": "succeeded",
 		"result": map[string]any{"echo": "hé"}, "sequence": 2})
 	require.NoError(t, err)
 	req := &eventsv1.DeliverRequest{Id: "evt-1", Type: "execution.completed",
 		Time: timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)), Data: data, Body: []byte(body), Sequence: 2}
-	return metadata.Pairs(eventverify.KeyID, "evt-1", eventverify.KeyTimestamp, webhook.Timestamp(ts),
+	return metadata.Pairs(eventverify.KeyID, "evt-1", eventverify.KeyTimestamp, timestamp(ts),
 		eventverify.KeySignature, sigs), req
 }
 
 func secret(t *testing.T) string {
 	t.Helper()
-	s, err := webhook.NewSecret()
+	key := make([]byte, 24)
+	_, err := rand.Read(key)
 	require.NoError(t, err)
-	return s
+	return "whsec_" + base64.StdEncoding.EncodeToString(key)
 }
 
 func TestVerify(t *testing.T) {
@@ -88,10 +94,10 @@ func TestVerifyRefusesTampering(t *testing.T) {
 		{"id", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.Id = "evt-2" }},
 		{"webhook-id", func(md metadata.MD, _ *eventsv1.DeliverRequest) { md.Set(eventverify.KeyID, "evt-2") }},
 		{"webhook-timestamp", func(md metadata.MD, _ *eventsv1.DeliverRequest) {
-			md.Set(eventverify.KeyTimestamp, webhook.Timestamp(time.Now().Add(-time.Second)))
+			md.Set(eventverify.KeyTimestamp, timestamp(time.Now().Add(-time.Second)))
 		}},
 		{"two timestamps", func(md metadata.MD, _ *eventsv1.DeliverRequest) {
-			md.Append(eventverify.KeyTimestamp, webhook.Timestamp(time.Now()))
+			md.Append(eventverify.KeyTimestamp, timestamp(time.Now()))
 		}},
 		{"no signature", func(md metadata.MD, _ *eventsv1.DeliverRequest) { md.Delete(eventverify.KeySignature) }},
 		{"type", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.Type = "execution.progress" }},
@@ -137,4 +143,24 @@ func TestUnaryServerInterceptor(t *testing.T) {
 	_, err = intercept(context.Background(), struct{}{}, &grpc.UnaryServerInfo{FullMethod: "/grpc.health.v1.Health/Check"}, handler)
 	require.NoError(t, err, "other methods pass through")
 	require.False(t, errors.Is(err, eventverify.ErrUnsigned))
+}
+
+// timestamp is a webhook-timestamp value: Unix seconds.
+func timestamp(ts time.Time) string { return strconv.FormatInt(ts.Unix(), 10) }
+
+// signAll is the webhook-signature value for secrets: "v1,<base64 HMAC-SHA256 of id.ts.body>" per
+// secret, separated by spaces.
+func signAll(secrets []string, id string, ts time.Time, body []byte) (string, error) {
+	sigs := make([]string, 0, len(secrets))
+	for _, s := range secrets {
+		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
+		if err != nil {
+			return "", err
+		}
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte(id + "." + timestamp(ts) + "."))
+		m.Write(body)
+		sigs = append(sigs, "v1,"+base64.StdEncoding.EncodeToString(m.Sum(nil)))
+	}
+	return strings.Join(sigs, " "), nil
 }

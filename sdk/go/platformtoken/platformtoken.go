@@ -2,7 +2,7 @@
 // signed with Ed25519 (EdDSA) that binds one call to one adapter (aud), one execution (sub), one
 // attempt (att), one RPC (rpc) and one request (req, a digest of the request's fields, see
 // Digest). The services that call adapters (gateway, execution-consumer)
-// sign with a private key; an adapter, through the SDK (pkg/adapter), verifies with one or more
+// sign with a private key; an adapter, through the SDK (sdk/go/adapter), verifies with one or more
 // public keys — several during a rotation. Tokens are used instead of mTLS because adapters
 // often sit behind TLS-terminating proxies that drop client certificates, and an adapter then
 // needs only a public key, no CA (docs/decisions.md, "Platform credential on adapter calls").
