@@ -3,11 +3,11 @@ module github.com/integrations-platform/integrations/e2e
 go 1.26.0
 
 require (
-	github.com/integrations-platform/integrations/sdk/go v0.1.0
-	github.com/integrations-platform/integrations/pkg/gen v0.1.0
 	github.com/chromedp/chromedp v0.23.1
 	github.com/getkin/kin-openapi v0.153.0
 	github.com/integrations-platform/integrations/pkg v0.0.0
+	github.com/integrations-platform/integrations/pkg/gen v0.1.0
+	github.com/integrations-platform/integrations/sdk/go v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
 	github.com/stretchr/testify v1.12.1
@@ -59,6 +59,7 @@ require (
 	go.uber.org/zap v1.28.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	go.yaml.in/yaml/v4 v4.0.0 // indirect
+	golang.org/x/mod v0.43.0 // indirect
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
@@ -68,8 +69,8 @@ require (
 )
 
 replace (
-	github.com/integrations-platform/integrations/pkg/gen => ../pkg/gen
-	github.com/integrations-platform/integrations/sdk/go => ../sdk/go
 	github.com/integrations-platform/integrations/migrations => ../migrations
 	github.com/integrations-platform/integrations/pkg => ../pkg
+	github.com/integrations-platform/integrations/pkg/gen => ../pkg/gen
+	github.com/integrations-platform/integrations/sdk/go => ../sdk/go
 )
