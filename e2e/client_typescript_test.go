@@ -13,6 +13,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/integrations-platform/integrations/pkg/freeport"
 	"github.com/integrations-platform/integrations/pkg/tlsx/devca"
 )
 
@@ -25,7 +26,8 @@ const typeScriptClient = "../sdk/typescript/client"
 // invoke (async and sync), get, list (three pages), timeline, cancel, events and consumer
 // registration, each held to the document's schema, with every field of each schema reached seen
 // at least once; and it receives the webhooks on a server of its own and verifies them with the
-// SDK's helper (after a secret rotation).
+// SDK's helper (after a secret rotation). Then examples/client-typescript makes its first call and
+// verifies its webhook.
 func TestTypeScriptClient(t *testing.T) {
 	node := nodeOrSkip(t, typeScriptClient)
 	s := newStack(t)
@@ -69,4 +71,18 @@ func TestTypeScriptClient(t *testing.T) {
 	t.Logf("node --test e2e/every-field.js:\n%s", strings.TrimSpace(string(out)))
 	require.NoError(t, err, "the TypeScript client's every-field run failed (output above)")
 	require.Contains(t, string(out), "every-field: ", "the run printed its count of fields")
+
+	// The example application, run as its README runs it: its first call, and the webhook it
+	// receives verified.
+	example := "../examples/client-typescript"
+	nodeOrSkip(t, example)
+	receiver, err := freeport.Addr()
+	require.NoError(t, err)
+	run := exec.CommandContext(ctx, node, "main.js")
+	run.Dir = example
+	run.Env = append(env, "RECEIVER_ADDR="+receiver, "CAPABILITY=dummy.echo")
+	out, err = run.CombinedOutput()
+	t.Logf("node main.js (examples/client-typescript):\n%s", strings.TrimSpace(string(out)))
+	require.NoError(t, err, "the example failed (output above)")
+	require.Regexp(t, `verified webhook \S+: execution.completed succeeded`, string(out))
 }

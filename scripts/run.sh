@@ -165,7 +165,12 @@ if ! sample_call; then
 fi
 say "broker diagnostic (POST /api/v1/system/mq-diagnostic):"
 curl -sS -X POST -H "Authorization: Bearer $INTEGRATIONS_ADMIN_TOKEN" http://127.0.0.1:8080/api/v1/system/mq-diagnostic >&2 || true
-say "the platform is running: REST http://127.0.0.1:8080, gRPC 127.0.0.1:9090, API key \$INTEGRATIONS_DEV_API_KEY"
+if [[ $INTEGRATIONS_DEV_API_KEY == dev-api-key-change-me ]]; then
+  key="dev-api-key-change-me (the development default)"
+else
+  key="the value of INTEGRATIONS_DEV_API_KEY"
+fi
+say "the platform is running: REST http://127.0.0.1:8080, gRPC 127.0.0.1:9090, API key $key"
 say "try: bin/integrationsctl invoke dummy.echo --payload '{\"dummy\": {\"fail_transient\": 2}}' --wait   (with INTEGRATIONS_API_KEY set)"
 say "Ctrl-C stops everything"
 wait -n "${pids[@]}" || true
