@@ -148,6 +148,11 @@ func TestFlow(t *testing.T) {
 		assert.EqualValues(t, 1, e["attempt"])
 		result, _ := e["result"].(map[string]any)
 		assert.Equal(t, map[string]any{"greeting": "now"}, result["echo"])
+		// The answer is the execution as GET shows it, its attempt included.
+		_, got := s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+		attempts, _ := e["attempts"].([]any)
+		require.Len(t, attempts, 1, "the sync answer's attempts: %v", e["attempts"])
+		assert.Equal(t, execution(got)["attempts"], e["attempts"])
 		assert.Equal(t, 0, s.count(t, `SELECT count(*) FROM dispatches WHERE execution_id = $1`, id), "sync writes no dispatch record")
 
 		ev := r.await(t, id)

@@ -317,12 +317,11 @@ func (s *Server) withdrawSync(ctx context.Context, row *execution.Row) (_ *gatew
 	}
 	if !withdrawn {
 		logger.Info("sync execution settled by another before its accept was withdrawn")
-		got, _, err := s.store.ExecutionGet(wctx, row.ApplicationID, row.ID)
+		resp, err := s.settledAnswer(wctx, row)
 		if err != nil {
 			return nil, true, fmt.Errorf("read sync execution %s settled by another: %w", row.ID, err)
 		}
-		resp, err := s.response(got, nil)
-		return resp, true, err
+		return resp, true, nil
 	}
 	logger.Warn("sync accept withdrawn: the adapter was unreachable and nothing was sent; no attempt spent")
 	return nil, true, adapterUnavailable()
@@ -396,16 +395,12 @@ func (s *Server) reportSync(ctx context.Context, row *execution.Row, deadline ti
 	}
 	switch r.v {
 	case outcome.Recorded:
-		return s.response(nil, r.e)
+		return s.settledAnswer(context.WithoutCancel(ctx), row)
 	case outcome.MovedOn:
 		// Someone settled it meanwhile: the application cancelled it, or the sweeper found its
 		// deadline passed. The caller gets the execution as it was settled.
 		logger.Info("sync execution settled by another")
-		got, _, err := s.store.ExecutionGet(context.WithoutCancel(ctx), row.ApplicationID, row.ID)
-		if err != nil {
-			return nil, err
-		}
-		return s.response(got, nil)
+		return s.settledAnswer(context.WithoutCancel(ctx), row)
 	case outcome.Expired:
 		return nil, outcomePending(row.ID)
 	}
@@ -425,6 +420,33 @@ func outcomePending(id string) error {
 // the gateway's own words: settlement's text, fields and reasons are for the logs.
 func syncSettleError(ctx context.Context, id string, err error) error {
 	return fmt.Errorf("settle sync execution %s: %w", id, grpcx.Downstream(ctx, "settlement", err))
+}
+
+// settledAnswer is the answer to a sync call whose execution is settled: the execution as
+// GetExecution shows it, its attempt included (the settlement service's echo has no attempts).
+func (s *Server) settledAnswer(ctx context.Context, row *execution.Row) (*gatewayv1.InvokeCapabilityResponse, error) {
+	got, attempts, err := s.store.ExecutionGet(ctx, row.ApplicationID, row.ID)
+	if err != nil {
+		return nil, err
+	}
+	e, err := executionWithAttempts(got, attempts)
+	if err != nil {
+		return nil, err
+	}
+	return s.response(nil, e)
+}
+
+// executionWithAttempts is an execution as GetExecution answers it: everything of it, and its
+// attempts.
+func executionWithAttempts(row *execution.Row, attempts []execution.AttemptRow) (*executionv1.Execution, error) {
+	e, err := row.Proto(true)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range attempts {
+		e.Attempts = append(e.Attempts, a.Proto())
+	}
+	return e, nil
 }
 
 func (s *Server) response(row *execution.Row, e *executionv1.Execution) (*gatewayv1.InvokeCapabilityResponse, error) {
@@ -524,12 +546,9 @@ func (s *Server) GetExecution(ctx context.Context, req *gatewayv1.GetExecutionRe
 	if err != nil {
 		return nil, err
 	}
-	e, err := row.Proto(true)
+	e, err := executionWithAttempts(row, attempts)
 	if err != nil {
 		return nil, err
-	}
-	for _, a := range attempts {
-		e.Attempts = append(e.Attempts, a.Proto())
 	}
 	return &gatewayv1.GetExecutionResponse{Execution: e}, nil
 }
