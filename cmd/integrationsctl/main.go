@@ -4,7 +4,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -90,12 +92,20 @@ func migrateCmd(databaseURL *string) *cobra.Command {
 
 func catalogCmd(databaseURL *string) *cobra.Command {
 	cmd := &cobra.Command{Use: "catalog", Short: "Check or apply the catalog of applications, adapters and capabilities"}
+	// A gateway refuses to start over a weak catalog key unless it listens on loopback only; apply
+	// refuses it first, where it is seen in clear, unless told the gateway is a development one.
+	var allowWeak bool
+	cmd.PersistentFlags().BoolVar(&allowWeak, "allow-weak-keys", false,
+		"take api_keys that do not look like 32 random bytes, with a warning: for a gateway that listens on loopback only (make run)")
 	cmd.AddCommand(
 		&cobra.Command{
 			Use: "check FILE", Short: "Validate a catalog file without applying it", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				c, err := catalog.Load(args[0])
 				if err != nil {
+					return err
+				}
+				if err := checkWeakKeys(c, allowWeak, cmd.ErrOrStderr()); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "catalog is valid: %d applications, %d adapters, %d capabilities\n",
@@ -108,6 +118,9 @@ func catalogCmd(databaseURL *string) *cobra.Command {
 			RunE: func(cmd *cobra.Command, args []string) error {
 				c, err := catalog.Load(args[0])
 				if err != nil {
+					return err
+				}
+				if err := checkWeakKeys(c, allowWeak, cmd.ErrOrStderr()); err != nil {
 					return err
 				}
 				pool, err := db.Open(cmd.Context(), *databaseURL)
@@ -135,6 +148,24 @@ func catalogCmd(databaseURL *string) *cobra.Command {
 		},
 	)
 	return cmd
+}
+
+// checkWeakKeys refuses the catalog's api_keys that do not look like 32 random bytes, naming each
+// by its field, application and variables; allowed, it writes each as a warning to w. Apply records
+// the verdict either way, for the gateway to read at start.
+func checkWeakKeys(c *catalog.Catalog, allow bool, w io.Writer) error {
+	weak := c.WeakAPIKeys()
+	if allow {
+		for _, k := range weak {
+			fmt.Fprintf(w, "warning: %s: taken (--allow-weak-keys); a gateway refuses to start with it unless every listener is on loopback\n", k)
+		}
+		return nil
+	}
+	errs := make([]error, 0, len(weak))
+	for _, k := range weak {
+		errs = append(errs, fmt.Errorf("%s: make one with `integrationsctl keys generate`, or pass --allow-weak-keys for a gateway that listens on loopback only", k))
+	}
+	return errors.Join(errs...)
 }
 
 func envOr(name, def string) string {

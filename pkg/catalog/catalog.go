@@ -45,11 +45,20 @@ type Catalog struct {
 // APIKeySHA256 (hex). It becomes the application's catalog key, a bootstrap key beside the keys
 // created through the operator API (which applying the catalog never touches): a generated key
 // (`integrationsctl keys generate`) or any string an operator chose of at least 16 characters.
+//
+// A key given in clear is judged when the catalog is applied: one that does not look like 32
+// random bytes (apikey.WeakSecret; see WeakAPIKeys) is recorded weak with the stored key, and the
+// gateway then refuses to start unless every listener of it is on loopback. A key given only as
+// APIKeySHA256 cannot be judged — nothing but its hash is ever seen — so its strength is the
+// operator's responsibility: hash a generated key.
 type Application struct {
 	ID           string `yaml:"id"`
 	Name         string `yaml:"name"`
 	APIKey       string `yaml:"api_key"`
 	APIKeySHA256 string `yaml:"api_key_sha256"`
+	// apiKeyVars are the variables api_key was written with (${NAME}), to name in a refusal
+	// instead of the key.
+	apiKeyVars []string
 	// Consumer, if given, is where the application's events are delivered; applying it replaces
 	// one registered through the API. Without it, the registered consumer is left alone.
 	Consumer *Consumer `yaml:"consumer"`
@@ -159,6 +168,12 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (*Catalog, error) {
 	if err := dec.Decode(&c); err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
 	}
+	vars := make([][]string, len(c.Applications))
+	for i, a := range c.Applications {
+		for _, m := range varPattern.FindAllStringSubmatch(a.APIKey, -1) {
+			vars[i] = append(vars[i], m[1])
+		}
+	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
@@ -180,6 +195,10 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (*Catalog, error) {
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
+	}
+	// Both decodes read the same document: the applications line up.
+	for i := range min(len(c.Applications), len(vars)) {
+		c.Applications[i].apiKeyVars = vars[i]
 	}
 	return &c, nil
 }
@@ -360,6 +379,57 @@ func checkAPIKey(key string) error {
 	return nil
 }
 
+// WeakKey is an application whose api_key, given in clear, does not look like 32 random bytes.
+type WeakKey struct {
+	// Field is where the key is declared: "applications[0].api_key".
+	Field string
+	// ApplicationID is the application's id.
+	ApplicationID string
+	// Variables are the ${NAME}s the key was written with, if any.
+	Variables []string
+	// Problem is apikey.WeakSecret's reason; it never quotes the key.
+	Problem string
+}
+
+// String names the key by its field, application and variables — never by its value.
+func (w WeakKey) String() string {
+	from := ""
+	if len(w.Variables) > 0 {
+		from = " (set from " + strings.Join(w.Variables, ", ") + ")"
+	}
+	return fmt.Sprintf("%s of application %s%s does not look like %d random bytes (%s)",
+		w.Field, w.ApplicationID, from, apikey.MinSecretLen, w.Problem)
+}
+
+// WeakAPIKeys judges every api_key given in clear with apikey.WeakSecret, in the catalog's order.
+// Apply records the same verdict with the stored key, for the gateway to read at start. A key
+// given only as api_key_sha256 cannot be judged and is never listed.
+func (c *Catalog) WeakAPIKeys() []WeakKey {
+	var weak []WeakKey
+	for i, a := range c.Applications {
+		if a.APIKey == "" {
+			continue
+		}
+		if problem := apikey.WeakSecret(a.APIKey); problem != "" {
+			weak = append(weak, WeakKey{
+				Field: fmt.Sprintf("applications[%d].api_key", i), ApplicationID: a.ID,
+				Variables: a.apiKeyVars, Problem: problem,
+			})
+		}
+	}
+	return weak
+}
+
+// weakVerdict is what applyAPIKey records of a key in api_keys.weak: nil (never judged) for a key
+// given only by its hash.
+func weakVerdict(a Application) *bool {
+	if a.APIKey == "" {
+		return nil
+	}
+	weak := apikey.WeakSecret(a.APIKey) != ""
+	return &weak
+}
+
 // applyAPIKey makes the application's declared key its catalog key: kept as it is (with its
 // last-used time, and revoked if an operator revoked it) when it is the same key, replacing the
 // previous catalog key otherwise. Keys created through the API are left alone.
@@ -379,22 +449,19 @@ func applyAPIKey(ctx context.Context, tx pgx.Tx, a Application) error {
 		a.ID, hash); err != nil {
 		return fmt.Errorf("replace catalog key of application %s: %w", a.ID, err)
 	}
+	// The same key again keeps its row; only the verdict is written, and a key now given by its
+	// hash keeps the verdict of when it was seen in clear (the hash names the same key). A hash
+	// that is another application's key, or a key created through the API, changes nothing.
 	tag, err := tx.Exec(ctx, `
-		INSERT INTO api_keys (id, application_id, kind, hash, source, description, created_by)
-		VALUES ($1, $2, $3, $4, 'catalog', 'catalog key', 'catalog apply')
-		ON CONFLICT (hash) DO NOTHING`, id, a.ID, kind, hash)
+		INSERT INTO api_keys (id, application_id, kind, hash, source, description, created_by, weak)
+		VALUES ($1, $2, $3, $4, 'catalog', 'catalog key', 'catalog apply', $5)
+		ON CONFLICT (hash) DO UPDATE SET weak = coalesce(excluded.weak, api_keys.weak)
+		WHERE api_keys.application_id = excluded.application_id AND api_keys.source = 'catalog'`,
+		id, a.ID, kind, hash, weakVerdict(a))
 	if err != nil {
 		return fmt.Errorf("apply catalog key of application %s: %w", a.ID, err)
 	}
-	if tag.RowsAffected() == 1 {
-		return nil
-	}
-	var ok bool
-	if err := tx.QueryRow(ctx, `SELECT application_id = $2 AND source = 'catalog' FROM api_keys WHERE hash = $1`,
-		hash, a.ID).Scan(&ok); err != nil {
-		return fmt.Errorf("apply catalog key of application %s: %w", a.ID, err)
-	}
-	if !ok {
+	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("application %s: api_key is already another key: declare a new one", a.ID)
 	}
 	return nil

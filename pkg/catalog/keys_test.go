@@ -142,3 +142,96 @@ func TestValidationRefusesKeysTheGatewayWouldNot(t *testing.T) {
 		require.NotContains(t, err.Error(), key, "the error does not echo the key")
 	}
 }
+
+// catalogKeyWeak reads api_keys.weak of the application's catalog key: nil when never judged.
+func catalogKeyWeak(t *testing.T, pool *pgxpool.Pool, appID string) *bool {
+	t.Helper()
+	var weak *bool
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT weak FROM api_keys WHERE application_id = $1 AND source = 'catalog'`, appID).Scan(&weak))
+	return weak
+}
+
+func TestApplyRecordsWhetherAClearKeyIsWeak(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := dbtest.NewSchema(t)
+	strong := "q8ZxW2vN0pL5tR7yB1cD4fG6hJ9kM3sA" // head -c 24 /dev/urandom | base64
+	weakSum := sha256.Sum256([]byte(testAPIKey))
+
+	require.NoError(t, applyYAML(t, s.Pool, catalogYAML(t, spec{})))
+	require.Equal(t, new(true), catalogKeyWeak(t, s.Pool, "app"), "23 typed characters: weak")
+
+	require.NoError(t, applyYAML(t, s.Pool, catalogYAML(t, spec{appKey: strong})))
+	require.Equal(t, new(false), catalogKeyWeak(t, s.Pool, "app"), "32 random-looking characters: not weak")
+
+	gen, err := apikey.Generate()
+	require.NoError(t, err)
+	require.NoError(t, applyYAML(t, s.Pool, catalogYAML(t, spec{appKey: gen.Token})))
+	require.Equal(t, new(false), catalogKeyWeak(t, s.Pool, "app"), "a generated key is random")
+
+	unseen := sha256.Sum256([]byte("a key only its owner has seen"))
+	require.NoError(t, applyYAML(t, s.Pool, catalogYAML(t, spec{appKeySHA: hex.EncodeToString(unseen[:])})))
+	require.Nil(t, catalogKeyWeak(t, s.Pool, "app"), "a key given by its hash cannot be judged")
+
+	// The same weak key again, first in clear, then by its hash: the hash names the key it was,
+	// and keeps its verdict.
+	require.NoError(t, applyYAML(t, s.Pool, catalogYAML(t, spec{})))
+	require.NoError(t, applyYAML(t, s.Pool, catalogYAML(t, spec{appKeySHA: hex.EncodeToString(weakSum[:])})))
+	require.Equal(t, new(true), catalogKeyWeak(t, s.Pool, "app"), "declaring a weak key by its hash does not make it strong")
+
+	// A row with no verdict (applied before migration 00021) gets one when the catalog is
+	// applied again with the key in clear, the row itself kept.
+	_, err = s.Pool.Exec(ctx, `UPDATE api_keys SET weak = NULL`)
+	require.NoError(t, err)
+	before := keyRows(t, s.Pool)
+	require.NoError(t, applyYAML(t, s.Pool, catalogYAML(t, spec{})))
+	require.Equal(t, new(true), catalogKeyWeak(t, s.Pool, "app"))
+	require.Equal(t, before, keyRows(t, s.Pool), "the same key keeps its row")
+}
+
+func TestWeakAPIKeysNameTheFieldNeverTheKey(t *testing.T) {
+	t.Parallel()
+	const devDefault = "dev-api-key-change-me" // make run's INTEGRATIONS_DEV_API_KEY
+	c, err := catalog.Parse(readDevCatalog(t), env(map[string]string{
+		"INTEGRATIONS_DEV_API_KEY":              devDefault,
+		"INTEGRATIONS_DUMMY_ADAPTER_ADDR":       "127.0.0.1:50070",
+		"INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL": "dummy-credential-0123456789",
+	}))
+	require.NoError(t, err)
+	weak := c.WeakAPIKeys()
+	require.Equal(t, []catalog.WeakKey{{
+		Field: "applications[0].api_key", ApplicationID: "dev-app",
+		Variables: []string{"INTEGRATIONS_DEV_API_KEY"}, Problem: "21 characters, fewer than 32",
+	}}, weak)
+	require.Equal(t, "applications[0].api_key of application dev-app (set from INTEGRATIONS_DEV_API_KEY) "+
+		"does not look like 32 random bytes (21 characters, fewer than 32)", weak[0].String())
+
+	gen, err := apikey.Generate()
+	require.NoError(t, err)
+	sum := sha256.Sum256([]byte("x"))
+	c, err = catalog.Parse([]byte(`
+applications:
+  - id: strong
+    api_key: `+gen.Token+`
+  - id: by-hash
+    api_key_sha256: `+hex.EncodeToString(sum[:])+`
+  - id: literal
+    api_key: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa
+  - id: two-vars
+    api_key: ${FIRST}-${SECOND}
+  - id: strong-vars
+    api_key: ${FIRST}${SECOND}${FIRST}${SECOND}
+`), env(map[string]string{"FIRST": "Zx81qPw0", "SECOND": "mT4vB7nK"}))
+	require.NoError(t, err)
+	require.Equal(t, []catalog.WeakKey{{
+		Field: "applications[2].api_key", ApplicationID: "literal", Problem: "only 1 distinct characters, fewer than 10",
+	}, {
+		Field: "applications[3].api_key", ApplicationID: "two-vars", Variables: []string{"FIRST", "SECOND"},
+		Problem: "17 characters, fewer than 32",
+	}}, c.WeakAPIKeys(), "the generated, hashed and long enough keys are not listed; a literal key has no variable to name")
+	for _, w := range c.WeakAPIKeys() {
+		require.NotContains(t, w.String(), "aaaa")
+		require.NotContains(t, w.String(), "Zx81qPw0")
+	}
+}

@@ -113,6 +113,19 @@ func run() error {
 
 	// A key's last use is written at most once a minute per key and replica, off the accept path.
 	st := store.New(pool).WithCache(cfg.CacheTTL).WithLastUsed(time.Minute)
+	// Catalog keys are judged by catalog apply, where they are seen in clear; the rule is the
+	// admin token's.
+	weakApps, err := st.WeakCatalogKeys(ctx)
+	if err != nil {
+		return err
+	}
+	warning, err := cfg.CheckCatalogKeys(weakApps)
+	if err != nil {
+		return err
+	}
+	if warning != "" {
+		logger.Warn("weak catalog key allowed on loopback", zap.String("problem", warning))
+	}
 	app.Go("api-key-last-used", func(ctx context.Context) error { return st.RunLastUsed(ctx, logger) })
 	// Rate limits: each replica holds limit ÷ live replicas, counted by a heartbeat (beaten once
 	// here so that a replica joining a running fleet starts with its share, not the whole limit).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/integrations-platform/integrations/pkg/apikey"
@@ -82,7 +83,7 @@ type Config struct {
 }
 
 // Loopback reports whether every listener of the gateway (gRPC, REST, metrics) is on a loopback
-// address: development, where a weak admin token is allowed with a warning.
+// address: development, where a weak admin token or catalog key is allowed with a warning.
 func (c Config) Loopback() bool {
 	addrs := []string{c.GRPCAddr, c.HTTPAddr}
 	if c.MetricsAddr != "" {
@@ -112,6 +113,24 @@ func (c Config) CheckAdminToken() (warning string, err error) {
 	default:
 		return "", fmt.Errorf("INTEGRATIONS_ADMIN_TOKEN: does not look like %d random bytes (%s); make one with `head -c 24 /dev/urandom | base64` (a weak token is allowed only when every listener is on a loopback address)", apikey.MinSecretLen, problem)
 	}
+}
+
+// CheckCatalogKeys applies the admin token's rule to catalog keys: weakApps are the applications
+// whose catalog api_key `catalog apply` recorded weak (the gateway holds only hashes, so the
+// verdict is made where the key is seen in clear). Any of them stops the gateway unless every
+// listener is on loopback; there it is returned as a warning. The keys themselves are never seen.
+func (c Config) CheckCatalogKeys(weakApps []string) (warning string, err error) {
+	if len(weakApps) == 0 {
+		return "", nil
+	}
+	which := "application " + weakApps[0]
+	if len(weakApps) > 1 {
+		which = "applications " + strings.Join(weakApps, ", ")
+	}
+	if c.Loopback() {
+		return "catalog api_key of " + which + " is weak (recorded by catalog apply): allowed because every listener is on loopback", nil
+	}
+	return "", fmt.Errorf("catalog api_key of %s: recorded weak by catalog apply (does not look like %d random bytes); declare one made with `integrationsctl keys generate` and apply the catalog again, or revoke the key (a weak catalog key is allowed only when every listener is on a loopback address)", which, apikey.MinSecretLen)
 }
 
 // RateLimits are the default limits of every application.

@@ -136,3 +136,25 @@ func TestWeakAdminTokenOnlyOnLoopback(t *testing.T) {
 	require.ErrorContains(t, err, "INTEGRATIONS_AUTH_FAILURE_BURST: 0 must be between 1 and 1000")
 	require.ErrorContains(t, err, "INTEGRATIONS_AUTH_FAILURE_WINDOW: 1ms must be between 100ms and 24h")
 }
+
+// TestWeakCatalogKeysOnlyOnLoopback: catalog keys recorded weak follow the admin token's rule — a
+// warning while every listener is on loopback, an error naming the applications once one is not.
+func TestWeakCatalogKeysOnlyOnLoopback(t *testing.T) {
+	t.Parallel()
+	loopback := Config{GRPCAddr: "127.0.0.1:9090", HTTPAddr: "[::1]:8080", Common: config.Common{MetricsAddr: "localhost:9100"}}
+	require.True(t, loopback.Loopback())
+	warning, err := loopback.CheckCatalogKeys([]string{"dev-app"})
+	require.NoError(t, err, "make run's dev-api-key-change-me, on loopback")
+	assert.Equal(t, "catalog api_key of application dev-app is weak (recorded by catalog apply): allowed because every listener is on loopback", warning)
+
+	exposed := loopback
+	exposed.MetricsAddr = ":9100"
+	_, err = exposed.CheckCatalogKeys([]string{"app-a", "app-b"})
+	require.ErrorContains(t, err, "catalog api_key of applications app-a, app-b: recorded weak by catalog apply (does not look like 32 random bytes)")
+
+	for _, c := range []Config{loopback, exposed} {
+		warning, err := c.CheckCatalogKeys(nil)
+		require.NoError(t, err)
+		assert.Empty(t, warning, "no weak key, nothing to say")
+	}
+}

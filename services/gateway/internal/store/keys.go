@@ -264,6 +264,24 @@ func (s *Store) ListKeys(ctx context.Context, appID string) ([]KeyInfo, error) {
 	return out, nil
 }
 
+// WeakCatalogKeys lists, in order, the applications whose catalog key `catalog apply` recorded
+// weak (api_keys.weak) and that still authenticates: neither revoked nor expired. A key never seen
+// in clear has no verdict and is not listed.
+func (s *Store) WeakCatalogKeys(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT application_id FROM api_keys
+		WHERE source = 'catalog' AND weak AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+		ORDER BY application_id`)
+	if err != nil {
+		return nil, fmt.Errorf("read weak catalog keys: %w", err)
+	}
+	apps, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read weak catalog keys: %w", err)
+	}
+	return apps, nil
+}
+
 // RevokeKey revokes an application's key; revoking a revoked key changes nothing. This replica
 // forgets it at once; the others within the cache TTL. A catalog key's hash in
 // applications.api_key_hash, which gateways of the release before migration 00009 read, is

@@ -473,3 +473,33 @@ func TestLastUsedDedupExpiresAndIsBounded(t *testing.T) {
 	}
 	require.Equal(t, cacheSize, st.lastUsed.sent.Len(), "bounded")
 }
+
+func TestWeakCatalogKeysListsTheKeysThatStillAuthenticate(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	ctx := context.Background()
+	st := New(s.Pool)
+	strong, err := apikey.Generate()
+	require.NoError(t, err)
+
+	s.ApplyCatalog(t, dbtest.TestCatalog) // its api_key is 23 typed characters
+	s.ApplyCatalog(t, "applications:\n  - id: app-strong\n    api_key: "+strong.Token+"\n  - id: app-weak\n    api_key: weak-but-16-chars-long\n")
+	// A key given by its hash has no verdict, whatever it is.
+	s.ApplyCatalog(t, fmt.Sprintf("applications:\n  - id: app-hashed\n    api_key_sha256: %x\n", apikey.Hash("short-and-hashed-key")))
+	weak, err := st.WeakCatalogKeys(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{dbtest.TestApp, "app-weak"}, weak)
+
+	// A revoked weak key authenticates no one: the gateway need not refuse to start over it.
+	keys, err := st.ListKeys(ctx, "app-weak")
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	_, err = st.RevokeKey(ctx, "app-weak", keys[0].ID, nil)
+	require.NoError(t, err)
+	// Nor an expired one.
+	_, err = s.Pool.Exec(ctx, `UPDATE api_keys SET expires_at = now() - interval '1 second' WHERE application_id = $1`, dbtest.TestApp)
+	require.NoError(t, err)
+	weak, err = st.WeakCatalogKeys(ctx)
+	require.NoError(t, err)
+	require.Empty(t, weak)
+}
