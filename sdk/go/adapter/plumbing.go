@@ -49,11 +49,17 @@ func fromIncoming(ctx context.Context) context.Context {
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx
 	}
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok || len(md.Get("traceparent")) == 0 {
+	md, _ := metadata.FromIncomingContext(ctx)
+	carrier := propagation.MapCarrier{}
+	for _, k := range w3c.Fields() {
+		if v := md.Get(k); len(v) > 0 {
+			carrier[k] = v[0]
+		}
+	}
+	if len(carrier) == 0 {
 		return ctx
 	}
-	return w3c.Extract(ctx, mdCarrier(md))
+	return w3c.Extract(ctx, carrier)
 }
 
 // withTraceparent returns ctx whose outgoing metadata carries ctx's trace context, so that the
@@ -63,35 +69,13 @@ func withTraceparent(ctx context.Context) context.Context {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx
 	}
-	md := metadata.MD{}
-	w3c.Inject(ctx, mdCarrier(md))
-	kv := make([]string, 0, 2*len(md))
-	for k, v := range md {
-		kv = append(kv, k, v[0])
+	carrier := propagation.MapCarrier{}
+	w3c.Inject(ctx, carrier)
+	kv := make([]string, 0, 2*len(carrier))
+	for k, v := range carrier {
+		kv = append(kv, k, v)
 	}
 	return metadata.AppendToOutgoingContext(ctx, kv...)
-}
-
-// mdCarrier is gRPC metadata as a propagation carrier.
-type mdCarrier metadata.MD
-
-var _ propagation.TextMapCarrier = mdCarrier(nil)
-
-func (c mdCarrier) Get(key string) string {
-	if v := metadata.MD(c).Get(key); len(v) > 0 {
-		return v[0]
-	}
-	return ""
-}
-
-func (c mdCarrier) Set(key, value string) { metadata.MD(c).Set(key, value) }
-
-func (c mdCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	return keys
 }
 
 // dial is the client connection to the callback service. Connections are lazy; reconnection
