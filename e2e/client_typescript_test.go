@@ -58,6 +58,8 @@ func TestTypeScriptClient(t *testing.T) {
 		"INTEGRATIONS_OPENAPI_JSON=" + docPath,
 		"ECHO=dummy.echo",
 		"PROGRESS=dummy.progress",
+		// A CA for the gRPC consumer registered with ca_pem: the run's throwaway one.
+		"GRPC_CA_FILE=" + devca.CAFile(tlsDir),
 	}
 	if s.publicTLS {
 		env = append(env, "NODE_EXTRA_CA_CERTS="+devca.CAFile(tlsDir))
