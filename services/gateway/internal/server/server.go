@@ -317,7 +317,7 @@ func (s *Server) withdrawSync(ctx context.Context, row *execution.Row) (_ *gatew
 	}
 	if !withdrawn {
 		logger.Info("sync execution settled by another before its accept was withdrawn")
-		resp, err := s.settledAnswer(wctx, row)
+		resp, err := s.settledAnswer(wctx, row, nil)
 		if err != nil {
 			return nil, true, fmt.Errorf("read sync execution %s settled by another: %w", row.ID, err)
 		}
@@ -395,12 +395,12 @@ func (s *Server) reportSync(ctx context.Context, row *execution.Row, deadline ti
 	}
 	switch r.v {
 	case outcome.Recorded:
-		return s.settledAnswer(context.WithoutCancel(ctx), row)
+		return s.settledAnswer(context.WithoutCancel(ctx), row, r.e)
 	case outcome.MovedOn:
 		// Someone settled it meanwhile: the application cancelled it, or the sweeper found its
 		// deadline passed. The caller gets the execution as it was settled.
 		logger.Info("sync execution settled by another")
-		return s.settledAnswer(context.WithoutCancel(ctx), row)
+		return s.settledAnswer(context.WithoutCancel(ctx), row, nil)
 	case outcome.Expired:
 		return nil, outcomePending(row.ID)
 	}
@@ -423,17 +423,25 @@ func syncSettleError(ctx context.Context, id string, err error) error {
 }
 
 // settledAnswer is the answer to a sync call whose execution is settled: the execution as
-// GetExecution shows it, its attempt included (the settlement service's echo has no attempts).
-func (s *Server) settledAnswer(ctx context.Context, row *execution.Row) (*gatewayv1.InvokeCapabilityResponse, error) {
+// GetExecution shows it, its attempt included. settled is the settlement service's echo of the
+// settlement this call recorded (it has no attempts), nil when another settled it: then the
+// execution is read as it is.
+func (s *Server) settledAnswer(ctx context.Context, row *execution.Row, settled *executionv1.Execution) (*gatewayv1.InvokeCapabilityResponse, error) {
 	got, attempts, err := s.store.ExecutionGet(ctx, row.ApplicationID, row.ID)
 	if err != nil {
 		return nil, err
 	}
-	e, err := executionWithAttempts(got, attempts)
-	if err != nil {
-		return nil, err
+	if settled == nil {
+		if settled, err = executionWithAttempts(got, attempts); err != nil {
+			return nil, err
+		}
+		return s.response(nil, settled)
 	}
-	return s.response(nil, e)
+	settled.Attempts = settled.Attempts[:0]
+	for _, a := range attempts {
+		settled.Attempts = append(settled.Attempts, a.Proto())
+	}
+	return s.response(nil, settled)
 }
 
 // executionWithAttempts is an execution as GetExecution answers it: everything of it, and its
