@@ -103,7 +103,7 @@ OPENAPI_DOC     := pkg/gen/openapi/integrations.openapi.yaml
 .PHONY: generate
 generate: tools ## Regenerate pkg/gen from proto/ (buf lint first), the OpenAPI 3.1 document included
 	bin/buf lint
-	rm -rf pkg/gen/integrations bin/openapiv2
+	rm -rf pkg/gen/integrations pkg/gen/gw bin/openapiv2
 	bin/buf generate
 	bin/buf build --exclude-source-info -o bin/openapiv2/image.binpb
 	@mkdir -p $(dir $(OPENAPI_DOC))
