@@ -189,6 +189,9 @@ func (v Verifier) Verify(h http.Header, body []byte) error {
 // VerifyRequest reads r's body (at most MaxBodyBytes), verifies it with r's headers (see Verify)
 // and decodes it. The body is left readable again in r.Body.
 func (v Verifier) VerifyRequest(r *http.Request) (*Event, error) {
+	if r.Body == nil {
+		return nil, fmt.Errorf("%w: no body", ErrUnverified)
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("read webhook body: %w", err)
