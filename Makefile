@@ -4,7 +4,7 @@ SHELL := /bin/bash
 
 MODULE   := github.com/integrations-platform/integrations
 # Every Go module of the workspace, for go vet / go test.
-PKGS     := $(MODULE)/pkg/... $(MODULE)/sdk/... $(MODULE)/migrations/... $(MODULE)/services/... $(MODULE)/cmd/... $(MODULE)/e2e/... $(MODULE)/bench/... $(MODULE)/deploy/k8s/check/...
+PKGS     := $(MODULE)/pkg/... $(MODULE)/sdk/... $(MODULE)/examples/... $(MODULE)/migrations/... $(MODULE)/services/... $(MODULE)/cmd/... $(MODULE)/e2e/... $(MODULE)/bench/... $(MODULE)/deploy/k8s/check/...
 BINARIES := gateway dispatcher execution-consumer adapter-callback settlement event-router
 # The release every binary prints (`integrationsctl version`, `-version`) and logs at start:
 # `git describe` (v0.1.0, v0.1.0-3-g3f2a9c1, -dirty with changes), pkg/version's fallback
@@ -31,7 +31,7 @@ test: ## Unit, integration and end-to-end tests against real Postgres, RabbitMQ 
 	set -a && . .run/deps.env && set +a && \
 	export INTEGRATIONS_TEST_DATABASE_URL="$${INTEGRATIONS_TEST_DATABASE_URL:-$$INTEGRATIONS_PG_URL/test?sslmode=disable}" && \
 	go vet $(PKGS) && \
-	go test -race -count=1 -timeout 15m $(MODULE)/pkg/... $(MODULE)/services/... $(MODULE)/cmd/... $(MODULE)/deploy/k8s/check/... && \
+	go test -race -count=1 -timeout 15m $(MODULE)/pkg/... $(MODULE)/sdk/... $(MODULE)/examples/... $(MODULE)/services/... $(MODULE)/cmd/... $(MODULE)/deploy/k8s/check/... && \
 	go test -count=1 -timeout 15m $(MODULE)/e2e/... $(MODULE)/bench/internal/chaos/... $(MODULE)/bench/internal/mqbench/... && \
 	echo "e2e again, with TLS on the client-facing listeners (INTEGRATIONS_E2E_PUBLIC_TLS=true)" && \
 	INTEGRATIONS_E2E_PUBLIC_TLS=true go test -count=1 -timeout 15m $(MODULE)/e2e/... && \
@@ -103,7 +103,7 @@ OPENAPI_DOC     := pkg/gen/openapi/integrations.openapi.yaml
 .PHONY: generate
 generate: tools ## Regenerate pkg/gen from proto/ (buf lint first), the OpenAPI 3.1 document included
 	bin/buf lint
-	rm -rf pkg/gen/integrations bin/openapiv2
+	rm -rf pkg/gen/integrations pkg/gen/gw bin/openapiv2
 	bin/buf generate
 	bin/buf build --exclude-source-info -o bin/openapiv2/image.binpb
 	@mkdir -p $(dir $(OPENAPI_DOC))

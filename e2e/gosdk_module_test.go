@@ -74,7 +74,22 @@ func main() {
 }
 `
 
-// TestGoSDKOutsideTheWorkspace builds an adapter in a module outside this repository's workspace
+// outsideClient is a client application's use of the same module, in the same outside module:
+// the client SDK and the webhook helper, compiled with the adapter (its graph is the module's).
+const outsideClient = `package main
+
+import (
+	"github.com/integrations-platform/integrations/sdk/go/client"
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
+)
+
+var (
+	_ = client.New
+	_ = webhooks.Verifier{}
+)
+`
+
+// TestGoSDKOutsideTheWorkspace builds an adapter (and a client: outsideClient) in a module outside this repository's workspace
 // (GOWORK=off) that requires the Go SDK with a plain require, served from a module proxy that
 // holds the SDK and the generated types as the release tags publish them (module zips made from
 // sdk/go and pkg/gen): sdk/go's go.mod must stand on its own (its replace of pkg/gen is ignored
@@ -95,6 +110,7 @@ func TestGoSDKOutsideTheWorkspace(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(work, "go.mod"), []byte("module example.com/outside\n\ngo 1.26.0\n\n"+
 		"require github.com/integrations-platform/integrations/sdk/go "+goSDKRelease+"\n"), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(work, "main.go"), []byte(outsideAdapter), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(work, "client.go"), []byte(outsideClient), 0o600))
 
 	// A module cache of its own, so that no release made here stays in the machine's cache (the
 	// next run must fetch what the proxy holds then); every other module is read from the

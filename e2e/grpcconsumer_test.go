@@ -25,7 +25,7 @@ import (
 
 	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
 	"github.com/integrations-platform/integrations/pkg/tlsx/devca"
-	"github.com/integrations-platform/integrations/sdk/go/eventverify"
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
 )
 
 // grpcCall is one Deliver call as the consumer got it, verified.
@@ -36,7 +36,7 @@ type grpcCall struct {
 }
 
 // grpcConsumer is an application's EventConsumerService, as a client application would serve
-// it: every call verified with sdk/go/eventverify's interceptor before the handler, which records
+// it: every call verified with sdk/go/webhooks's interceptor before the handler, which records
 // it.
 type grpcConsumer struct {
 	eventsv1.UnimplementedEventConsumerServiceServer
@@ -59,7 +59,7 @@ func newGRPCConsumer(t *testing.T, plaintext bool) *grpcConsumer {
 	c := &grpcConsumer{calls: make(chan grpcCall, 100)}
 	c.secrets.Store(&[]string{})
 	verify := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		return eventverify.UnaryServerInterceptor(*c.secrets.Load()...)(ctx, req, info, h)
+		return webhooks.UnaryServerInterceptor(*c.secrets.Load()...)(ctx, req, info, h)
 	}
 	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(verify)}
 	if !plaintext {
@@ -103,19 +103,19 @@ func (c *grpcConsumer) callFor(t *testing.T, executionID string) grpcCall {
 	}
 }
 
-// assertSigned checks that call verifies with each of secrets on its own, with sdk/go/eventverify
+// assertSigned checks that call verifies with each of secrets on its own, with sdk/go/webhooks
 // and with the Standard Webhooks reference library, and carries one signature per secret.
 func assertSigned(t *testing.T, call grpcCall, secrets ...string) {
 	t.Helper()
 	h := http.Header{}
-	for _, k := range []string{eventverify.KeyID, eventverify.KeyTimestamp, eventverify.KeySignature} {
+	for _, k := range []string{webhooks.HeaderID, webhooks.HeaderTimestamp, webhooks.HeaderSignature} {
 		for _, v := range call.md.Get(k) {
 			h.Add(k, v)
 		}
 	}
-	assert.Len(t, strings.Fields(h.Get(eventverify.KeySignature)), len(secrets), "one signature per secret")
+	assert.Len(t, strings.Fields(h.Get(webhooks.HeaderSignature)), len(secrets), "one signature per secret")
 	for _, s := range secrets {
-		assert.NoError(t, eventverify.Verify(call.md, call.req, s))
+		assert.NoError(t, webhooks.VerifyDelivery(call.md, call.req, s))
 		wh, err := standardwebhooks.NewWebhook(s)
 		require.NoError(t, err)
 		assert.NoError(t, wh.Verify(call.req.GetBody(), h), "the reference library verifies body and metadata")
@@ -175,8 +175,8 @@ func TestGRPCConsumer(t *testing.T) {
 		c.trust(secret)
 		id := s.invokeAs(t, s.apiKey, "dummy.long", `{"to": "grpc"}`)
 		call := c.callFor(t, id)
-		require.Len(t, call.md.Get(eventverify.KeySignature), 1)
-		assert.NoError(t, eventverify.Verify(call.md, call.req, secret))
+		require.Len(t, call.md.Get(webhooks.HeaderSignature), 1)
+		assert.NoError(t, webhooks.VerifyDelivery(call.md, call.req, secret))
 
 		code, body = register(t, map[string]any{"target": c.addr, "plaintext": true, "ca_pem": newGRPCConsumer(t, false).caPEM})
 		assert.Equal(t, http.StatusBadRequest, code, "%v", body)

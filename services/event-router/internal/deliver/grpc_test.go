@@ -28,7 +28,7 @@ import (
 	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
 	"github.com/integrations-platform/integrations/pkg/tlsx/devca"
 	"github.com/integrations-platform/integrations/pkg/webhook"
-	"github.com/integrations-platform/integrations/sdk/go/eventverify"
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
 )
 
 // plain is a plaintext gRPC consumer at addr.
@@ -135,7 +135,7 @@ func standardHeaders(md metadata.MD) http.Header {
 // EventConsumerService.Deliver over TLS — the certificate verified against the CA registered
 // with the consumer, for the target's name — with id, type, time, data and the exact body, every
 // call signed in its metadata as a webhook is: during a rotation's overlap with both secrets,
-// each verifying on its own, with sdk/go/eventverify (the consumer's interceptor refuses anything
+// each verifying on its own, with sdk/go/webhooks (the consumer's interceptor refuses anything
 // else) and with the Standard Webhooks reference library; after it, with the current one only. A
 // failed call is an attempt recorded by its code (status_code holds the gRPC code, as the API
 // documents).
@@ -149,7 +149,7 @@ func TestGRPCConsumer(t *testing.T) {
 	// once registered, after the consumer has an address).
 	var known atomic.Pointer[string]
 	verify := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		return eventverify.UnaryServerInterceptor(*known.Load())(ctx, req, info, h)
+		return webhooks.UnaryServerInterceptor(*known.Load())(ctx, req, info, h)
 	}
 	consumer := startTLSConsumer(t, cs, grpc.ChainUnaryInterceptor(verify))
 	_, port, _ := net.SplitHostPort(consumer.addr)
@@ -179,7 +179,7 @@ func TestGRPCConsumer(t *testing.T) {
 		assert.Equal(t, []string{id}, call.md.Get(webhook.HeaderID), "call %d", i+1)
 		require.Len(t, strings.Fields(strings.Join(call.md.Get(webhook.HeaderSignature), " ")), 2, "call %d: one signature per secret", i+1)
 		for _, s := range []string{current, previous} {
-			assert.NoError(t, eventverify.Verify(call.md, call.req, s), "call %d", i+1)
+			assert.NoError(t, webhooks.VerifyDelivery(call.md, call.req, s), "call %d", i+1)
 			wh, err := standardwebhooks.NewWebhook(s)
 			require.NoError(t, err)
 			assert.NoError(t, wh.Verify(call.req.GetBody(), standardHeaders(call.md)), "call %d: the reference library verifies", i+1)
@@ -205,8 +205,8 @@ func TestGRPCConsumer(t *testing.T) {
 	last := got[2]
 	require.Len(t, last.md.Get(webhook.HeaderSignature), 1)
 	require.Len(t, strings.Fields(last.md.Get(webhook.HeaderSignature)[0]), 1)
-	assert.NoError(t, eventverify.Verify(last.md, last.req, current))
-	assert.ErrorIs(t, eventverify.Verify(last.md, last.req, previous), eventverify.ErrUnsigned)
+	assert.NoError(t, webhooks.VerifyDelivery(last.md, last.req, current))
+	assert.ErrorIs(t, webhooks.VerifyDelivery(last.md, last.req, previous), webhooks.ErrUnverified)
 }
 
 // TestGRPCConsumerWrongCA: a consumer whose certificate does not chain to the CA registered with
@@ -218,7 +218,7 @@ func TestGRPCConsumerWrongCA(t *testing.T) {
 	b := setup(t, options{resolver: fakeDNS(t, "127.0.0.1"), delays: []time.Duration{50 * time.Millisecond, 50 * time.Millisecond},
 		timeout: time.Second})
 	cs := &consumerServer{}
-	consumer := startTLSConsumer(t, cs, grpc.ChainUnaryInterceptor(eventverify.UnaryServerInterceptor(otherSecret(t))))
+	consumer := startTLSConsumer(t, cs, grpc.ChainUnaryInterceptor(webhooks.UnaryServerInterceptor(otherSecret(t))))
 	_, port, _ := net.SplitHostPort(consumer.addr)
 
 	b.setGRPCConsumer(t, dbtest.TestApp, grpcTarget{addr: "events.example.com:" + port, caPEM: otherCAPEM(t)})

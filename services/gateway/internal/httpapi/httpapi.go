@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
+	gatewayv1gw "github.com/integrations-platform/integrations/pkg/gen/gw/integrations/gateway/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
@@ -119,7 +120,7 @@ func Handler(ctx context.Context, api gatewayv1.GatewayServiceServer, cfg Config
 		runtime.WithMiddlewares(probeMiddleware, precheckMiddleware(&mux, cfg.Precheck)),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, restMarshaler()),
 	)
-	if err := gatewayv1.RegisterGatewayServiceHandlerServer(ctx, mux, api); err != nil {
+	if err := gatewayv1gw.RegisterGatewayServiceHandlerServer(ctx, mux, api); err != nil {
 		return nil, fmt.Errorf("register REST handlers: %w", err)
 	}
 	root := http.NewServeMux()

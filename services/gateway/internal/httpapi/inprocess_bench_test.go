@@ -10,6 +10,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/stretchr/testify/require"
 
+	gatewayv1gw "github.com/integrations-platform/integrations/pkg/gen/gw/integrations/gateway/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/services/gateway/internal/httpapi"
@@ -39,9 +40,9 @@ func BenchmarkRESTvsGRPC(b *testing.B) {
 	// The hop this replaced: grpc-gateway proxying to the gRPC port over conn (a bare mux, without
 	// this package's options, against a bare in-process one).
 	loopback := runtime.NewServeMux()
-	require.NoError(b, gatewayv1.RegisterGatewayServiceHandler(context.Background(), loopback, conn))
+	require.NoError(b, gatewayv1gw.RegisterGatewayServiceHandler(context.Background(), loopback, conn))
 	direct := runtime.NewServeMux()
-	require.NoError(b, gatewayv1.RegisterGatewayServiceHandlerServer(context.Background(), direct, httpapi.InProcess(svc, srv.Unary())))
+	require.NoError(b, gatewayv1gw.RegisterGatewayServiceHandlerServer(context.Background(), direct, httpapi.InProcess(svc, srv.Unary())))
 	for _, c := range []struct {
 		name string
 		h    http.Handler

@@ -1,4 +1,4 @@
-package eventverify_test
+package webhooks_test
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
-	"github.com/integrations-platform/integrations/sdk/go/eventverify"
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -42,8 +42,8 @@ func delivery(t *testing.T, ts time.Time, secrets ...string) (metadata.MD, *even
 	require.NoError(t, err)
 	req := &eventsv1.DeliverRequest{Id: "evt-1", Type: "execution.completed",
 		Time: timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)), Data: data, Body: []byte(body), Sequence: 2}
-	return metadata.Pairs(eventverify.KeyID, "evt-1", eventverify.KeyTimestamp, timestamp(ts),
-		eventverify.KeySignature, sigs), req
+	return metadata.Pairs(webhooks.HeaderID, "evt-1", webhooks.HeaderTimestamp, timestamp(ts),
+		webhooks.HeaderSignature, sigs), req
 }
 
 func secret(t *testing.T) string {
@@ -54,34 +54,34 @@ func secret(t *testing.T) string {
 	return "whsec_" + base64.StdEncoding.EncodeToString(key)
 }
 
-func TestVerify(t *testing.T) {
+func TestVerifyDelivery(t *testing.T) {
 	t.Parallel()
 	current, previous, other := secret(t), secret(t), secret(t)
 	now := time.Now()
 
 	md, req := delivery(t, now, current)
-	require.NoError(t, eventverify.Verify(md, req, current))
-	require.NoError(t, eventverify.Verify(md, req, other, current), "any of the receiver's secrets")
-	require.ErrorIs(t, eventverify.Verify(md, req, other), eventverify.ErrUnsigned)
-	require.ErrorIs(t, eventverify.Verify(md, req), eventverify.ErrUnsigned, "no secret verifies nothing")
-	require.Error(t, eventverify.Verify(md, req, "not-a-secret!"))
+	require.NoError(t, webhooks.VerifyDelivery(md, req, current))
+	require.NoError(t, webhooks.VerifyDelivery(md, req, other, current), "any of the receiver's secrets")
+	require.ErrorIs(t, webhooks.VerifyDelivery(md, req, other), webhooks.ErrUnverified)
+	require.ErrorIs(t, webhooks.VerifyDelivery(md, req), webhooks.ErrUnverified, "no secret verifies nothing")
+	require.Error(t, webhooks.VerifyDelivery(md, req, "not-a-secret!"))
 
 	// During a rotation's overlap both signatures come: either secret verifies on its own.
 	md, req = delivery(t, now, current, previous)
-	require.NoError(t, eventverify.Verify(md, req, current))
-	require.NoError(t, eventverify.Verify(md, req, previous))
-	require.ErrorIs(t, eventverify.Verify(md, req, other), eventverify.ErrUnsigned)
+	require.NoError(t, webhooks.VerifyDelivery(md, req, current))
+	require.NoError(t, webhooks.VerifyDelivery(md, req, previous))
+	require.ErrorIs(t, webhooks.VerifyDelivery(md, req, other), webhooks.ErrUnverified)
 
 	// The timestamp is held to the tolerance.
 	md, req = delivery(t, now.Add(-6*time.Minute), current)
-	require.ErrorIs(t, eventverify.Verify(md, req, current), eventverify.ErrUnsigned)
-	require.NoError(t, eventverify.Verifier{Secrets: []string{current}, Tolerance: 10 * time.Minute}.Verify(md, req))
-	require.NoError(t, eventverify.Verifier{Secrets: []string{current}, Now: func() time.Time { return now.Add(-6 * time.Minute) }}.Verify(md, req))
+	require.ErrorIs(t, webhooks.VerifyDelivery(md, req, current), webhooks.ErrUnverified)
+	require.NoError(t, webhooks.Verifier{Secrets: []string{current}, Tolerance: 10 * time.Minute}.VerifyDelivery(md, req))
+	require.NoError(t, webhooks.Verifier{Secrets: []string{current}, Now: func() time.Time { return now.Add(-6 * time.Minute) }}.VerifyDelivery(md, req))
 }
 
-// TestVerifyRefusesTampering: the body, the metadata and each typed field are held to what was
+// TestVerifyDeliveryRefusesTampering: the body, the metadata and each typed field are held to what was
 // signed.
-func TestVerifyRefusesTampering(t *testing.T) {
+func TestVerifyDeliveryRefusesTampering(t *testing.T) {
 	t.Parallel()
 	s := secret(t)
 	for _, tc := range []struct {
@@ -92,14 +92,14 @@ func TestVerifyRefusesTampering(t *testing.T) {
 			r.Body = append([]byte(nil), r.Body[:len(r.Body)-1]...)
 		}},
 		{"id", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.Id = "evt-2" }},
-		{"webhook-id", func(md metadata.MD, _ *eventsv1.DeliverRequest) { md.Set(eventverify.KeyID, "evt-2") }},
+		{"webhook-id", func(md metadata.MD, _ *eventsv1.DeliverRequest) { md.Set(webhooks.HeaderID, "evt-2") }},
 		{"webhook-timestamp", func(md metadata.MD, _ *eventsv1.DeliverRequest) {
-			md.Set(eventverify.KeyTimestamp, timestamp(time.Now().Add(-time.Second)))
+			md.Set(webhooks.HeaderTimestamp, timestamp(time.Now().Add(-time.Second)))
 		}},
 		{"two timestamps", func(md metadata.MD, _ *eventsv1.DeliverRequest) {
-			md.Append(eventverify.KeyTimestamp, timestamp(time.Now()))
+			md.Append(webhooks.HeaderTimestamp, timestamp(time.Now()))
 		}},
-		{"no signature", func(md metadata.MD, _ *eventsv1.DeliverRequest) { md.Delete(eventverify.KeySignature) }},
+		{"no signature", func(md metadata.MD, _ *eventsv1.DeliverRequest) { md.Delete(webhooks.HeaderSignature) }},
 		{"type", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.Type = "execution.progress" }},
 		{"time", func(_ metadata.MD, r *eventsv1.DeliverRequest) {
 			r.Time = timestamppb.New(r.Time.AsTime().Add(time.Second))
@@ -113,9 +113,9 @@ func TestVerifyRefusesTampering(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			md, req := delivery(t, time.Now(), s)
-			require.NoError(t, eventverify.Verify(md, proto.Clone(req).(*eventsv1.DeliverRequest), s))
+			require.NoError(t, webhooks.VerifyDelivery(md, proto.Clone(req).(*eventsv1.DeliverRequest), s))
 			tc.tamper(md, req)
-			require.ErrorIs(t, eventverify.Verify(md, req, s), eventverify.ErrUnsigned)
+			require.ErrorIs(t, webhooks.VerifyDelivery(md, req, s), webhooks.ErrUnverified)
 		})
 	}
 }
@@ -123,7 +123,7 @@ func TestVerifyRefusesTampering(t *testing.T) {
 func TestUnaryServerInterceptor(t *testing.T) {
 	t.Parallel()
 	s := secret(t)
-	intercept := eventverify.UnaryServerInterceptor(s)
+	intercept := webhooks.UnaryServerInterceptor(s)
 	deliver := &grpc.UnaryServerInfo{FullMethod: eventsv1.EventConsumerService_Deliver_FullMethodName}
 	called := 0
 	handler := func(context.Context, any) (any, error) { called++; return &eventsv1.DeliverResponse{}, nil }
@@ -142,7 +142,7 @@ func TestUnaryServerInterceptor(t *testing.T) {
 
 	_, err = intercept(context.Background(), struct{}{}, &grpc.UnaryServerInfo{FullMethod: "/grpc.health.v1.Health/Check"}, handler)
 	require.NoError(t, err, "other methods pass through")
-	require.False(t, errors.Is(err, eventverify.ErrUnsigned))
+	require.False(t, errors.Is(err, webhooks.ErrUnverified))
 }
 
 // timestamp is a webhook-timestamp value: Unix seconds.

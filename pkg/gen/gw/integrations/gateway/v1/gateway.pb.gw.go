@@ -16,6 +16,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	extGatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/grpclog"
@@ -35,9 +36,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_GatewayService_InvokeCapability_0(ctx context.Context, marshaler runtime.Marshaler, client GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_GatewayService_InvokeCapability_0(ctx context.Context, marshaler runtime.Marshaler, client extGatewayv1.GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq InvokeCapabilityRequest
+		protoReq extGatewayv1.InvokeCapabilityRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -59,9 +60,9 @@ func request_GatewayService_InvokeCapability_0(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func local_request_GatewayService_InvokeCapability_0(ctx context.Context, marshaler runtime.Marshaler, server GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_GatewayService_InvokeCapability_0(ctx context.Context, marshaler runtime.Marshaler, server extGatewayv1.GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq InvokeCapabilityRequest
+		protoReq extGatewayv1.InvokeCapabilityRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -80,9 +81,9 @@ func local_request_GatewayService_InvokeCapability_0(ctx context.Context, marsha
 	return msg, metadata, err
 }
 
-func request_GatewayService_GetExecution_0(ctx context.Context, marshaler runtime.Marshaler, client GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_GatewayService_GetExecution_0(ctx context.Context, marshaler runtime.Marshaler, client extGatewayv1.GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetExecutionRequest
+		protoReq extGatewayv1.GetExecutionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -101,9 +102,9 @@ func request_GatewayService_GetExecution_0(ctx context.Context, marshaler runtim
 	return msg, metadata, err
 }
 
-func local_request_GatewayService_GetExecution_0(ctx context.Context, marshaler runtime.Marshaler, server GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_GatewayService_GetExecution_0(ctx context.Context, marshaler runtime.Marshaler, server extGatewayv1.GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetExecutionRequest
+		protoReq extGatewayv1.GetExecutionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -121,9 +122,9 @@ func local_request_GatewayService_GetExecution_0(ctx context.Context, marshaler 
 
 var filter_GatewayService_ListExecutions_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_GatewayService_ListExecutions_0(ctx context.Context, marshaler runtime.Marshaler, client GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_GatewayService_ListExecutions_0(ctx context.Context, marshaler runtime.Marshaler, client extGatewayv1.GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListExecutionsRequest
+		protoReq extGatewayv1.ListExecutionsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -139,9 +140,9 @@ func request_GatewayService_ListExecutions_0(ctx context.Context, marshaler runt
 	return msg, metadata, err
 }
 
-func local_request_GatewayService_ListExecutions_0(ctx context.Context, marshaler runtime.Marshaler, server GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_GatewayService_ListExecutions_0(ctx context.Context, marshaler runtime.Marshaler, server extGatewayv1.GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListExecutionsRequest
+		protoReq extGatewayv1.ListExecutionsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -154,9 +155,9 @@ func local_request_GatewayService_ListExecutions_0(ctx context.Context, marshale
 	return msg, metadata, err
 }
 
-func request_GatewayService_CancelExecution_0(ctx context.Context, marshaler runtime.Marshaler, client GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_GatewayService_CancelExecution_0(ctx context.Context, marshaler runtime.Marshaler, client extGatewayv1.GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CancelExecutionRequest
+		protoReq extGatewayv1.CancelExecutionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -178,9 +179,9 @@ func request_GatewayService_CancelExecution_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func local_request_GatewayService_CancelExecution_0(ctx context.Context, marshaler runtime.Marshaler, server GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_GatewayService_CancelExecution_0(ctx context.Context, marshaler runtime.Marshaler, server extGatewayv1.GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CancelExecutionRequest
+		protoReq extGatewayv1.CancelExecutionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -199,9 +200,9 @@ func local_request_GatewayService_CancelExecution_0(ctx context.Context, marshal
 	return msg, metadata, err
 }
 
-func request_GatewayService_SetConsumer_0(ctx context.Context, marshaler runtime.Marshaler, client GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_GatewayService_SetConsumer_0(ctx context.Context, marshaler runtime.Marshaler, client extGatewayv1.GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq SetConsumerRequest
+		protoReq extGatewayv1.SetConsumerRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -214,9 +215,9 @@ func request_GatewayService_SetConsumer_0(ctx context.Context, marshaler runtime
 	return msg, metadata, err
 }
 
-func local_request_GatewayService_SetConsumer_0(ctx context.Context, marshaler runtime.Marshaler, server GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_GatewayService_SetConsumer_0(ctx context.Context, marshaler runtime.Marshaler, server extGatewayv1.GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq SetConsumerRequest
+		protoReq extGatewayv1.SetConsumerRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -226,9 +227,9 @@ func local_request_GatewayService_SetConsumer_0(ctx context.Context, marshaler r
 	return msg, metadata, err
 }
 
-func request_GatewayService_RotateSigningSecret_0(ctx context.Context, marshaler runtime.Marshaler, client GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_GatewayService_RotateSigningSecret_0(ctx context.Context, marshaler runtime.Marshaler, client extGatewayv1.GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RotateSigningSecretRequest
+		protoReq extGatewayv1.RotateSigningSecretRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -241,9 +242,9 @@ func request_GatewayService_RotateSigningSecret_0(ctx context.Context, marshaler
 	return msg, metadata, err
 }
 
-func local_request_GatewayService_RotateSigningSecret_0(ctx context.Context, marshaler runtime.Marshaler, server GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_GatewayService_RotateSigningSecret_0(ctx context.Context, marshaler runtime.Marshaler, server extGatewayv1.GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RotateSigningSecretRequest
+		protoReq extGatewayv1.RotateSigningSecretRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -255,9 +256,9 @@ func local_request_GatewayService_RotateSigningSecret_0(ctx context.Context, mar
 
 var filter_GatewayService_ListEvents_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_GatewayService_ListEvents_0(ctx context.Context, marshaler runtime.Marshaler, client GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_GatewayService_ListEvents_0(ctx context.Context, marshaler runtime.Marshaler, client extGatewayv1.GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListEventsRequest
+		protoReq extGatewayv1.ListEventsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -273,9 +274,9 @@ func request_GatewayService_ListEvents_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func local_request_GatewayService_ListEvents_0(ctx context.Context, marshaler runtime.Marshaler, server GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_GatewayService_ListEvents_0(ctx context.Context, marshaler runtime.Marshaler, server extGatewayv1.GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListEventsRequest
+		protoReq extGatewayv1.ListEventsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -288,9 +289,9 @@ func local_request_GatewayService_ListEvents_0(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func request_GatewayService_GetEvent_0(ctx context.Context, marshaler runtime.Marshaler, client GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_GatewayService_GetEvent_0(ctx context.Context, marshaler runtime.Marshaler, client extGatewayv1.GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetEventRequest
+		protoReq extGatewayv1.GetEventRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -309,9 +310,9 @@ func request_GatewayService_GetEvent_0(ctx context.Context, marshaler runtime.Ma
 	return msg, metadata, err
 }
 
-func local_request_GatewayService_GetEvent_0(ctx context.Context, marshaler runtime.Marshaler, server GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_GatewayService_GetEvent_0(ctx context.Context, marshaler runtime.Marshaler, server extGatewayv1.GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetEventRequest
+		protoReq extGatewayv1.GetEventRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -327,9 +328,9 @@ func local_request_GatewayService_GetEvent_0(ctx context.Context, marshaler runt
 	return msg, metadata, err
 }
 
-func request_GatewayService_RedeliverEvent_0(ctx context.Context, marshaler runtime.Marshaler, client GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_GatewayService_RedeliverEvent_0(ctx context.Context, marshaler runtime.Marshaler, client extGatewayv1.GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RedeliverEventRequest
+		protoReq extGatewayv1.RedeliverEventRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -351,9 +352,9 @@ func request_GatewayService_RedeliverEvent_0(ctx context.Context, marshaler runt
 	return msg, metadata, err
 }
 
-func local_request_GatewayService_RedeliverEvent_0(ctx context.Context, marshaler runtime.Marshaler, server GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_GatewayService_RedeliverEvent_0(ctx context.Context, marshaler runtime.Marshaler, server extGatewayv1.GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RedeliverEventRequest
+		protoReq extGatewayv1.RedeliverEventRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -372,9 +373,9 @@ func local_request_GatewayService_RedeliverEvent_0(ctx context.Context, marshale
 	return msg, metadata, err
 }
 
-func request_GatewayService_RedriveEvents_0(ctx context.Context, marshaler runtime.Marshaler, client GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_GatewayService_RedriveEvents_0(ctx context.Context, marshaler runtime.Marshaler, client extGatewayv1.GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RedriveEventsRequest
+		protoReq extGatewayv1.RedriveEventsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -387,9 +388,9 @@ func request_GatewayService_RedriveEvents_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
-func local_request_GatewayService_RedriveEvents_0(ctx context.Context, marshaler runtime.Marshaler, server GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_GatewayService_RedriveEvents_0(ctx context.Context, marshaler runtime.Marshaler, server extGatewayv1.GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RedriveEventsRequest
+		protoReq extGatewayv1.RedriveEventsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -399,9 +400,9 @@ func local_request_GatewayService_RedriveEvents_0(ctx context.Context, marshaler
 	return msg, metadata, err
 }
 
-func request_GatewayService_GetExecutionTimeline_0(ctx context.Context, marshaler runtime.Marshaler, client GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_GatewayService_GetExecutionTimeline_0(ctx context.Context, marshaler runtime.Marshaler, client extGatewayv1.GatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetExecutionTimelineRequest
+		protoReq extGatewayv1.GetExecutionTimelineRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -420,9 +421,9 @@ func request_GatewayService_GetExecutionTimeline_0(ctx context.Context, marshale
 	return msg, metadata, err
 }
 
-func local_request_GatewayService_GetExecutionTimeline_0(ctx context.Context, marshaler runtime.Marshaler, server GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_GatewayService_GetExecutionTimeline_0(ctx context.Context, marshaler runtime.Marshaler, server extGatewayv1.GatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetExecutionTimelineRequest
+		protoReq extGatewayv1.GetExecutionTimelineRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -443,7 +444,7 @@ func local_request_GatewayService_GetExecutionTimeline_0(ctx context.Context, ma
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterGatewayServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterGatewayServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server GatewayServiceServer) error {
+func RegisterGatewayServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extGatewayv1.GatewayServiceServer) error {
 	mux.Handle(http.MethodPost, pattern_GatewayService_InvokeCapability_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -695,15 +696,15 @@ func RegisterGatewayServiceHandlerFromEndpoint(ctx context.Context, mux *runtime
 // RegisterGatewayServiceHandler registers the http handlers for service GatewayService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterGatewayServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterGatewayServiceHandlerClient(ctx, mux, NewGatewayServiceClient(conn))
+	return RegisterGatewayServiceHandlerClient(ctx, mux, extGatewayv1.NewGatewayServiceClient(conn))
 }
 
 // RegisterGatewayServiceHandlerClient registers the http handlers for service GatewayService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "GatewayServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "GatewayServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extGatewayv1.GatewayServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extGatewayv1.GatewayServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "GatewayServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterGatewayServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client GatewayServiceClient) error {
+// "extGatewayv1.GatewayServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterGatewayServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extGatewayv1.GatewayServiceClient) error {
 	mux.Handle(http.MethodPost, pattern_GatewayService_InvokeCapability_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

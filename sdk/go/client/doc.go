@@ -1,0 +1,114 @@
+// Package client is the Go client SDK of the integrations platform: a thin layer over the
+// gateway's gRPC API (integrations.gateway.v1.GatewayService) that calls as one application —
+// its API key on every call — and speaks the generated types (Execution, Event, ... are aliases
+// of them).
+//
+// What it offers:
+//
+//   - Invoke a capability, async (the default: answered pending, attempted and retried by the
+//     platform) or Sync (one attempt inline, answered settled), with a payload given as a map, a
+//     struct or JSON, and an IdempotencyKey that makes the call safe to repeat; InvokeAndWait
+//     invokes and waits.
+//   - WaitForSettlement polls an execution (with backoff) until IsFinal: SUCCEEDED, FAILED or
+//     CANCELLED.
+//   - Get, List (an iterator over every page, with filters), Cancel, Timeline.
+//   - ListEvents (an iterator), GetEvent, RedeliverEvent, RedriveEvents.
+//   - RegisterWebhook and RegisterGRPC make the application's consumer and answer the signing
+//     secret; RotateSecret replaces it. Deliveries are verified with sdk/go/webhooks.
+//   - Every refusal is an *Error: the status code, the ErrorInfo Reason, the BadRequest Fields,
+//     the RetryDelay, and IsRetryable, which says whether the same call may be made again.
+//
+// Connecting: New dials with TLS verified against the system roots; WithTLS takes a
+// configuration (a private CA), WithInsecure is for a gateway on loopback in development;
+// NewWithConn takes a *grpc.ClientConn of the caller's.
+//
+// A complete program: it registers a webhook receiver, invokes a capability, waits for it to
+// settle and verifies the completion event it receives (make run's development stack: gRPC on
+// 127.0.0.1:9090, key dev-api-key-change-me; examples/client-go is this program, runnable).
+//
+//	package main
+//
+//	import (
+//		"context"
+//		"errors"
+//		"fmt"
+//		"log"
+//		"net"
+//		"net/http"
+//		"sync/atomic"
+//		"time"
+//
+//		"github.com/integrations-platform/integrations/sdk/go/client"
+//		"github.com/integrations-platform/integrations/sdk/go/webhooks"
+//	)
+//
+//	func main() {
+//		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+//		defer cancel()
+//		c, err := client.New("127.0.0.1:9090", "dev-api-key-change-me", client.WithInsecure())
+//		if err != nil {
+//			log.Fatal(err)
+//		}
+//		defer c.Close()
+//
+//		// The receiver: verify the raw body and headers before anything else.
+//		var verifier atomic.Pointer[webhooks.Verifier]
+//		events := make(chan *webhooks.Event, 16)
+//		lis, err := net.Listen("tcp", "127.0.0.1:8099")
+//		if err != nil {
+//			log.Fatal(err)
+//		}
+//		go http.Serve(lis, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+//			v := verifier.Load()
+//			if v == nil {
+//				http.Error(w, "not ready", http.StatusServiceUnavailable) // the platform retries
+//				return
+//			}
+//			event, err := v.VerifyRequest(r)
+//			if err != nil {
+//				http.Error(w, "not verified", http.StatusUnauthorized) // the platform retries
+//				return
+//			}
+//			w.WriteHeader(http.StatusNoContent)
+//			events <- event // at least once: a real receiver deduplicates by event.ID
+//		}))
+//
+//		consumer, err := c.RegisterWebhook(ctx, "http://"+lis.Addr().String()+"/webhook")
+//		if err != nil {
+//			log.Fatal(err)
+//		}
+//		verifier.Store(&webhooks.Verifier{Secrets: []string{consumer.GetSigningSecret()}})
+//
+//		type order struct {
+//			ID    string `json:"id"`
+//			Total int    `json:"total"`
+//		}
+//		e, err := c.InvokeAndWait(ctx, "dummy.echo", order{ID: "42", Total: 100}, client.IdempotencyKey("order-42"))
+//		var cerr *client.Error
+//		switch {
+//		case errors.As(err, &cerr) && cerr.Field() != "":
+//			log.Fatalf("bad request: %s: %v", cerr.Field(), err)
+//		case client.IsRetryable(err):
+//			log.Fatalf("try again in %s (same idempotency key): %v", client.RetryDelay(err), err)
+//		case err != nil:
+//			log.Fatal(err)
+//		}
+//		fmt.Println("settled:", e.GetId(), e.GetStatus(), e.GetResult().AsMap())
+//
+//		for event := range events {
+//			if event.Type == webhooks.TypeExecutionCompleted && event.Data.ExecutionID == e.GetId() {
+//				fmt.Println("verified webhook:", event.ID, event.Data.Status, string(event.Data.Result))
+//				return
+//			}
+//		}
+//	}
+//
+// Listing walks every page:
+//
+//	for e, err := range c.List(ctx, &client.ListExecutionsRequest{Capability: "dummy.echo", PageSize: 100}) {
+//		if err != nil {
+//			return err
+//		}
+//		fmt.Println(e.GetId(), e.GetStatus())
+//	}
+package client
