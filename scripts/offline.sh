@@ -38,7 +38,7 @@ if [[ ${1:-} == --fetch ]]; then
   t0=$SECONDS
   # The module graphs of every module of the workspace, and every package the tests build.
   go mod download
-  go list -deps -test "$module/pkg/..." "$module/sdk/..." "$module/migrations/..." "$module/services/..." "$module/cmd/..." \
+  go list -deps -test "$module/pkg/..." "$module/sdk/..." "$module/examples/..." "$module/migrations/..." "$module/services/..." "$module/cmd/..." \
     "$module/e2e/..." "$module/bench/..." "$module/deploy/k8s/check/..." >/dev/null
   # The modules published on their own, as a module outside the workspace resolves them (their
   # own go.mod files, not the workspace's versions): e2e's TestGoSDKOutsideTheWorkspace builds so.
