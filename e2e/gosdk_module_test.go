@@ -20,7 +20,7 @@ const goSDKRelease = "v0.1.0"
 
 // The modules a Go adapter or client outside this repository requires, and where they live here.
 var publishedModules = map[string]string{
-	"github.com/integrations-platform/integrations/sdk/go":  "../sdk/go",
+	sdkModule: "../sdk/go",
 	"github.com/integrations-platform/integrations/pkg/gen": "../pkg/gen",
 }
 
@@ -157,6 +157,18 @@ func TestGoSDKOutsideTheWorkspace(t *testing.T) {
 	t.Logf("the adapter's module graph: %d modules and versions", len(graph))
 }
 
+// sdkModule is the module the test builds as it is now.
+const sdkModule = "github.com/integrations-platform/integrations/sdk/go"
+
+// releaseTag answers the tag that releases the module at dir as goSDKRelease (pkg/gen/v0.1.0 for
+// ../pkg/gen) when the repository has it.
+func releaseTag(t *testing.T, dir string) (string, bool) {
+	t.Helper()
+	tag := strings.TrimPrefix(dir, "../") + "/" + goSDKRelease
+	err := exec.Command("git", "-C", "..", "rev-parse", "-q", "--verify", "refs/tags/"+tag).Run()
+	return tag, err == nil
+}
+
 func publishedModule(path string) bool { _, ok := publishedModules[path]; return ok }
 
 // publish puts the module at dir into the file proxy at proxy as version goSDKRelease: its zip
@@ -170,10 +182,22 @@ func publish(t *testing.T, proxy, path, dir string) {
 	v := module.Version{Path: path, Version: goSDKRelease}
 	zf, err := os.Create(filepath.Join(at, goSDKRelease+".zip"))
 	require.NoError(t, err)
-	require.NoError(t, modzip.CreateFromDir(zf, v, dir), "module zip of %s", dir)
+	var mod []byte
+	if tag, ok := releaseTag(t, dir); ok && dir != publishedModules[sdkModule] {
+		// What sdk/go requires is released: the module as the tag has it, not the working tree,
+		// so that an SDK that came to need a change made since fails here as it would for users.
+		require.NoError(t, modzip.CreateFromVCS(zf, v, "..", tag, strings.TrimPrefix(dir, "../")), "module zip of %s at %s", dir, tag)
+		out, err := exec.Command("git", "-C", "..", "show", tag+":"+strings.TrimPrefix(dir, "../")+"/go.mod").Output()
+		require.NoError(t, err)
+		mod = out
+		t.Logf("%s from the tag %s", path, tag)
+	} else {
+		// The SDK itself, as it is now (and what it requires, before its first tag).
+		require.NoError(t, modzip.CreateFromDir(zf, v, dir), "module zip of %s", dir)
+		mod, err = os.ReadFile(filepath.Join(dir, "go.mod"))
+		require.NoError(t, err)
+	}
 	require.NoError(t, zf.Close())
-	mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(at, goSDKRelease+".mod"), mod, 0o600))
 	info, err := json.Marshal(map[string]string{"Version": goSDKRelease, "Time": time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC).Format(time.RFC3339)})
 	require.NoError(t, err)

@@ -44,7 +44,8 @@ type Catalog struct {
 // Application is a client application. Give exactly one of APIKey (usually "${SOME_VAR}") or
 // APIKeySHA256 (hex). It becomes the application's catalog key, a bootstrap key beside the keys
 // created through the operator API (which applying the catalog never touches): a generated key
-// (`integrationsctl keys generate`) or any string an operator chose of at least 16 characters.
+// (`integrationsctl keys generate`) or a string an operator chose that looks like 32 random bytes
+// (apikey.WeakSecret; at least 16 characters where weak keys are allowed, on loopback).
 //
 // A key given in clear is judged when the catalog is applied: one that does not look like 32
 // random bytes (apikey.WeakSecret; see WeakAPIKeys) is recorded weak with the stored key, and the

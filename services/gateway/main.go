@@ -126,6 +126,15 @@ func run() error {
 	if warning != "" {
 		logger.Warn("weak catalog key allowed on loopback", zap.String("problem", warning))
 	}
+	// A key declared by its hash is never judged: the operator is told which ones at each start.
+	unjudged, err := st.UnjudgedCatalogKeys(ctx)
+	if err != nil {
+		return err
+	}
+	if len(unjudged) > 0 {
+		logger.Warn("catalog keys of unknown strength: declared by their hash (or applied before migration 00021), never seen in clear; make sure each is 32 random bytes",
+			zap.Strings("applications", unjudged))
+	}
 	app.Go("api-key-last-used", func(ctx context.Context) error { return st.RunLastUsed(ctx, logger) })
 	// Rate limits: each replica holds limit ÷ live replicas, counted by a heartbeat (beaten once
 	// here so that a replica joining a running fleet starts with its share, not the whole limit).

@@ -71,11 +71,14 @@ func withTraceparent(ctx context.Context) context.Context {
 	}
 	carrier := propagation.MapCarrier{}
 	w3c.Inject(ctx, carrier)
-	kv := make([]string, 0, 2*len(carrier))
-	for k, v := range carrier {
-		kv = append(kv, k, v)
+	md, _ := metadata.FromOutgoingContext(ctx) // a copy
+	if md == nil {
+		md = metadata.MD{}
 	}
-	return metadata.AppendToOutgoingContext(ctx, kv...)
+	for k, v := range carrier {
+		md.Set(k, v) // replaces a traceparent the context carried already
+	}
+	return metadata.NewOutgoingContext(ctx, md)
 }
 
 // dial is the client connection to the callback service. Connections are lazy; reconnection

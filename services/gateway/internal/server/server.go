@@ -422,19 +422,31 @@ func syncSettleError(ctx context.Context, id string, err error) error {
 	return fmt.Errorf("settle sync execution %s: %w", id, grpcx.Downstream(ctx, "settlement", err))
 }
 
-// settledAnswer is the answer to a sync call whose execution is settled: the execution as
-// GetExecution shows it, its attempt included. settled is the settlement service's echo of the
-// settlement this call recorded (it has no attempts), nil when another settled it: then the
-// execution is read as it is.
+// settledAnswer is the answer to a sync call whose execution is settled: the execution as an
+// answer carries it (no payload), with its attempts as GetExecution shows them. settled is the
+// settlement service's echo of the settlement this call recorded (it has no attempts); nil when
+// another settled it, and the execution is read as it is then.
+//
+// The execution is settled whatever this read does: with the echo in hand, a failed or slow read
+// of the attempts (bounded by settledReadTimeout) answers the echo without them rather than an
+// error, which would tell the caller to retry work that is done.
 func (s *Server) settledAnswer(ctx context.Context, row *execution.Row, settled *executionv1.Execution) (*gatewayv1.InvokeCapabilityResponse, error) {
-	got, attempts, err := s.store.ExecutionGet(ctx, row.ApplicationID, row.ID)
-	if err != nil {
-		return nil, err
-	}
+	ctx, cancel := context.WithTimeout(ctx, settledReadTimeout)
+	defer cancel()
 	if settled == nil {
-		if settled, err = executionWithAttempts(got, attempts); err != nil {
+		got, attempts, err := s.store.ExecutionGet(ctx, row.ApplicationID, row.ID)
+		if err != nil {
 			return nil, err
 		}
+		e, err := executionWithAttempts(got, false, attempts)
+		if err != nil {
+			return nil, err
+		}
+		return s.response(nil, e)
+	}
+	attempts, err := s.store.Attempts(ctx, row.ID)
+	if err != nil {
+		s.log.Warn("sync answer without its attempts: reading them failed", log.ExecutionID(row.ID), zap.Error(err))
 		return s.response(nil, settled)
 	}
 	settled.Attempts = settled.Attempts[:0]
@@ -444,10 +456,13 @@ func (s *Server) settledAnswer(ctx context.Context, row *execution.Row, settled 
 	return s.response(nil, settled)
 }
 
-// executionWithAttempts is an execution as GetExecution answers it: everything of it, and its
-// attempts.
-func executionWithAttempts(row *execution.Row, attempts []execution.AttemptRow) (*executionv1.Execution, error) {
-	e, err := row.Proto(true)
+// settledReadTimeout bounds the read of a settled sync execution's attempts.
+const settledReadTimeout = 5 * time.Second
+
+// executionWithAttempts is an execution (with its payload, result and progress when withPayload)
+// and its attempts, as GetExecution answers it.
+func executionWithAttempts(row *execution.Row, withPayload bool, attempts []execution.AttemptRow) (*executionv1.Execution, error) {
+	e, err := row.Proto(withPayload)
 	if err != nil {
 		return nil, err
 	}
@@ -554,7 +569,7 @@ func (s *Server) GetExecution(ctx context.Context, req *gatewayv1.GetExecutionRe
 	if err != nil {
 		return nil, err
 	}
-	e, err := executionWithAttempts(row, attempts)
+	e, err := executionWithAttempts(row, true, attempts)
 	if err != nil {
 		return nil, err
 	}

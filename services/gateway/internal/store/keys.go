@@ -282,6 +282,24 @@ func (s *Store) WeakCatalogKeys(ctx context.Context) ([]string, error) {
 	return apps, nil
 }
 
+// UnjudgedCatalogKeys lists, in order, the applications whose catalog key still authenticates but
+// was never seen in clear by `catalog apply` (declared by its hash, or applied before migration
+// 00021): nothing says whether it is strong.
+func (s *Store) UnjudgedCatalogKeys(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT application_id FROM api_keys
+		WHERE source = 'catalog' AND weak IS NULL AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+		ORDER BY application_id`)
+	if err != nil {
+		return nil, fmt.Errorf("read unjudged catalog keys: %w", err)
+	}
+	apps, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read unjudged catalog keys: %w", err)
+	}
+	return apps, nil
+}
+
 // RevokeKey revokes an application's key; revoking a revoked key changes nothing. This replica
 // forgets it at once; the others within the cache TTL. A catalog key's hash in
 // applications.api_key_hash, which gateways of the release before migration 00009 read, is

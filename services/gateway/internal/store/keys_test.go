@@ -489,6 +489,9 @@ func TestWeakCatalogKeysListsTheKeysThatStillAuthenticate(t *testing.T) {
 	weak, err := st.WeakCatalogKeys(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{dbtest.TestApp, "app-weak"}, weak)
+	unjudged, err := st.UnjudgedCatalogKeys(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"app-hashed"}, unjudged, "the one declared by its hash")
 
 	// A revoked weak key authenticates no one: the gateway need not refuse to start over it.
 	keys, err := st.ListKeys(ctx, "app-weak")

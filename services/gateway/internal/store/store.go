@@ -235,18 +235,27 @@ func (s *Store) ExecutionGet(ctx context.Context, applicationID, id string) (*ex
 	if err != nil {
 		return nil, nil, fmt.Errorf("read execution %s: %w", id, err)
 	}
+	attempts, err := s.Attempts(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return row, attempts, nil
+}
+
+// Attempts reads an execution's attempts, oldest first (the caller has checked whose it is).
+func (s *Store) Attempts(ctx context.Context, id string) ([]execution.AttemptRow, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+execution.AttemptColumns+`
 		FROM execution_attempts WHERE execution_id = $1 ORDER BY n`, id)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read attempts of %s: %w", id, err)
+		return nil, fmt.Errorf("read attempts of %s: %w", id, err)
 	}
 	attempts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (execution.AttemptRow, error) {
 		return execution.ScanAttempt(r)
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("read attempts of %s: %w", id, err)
+		return nil, fmt.Errorf("read attempts of %s: %w", id, err)
 	}
-	return row, attempts, nil
+	return attempts, nil
 }
 
 // ListFilter narrows ExecutionList.
