@@ -183,7 +183,8 @@ func TestGoClient(t *testing.T) {
 		grpc.WithChainUnaryInterceptor(calls.intercept))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	c := client.NewWithConn(conn, s.apiKey, client.WithPolling(50*time.Millisecond, 500*time.Millisecond))
+	c, err := client.NewWithConn(conn, s.apiKey, client.WithPolling(50*time.Millisecond, 500*time.Millisecond))
+	require.NoError(t, err)
 	settle := func(t *testing.T, id string) *client.Execution {
 		t.Helper()
 		wctx, cancel := context.WithTimeout(ctx, goClientWait)

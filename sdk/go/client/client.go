@@ -89,11 +89,15 @@ func WithPolling(initial, max time.Duration) Option {
 	return func(o *options) { o.poll = pollSettings{initial: initial, max: max} }
 }
 
+// errAPIKey is New's and NewWithConn's refusal of an empty API key: every call would be refused
+// UNAUTHENTICATED.
+var errAPIKey = errors.New("client: an API key is required")
+
 // New dials the gateway's gRPC address target (host:port) and answers a client that calls as
 // the application whose API key is apiKey. Close releases the connection.
 func New(target, apiKey string, opts ...Option) (*Client, error) {
 	if apiKey == "" {
-		return nil, errors.New("client: an API key is required")
+		return nil, errAPIKey
 	}
 	o := collect(opts)
 	creds := o.creds
@@ -110,9 +114,16 @@ func New(target, apiKey string, opts ...Option) (*Client, error) {
 }
 
 // NewWithConn answers a client on a connection the caller made and keeps: Close leaves it open.
-// Options that concern dialling (WithTLS, WithInsecure, WithDialOptions) have no effect.
-func NewWithConn(conn grpc.ClientConnInterface, apiKey string, opts ...Option) *Client {
-	return newClient(conn, apiKey, collect(opts))
+// Options that concern dialling (WithTLS, WithInsecure, WithDialOptions) have no effect. As New,
+// it refuses an empty API key (and a nil connection).
+func NewWithConn(conn grpc.ClientConnInterface, apiKey string, opts ...Option) (*Client, error) {
+	if conn == nil {
+		return nil, errors.New("client: a connection is required")
+	}
+	if apiKey == "" {
+		return nil, errAPIKey
+	}
+	return newClient(conn, apiKey, collect(opts)), nil
 }
 
 func collect(opts []Option) options {

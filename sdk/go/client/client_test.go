@@ -157,7 +157,9 @@ func setup(t *testing.T, g *gateway, opts ...client.Option) (*client.Client, *gr
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return client.NewWithConn(conn, key, opts...), conn
+	c, err := client.NewWithConn(conn, key, opts...)
+	require.NoError(t, err)
+	return c, conn
 }
 
 func TestInvoke(t *testing.T) {
@@ -335,7 +337,8 @@ func TestErrors(t *testing.T) {
 	require.Equal(t, "ALREADY_SETTLED", rpcstatus.Reason(err), "rpcstatus reads it")
 	require.Contains(t, err.Error(), "cancel execution ex-1")
 
-	other := client.NewWithConn(conn, "wrong-key")
+	other, err := client.NewWithConn(conn, "wrong-key")
+	require.NoError(t, err)
 	_, err = other.Get(ctx, "ex-1")
 	require.Equal(t, codes.Unauthenticated, status.Code(err))
 	require.False(t, client.IsRetryable(err))
@@ -421,6 +424,13 @@ func TestNew(t *testing.T) {
 	require.NoError(t, c.Close())
 
 	_, conn := setup(t, &gateway{})
-	require.NoError(t, client.NewWithConn(conn, key).Close())
+	c, err = client.NewWithConn(conn, key)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
 	require.NotEqual(t, "SHUTDOWN", conn.GetState().String(), "the caller's connection stays open")
+
+	_, err = client.NewWithConn(conn, "")
+	require.ErrorContains(t, err, "an API key is required", "as New")
+	_, err = client.NewWithConn(nil, key)
+	require.ErrorContains(t, err, "a connection is required")
 }

@@ -20,7 +20,8 @@
 //
 // Connecting: New dials with TLS verified against the system roots; WithTLS takes a
 // configuration (a private CA), WithInsecure is for a gateway on loopback in development;
-// NewWithConn takes a *grpc.ClientConn of the caller's.
+// NewWithConn takes a *grpc.ClientConn of the caller's. New and NewWithConn refuse an empty API
+// key.
 //
 // A complete program: it registers a webhook receiver, invokes a capability, waits for it to
 // settle and verifies the completion event it receives (make run's development stack: gRPC on
