@@ -49,6 +49,8 @@ type gateway struct {
 	// executions are what ListExecutions pages through, page_size at a time.
 	executions []*executionv1.Execution
 	failPage   int // ListExecutions refuses the request for this page number (1-based; 0: none)
+	// syncErr, when set, is InvokeCapability's answer to a sync invocation.
+	syncErr func() error
 }
 
 // authorized refuses a call without the application's key, as the gateway does.
@@ -66,7 +68,11 @@ func (g *gateway) InvokeCapability(ctx context.Context, req *gatewayv1.InvokeCap
 	}
 	g.mu.Lock()
 	g.invokes = append(g.invokes, req)
+	syncErr := g.syncErr
 	g.mu.Unlock()
+	if syncErr != nil && req.GetMode() == executionv1.Mode_MODE_SYNC {
+		return nil, syncErr()
+	}
 	e := &executionv1.Execution{Id: "ex-1", Capability: req.GetCapability(), Mode: req.GetMode(),
 		Status: executionv1.ExecutionStatus_EXECUTION_STATUS_PENDING, Payload: req.GetPayload()}
 	if req.GetMode() == executionv1.Mode_MODE_SYNC {
@@ -255,6 +261,39 @@ func TestWaitForSettlement(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.False(t, client.IsRetryable(err), "the caller's deadline is the caller's choice")
 		require.Equal(t, executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING, e.GetStatus(), "the execution as last read")
+	})
+
+	t.Run("a sync invocation whose outcome is pending is waited for, not invoked again", func(t *testing.T) {
+		t.Parallel()
+		g := &gateway{
+			syncErr: func() error {
+				return withDetails(t, status.New(codes.Unavailable, "the attempt ended but its outcome is not recorded yet"),
+					&errdetails.ErrorInfo{Reason: "OUTCOME_PENDING", Domain: "integrations", Metadata: map[string]string{"execution_id": "ex-9"}},
+					&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)}).Err()
+			},
+			gets: []func() (*gatewayv1.GetExecutionResponse, error){
+				execution(executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING),
+				execution(executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED)},
+		}
+		c, _ := setup(t, g, client.WithPolling(time.Millisecond, 5*time.Millisecond))
+
+		_, err := c.Invoke(context.Background(), "dummy.echo", nil, client.Sync())
+		var cerr *client.Error
+		require.ErrorAs(t, err, &cerr)
+		require.Equal(t, client.ReasonOutcomePending, cerr.Reason)
+		require.Equal(t, "ex-9", cerr.ExecutionID())
+		require.Equal(t, time.Second, cerr.RetryDelay)
+		require.False(t, cerr.Retryable(), "the work ran: invoking again would run it again")
+		require.False(t, client.IsRetryable(err))
+		require.False(t, client.IsRetryable(cerr.GRPCStatus().Err()), "nor as a bare status")
+
+		e, err := c.InvokeAndWait(context.Background(), "dummy.echo", nil, client.Sync())
+		require.NoError(t, err)
+		require.Equal(t, executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, e.GetStatus())
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		require.Len(t, g.invokes, 2, "one invocation each: InvokeAndWait invoked once")
+		require.Equal(t, 2, g.nGet, "then read the execution OUTCOME_PENDING named until settled")
 	})
 
 	t.Run("a refusal that is not retryable ends the wait", func(t *testing.T) {

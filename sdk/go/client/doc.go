@@ -16,7 +16,9 @@
 //   - RegisterWebhook and RegisterGRPC make the application's consumer and answer the signing
 //     secret; RotateSecret replaces it. Deliveries are verified with sdk/go/webhooks.
 //   - Every refusal is an *Error: the status code, the ErrorInfo Reason, the BadRequest Fields,
-//     the RetryDelay, and IsRetryable, which says whether the same call may be made again.
+//     the RetryDelay, and IsRetryable, which says whether the same call may be made again (an
+//     invocation only with the same IdempotencyKey; never after ReasonOutcomePending, whose
+//     execution ran and is to be read or waited for).
 //
 // Connecting: New dials with TLS verified against the system roots; WithTLS takes a
 // configuration (a private CA), WithInsecure is for a gateway on loopback in development;

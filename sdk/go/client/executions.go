@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
 	"time"
@@ -53,10 +54,16 @@ func (c *Client) Invoke(ctx context.Context, capability string, payload any, opt
 }
 
 // InvokeAndWait invokes (see Invoke) and waits for the execution to settle (see
-// WaitForSettlement). With an IdempotencyKey, a call that failed retryably may be made again as
-// it is: it finds the execution the first one made.
+// WaitForSettlement). A sync invocation answered ReasonOutcomePending (the attempt ran, its outcome
+// is not recorded yet) is not invoked again: InvokeAndWait waits for the execution it names. With
+// an IdempotencyKey, a call that failed retryably (IsRetryable) may be made again as it is: it
+// finds the execution the first one made; without one, a repeat may start another execution.
 func (c *Client) InvokeAndWait(ctx context.Context, capability string, payload any, opts ...InvokeOption) (*Execution, error) {
 	e, err := c.Invoke(ctx, capability, payload, opts...)
+	var cerr *Error
+	if errors.As(err, &cerr) && cerr.Reason == ReasonOutcomePending && cerr.ExecutionID() != "" {
+		return c.WaitForSettlement(ctx, cerr.ExecutionID())
+	}
 	if err != nil || IsFinal(e.GetStatus()) {
 		return e, err
 	}
