@@ -83,10 +83,25 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
 }
 
+// MinPollInterval is the least delay WithPolling takes between WaitForSettlement's reads: a
+// smaller one (zero and negative included) is raised to it, so that no setting polls the gateway
+// in a tight loop.
+const MinPollInterval = 10 * time.Millisecond
+
 // WithPolling sets WaitForSettlement's delays: from initial, growing by half each read, to at
-// most max (defaults 100 ms and 2 s).
+// most max (defaults 100 ms and 2 s). Each is at least MinPollInterval, and max at least initial:
+// smaller values are raised to those.
 func WithPolling(initial, max time.Duration) Option {
+	initial = durationAtLeast(initial, MinPollInterval)
+	max = durationAtLeast(max, initial)
 	return func(o *options) { o.poll = pollSettings{initial: initial, max: max} }
+}
+
+func durationAtLeast(d, least time.Duration) time.Duration {
+	if d < least {
+		return least
+	}
+	return d
 }
 
 // errAPIKey is New's and NewWithConn's refusal of an empty API key: every call would be refused

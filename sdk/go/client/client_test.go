@@ -263,6 +263,41 @@ func TestWaitForSettlement(t *testing.T) {
 		require.Equal(t, executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING, e.GetStatus(), "the execution as last read")
 	})
 
+	t.Run("a broken stream (INTERNAL, UNKNOWN) is read again", func(t *testing.T) {
+		t.Parallel()
+		broken := func(code codes.Code) func() (*gatewayv1.GetExecutionResponse, error) {
+			return func() (*gatewayv1.GetExecutionResponse, error) {
+				return nil, status.Error(code, "stream terminated by RST_STREAM with error code: INTERNAL_ERROR")
+			}
+		}
+		g := &gateway{gets: []func() (*gatewayv1.GetExecutionResponse, error){
+			broken(codes.Internal), broken(codes.Unknown), execution(executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED)}}
+		c, _ := setup(t, g, client.WithPolling(time.Millisecond, 5*time.Millisecond))
+		e, err := c.WaitForSettlement(context.Background(), "ex-1")
+		require.NoError(t, err)
+		require.Equal(t, executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, e.GetStatus())
+		require.Equal(t, 3, g.nGet)
+		require.False(t, client.IsRetryable(status.Error(codes.Internal, "bug")), "only a read is repeated on INTERNAL")
+	})
+
+	t.Run("polling delays under the minimum are raised to it", func(t *testing.T) {
+		t.Parallel()
+		for _, d := range []time.Duration{0, -time.Second, time.Nanosecond} {
+			g := &gateway{gets: []func() (*gatewayv1.GetExecutionResponse, error){execution(executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING)}}
+			c, _ := setup(t, g, client.WithPolling(d, d))
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			_, err := c.WaitForSettlement(ctx, "ex-1")
+			cancel()
+			require.Error(t, err, "never settled")
+			g.mu.Lock()
+			n := g.nGet
+			g.mu.Unlock()
+			// 100 ms at MinPollInterval (10 ms, jittered by a tenth) is about ten reads; a tight
+			// loop makes hundreds.
+			require.LessOrEqual(t, n, 2*int(100*time.Millisecond/client.MinPollInterval), "WithPolling(%s, %s): %d reads", d, d, n)
+		}
+	})
+
 	t.Run("a sync invocation whose outcome is pending is waited for, not invoked again", func(t *testing.T) {
 		t.Parallel()
 		g := &gateway{
@@ -412,7 +447,20 @@ func TestErrors(t *testing.T) {
 	}
 	require.False(t, client.IsRetryable(errors.New("not a status")))
 	require.False(t, client.IsRetryable(nil))
+
+	// A DEADLINE_EXCEEDED that comes back once the call's deadline has passed but before its
+	// context says so (the server's copy of the deadline ran out first) is the caller's deadline.
+	_, err = c.Get(lateContext{ctx}, "ex-1")
+	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.False(t, client.IsRetryable(err))
 }
+
+// lateContext is a context whose deadline has passed while it is not done yet: the moment between
+// a deadline and its context's timer.
+type lateContext struct{ context.Context }
+
+func (lateContext) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
 
 func withDetails(t *testing.T, st *status.Status, details ...protoadapt.MessageV1) *status.Status {
 	t.Helper()

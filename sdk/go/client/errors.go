@@ -125,7 +125,20 @@ func wrap(ctx context.Context, op string, err error) error {
 	if !ok {
 		return fmt.Errorf("client: %s: %w", op, err)
 	}
-	return fromStatus(op, st, ctx.Err())
+	return fromStatus(op, st, ctxErr(ctx, st))
+}
+
+// ctxErr is the error of ctx when the call ended because of it. A DEADLINE_EXCEEDED can come
+// back a moment before ctx's own timer fires (the server's copy of the deadline ran out first):
+// with ctx's deadline passed, it is ctx's.
+func ctxErr(ctx context.Context, st *status.Status) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && st.Code() == codes.DeadlineExceeded && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func fromStatus(op string, st *status.Status, ctxErr error) *Error {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -83,9 +84,11 @@ func IsFinal(status ExecutionStatus) bool {
 }
 
 // WaitForSettlement reads the execution until it has settled (IsFinal) and answers it. Reads back
-// off as WithPolling says; a retryable refusal (IsRetryable) is waited out, its RetryDelay
-// honoured, any other ends the wait. When ctx ends first it answers the execution as last read
-// (nil if never) and an error wrapping ctx's.
+// off as WithPolling says. Reading is safe to repeat, so a refusal that says to retry
+// (IsRetryable, its RetryDelay honoured) and INTERNAL or UNKNOWN (what a connection or stream
+// broken under the call looks like) are waited out; any other refusal ends the wait. The wait is
+// bounded only by ctx: give it a deadline. When ctx ends first it answers the execution as last
+// read (nil if never) and an error wrapping ctx's.
 func (c *Client) WaitForSettlement(ctx context.Context, id string) (*Execution, error) {
 	b := &backoff.ExponentialBackOff{InitialInterval: c.poll.initial, RandomizationFactor: 0.1,
 		Multiplier: 1.5, MaxInterval: c.poll.max}
@@ -102,7 +105,7 @@ func (c *Client) WaitForSettlement(ctx context.Context, id string) (*Execution, 
 			}
 		case ctx.Err() != nil:
 			return last, err
-		case !IsRetryable(err):
+		case !IsRetryable(err) && !transient(err):
 			return last, err
 		default:
 			if d := RetryDelay(err); d > 0 {
@@ -117,6 +120,13 @@ func (c *Client) WaitForSettlement(ctx context.Context, id string) (*Execution, 
 		case <-t.C:
 		}
 	}
+}
+
+// transient reports whether err is INTERNAL or UNKNOWN: a read may meet them when the connection
+// or the stream breaks under it (an HTTP/2 RST_STREAM), and repeating a read does no harm.
+func transient(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && (e.Code == codes.Internal || e.Code == codes.Unknown)
 }
 
 // Get reads an execution with its attempts, payload, result and progress.
