@@ -17,12 +17,21 @@
 //	keys, err := platformtoken.ParsePublicKeys(os.Getenv("INTEGRATIONS_PLATFORM_PUBLIC_KEYS"))
 //	...
 //	s, err := adapter.New(h, adapter.Options{
-//		CallbackAddr: "127.0.0.1:9093", Credential: cred, Logger: log,
+//		CallbackAddr: "callbacks.internal:9093", Credential: cred, Logger: log,
+//		// TLS to the callback service. Without transport credentials here the SDK dials
+//		// plaintext, which suits only a callback service on loopback or in a trusted
+//		// private network.
+//		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(
+//			credentials.NewTLS(&tls.Config{RootCAs: callbackCAs, MinVersion: tls.VersionTLS12}))},
 //		AdapterID: "my-adapter", PlatformKeys: keys, // only the platform's calls are served
 //	})
 //	...
 //	s.Register(grpcServer)
 //	defer s.Close()
+//
+// The callback connection is plaintext by default (Options.DialOptions says how to give it TLS):
+// the adapter's credential and every outcome cross it, so anywhere but on loopback or in a trusted
+// private network give it TLS credentials.
 //
 // The protocol this package implements — every RPC and field, what each answer costs, the
 // platform token and the request digest at byte level, the refusal marker — is written in

@@ -36,13 +36,22 @@ const (
 type Options struct {
 	// CallbackAddr is the adapter-callback service (host:port). Required for Later work in
 	// async executions; without it such work is refused with a retryable failure.
+	//
+	// It is dialled in plaintext unless DialOptions carry transport credentials: Credential and
+	// every outcome then travel unencrypted. That default suits a callback service on loopback or
+	// in a trusted private network only; anywhere else pass TLS credentials in DialOptions.
 	CallbackAddr string
 	// Credential is the adapter's own credential, sent as `authorization: Bearer` on every
-	// callback.
+	// callback (in the clear unless DialOptions carry TLS credentials).
 	Credential string
 	// Logger receives the SDK's logs; nil logs nothing.
 	Logger *zap.Logger
-	// DialOptions are added when dialling CallbackAddr, e.g. TLS credentials.
+	// DialOptions are added when dialling CallbackAddr, after the SDK's own, so that they take
+	// precedence. Without a grpc.WithTransportCredentials among them the connection is plaintext
+	// (insecure.NewCredentials()): the default, for a callback service on loopback or in a trusted
+	// private network. To use TLS, pass its credentials, e.g.
+	//
+	//	grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
 	DialOptions []grpc.DialOption
 
 	// AdapterID is this adapter's id in the platform's catalog: the audience the platform's
