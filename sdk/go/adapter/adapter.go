@@ -1,7 +1,8 @@
-// Package adapter is the Go SDK for writing an adapter (docs/architecture.md §7): a Handler turns
-// one attempt's Request into a Result, and the Server does the rest — the AdapterService gRPC
-// surface, panic containment, and for long work (Later) the Accepted answer, automatic lease
-// renewal, and delivery of the final outcome through AdapterCallbackService.
+// Package adapter is the Go SDK for writing an adapter, the service that does a capability's
+// provider work for the integrations platform: a Handler turns one attempt's Request into a
+// Result, and the Server does the rest — the AdapterService gRPC surface, panic containment, and
+// for long work (Later) the Accepted answer, automatic lease renewal, and delivery of the final
+// outcome through AdapterCallbackService.
 //
 // A complete adapter:
 //
@@ -34,9 +35,9 @@
 // private network give it TLS credentials.
 //
 // The protocol this package implements — every RPC and field, what each answer costs, the
-// platform token and the request digest at byte level, the refusal marker — is written in
-// docs/adapter-protocol.md, with language-neutral test vectors in
-// sdk/go/platformtoken/testdata/vectors.json. A refused token is answered with
+// platform token and the request digest at byte level, the refusal marker — is written in the
+// adapter protocol (docs/adapter-protocol.md in the repository), with language-neutral test
+// vectors in the platformtoken package's testdata/vectors.json. A refused token is answered with
 // platformtoken.RefusalStatus, the marker built by construction; platformtoken.ReadRefusal checks
 // one, as the platform reads it.
 package adapter
@@ -46,8 +47,8 @@ import (
 	"time"
 )
 
-// Failure classes the platform understands (docs/architecture.md §4). A class is data: the
-// gateway records it as the execution's failure class, and retries only failures marked retryable.
+// Failure classes the platform understands. A class is data: the gateway records it as the
+// execution's failure class, and retries only failures marked retryable.
 const (
 	ClassTransient   = "transient"
 	ClassPermanent   = "permanent"

@@ -72,8 +72,8 @@ func WithTLS(cfg *tls.Config) Option {
 	return func(o *options) { o.creds = credentials.NewTLS(cfg) }
 }
 
-// WithInsecure dials without TLS: for a gateway on loopback in development (make run's
-// 127.0.0.1:9090). The API key then travels in the clear.
+// WithInsecure dials without TLS: for a gateway on loopback in development (such as the
+// repository's `make run` serves on 127.0.0.1:9090). The API key then travels in the clear.
 func WithInsecure() Option {
 	return func(o *options) { o.creds = insecure.NewCredentials() }
 }

@@ -26,8 +26,8 @@
 // key.
 //
 // A complete program: it registers a webhook receiver, invokes a capability, waits for it to
-// settle and verifies the completion event it receives (make run's development stack: gRPC on
-// 127.0.0.1:9090, key dev-api-key-change-me; examples/client-go is this program, runnable).
+// settle and verifies the completion event it receives (against a development stack as the
+// repository's `make run` starts it: gRPC on 127.0.0.1:9090, key dev-api-key-change-me).
 //
 //	package main
 //

@@ -1,7 +1,7 @@
-// Package webhooks is the one implementation of the Standard Webhooks signature scheme
-// (https://www.standardwebhooks.com) in this repository: the platform signs every event delivery
-// with it (pkg/webhook calls it), and a Go receiver verifies with it — an HTTP webhook (headers
-// and raw body) or a gRPC EventConsumerService delivery (metadata and DeliverRequest).
+// Package webhooks implements the Standard Webhooks signature scheme
+// (https://www.standardwebhooks.com) as the integrations platform uses it: the platform signs
+// every event delivery with it, and a Go receiver verifies with it — an HTTP webhook (headers and
+// raw body) or a gRPC EventConsumerService delivery (metadata and DeliverRequest).
 //
 // A delivery carries three headers (HTTP headers, or the gRPC call's metadata): webhook-id (the
 // event id, the receiver's dedup key), webhook-timestamp (Unix seconds of the attempt) and
