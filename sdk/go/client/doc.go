@@ -54,9 +54,12 @@
 //		}
 //		defer c.Close()
 //
-//		// The receiver: verify the raw body and headers before anything else.
+//		// The receiver: verify the raw body and headers before anything else. The awaited
+//		// completion event is picked out by its idempotency key before the 2xx, so it is
+//		// never acknowledged and then dropped.
+//		const key = "order-42"
 //		var verifier atomic.Pointer[webhooks.Verifier]
-//		events := make(chan *webhooks.Event, 16)
+//		completed := make(chan *webhooks.Event, 1)
 //		lis, err := net.Listen("tcp", "127.0.0.1:8099")
 //		if err != nil {
 //			log.Fatal(err)
@@ -72,8 +75,13 @@
 //				http.Error(w, "not verified", http.StatusUnauthorized) // the platform retries
 //				return
 //			}
+//			if event.Type == webhooks.TypeExecutionCompleted && event.Data.IdempotencyKey == key {
+//				select {
+//				case completed <- event:
+//				default: // at least once: a redelivery of the event handed over already
+//				}
+//			}
 //			w.WriteHeader(http.StatusNoContent)
-//			events <- event // at least once: a real receiver deduplicates by event.ID
 //		}))
 //
 //		consumer, err := c.RegisterWebhook(ctx, "http://"+lis.Addr().String()+"/webhook")
@@ -86,7 +94,7 @@
 //			ID    string `json:"id"`
 //			Total int    `json:"total"`
 //		}
-//		e, err := c.InvokeAndWait(ctx, "dummy.echo", order{ID: "42", Total: 100}, client.IdempotencyKey("order-42"))
+//		e, err := c.InvokeAndWait(ctx, "dummy.echo", order{ID: "42", Total: 100}, client.IdempotencyKey(key))
 //		var cerr *client.Error
 //		switch {
 //		case errors.As(err, &cerr) && cerr.Field() != "":
@@ -98,11 +106,11 @@
 //		}
 //		fmt.Println("settled:", e.GetId(), e.GetStatus(), e.GetResult().AsMap())
 //
-//		for event := range events {
-//			if event.Type == webhooks.TypeExecutionCompleted && event.Data.ExecutionID == e.GetId() {
-//				fmt.Println("verified webhook:", event.ID, event.Data.Status, string(event.Data.Result))
-//				return
-//			}
+//		select {
+//		case event := <-completed:
+//			fmt.Println("verified webhook:", event.ID, event.Data.ExecutionID, event.Data.Status, string(event.Data.Result))
+//		case <-ctx.Done():
+//			log.Fatal("no webhook: ", ctx.Err())
 //		}
 //	}
 //
