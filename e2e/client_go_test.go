@@ -183,7 +183,8 @@ func TestGoClient(t *testing.T) {
 		grpc.WithChainUnaryInterceptor(calls.intercept))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	c := client.NewWithConn(conn, s.apiKey, client.WithPolling(50*time.Millisecond, 500*time.Millisecond))
+	c, err := client.NewWithConn(conn, s.apiKey, client.WithPolling(50*time.Millisecond, 500*time.Millisecond))
+	require.NoError(t, err)
 	settle := func(t *testing.T, id string) *client.Execution {
 		t.Helper()
 		wctx, cancel := context.WithTimeout(ctx, goClientWait)
@@ -212,10 +213,17 @@ func TestGoClient(t *testing.T) {
 		require.Equal(t, "idempotency_key", cerr.Field(), "%v", err)
 		require.False(t, client.IsRetryable(err))
 
-		for _, err := range c.List(ctx, &client.ListExecutionsRequest{PageSize: 1000}) {
+		// Refused, not clamped: exactly one pair, (nil, the refusal). A gateway that clamped the
+		// page size would answer an empty page here (no execution exists yet): no pair at all.
+		pairs := 0
+		for e, err := range c.List(ctx, &client.ListExecutionsRequest{PageSize: 1000}) {
+			pairs++
+			require.Nil(t, e)
 			require.ErrorAs(t, err, &cerr)
+			require.Equal(t, codes.InvalidArgument, cerr.Code, "%v", err)
 			require.Equal(t, "page_size", cerr.Field(), "%v", err)
 		}
+		require.Equal(t, 1, pairs, "page_size 1000 is refused with one (nil, error) pair")
 
 		_, err = c.Get(ctx, "0190a000-0000-7000-8000-000000000000")
 		require.Equal(t, codes.NotFound, status.Code(err), "%v", err)

@@ -52,33 +52,17 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 	defer c.Close()
 
-	// The receiver. It verifies the raw body and headers before anything else and answers 2xx
-	// only for what verified: anything else the platform delivers again later.
+	// The receiver, and the idempotency key that names the invocation whose completion event it
+	// waits for: known before invoking, so the handler can pick that event out even if it comes
+	// before Invoke has answered.
+	key := "example-go-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	var verifier atomic.Pointer[webhooks.Verifier]
-	events := make(chan *webhooks.Event, 16)
+	completed := make(chan *webhooks.Event, 1)
 	lis, err := net.Listen("tcp", env("RECEIVER_ADDR", "127.0.0.1:8099"))
 	if err != nil {
 		return fmt.Errorf("listen for webhooks: %w", err)
 	}
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		v := verifier.Load()
-		if v == nil {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		event, err := v.VerifyRequest(r)
-		if err != nil {
-			fmt.Fprintf(out, "refused a delivery: %v\n", err)
-			http.Error(w, "not verified", http.StatusUnauthorized)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-		// At least once: a real receiver deduplicates by event.ID (the webhook-id header).
-		select {
-		case events <- event:
-		default:
-		}
-	})}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: receiver(&verifier, key, completed, out)}
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Close()
 
@@ -93,7 +77,6 @@ func run(ctx context.Context, out io.Writer) error {
 	type greeting struct {
 		Hello string `json:"hello"`
 	}
-	key := "example-go-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	e, err := c.Invoke(ctx, capability, greeting{Hello: "world"}, client.IdempotencyKey(key))
 	if err != nil {
 		var cerr *client.Error
@@ -113,22 +96,51 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "settled: execution %s %s\n", e.GetId(), e.GetStatus())
 
-	for {
-		select {
-		case event := <-events:
-			if event.Type != webhooks.TypeExecutionCompleted || event.Data.ExecutionID != e.GetId() {
-				continue
-			}
-			detail := string(event.Data.Result)
-			if event.Data.Failure != nil {
-				detail = event.Data.Failure.Reason + ": " + event.Data.Failure.Message
-			}
-			fmt.Fprintf(out, "verified webhook %s: %s %s %s\n", event.ID, event.Type, event.Data.Status, detail)
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("no webhook for execution %s: %w", e.GetId(), ctx.Err())
+	select {
+	case event := <-completed:
+		if event.Data.ExecutionID != e.GetId() {
+			return fmt.Errorf("the completion event for idempotency key %s names execution %s, not %s", key, event.Data.ExecutionID, e.GetId())
 		}
+		detail := string(event.Data.Result)
+		if event.Data.Failure != nil {
+			detail = event.Data.Failure.Reason + ": " + event.Data.Failure.Message
+		}
+		fmt.Fprintf(out, "verified webhook %s: %s %s %s\n", event.ID, event.Type, event.Data.Status, detail)
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("no webhook for execution %s: %w", e.GetId(), ctx.Err())
 	}
+}
+
+// receiver is the webhook receiver. It verifies the raw body and headers before anything else
+// and answers 2xx only for what verified: anything else the platform delivers again later. The
+// completion event of the invocation made with idempotency key goes to completed (capacity 1);
+// the one event awaited is matched here, before the 2xx, so that it is never acknowledged and then
+// dropped however many other events arrive meanwhile. Other verified events are acknowledged and
+// ignored.
+func receiver(verifier *atomic.Pointer[webhooks.Verifier], key string, completed chan<- *webhooks.Event, out io.Writer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := verifier.Load()
+		if v == nil {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		event, err := v.VerifyRequest(r)
+		if err != nil {
+			fmt.Fprintf(out, "refused a delivery: %v\n", err)
+			http.Error(w, "not verified", http.StatusUnauthorized)
+			return
+		}
+		if event.Type == webhooks.TypeExecutionCompleted && event.Data.IdempotencyKey == key {
+			select {
+			case completed <- event:
+			default:
+				// Delivery is at least once: this is a redelivery of the one completion event,
+				// which was handed over already (a real receiver deduplicates by event.ID).
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
 }
 
 // transportOption is how to reach the gateway: plaintext (make run's loopback port), or TLS.

@@ -1,7 +1,8 @@
-// Package adapter is the Go SDK for writing an adapter (docs/architecture.md §7): a Handler turns
-// one attempt's Request into a Result, and the Server does the rest — the AdapterService gRPC
-// surface, panic containment, and for long work (Later) the Accepted answer, automatic lease
-// renewal, and delivery of the final outcome through AdapterCallbackService.
+// Package adapter is the Go SDK for writing an adapter, the service that does a capability's
+// provider work for the integrations platform: a Handler turns one attempt's Request into a
+// Result, and the Server does the rest — the AdapterService gRPC surface, panic containment, and
+// for long work (Later) the Accepted answer, automatic lease renewal, and delivery of the final
+// outcome through AdapterCallbackService.
 //
 // A complete adapter:
 //
@@ -17,17 +18,26 @@
 //	keys, err := platformtoken.ParsePublicKeys(os.Getenv("INTEGRATIONS_PLATFORM_PUBLIC_KEYS"))
 //	...
 //	s, err := adapter.New(h, adapter.Options{
-//		CallbackAddr: "127.0.0.1:9093", Credential: cred, Logger: log,
+//		CallbackAddr: "callbacks.internal:9093", Credential: cred, Logger: log,
+//		// TLS to the callback service. Without transport credentials here the SDK dials
+//		// plaintext, which suits only a callback service on loopback or in a trusted
+//		// private network.
+//		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(
+//			credentials.NewTLS(&tls.Config{RootCAs: callbackCAs, MinVersion: tls.VersionTLS12}))},
 //		AdapterID: "my-adapter", PlatformKeys: keys, // only the platform's calls are served
 //	})
 //	...
 //	s.Register(grpcServer)
 //	defer s.Close()
 //
+// The callback connection is plaintext by default (Options.DialOptions says how to give it TLS):
+// the adapter's credential and every outcome cross it, so anywhere but on loopback or in a trusted
+// private network give it TLS credentials.
+//
 // The protocol this package implements — every RPC and field, what each answer costs, the
-// platform token and the request digest at byte level, the refusal marker — is written in
-// docs/adapter-protocol.md, with language-neutral test vectors in
-// sdk/go/platformtoken/testdata/vectors.json. A refused token is answered with
+// platform token and the request digest at byte level, the refusal marker — is written in the
+// adapter protocol (docs/adapter-protocol.md in the repository), with language-neutral test
+// vectors in the platformtoken package's testdata/vectors.json. A refused token is answered with
 // platformtoken.RefusalStatus, the marker built by construction; platformtoken.ReadRefusal checks
 // one, as the platform reads it.
 package adapter
@@ -37,8 +47,8 @@ import (
 	"time"
 )
 
-// Failure classes the platform understands (docs/architecture.md §4). A class is data: the
-// gateway records it as the execution's failure class, and retries only failures marked retryable.
+// Failure classes the platform understands. A class is data: the gateway records it as the
+// execution's failure class, and retries only failures marked retryable.
 const (
 	ClassTransient   = "transient"
 	ClassPermanent   = "permanent"

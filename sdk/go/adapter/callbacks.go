@@ -226,8 +226,8 @@ func (s *Server) renewLoop(ctx context.Context, log *zap.Logger, cb *Callbacks, 
 	}
 }
 
-// attemptGone tells the callback service's refusals (docs/architecture.md §7: invalid, foreign,
-// no longer applicable, sync) from failures that a later call may not meet.
+// attemptGone tells the callback service's refusals (invalid, foreign, no longer applicable,
+// sync: the adapter protocol's callback refusals) from failures that a later call may not meet.
 func attemptGone(err error) bool {
 	switch status.Code(err) {
 	case codes.InvalidArgument, codes.Unauthenticated, codes.PermissionDenied,

@@ -36,13 +36,22 @@ const (
 type Options struct {
 	// CallbackAddr is the adapter-callback service (host:port). Required for Later work in
 	// async executions; without it such work is refused with a retryable failure.
+	//
+	// It is dialled in plaintext unless DialOptions carry transport credentials: Credential and
+	// every outcome then travel unencrypted. That default suits a callback service on loopback or
+	// in a trusted private network only; anywhere else pass TLS credentials in DialOptions.
 	CallbackAddr string
 	// Credential is the adapter's own credential, sent as `authorization: Bearer` on every
-	// callback.
+	// callback (in the clear unless DialOptions carry TLS credentials).
 	Credential string
 	// Logger receives the SDK's logs; nil logs nothing.
 	Logger *zap.Logger
-	// DialOptions are added when dialling CallbackAddr, e.g. TLS credentials.
+	// DialOptions are added when dialling CallbackAddr, after the SDK's own, so that they take
+	// precedence. Without a grpc.WithTransportCredentials among them the connection is plaintext
+	// (insecure.NewCredentials()): the default, for a callback service on loopback or in a trusted
+	// private network. To use TLS, pass its credentials, e.g.
+	//
+	//	grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
 	DialOptions []grpc.DialOption
 
 	// AdapterID is this adapter's id in the platform's catalog: the audience the platform's
@@ -123,7 +132,7 @@ func New(h Handler, opts Options) (*Server, error) {
 // authenticate checks the platform's token on a call for an attempt, req being the request
 // received, before anything of the call is acted on. A refusal is UNAUTHENTICATED with the
 // refusal marker (platformtoken.RefusalStatus), sent before the received header: the platform
-// knows that nothing ran (adaptercall treats it as an adapter it could not use, no attempt spent).
+// knows that nothing ran (it treats the adapter as one it could not use, and spends no attempt).
 func (s *Server) authenticate(ctx context.Context, method, executionID string, attempt int32, req proto.Message) error {
 	if s.verifier == nil {
 		return nil
@@ -359,8 +368,8 @@ func (v service) Execute(ctx context.Context, in *adapterv1.ExecuteRequest) (*ad
 	if err := s.authenticate(ctx, adapterv1.AdapterService_Execute_FullMethodName, in.GetExecutionId(), in.GetAttempt(), in); err != nil {
 		return nil, err
 	}
-	// The attempt's trace, whether or not the adapter's gRPC server was built by grpcx: its work
-	// and callbacks continue it.
+	// The attempt's trace, whether or not the adapter's gRPC server has tracing interceptors: its
+	// work and callbacks continue it.
 	ctx = fromIncoming(ctx)
 	// Acknowledge receipt before any work starts: a platform whose call then fails on a broken
 	// connection without this header knows the handler never ran, and spends no attempt.

@@ -72,8 +72,8 @@ func WithTLS(cfg *tls.Config) Option {
 	return func(o *options) { o.creds = credentials.NewTLS(cfg) }
 }
 
-// WithInsecure dials without TLS: for a gateway on loopback in development (make run's
-// 127.0.0.1:9090). The API key then travels in the clear.
+// WithInsecure dials without TLS: for a gateway on loopback in development (such as the
+// repository's `make run` serves on 127.0.0.1:9090). The API key then travels in the clear.
 func WithInsecure() Option {
 	return func(o *options) { o.creds = insecure.NewCredentials() }
 }
@@ -83,17 +83,36 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
 }
 
+// MinPollInterval is the least delay WithPolling takes between WaitForSettlement's reads: a
+// smaller one (zero and negative included) is raised to it, so that no setting polls the gateway
+// in a tight loop.
+const MinPollInterval = 10 * time.Millisecond
+
 // WithPolling sets WaitForSettlement's delays: from initial, growing by half each read, to at
-// most max (defaults 100 ms and 2 s).
+// most max (defaults 100 ms and 2 s). Each is at least MinPollInterval, and max at least initial:
+// smaller values are raised to those.
 func WithPolling(initial, max time.Duration) Option {
+	initial = durationAtLeast(initial, MinPollInterval)
+	max = durationAtLeast(max, initial)
 	return func(o *options) { o.poll = pollSettings{initial: initial, max: max} }
 }
+
+func durationAtLeast(d, least time.Duration) time.Duration {
+	if d < least {
+		return least
+	}
+	return d
+}
+
+// errAPIKey is New's and NewWithConn's refusal of an empty API key: every call would be refused
+// UNAUTHENTICATED.
+var errAPIKey = errors.New("client: an API key is required")
 
 // New dials the gateway's gRPC address target (host:port) and answers a client that calls as
 // the application whose API key is apiKey. Close releases the connection.
 func New(target, apiKey string, opts ...Option) (*Client, error) {
 	if apiKey == "" {
-		return nil, errors.New("client: an API key is required")
+		return nil, errAPIKey
 	}
 	o := collect(opts)
 	creds := o.creds
@@ -110,9 +129,16 @@ func New(target, apiKey string, opts ...Option) (*Client, error) {
 }
 
 // NewWithConn answers a client on a connection the caller made and keeps: Close leaves it open.
-// Options that concern dialling (WithTLS, WithInsecure, WithDialOptions) have no effect.
-func NewWithConn(conn grpc.ClientConnInterface, apiKey string, opts ...Option) *Client {
-	return newClient(conn, apiKey, collect(opts))
+// Options that concern dialling (WithTLS, WithInsecure, WithDialOptions) have no effect. As New,
+// it refuses an empty API key (and a nil connection).
+func NewWithConn(conn grpc.ClientConnInterface, apiKey string, opts ...Option) (*Client, error) {
+	if conn == nil {
+		return nil, errors.New("client: a connection is required")
+	}
+	if apiKey == "" {
+		return nil, errAPIKey
+	}
+	return newClient(conn, apiKey, collect(opts)), nil
 }
 
 func collect(opts []Option) options {

@@ -49,6 +49,8 @@ type gateway struct {
 	// executions are what ListExecutions pages through, page_size at a time.
 	executions []*executionv1.Execution
 	failPage   int // ListExecutions refuses the request for this page number (1-based; 0: none)
+	// syncErr, when set, is InvokeCapability's answer to a sync invocation.
+	syncErr func() error
 }
 
 // authorized refuses a call without the application's key, as the gateway does.
@@ -66,7 +68,11 @@ func (g *gateway) InvokeCapability(ctx context.Context, req *gatewayv1.InvokeCap
 	}
 	g.mu.Lock()
 	g.invokes = append(g.invokes, req)
+	syncErr := g.syncErr
 	g.mu.Unlock()
+	if syncErr != nil && req.GetMode() == executionv1.Mode_MODE_SYNC {
+		return nil, syncErr()
+	}
 	e := &executionv1.Execution{Id: "ex-1", Capability: req.GetCapability(), Mode: req.GetMode(),
 		Status: executionv1.ExecutionStatus_EXECUTION_STATUS_PENDING, Payload: req.GetPayload()}
 	if req.GetMode() == executionv1.Mode_MODE_SYNC {
@@ -157,7 +163,9 @@ func setup(t *testing.T, g *gateway, opts ...client.Option) (*client.Client, *gr
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return client.NewWithConn(conn, key, opts...), conn
+	c, err := client.NewWithConn(conn, key, opts...)
+	require.NoError(t, err)
+	return c, conn
 }
 
 func TestInvoke(t *testing.T) {
@@ -255,6 +263,74 @@ func TestWaitForSettlement(t *testing.T) {
 		require.Equal(t, executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING, e.GetStatus(), "the execution as last read")
 	})
 
+	t.Run("a broken stream (INTERNAL, UNKNOWN) is read again", func(t *testing.T) {
+		t.Parallel()
+		broken := func(code codes.Code) func() (*gatewayv1.GetExecutionResponse, error) {
+			return func() (*gatewayv1.GetExecutionResponse, error) {
+				return nil, status.Error(code, "stream terminated by RST_STREAM with error code: INTERNAL_ERROR")
+			}
+		}
+		g := &gateway{gets: []func() (*gatewayv1.GetExecutionResponse, error){
+			broken(codes.Internal), broken(codes.Unknown), execution(executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED)}}
+		c, _ := setup(t, g, client.WithPolling(time.Millisecond, 5*time.Millisecond))
+		e, err := c.WaitForSettlement(context.Background(), "ex-1")
+		require.NoError(t, err)
+		require.Equal(t, executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, e.GetStatus())
+		require.Equal(t, 3, g.nGet)
+		require.False(t, client.IsRetryable(status.Error(codes.Internal, "bug")), "only a read is repeated on INTERNAL")
+	})
+
+	t.Run("polling delays under the minimum are raised to it", func(t *testing.T) {
+		t.Parallel()
+		for _, d := range []time.Duration{0, -time.Second, time.Nanosecond} {
+			g := &gateway{gets: []func() (*gatewayv1.GetExecutionResponse, error){execution(executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING)}}
+			c, _ := setup(t, g, client.WithPolling(d, d))
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			_, err := c.WaitForSettlement(ctx, "ex-1")
+			cancel()
+			require.Error(t, err, "never settled")
+			g.mu.Lock()
+			n := g.nGet
+			g.mu.Unlock()
+			// 100 ms at MinPollInterval (10 ms, jittered by a tenth) is about ten reads; a tight
+			// loop makes hundreds.
+			require.LessOrEqual(t, n, 2*int(100*time.Millisecond/client.MinPollInterval), "WithPolling(%s, %s): %d reads", d, d, n)
+		}
+	})
+
+	t.Run("a sync invocation whose outcome is pending is waited for, not invoked again", func(t *testing.T) {
+		t.Parallel()
+		g := &gateway{
+			syncErr: func() error {
+				return withDetails(t, status.New(codes.Unavailable, "the attempt ended but its outcome is not recorded yet"),
+					&errdetails.ErrorInfo{Reason: "OUTCOME_PENDING", Domain: "integrations", Metadata: map[string]string{"execution_id": "ex-9"}},
+					&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)}).Err()
+			},
+			gets: []func() (*gatewayv1.GetExecutionResponse, error){
+				execution(executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING),
+				execution(executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED)},
+		}
+		c, _ := setup(t, g, client.WithPolling(time.Millisecond, 5*time.Millisecond))
+
+		_, err := c.Invoke(context.Background(), "dummy.echo", nil, client.Sync())
+		var cerr *client.Error
+		require.ErrorAs(t, err, &cerr)
+		require.Equal(t, client.ReasonOutcomePending, cerr.Reason)
+		require.Equal(t, "ex-9", cerr.ExecutionID())
+		require.Equal(t, time.Second, cerr.RetryDelay)
+		require.False(t, cerr.Retryable(), "the work ran: invoking again would run it again")
+		require.False(t, client.IsRetryable(err))
+		require.False(t, client.IsRetryable(cerr.GRPCStatus().Err()), "nor as a bare status")
+
+		e, err := c.InvokeAndWait(context.Background(), "dummy.echo", nil, client.Sync())
+		require.NoError(t, err)
+		require.Equal(t, executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, e.GetStatus())
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		require.Len(t, g.invokes, 2, "one invocation each: InvokeAndWait invoked once")
+		require.Equal(t, 2, g.nGet, "then read the execution OUTCOME_PENDING named until settled")
+	})
+
 	t.Run("a refusal that is not retryable ends the wait", func(t *testing.T) {
 		t.Parallel()
 		g := &gateway{gets: []func() (*gatewayv1.GetExecutionResponse, error){func() (*gatewayv1.GetExecutionResponse, error) {
@@ -335,7 +411,8 @@ func TestErrors(t *testing.T) {
 	require.Equal(t, "ALREADY_SETTLED", rpcstatus.Reason(err), "rpcstatus reads it")
 	require.Contains(t, err.Error(), "cancel execution ex-1")
 
-	other := client.NewWithConn(conn, "wrong-key")
+	other, err := client.NewWithConn(conn, "wrong-key")
+	require.NoError(t, err)
 	_, err = other.Get(ctx, "ex-1")
 	require.Equal(t, codes.Unauthenticated, status.Code(err))
 	require.False(t, client.IsRetryable(err))
@@ -370,7 +447,20 @@ func TestErrors(t *testing.T) {
 	}
 	require.False(t, client.IsRetryable(errors.New("not a status")))
 	require.False(t, client.IsRetryable(nil))
+
+	// A DEADLINE_EXCEEDED that comes back once the call's deadline has passed but before its
+	// context says so (the server's copy of the deadline ran out first) is the caller's deadline.
+	_, err = c.Get(lateContext{ctx}, "ex-1")
+	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.False(t, client.IsRetryable(err))
 }
+
+// lateContext is a context whose deadline has passed while it is not done yet: the moment between
+// a deadline and its context's timer.
+type lateContext struct{ context.Context }
+
+func (lateContext) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
 
 func withDetails(t *testing.T, st *status.Status, details ...protoadapt.MessageV1) *status.Status {
 	t.Helper()
@@ -421,6 +511,13 @@ func TestNew(t *testing.T) {
 	require.NoError(t, c.Close())
 
 	_, conn := setup(t, &gateway{})
-	require.NoError(t, client.NewWithConn(conn, key).Close())
+	c, err = client.NewWithConn(conn, key)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
 	require.NotEqual(t, "SHUTDOWN", conn.GetState().String(), "the caller's connection stays open")
+
+	_, err = client.NewWithConn(conn, "")
+	require.ErrorContains(t, err, "an API key is required", "as New")
+	_, err = client.NewWithConn(nil, key)
+	require.ErrorContains(t, err, "a connection is required")
 }

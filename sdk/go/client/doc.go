@@ -16,15 +16,18 @@
 //   - RegisterWebhook and RegisterGRPC make the application's consumer and answer the signing
 //     secret; RotateSecret replaces it. Deliveries are verified with sdk/go/webhooks.
 //   - Every refusal is an *Error: the status code, the ErrorInfo Reason, the BadRequest Fields,
-//     the RetryDelay, and IsRetryable, which says whether the same call may be made again.
+//     the RetryDelay, and IsRetryable, which says whether the same call may be made again (an
+//     invocation only with the same IdempotencyKey; never after ReasonOutcomePending, whose
+//     execution ran and is to be read or waited for).
 //
 // Connecting: New dials with TLS verified against the system roots; WithTLS takes a
 // configuration (a private CA), WithInsecure is for a gateway on loopback in development;
-// NewWithConn takes a *grpc.ClientConn of the caller's.
+// NewWithConn takes a *grpc.ClientConn of the caller's. New and NewWithConn refuse an empty API
+// key.
 //
 // A complete program: it registers a webhook receiver, invokes a capability, waits for it to
-// settle and verifies the completion event it receives (make run's development stack: gRPC on
-// 127.0.0.1:9090, key dev-api-key-change-me; examples/client-go is this program, runnable).
+// settle and verifies the completion event it receives (against a development stack as the
+// repository's `make run` starts it: gRPC on 127.0.0.1:9090, key dev-api-key-change-me).
 //
 //	package main
 //
@@ -51,9 +54,12 @@
 //		}
 //		defer c.Close()
 //
-//		// The receiver: verify the raw body and headers before anything else.
+//		// The receiver: verify the raw body and headers before anything else. The awaited
+//		// completion event is picked out by its idempotency key before the 2xx, so it is
+//		// never acknowledged and then dropped.
+//		const key = "order-42"
 //		var verifier atomic.Pointer[webhooks.Verifier]
-//		events := make(chan *webhooks.Event, 16)
+//		completed := make(chan *webhooks.Event, 1)
 //		lis, err := net.Listen("tcp", "127.0.0.1:8099")
 //		if err != nil {
 //			log.Fatal(err)
@@ -69,8 +75,13 @@
 //				http.Error(w, "not verified", http.StatusUnauthorized) // the platform retries
 //				return
 //			}
+//			if event.Type == webhooks.TypeExecutionCompleted && event.Data.IdempotencyKey == key {
+//				select {
+//				case completed <- event:
+//				default: // at least once: a redelivery of the event handed over already
+//				}
+//			}
 //			w.WriteHeader(http.StatusNoContent)
-//			events <- event // at least once: a real receiver deduplicates by event.ID
 //		}))
 //
 //		consumer, err := c.RegisterWebhook(ctx, "http://"+lis.Addr().String()+"/webhook")
@@ -83,7 +94,7 @@
 //			ID    string `json:"id"`
 //			Total int    `json:"total"`
 //		}
-//		e, err := c.InvokeAndWait(ctx, "dummy.echo", order{ID: "42", Total: 100}, client.IdempotencyKey("order-42"))
+//		e, err := c.InvokeAndWait(ctx, "dummy.echo", order{ID: "42", Total: 100}, client.IdempotencyKey(key))
 //		var cerr *client.Error
 //		switch {
 //		case errors.As(err, &cerr) && cerr.Field() != "":
@@ -95,11 +106,11 @@
 //		}
 //		fmt.Println("settled:", e.GetId(), e.GetStatus(), e.GetResult().AsMap())
 //
-//		for event := range events {
-//			if event.Type == webhooks.TypeExecutionCompleted && event.Data.ExecutionID == e.GetId() {
-//				fmt.Println("verified webhook:", event.ID, event.Data.Status, string(event.Data.Result))
-//				return
-//			}
+//		select {
+//		case event := <-completed:
+//			fmt.Println("verified webhook:", event.ID, event.Data.ExecutionID, event.Data.Status, string(event.Data.Result))
+//		case <-ctx.Done():
+//			log.Fatal("no webhook: ", ctx.Err())
 //		}
 //	}
 //

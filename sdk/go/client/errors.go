@@ -29,7 +29,8 @@ type Error struct {
 	// Reason is the ErrorInfo reason (IDEMPOTENCY_KEY_REUSED, ALREADY_SETTLED, RATE_LIMITED, ...),
 	// or "".
 	Reason string
-	// Metadata is the ErrorInfo's metadata (ALREADY_SETTLED's "status", ...), or nil.
+	// Metadata is the ErrorInfo's metadata (ALREADY_SETTLED's "status", OUTCOME_PENDING's
+	// "execution_id", ...), or nil.
 	Metadata map[string]string
 	// Fields are the request fields a BadRequest names, with what is wrong with each.
 	Fields []FieldViolation
@@ -67,13 +68,30 @@ func (e *Error) Field() string {
 	return e.Fields[0].Field
 }
 
-// Retryable reports whether the same call may be made again (an invocation with the same
-// IdempotencyKey), after RetryDelay when given: UNAVAILABLE (an outage or no connection; nothing
-// is wrong with the request), RESOURCE_EXHAUSTED (a rate limit), ABORTED (the execution kept
-// changing; retry), or any status that carries a RetryInfo. Not when the call's own context
-// ended: the caller chose that.
+// ReasonOutcomePending is the Reason of a sync invocation's UNAVAILABLE whose attempt ran but whose
+// outcome was not recorded by the call's deadline: the provider work is done or under way, the
+// execution settles on its own, and ExecutionID names it. Such a call must not be made again —
+// without an IdempotencyKey that runs the work a second time: read the execution (Get) or wait for
+// it (WaitForSettlement); InvokeAndWait does so itself.
+const ReasonOutcomePending = "OUTCOME_PENDING"
+
+// ExecutionID is the execution the refusal is about, from its ErrorInfo metadata ("execution_id",
+// as OUTCOME_PENDING carries it), or "".
+func (e *Error) ExecutionID() string { return e.Metadata["execution_id"] }
+
+// Retryable reports whether the same call may be made again, after RetryDelay when given:
+// UNAVAILABLE (an outage or no connection; nothing is wrong with the request), RESOURCE_EXHAUSTED
+// (a rate limit), ABORTED (the execution kept changing; retry), or any status that carries a
+// RetryInfo. Not when the call's own context ended (the caller chose that), and not for
+// ReasonOutcomePending, although it is UNAVAILABLE with a RetryInfo: the work already ran, and
+// the execution is to be read or waited for, not invoked again.
+//
+// Repeating an invocation is safe only with the same IdempotencyKey: the gateway then answers the
+// execution the first call made, if it made one. Without a key, an invocation that failed
+// retryably may still have been accepted (the answer was lost on its way back), and each repeat
+// may start one more execution.
 func (e *Error) Retryable() bool {
-	if e.ctxErr != nil {
+	if e.ctxErr != nil || e.Reason == ReasonOutcomePending {
 		return false
 	}
 	switch e.Code {
@@ -83,8 +101,10 @@ func (e *Error) Retryable() bool {
 	return e.RetryDelay > 0
 }
 
-// IsRetryable reports whether err is an *Error (or a gRPC status error) that says to try again
-// (see Error.Retryable).
+// IsRetryable reports whether err is an *Error (or a gRPC status error) that says the same call
+// may be made again (see Error.Retryable). An invocation is safe to repeat only with the same
+// IdempotencyKey; and never after ReasonOutcomePending, which IsRetryable reports false: that
+// execution ran, read it or wait for it (Error.ExecutionID names it).
 func IsRetryable(err error) bool {
 	var e *Error
 	if errors.As(err, &e) {
@@ -105,7 +125,20 @@ func wrap(ctx context.Context, op string, err error) error {
 	if !ok {
 		return fmt.Errorf("client: %s: %w", op, err)
 	}
-	return fromStatus(op, st, ctx.Err())
+	return fromStatus(op, st, ctxErr(ctx, st))
+}
+
+// ctxErr is the error of ctx when the call ended because of it. A DEADLINE_EXCEEDED can come
+// back a moment before ctx's own timer fires (the server's copy of the deadline ran out first):
+// with ctx's deadline passed, it is ctx's.
+func ctxErr(ctx context.Context, st *status.Status) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && st.Code() == codes.DeadlineExceeded && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func fromStatus(op string, st *status.Status, ctxErr error) *Error {

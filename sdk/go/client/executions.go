@@ -3,11 +3,13 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -53,10 +55,16 @@ func (c *Client) Invoke(ctx context.Context, capability string, payload any, opt
 }
 
 // InvokeAndWait invokes (see Invoke) and waits for the execution to settle (see
-// WaitForSettlement). With an IdempotencyKey, a call that failed retryably may be made again as
-// it is: it finds the execution the first one made.
+// WaitForSettlement). A sync invocation answered ReasonOutcomePending (the attempt ran, its outcome
+// is not recorded yet) is not invoked again: InvokeAndWait waits for the execution it names. With
+// an IdempotencyKey, a call that failed retryably (IsRetryable) may be made again as it is: it
+// finds the execution the first one made; without one, a repeat may start another execution.
 func (c *Client) InvokeAndWait(ctx context.Context, capability string, payload any, opts ...InvokeOption) (*Execution, error) {
 	e, err := c.Invoke(ctx, capability, payload, opts...)
+	var cerr *Error
+	if errors.As(err, &cerr) && cerr.Reason == ReasonOutcomePending && cerr.ExecutionID() != "" {
+		return c.WaitForSettlement(ctx, cerr.ExecutionID())
+	}
 	if err != nil || IsFinal(e.GetStatus()) {
 		return e, err
 	}
@@ -76,9 +84,11 @@ func IsFinal(status ExecutionStatus) bool {
 }
 
 // WaitForSettlement reads the execution until it has settled (IsFinal) and answers it. Reads back
-// off as WithPolling says; a retryable refusal (IsRetryable) is waited out, its RetryDelay
-// honoured, any other ends the wait. When ctx ends first it answers the execution as last read
-// (nil if never) and an error wrapping ctx's.
+// off as WithPolling says. Reading is safe to repeat, so a refusal that says to retry
+// (IsRetryable, its RetryDelay honoured) and INTERNAL or UNKNOWN (what a connection or stream
+// broken under the call looks like) are waited out; any other refusal ends the wait. The wait is
+// bounded only by ctx: give it a deadline. When ctx ends first it answers the execution as last
+// read (nil if never) and an error wrapping ctx's.
 func (c *Client) WaitForSettlement(ctx context.Context, id string) (*Execution, error) {
 	b := &backoff.ExponentialBackOff{InitialInterval: c.poll.initial, RandomizationFactor: 0.1,
 		Multiplier: 1.5, MaxInterval: c.poll.max}
@@ -95,7 +105,7 @@ func (c *Client) WaitForSettlement(ctx context.Context, id string) (*Execution, 
 			}
 		case ctx.Err() != nil:
 			return last, err
-		case !IsRetryable(err):
+		case !IsRetryable(err) && !transient(err):
 			return last, err
 		default:
 			if d := RetryDelay(err); d > 0 {
@@ -110,6 +120,13 @@ func (c *Client) WaitForSettlement(ctx context.Context, id string) (*Execution, 
 		case <-t.C:
 		}
 	}
+}
+
+// transient reports whether err is INTERNAL or UNKNOWN: a read may meet them when the connection
+// or the stream breaks under it (an HTTP/2 RST_STREAM), and repeating a read does no harm.
+func transient(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && (e.Code == codes.Internal || e.Code == codes.Unknown)
 }
 
 // Get reads an execution with its attempts, payload, result and progress.

@@ -1,12 +1,12 @@
 // Package outcome reports an attempt's outcome — to the settlement service, to the callback
-// service, or to the database — with one set of rules, used by the gateway's sync path, the
-// execution-consumer and the adapter SDK alike (issue 10):
+// service, or to the database — with one set of rules, used by the platform's services and the
+// adapter SDK alike:
 //
 //   - a retryable answer (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, a retryable ABORTED,
 //     INTERNAL or UNKNOWN, which is what a transport failure looks like) is retried with
 //     exponential backoff until the attempt's lease or deadline, never a fixed number of tries:
 //     the outcome is the only record of work the provider did, and giving it up early makes the
-//     sweeper run that work again;
+//     platform run that work again once the attempt's lease expires;
 //   - a refusal of the result itself (INVALID_ARGUMENT on it, e.g. NaN) is ResultRefused: the
 //     caller reports a permanent protocol failure of the attempt instead;
 //   - "already moved on" (ALREADY_SETTLED, STALE_ATTEMPT, STATUS_MISMATCH, NOT_FOUND,

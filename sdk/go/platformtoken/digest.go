@@ -44,9 +44,10 @@ const digestDomain = "integrations.platformtoken.request.v1\x00"
 //	                            Struct, 'l' count Values
 //
 // An ExecuteRequest's digest is over 'E' and its fields in field-number order, a CancelRequest's
-// over 'C' and its fields. docs/adapter-protocol.md (§7) specifies it for other languages, with a
-// worked example; testdata/vectors.json holds its test vectors. A field added to either later is covered only under a new
-// digestDomain; until then it is not bound to the token, and must not change what work runs.
+// over 'C' and its fields. The adapter protocol specifies it for other languages, with a worked
+// example; testdata/vectors.json holds its test vectors. A field added to either later is covered
+// only under a new digestDomain; until then it is not bound to the token, and must not change
+// what work runs.
 func Digest(req proto.Message) (string, error) {
 	h := sha256.New()
 	if err := encode(h, req); err != nil {

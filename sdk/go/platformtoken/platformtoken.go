@@ -1,11 +1,15 @@
 // Package platformtoken is the platform's credential on its calls to adapters: a short-lived JWT
 // signed with Ed25519 (EdDSA) that binds one call to one adapter (aud), one execution (sub), one
 // attempt (att), one RPC (rpc) and one request (req, a digest of the request's fields, see
-// Digest). The services that call adapters (gateway, execution-consumer)
-// sign with a private key; an adapter, through the SDK (sdk/go/adapter), verifies with one or more
-// public keys — several during a rotation. Tokens are used instead of mTLS because adapters
-// often sit behind TLS-terminating proxies that drop client certificates, and an adapter then
-// needs only a public key, no CA (docs/decisions.md, "Platform credential on adapter calls").
+// Digest). The platform's services that call adapters sign with a private key; an adapter,
+// through the adapter SDK (package adapter of this module), verifies with one or more public keys
+// — several during a rotation. Tokens are used instead of mTLS because adapters often sit behind
+// TLS-terminating proxies that drop client certificates, and an adapter then needs only a public
+// key, no CA.
+//
+// The adapter protocol (docs/adapter-protocol.md in the repository) specifies the token, the
+// request digest and the refusal marker for adapters in other languages, with test vectors
+// (testdata/vectors.json in this package).
 //
 // A key's id (the token's kid header) is its RFC 7638 JWK thumbprint, so a key pair needs no
 // separate name: an adapter given a list of public keys finds the one a token names.
@@ -107,8 +111,8 @@ func (s *Signer) PublicKey() (ed25519.PublicKey, string) {
 func (s *Signer) Sign(c Call) (string, error) { return s.SignAt(c, s.now()) }
 
 // SignAt returns a token for c signed as if the clock read now: its iat is now and its expiry
-// counts from it. The platform signs with Sign; a conformance check (pkg/adaptercheck) signs an
-// expired token with a past now, to see the adapter refuse it.
+// counts from it. The platform signs with Sign; a conformance check of an adapter signs an expired
+// token with a past now, to see the adapter refuse it.
 func (s *Signer) SignAt(c Call, now time.Time) (string, error) {
 	exp := now.Add(Lifetime)
 	if !c.Deadline.IsZero() && c.Deadline.Before(exp) {
@@ -156,7 +160,7 @@ var (
 )
 
 // The names of the checks a token can fail, as Check returns them and the refusal marker's check
-// metadata carries them (docs/adapter-protocol.md).
+// metadata carries them (the adapter protocol names them the same).
 const (
 	CheckMissing  = "missing"
 	CheckKey      = "key"

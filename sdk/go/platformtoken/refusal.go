@@ -13,9 +13,9 @@ import (
 // token says so, on the UNAUTHENTICATED it answers before doing anything (and before the
 // integrations-received header). Its metadata's RefusalCheckKey names the check that failed. The
 // platform spends no attempt on a call so refused (unless the check is CheckReplayed): only this
-// marker tells it that nothing ran, so it is exact — docs/adapter-protocol.md gives its bytes.
-// The domain is the adapter protocol's, not the platform's services' (grpcx.ErrorDomain): an
-// adapter in another language answers it too.
+// marker tells it that nothing ran, so it is exact — the adapter protocol gives its bytes. The
+// domain is the adapter protocol's, not that of the platform's own API errors: an adapter in
+// another language answers it too.
 const (
 	RefusalDomain   = "integrations.platform"
 	RefusalReason   = "PLATFORM_TOKEN_REFUSED"
@@ -47,8 +47,9 @@ func RefusalStatus(err error) *status.Status {
 }
 
 // RefusalError is the error an adapter returns for a call whose token Verify refused: its
-// GRPCStatus is RefusalStatus. A gRPC server answers it as it is; the platform's own server
-// (grpcx.Server, which maps every other error to a status of its own) passes it through too.
+// GRPCStatus is RefusalStatus. A gRPC server answers it as it is; a server whose interceptors map
+// errors to statuses of their own must let a *RefusalError (found with errors.As) through, as the
+// platform's own servers do.
 type RefusalError struct {
 	cause error
 	st    *status.Status

@@ -1,7 +1,7 @@
-// Package webhooks is the one implementation of the Standard Webhooks signature scheme
-// (https://www.standardwebhooks.com) in this repository: the platform signs every event delivery
-// with it (pkg/webhook calls it), and a Go receiver verifies with it — an HTTP webhook (headers
-// and raw body) or a gRPC EventConsumerService delivery (metadata and DeliverRequest).
+// Package webhooks implements the Standard Webhooks signature scheme
+// (https://www.standardwebhooks.com) as the integrations platform uses it: the platform signs
+// every event delivery with it, and a Go receiver verifies with it — an HTTP webhook (headers and
+// raw body) or a gRPC EventConsumerService delivery (metadata and DeliverRequest).
 //
 // A delivery carries three headers (HTTP headers, or the gRPC call's metadata): webhook-id (the
 // event id, the receiver's dedup key), webhook-timestamp (Unix seconds of the attempt) and
@@ -73,7 +73,11 @@ const SecretPrefix = "whsec_"
 // Webhooks libraries' five minutes, the bound on how long a captured delivery can be replayed.
 const DefaultTolerance = 5 * time.Minute
 
-// MaxBodyBytes bounds the body VerifyRequest reads.
+// MaxBodyBytes is the default of Verifier.MaxBodyBytes, the most VerifyRequest reads of a body:
+// 16 MiB. A delivery's body is an event: the platform's result and progress objects, each bounded
+// by the deployment's payload limit, and a few hundred bytes more; 16 MiB leaves room for any
+// limit a deployment sets, and VerifyRequest reads nothing before the headers say the request is a
+// delivery (see VerifyRequest). A receiver that knows its deployment's limit sets a smaller one.
 const MaxBodyBytes = 16 << 20
 
 // The event types a delivery's body carries in "type".
@@ -169,6 +173,9 @@ type Verifier struct {
 	Tolerance time.Duration
 	// Now is the receiver's clock (nil: time.Now).
 	Now func() time.Time
+	// MaxBodyBytes bounds the body VerifyRequest reads (0 or less: MaxBodyBytes, 16 MiB): a
+	// larger one is refused.
+	MaxBodyBytes int64
 }
 
 // Verify verifies an HTTP webhook with secrets and DefaultTolerance (see Verifier.Verify).
@@ -186,28 +193,40 @@ func (v Verifier) Verify(h http.Header, body []byte) error {
 	return err
 }
 
-// VerifyRequest reads r's body (at most MaxBodyBytes), verifies it with r's headers (see Verify)
-// and decodes it. The body is left readable again in r.Body.
+// VerifyRequest verifies r (see Verify) and decodes its body. Before it reads any of the body it
+// checks the headers: webhook-id and webhook-timestamp given once, the timestamp within the
+// tolerance, a webhook-signature present, and a secret to verify with; so a request that is no
+// delivery costs no read. It then reads the body, at most MaxBodyBytes (the Verifier's field), and
+// checks the signature. The body is left readable again in r.Body.
 func (v Verifier) VerifyRequest(r *http.Request) (*Event, error) {
+	signatures := r.Header.Values(HeaderSignature)
+	keys, id, rawTS, err := v.checkHeaders(r.Header.Values(HeaderID), r.Header.Values(HeaderTimestamp), signatures)
+	if err != nil {
+		return nil, err
+	}
 	if r.Body == nil {
 		return nil, fmt.Errorf("%w: no body", ErrUnverified)
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
+	limit := v.MaxBodyBytes
+	if limit <= 0 {
+		limit = MaxBodyBytes
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("read webhook body: %w", err)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	if len(body) > MaxBodyBytes {
-		return nil, fmt.Errorf("%w: body larger than %d bytes", ErrUnverified, MaxBodyBytes)
+	if int64(len(body)) > limit {
+		return nil, fmt.Errorf("%w: body larger than %d bytes", ErrUnverified, limit)
 	}
-	if err := v.Verify(r.Header, body); err != nil {
+	if err := signed(keys, id, rawTS, signatures, body); err != nil {
 		return nil, err
 	}
 	var ev Event
 	if err := json.Unmarshal(body, &ev); err != nil {
 		return nil, fmt.Errorf("decode webhook body: %w", err)
 	}
-	if ev.ID != r.Header.Get(HeaderID) {
+	if ev.ID != id {
 		return nil, fmt.Errorf("%w: the body's id is not %s", ErrUnverified, HeaderID)
 	}
 	return &ev, nil
@@ -236,39 +255,19 @@ func (v Verifier) VerifyDelivery(md metadata.MD, req *eventsv1.DeliverRequest) e
 
 // verify is Verify of the three headers' values and body; it answers the verified webhook-id.
 func (v Verifier) verify(ids, timestamps, signatures []string, body []byte) (string, error) {
-	if len(v.Secrets) == 0 {
-		return "", fmt.Errorf("%w: no secret to verify with", ErrUnverified)
-	}
-	keys := make([][]byte, 0, len(v.Secrets))
-	for i, s := range v.Secrets {
-		k, err := key(s)
-		if err != nil {
-			return "", fmt.Errorf("%w: secret %d: %w", ErrUnverified, i+1, err)
-		}
-		keys = append(keys, k)
-	}
-	id, err := one(HeaderID, ids)
+	keys, id, rawTS, err := v.checkHeaders(ids, timestamps, signatures)
 	if err != nil {
 		return "", err
 	}
-	rawTS, err := one(HeaderTimestamp, timestamps)
-	if err != nil {
+	if err := signed(keys, id, rawTS, signatures, body); err != nil {
 		return "", err
 	}
-	ts, err := strconv.ParseInt(rawTS, 10, 64)
-	if err != nil {
-		return "", fmt.Errorf("%w: %s is not a Unix time", ErrUnverified, HeaderTimestamp)
-	}
-	now, tolerance := time.Now(), v.Tolerance
-	if v.Now != nil {
-		now = v.Now()
-	}
-	if tolerance <= 0 {
-		tolerance = DefaultTolerance
-	}
-	if d := now.Sub(time.Unix(ts, 0)); d > tolerance || d < -tolerance {
-		return "", fmt.Errorf("%w: %s is %s away from now", ErrUnverified, HeaderTimestamp, d.Round(time.Second))
-	}
+	return id, nil
+}
+
+// signed checks that one v1 signature among signatures is the HMAC of "id.rawTS.body" under one
+// of keys, compared in constant time.
+func signed(keys [][]byte, id, rawTS string, signatures []string, body []byte) error {
 	wants := make([][]byte, len(keys))
 	for i, k := range keys {
 		wants[i] = mac(k, id, rawTS, body)
@@ -285,12 +284,54 @@ func (v Verifier) verify(ids, timestamps, signatures []string, body []byte) (str
 			}
 			for _, want := range wants {
 				if hmac.Equal(got, want) {
-					return id, nil
+					return nil
 				}
 			}
 		}
 	}
-	return "", fmt.Errorf("%w: no %s matches", ErrUnverified, HeaderSignature)
+	return fmt.Errorf("%w: no %s matches", ErrUnverified, HeaderSignature)
+}
+
+// checkHeaders is every check that needs no body: the secrets' keys, webhook-id and
+// webhook-timestamp given once, the timestamp within the tolerance of now, and at least one
+// webhook-signature. It answers the keys, the id and the timestamp as given.
+func (v Verifier) checkHeaders(ids, timestamps, signatures []string) (keys [][]byte, id, rawTS string, err error) {
+	if len(v.Secrets) == 0 {
+		return nil, "", "", fmt.Errorf("%w: no secret to verify with", ErrUnverified)
+	}
+	keys = make([][]byte, 0, len(v.Secrets))
+	for i, s := range v.Secrets {
+		k, err := key(s)
+		if err != nil {
+			return nil, "", "", fmt.Errorf("%w: secret %d: %w", ErrUnverified, i+1, err)
+		}
+		keys = append(keys, k)
+	}
+	if id, err = one(HeaderID, ids); err != nil {
+		return nil, "", "", err
+	}
+	if rawTS, err = one(HeaderTimestamp, timestamps); err != nil {
+		return nil, "", "", err
+	}
+	ts, err := strconv.ParseInt(rawTS, 10, 64)
+	if err != nil {
+		return nil, "", "", fmt.Errorf("%w: %s is not a Unix time", ErrUnverified, HeaderTimestamp)
+	}
+	now, tolerance := time.Now(), v.Tolerance
+	if v.Now != nil {
+		now = v.Now()
+	}
+	if tolerance <= 0 {
+		tolerance = DefaultTolerance
+	}
+	if d := now.Sub(time.Unix(ts, 0)); d > tolerance || d < -tolerance {
+		return nil, "", "", fmt.Errorf("%w: %s is %s away from now", ErrUnverified, HeaderTimestamp, d.Round(time.Second))
+	}
+	if strings.TrimSpace(strings.Join(signatures, "")) == "" {
+		// The words of a signature that does not match: with none, none matches.
+		return nil, "", "", fmt.Errorf("%w: no %s matches", ErrUnverified, HeaderSignature)
+	}
+	return keys, id, rawTS, nil
 }
 
 // one is the single value of a header.

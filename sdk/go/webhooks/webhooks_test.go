@@ -181,3 +181,75 @@ func TestVerifyRequest(t *testing.T) {
 	_, err = v.VerifyRequest(r)
 	require.ErrorIs(t, err, webhooks.ErrUnverified)
 }
+
+// readCounter is a request body that counts the bytes read from it.
+type readCounter struct {
+	r     io.Reader
+	reads int
+	bytes int
+}
+
+func (c *readCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.reads++
+	c.bytes += n
+	return n, err
+}
+
+func (c *readCounter) Close() error { return nil }
+
+// TestVerifyRequestChecksHeadersFirst: a request that is no delivery — a header missing, a
+// timestamp out of the tolerance, no signature — is refused before any of its body is read, and
+// a body over the Verifier's MaxBodyBytes is refused after reading one byte more than it.
+func TestVerifyRequestChecksHeadersFirst(t *testing.T) {
+	t.Parallel()
+	s := secret(t)
+	now := time.Now()
+	for _, tc := range []struct {
+		name   string
+		change func(h http.Header)
+		want   string
+	}{
+		{"no signature headers at all", func(h http.Header) {
+			h.Del(webhooks.HeaderID)
+			h.Del(webhooks.HeaderTimestamp)
+			h.Del(webhooks.HeaderSignature)
+		}, "no webhook-id"},
+		{"no webhook-signature", func(h http.Header) { h.Del(webhooks.HeaderSignature) }, "no webhook-signature"},
+		{"an empty webhook-signature", func(h http.Header) { h.Set(webhooks.HeaderSignature, " ") }, "no webhook-signature"},
+		{"no webhook-timestamp", func(h http.Header) { h.Del(webhooks.HeaderTimestamp) }, "no webhook-timestamp"},
+		{"a timestamp out of the tolerance", func(h http.Header) {
+			h.Set(webhooks.HeaderTimestamp, webhooks.Timestamp(now.Add(-time.Hour)))
+		}, "webhook-timestamp is 1h0m"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := &readCounter{r: strings.NewReader(body)}
+			r := httptest.NewRequest(http.MethodPost, "/webhook", nil)
+			r.Body = b
+			require.NoError(t, webhooks.SetHeaders(r.Header, []string{s}, "evt-1", now, []byte(body)))
+			tc.change(r.Header)
+			_, err := webhooks.Verifier{Secrets: []string{s}}.VerifyRequest(r)
+			require.ErrorIs(t, err, webhooks.ErrUnverified)
+			require.Contains(t, err.Error(), tc.want)
+			require.Zero(t, b.reads, "the body was not read")
+		})
+	}
+
+	t.Run("a body over MaxBodyBytes", func(t *testing.T) {
+		t.Parallel()
+		b := &readCounter{r: strings.NewReader(body + strings.Repeat(" ", 1<<20))}
+		r := httptest.NewRequest(http.MethodPost, "/webhook", nil)
+		r.Body = b
+		require.NoError(t, webhooks.SetHeaders(r.Header, []string{s}, "evt-1", now, []byte(body)))
+		_, err := webhooks.Verifier{Secrets: []string{s}, MaxBodyBytes: 64}.VerifyRequest(r)
+		require.ErrorIs(t, err, webhooks.ErrUnverified)
+		require.Contains(t, err.Error(), "larger than 64 bytes")
+		require.Equal(t, 65, b.bytes, "the limit and one byte more")
+
+		r = httptest.NewRequest(http.MethodPost, "/webhook", strings.NewReader(body))
+		require.NoError(t, webhooks.SetHeaders(r.Header, []string{s}, "evt-1", now, []byte(body)))
+		_, err = webhooks.Verifier{Secrets: []string{s}, MaxBodyBytes: int64(len(body))}.VerifyRequest(r)
+		require.NoError(t, err, "a body of exactly MaxBodyBytes")
+	})
+}

@@ -39,7 +39,8 @@ type attemptRequest interface {
 	GetAttempt() int32
 }
 
-// DialOption signs every unary call whose request names an attempt, as adaptercall.Pool does.
+// DialOption signs every unary call whose request names an attempt, as the platform signs its
+// calls to adapters.
 func (k *Keys) DialOption() grpc.DialOption {
 	return grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any,
 		cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
