@@ -116,7 +116,12 @@ export declare class IntegrationsError extends Error {
   readonly fieldViolations: { field: string; description: string }[];
   /** How long the server asked to wait (Retry-After, or the RetryInfo), in ms. */
   readonly retryAfterMs: number | undefined;
-  /** 503, 429 and 408: send the same request again (same Idempotency-Key), after retryAfterMs. */
+  /** The execution the answer names (ErrorInfo metadata execution_id): with OUTCOME_PENDING, the sync call's. */
+  readonly executionId: string | undefined;
+  /**
+   * 503, 429 and 408: send the same request again (same Idempotency-Key), after retryAfterMs.
+   * Not OUTCOME_PENDING: the sync call's work ran; wait for executionId instead.
+   */
   readonly retryable: boolean;
   /** The answer's text when it was not a Status. */
   readonly body?: string;

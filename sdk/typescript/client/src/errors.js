@@ -25,11 +25,18 @@ export class IntegrationsError extends Error {
     /** Milliseconds the server asked to wait (Retry-After, else the RetryInfo), or undefined. */
     this.retryAfterMs = retryAfterMs;
     /**
+     * The execution an answer names (ErrorInfo metadata `execution_id`): with OUTCOME_PENDING,
+     * the sync call whose outcome is still being recorded.
+     */
+    this.executionId = details.find((d) => d['@type']?.endsWith('google.rpc.ErrorInfo'))?.metadata?.execution_id;
+    /**
      * Whether the same request may be sent again (with the same Idempotency-Key): 503 (an
      * outage, nothing wrong with the request), 429 (over the rate limit) and 408 (the body did
-     * not arrive in time) — after retryAfterMs when given.
+     * not arrive in time) — after retryAfterMs when given. Not OUTCOME_PENDING (a 503 too): the
+     * sync call's work ran and its outcome is being recorded; read or wait for executionId
+     * instead, since sending the call again without its Idempotency-Key would run the work again.
      */
-    this.retryable = retryableStatuses.has(status);
+    this.retryable = retryableStatuses.has(status) && this.reason !== 'OUTCOME_PENDING';
     /** The answer's body when it was not a Status (text). */
     if (body !== undefined) this.body = body;
   }

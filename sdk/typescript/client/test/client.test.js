@@ -88,6 +88,20 @@ test('429 and 503 are retryable, with Retry-After (or the RetryInfo) in ms', asy
   assert.equal(d.retryable, false);
 });
 
+test('OUTCOME_PENDING (a 503) is not retryable: the work ran; it names the execution to wait for', async () => {
+  const { c } = client([
+    { status: 503, headers: { 'retry-after': '1' }, body: { code: 14, message: 'the attempt ended but its outcome is not recorded yet', details: [
+      { '@type': 'type.googleapis.com/google.rpc.ErrorInfo', reason: 'OUTCOME_PENDING', domain: 'integrations', metadata: { execution_id: 'ex-9' } },
+      { '@type': 'type.googleapis.com/google.rpc.RetryInfo', retry_delay: '1s' },
+    ] } },
+  ]);
+  const err = await c.invoke('dummy.echo', {}, { mode: 'sync' }).catch((e) => e);
+  assert.equal(err.status, 503);
+  assert.equal(err.reason, 'OUTCOME_PENDING');
+  assert.equal(err.executionId, 'ex-9');
+  assert.equal(err.retryable, false);
+});
+
 test('wait polls until settled, honouring Retry-After on a 503', async () => {
   const { c, calls } = client([
     { body: { execution: exec('EXECUTION_STATUS_PENDING') } },
