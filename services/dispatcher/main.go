@@ -19,14 +19,11 @@ import (
 	"github.com/integrations-platform/integrations/services/dispatcher/internal/store"
 )
 
+// The dispatcher writes only claims and deletions of published records: losing them in a Postgres
+// crash publishes a dispatch twice, which the consumer's compare makes harmless, so its commits do
+// not wait for the disk (AsyncCommit).
 func main() {
-	service.Main("dispatcher", service.Spec{
-		Routes: []mq.Route{routes.Executions},
-		// The dispatcher writes only claims and deletions of published records: losing them in a
-		// Postgres crash publishes a dispatch twice, which the consumer's compare makes harmless,
-		// so its commits do not wait for the disk.
-		AsyncCommit: true,
-	}, wire)
+	service.Main("dispatcher", service.Spec{Routes: []mq.Route{routes.Executions}, AsyncCommit: true}, wire)
 }
 
 func wire(_ context.Context, k *service.Kit, cfg svcconfig.Config) error {

@@ -16,16 +16,13 @@ import (
 	"github.com/integrations-platform/integrations/services/event-router/internal/store"
 )
 
+// Everything the router writes — relay claims and marks, delivery claims, the records of delivery
+// attempts — only sends a notice or a webhook again if a Postgres crash loses it (a lost record
+// leaves the event pending; receivers deduplicate by webhook-id), so its commits do not wait for
+// the disk (AsyncCommit). The events themselves are written durably by the settlement service, in
+// the transaction that settles their execution.
 func main() {
-	service.Main("event-router", service.Spec{
-		Routes: []mq.Route{routes.Events},
-		// Everything the router writes — relay claims and marks, delivery claims, the records of
-		// delivery attempts — only sends a notice or a webhook again if a Postgres crash loses it
-		// (a lost record leaves the event pending; receivers deduplicate by webhook-id), so its
-		// commits do not wait for the disk. The events themselves are written durably by the
-		// settlement service, in the transaction that settles their execution.
-		AsyncCommit: true,
-	}, wire)
+	service.Main("event-router", service.Spec{Routes: []mq.Route{routes.Events}, AsyncCommit: true}, wire)
 }
 
 func wire(_ context.Context, k *service.Kit, cfg svcconfig.Config) error {
