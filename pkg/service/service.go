@@ -252,7 +252,7 @@ func (k *Kit) Dial(peer, addr string) (*grpc.ClientConn, error) {
 
 // Adapters returns the pool of connections to adapters, every call carrying the platform's token
 // signed with the key platform names; closed at shutdown as "adapter-conns", after the wiring's
-// own closers and before the peer connections.
+// own closers and before the peer connections. A service has one such pool: call it once.
 func (k *Kit) Adapters(platform platformtoken.SignerConfig) (*adaptercall.Pool, error) {
 	signer, err := platform.Signer()
 	if err != nil {
