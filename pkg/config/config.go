@@ -18,6 +18,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/lifecycle"
 	"github.com/integrations-platform/integrations/pkg/safetext"
+	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/pkg/tlsx"
 )
 
@@ -53,6 +54,23 @@ type Common struct {
 	// amqp:// to non-loopback hosts: for a network that encrypts on its own (a service mesh's
 	// mTLS). Off, such URLs are refused (see checkDependencyTLS).
 	DependencyPlaintext bool `env:"INTEGRATIONS_DEPENDENCY_PLAINTEXT" envDefault:"false"`
+}
+
+// Shared is the shared settings of a settings struct that embeds Common (pkg/service reads
+// them from any service's settings).
+func (c Common) Shared() Common { return c }
+
+// SecretKeys is the key that seals webhook signing secrets at rest (32 bytes, base64), and the
+// one before a rotation, which still opens secrets sealed under it: embedded in the settings of
+// the services that hold signing secrets (the gateway and the event router).
+type SecretKeys struct {
+	SecretKey         string `env:"INTEGRATIONS_SECRET_KEY,required"`
+	SecretKeyPrevious string `env:"INTEGRATIONS_SECRET_KEY_PREVIOUS"`
+}
+
+// Box is the keys' secret.Box; the error names INTEGRATIONS_SECRET_KEY.
+func (c SecretKeys) Box() (*secret.Box, error) {
+	return secret.NewBox("INTEGRATIONS_SECRET_KEY", c.SecretKey, c.SecretKeyPrevious)
 }
 
 // InternalTLS is a service's identity on the internal hops (mTLS between the platform's

@@ -166,137 +166,211 @@ func (a *App) Run(ctx context.Context) error {
 	a.signals(sigs)
 	defer signal.Stop(sigs)
 
-	failed := make(chan error, len(a.servers)+len(a.workers))
-	var serversWG, workersWG sync.WaitGroup
+	p := a.start()
+	defer p.release()
+	drain, first := a.awaitCause(ctx, sigs, p.failed)
+	s := a.newShutdown(sigs)
+	defer s.release()
+
+	a.drainWindow(s, drain)
+	a.stopTaking(s, p)
+	a.awaitReturn(s, p)
+	closed := a.closeAll(s)
+	return a.exit(s, p, closed, first)
+}
+
+// parts is what start left running: the servers and the workers, the contexts that stop them,
+// and once stopTaking has begun, whether each kind has returned.
+type parts struct {
+	failed           chan error
+	servers, workers sync.WaitGroup
+	// take ends after the drain window (Drain workers stop taking work), plain once the servers
+	// stopped (Go workers), work at the soft timeout (in-flight work is cancelled).
+	take, plain, work                 context.Context
+	stopTaking, stopPlain, cancelWork context.CancelFunc
+	serversDone, workersDone          <-chan struct{}
+}
+
+func (p *parts) release() {
+	p.cancelWork()
+	p.stopPlain()
+	p.stopTaking()
+}
+
+// start runs every server and worker; a failure of one is sent on parts.failed.
+func (a *App) start() *parts {
+	p := &parts{failed: make(chan error, len(a.servers)+len(a.workers))}
 	for _, s := range a.servers {
-		serversWG.Add(1)
+		p.servers.Add(1)
 		go func() {
-			defer serversWG.Done()
+			defer p.servers.Done()
 			if err := s.serve(); err != nil {
-				failed <- fmt.Errorf("%s: %w", s.name, err)
+				p.failed <- fmt.Errorf("%s: %w", s.name, err)
 			}
 		}()
 	}
-	takeCtx, stopTaking := context.WithCancel(context.Background())
-	defer stopTaking()
-	plainCtx, stopPlain := context.WithCancel(context.Background())
-	defer stopPlain()
-	workCtx, cancelWork := context.WithCancel(context.Background())
-	defer cancelWork()
+	p.take, p.stopTaking = context.WithCancel(context.Background())
+	p.plain, p.stopPlain = context.WithCancel(context.Background())
+	p.work, p.cancelWork = context.WithCancel(context.Background())
 	for _, w := range a.workers {
-		workersWG.Add(1)
+		p.workers.Add(1)
 		go func() {
-			defer workersWG.Done()
-			take := takeCtx
+			defer p.workers.Done()
+			take := p.take
 			if w.plain {
-				take = plainCtx
+				take = p.plain
 			}
-			if err := w.run(take, workCtx); err != nil && !errors.Is(err, context.Canceled) {
-				failed <- fmt.Errorf("%s: %w", w.name, err)
+			if err := w.run(take, p.work); err != nil && !errors.Is(err, context.Canceled) {
+				p.failed <- fmt.Errorf("%s: %w", w.name, err)
 			}
 		}()
 	}
 	a.log.Info("service started", zap.String("version", version.String()))
+	return p
+}
 
-	var first error
-	drain := a.t.Drain
+// awaitCause waits for the cause of the shutdown — a signal, ctx's end, or a part's failure —
+// logs it, and returns the drain window to keep and the failure, if that was the cause.
+func (a *App) awaitCause(ctx context.Context, sigs <-chan os.Signal, failed <-chan error) (time.Duration, error) {
 	select {
 	case sig := <-sigs:
 		a.log.Info("shutting down", zap.String("cause", "signal"), zap.String("signal", sig.String()),
 			zap.Duration("drain", a.t.Drain), zap.Duration("soft_timeout", a.t.Soft), zap.Duration("timeout", a.t.Hard))
 	case <-ctx.Done():
 		a.log.Info("shutting down", zap.String("cause", "context"))
-	case first = <-failed:
+	case err := <-failed:
 		// A failed part is not a service worth sending calls to: no drain window.
-		a.log.Error("shutting down", zap.String("cause", "failure"), zap.Error(first))
-		drain = 0
+		a.log.Error("shutting down", zap.String("cause", "failure"), zap.Error(err))
+		return 0, err
 	}
-	start := time.Now()
-	hardCtx, cancelHard := context.WithDeadline(context.Background(), start.Add(a.t.Hard))
-	defer cancelHard()
-	softCtx, cancelSoft := context.WithDeadline(hardCtx, start.Add(a.t.Soft))
-	defer cancelSoft()
-	// A second signal ends the drain window and the soft timeout at once.
+	return a.t.Drain, nil
+}
+
+// shutdown is one shutdown's clock: the soft and hard timeouts, measured from its start.
+type shutdown struct {
+	start                  time.Time
+	soft, hard             context.Context
+	cancelSoft, cancelHard context.CancelFunc
+}
+
+// newShutdown starts the shutdown's clock. A second signal ends the drain window and the soft
+// timeout at once.
+func (a *App) newShutdown(sigs <-chan os.Signal) *shutdown {
+	s := &shutdown{start: time.Now()}
+	s.hard, s.cancelHard = context.WithDeadline(context.Background(), s.start.Add(a.t.Hard))
+	s.soft, s.cancelSoft = context.WithDeadline(s.hard, s.start.Add(a.t.Soft))
 	go func() {
 		select {
 		case sig := <-sigs:
 			a.log.Warn("second signal: cancelling in-flight work now", zap.String("signal", sig.String()))
-			cancelSoft()
-		case <-hardCtx.Done():
+			s.cancelSoft()
+		case <-s.hard.Done():
 		}
 	}()
+	return s
+}
 
-	// 1. Tell callers to go elsewhere, and keep serving while they do.
+func (s *shutdown) release() {
+	s.cancelSoft()
+	s.cancelHard()
+}
+
+// drainWindow is step 1: callers are told to go elsewhere (the OnDrain hooks), and everything
+// keeps serving for drain — or until the soft timeout, which a second signal brings forward.
+func (a *App) drainWindow(s *shutdown, drain time.Duration) {
 	for _, h := range a.drains {
 		h.fn()
 	}
-	if drain > 0 {
-		t := time.NewTimer(drain)
-		select {
-		case <-t.C:
-		case <-softCtx.Done():
-		}
-		t.Stop()
+	if drain <= 0 {
+		return
 	}
+	t := time.NewTimer(drain)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.soft.Done():
+	}
+}
 
-	// 2. Stop taking work; let what is in flight finish until the soft timeout (3.), when the
-	// servers' stop ctx ends and the workers' work context is cancelled.
+// stopTaking is steps 2 and 3: servers stop taking calls and Drain workers stop taking work,
+// while what is in flight finishes until the soft timeout; then the servers' stop ctx ends and
+// the workers' work context is cancelled.
+func (a *App) stopTaking(s *shutdown, p *parts) {
 	a.log.Info("stopping: no new calls or messages taken, in-flight work finishing")
-	stopTaking()
-	serversDone := make(chan struct{})
+	p.stopTaking()
+	p.serversDone = a.stopServers(s, p)
+	p.workersDone = waitGroup(&p.workers)
 	go func() {
-		defer close(serversDone)
-		for _, s := range a.servers {
-			if err := s.stop(softCtx); err != nil {
-				a.log.Warn("server stop failed", zap.String("server", s.name), zap.Error(err))
+		<-s.soft.Done()
+		p.stopPlain()
+		p.cancelWork()
+	}()
+	if !waitAll(s.soft, p.serversDone, p.workersDone) {
+		a.log.Warn("in-flight work not finished at the soft timeout; cancelling it")
+		p.cancelWork()
+	}
+}
+
+// stopServers stops the servers in the order registered, and the Go workers once the servers
+// have returned (or at the soft timeout); the channel closes once the servers have returned.
+func (a *App) stopServers(s *shutdown, p *parts) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, srv := range a.servers {
+			if err := srv.stop(s.soft); err != nil {
+				a.log.Warn("server stop failed", zap.String("server", srv.name), zap.Error(err))
 			}
 		}
-		waitAll(softCtx, waitGroup(&serversWG))
-		stopPlain()
-		serversWG.Wait()
+		waitAll(s.soft, waitGroup(&p.servers))
+		p.stopPlain()
+		p.servers.Wait()
 	}()
-	workersDone := waitGroup(&workersWG)
-	go func() {
-		<-softCtx.Done()
-		stopPlain()
-		cancelWork()
-	}()
-	if !waitAll(softCtx, serversDone, workersDone) {
-		a.log.Warn("in-flight work not finished at the soft timeout; cancelling it")
-		cancelWork()
-	}
+	return done
+}
 
-	// 4. Cancelled work gets half of what is left to return; closing gets the rest.
-	now := time.Now()
-	returnCtx, cancelReturn := context.WithDeadline(hardCtx, now.Add(time.Until(start.Add(a.t.Hard))/2))
-	defer cancelReturn()
-	if !waitAll(returnCtx, serversDone, workersDone) {
+// awaitReturn is step 4's first half: cancelled work gets half of what is left before the hard
+// timeout to return; closing gets the rest.
+func (a *App) awaitReturn(s *shutdown, p *parts) {
+	ctx, cancel := context.WithDeadline(s.hard, time.Now().Add(time.Until(s.start.Add(a.t.Hard))/2))
+	defer cancel()
+	if !waitAll(ctx, p.serversDone, p.workersDone) {
 		a.log.Warn("parts still running after their work was cancelled; closing resources under them")
 	}
+}
+
+// closeAll is step 4's second half: the resources close in the order registered, then what is
+// flushed last; each is bounded by the hard timeout. The channel closes once all have returned.
+func (a *App) closeAll(s *shutdown) <-chan struct{} {
 	closed := make(chan struct{})
 	go func() {
 		defer close(closed)
 		for _, c := range a.closers {
-			if err := c.close(hardCtx); err != nil {
+			if err := c.close(s.hard); err != nil {
 				a.log.Warn("close failed", zap.String("resource", c.name), zap.Error(err))
 			}
 		}
 		for _, f := range a.flushes {
-			if err := f.close(hardCtx); err != nil {
+			if err := f.close(s.hard); err != nil {
 				a.log.Warn("flush failed", zap.String("resource", f.name), zap.Error(err))
 			}
 		}
 	}()
-	// 5. The hard bound.
+	return closed
+}
+
+// exit is step 5: it waits for the closes, up to the hard timeout, says whether anything is
+// still running, and returns first — or ErrShutdownTimeout if nothing failed but parts remain.
+func (a *App) exit(s *shutdown, p *parts, closed <-chan struct{}, first error) error {
 	select {
 	case <-closed:
-	case <-hardCtx.Done():
+	case <-s.hard.Done():
 	}
-	clean := isClosed(closed) && isClosed(serversDone) && isClosed(workersDone)
+	clean := isClosed(closed) && isClosed(p.serversDone) && isClosed(p.workersDone)
 	if !clean {
 		a.log.Error("exiting with parts still running", zap.Duration("timeout", a.t.Hard))
 	}
-	a.log.Info("service stopped", zap.Duration("took", time.Since(start)))
+	a.log.Info("service stopped", zap.Duration("took", time.Since(s.start)))
 	if first == nil && !clean {
 		first = ErrShutdownTimeout
 	}

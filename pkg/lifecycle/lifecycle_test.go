@@ -290,3 +290,83 @@ func TestStartLineNamesTheRelease(t *testing.T) {
 	require.Len(t, started, 1)
 	require.Equal(t, version.String(), started[0].ContextMap()["version"])
 }
+
+// TestServerFailureStopsTheService: a server whose serve fails stops the service without a drain
+// window, as a failed worker does, and Run returns its error named by the server.
+func TestServerFailureStopsTheService(t *testing.T) {
+	t.Parallel()
+	// A drain window of 30 s: returning within 10 s skipped it, with room for a loaded machine.
+	a := New(zap.NewNop(), Timeouts{Drain: 30 * time.Second, Soft: 40 * time.Second, Hard: time.Minute})
+	boom := errors.New("address in use")
+	stopped := make(chan struct{})
+	a.Serve("grpc", func() error { return boom }, func(context.Context) error { close(stopped); return nil })
+	start := time.Now()
+	err := await(t, run(a), 20*time.Second)
+	assert.ErrorIs(t, err, boom)
+	assert.ErrorContains(t, err, "grpc: ")
+	assert.Less(t, time.Since(start), 10*time.Second, "no drain window")
+	select {
+	case <-stopped:
+	default:
+		t.Error("the failed server is stopped like the others")
+	}
+}
+
+// TestCancelledWorkGetsHalfOfWhatIsLeft: a server whose graceful stop outlasts the soft timeout
+// keeps the Go workers running until then, not after; work that does not return once cancelled
+// is given half of the time left to the hard timeout, and the resources are closed under it
+// then — Run returning once they are, before the hard timeout, saying parts still run.
+func TestCancelledWorkGetsHalfOfWhatIsLeft(t *testing.T) {
+	t.Parallel()
+	// Closing starts at soft + (hard-soft)/2 = 6 s: seconds from the soft timeout (2 s) and the
+	// hard one (10 s), far more than a loaded machine's delays.
+	const soft, hard = 2 * time.Second, 10 * time.Second
+	a, signal := testApp(t, Timeouts{Drain: 50 * time.Millisecond, Soft: soft, Hard: hard})
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	j := newJournal()
+	a.Serve("grpc", func() error { <-hang; return nil }, func(ctx context.Context) error {
+		<-ctx.Done() // a graceful stop cut at the soft timeout, whose server still does not return
+		return nil
+	})
+	a.Go("loop", func(ctx context.Context) error { <-ctx.Done(); j.note("loop-cancelled"); return nil })
+	a.Close("broker", func() error { j.note("close-broker"); return nil })
+	done := run(a)
+	j.start = time.Now()
+	signal()
+	err := await(t, done, hard+20*time.Second)
+	took := time.Since(j.start)
+
+	assert.ErrorIs(t, err, ErrShutdownTimeout, "a server still serving is not a clean stop")
+	assert.GreaterOrEqual(t, j.when(t, "loop-cancelled"), soft, "Go workers run until the servers stopped or the soft timeout")
+	assert.Less(t, j.when(t, "loop-cancelled"), soft+2*time.Second, "at the soft timeout, not later")
+	assert.GreaterOrEqual(t, j.when(t, "close-broker"), soft+(hard-soft)/2-50*time.Millisecond, "cancelled work gets half of what is left")
+	assert.Less(t, j.when(t, "close-broker"), hard-2*time.Second, "closing gets the other half")
+	assert.Less(t, took, hard-time.Second, "Run returns once the resources are closed, not at the hard timeout")
+}
+
+// TestFailedClosesAreLoggedAndTheRestClose: a server's stop and a close that fail are logged by
+// name; the closes after them still run, the flush too, and the stop is clean.
+func TestFailedClosesAreLoggedAndTheRestClose(t *testing.T) {
+	t.Parallel()
+	a, signal := testApp(t, Timeouts{Drain: 10 * time.Millisecond, Soft: 10 * time.Second, Hard: 20 * time.Second})
+	core, logs := observer.New(zap.InfoLevel)
+	a.log = zap.New(core)
+	stop := make(chan struct{})
+	a.Serve("grpc", func() error { <-stop; return nil }, func(context.Context) error { close(stop); return errors.New("stop refused") })
+	j := newJournal()
+	a.Close("broker", func() error { j.note("close-broker"); return errors.New("connection reset") })
+	a.Close("postgres", func() error { j.note("close-postgres"); return nil })
+	a.Flush("spans", func(context.Context) error { j.note("flush-spans"); return errors.New("collector down") })
+	done := run(a)
+	signal()
+	require.NoError(t, await(t, done, 20*time.Second), "a failed close is not a failed service")
+
+	assert.Equal(t, []string{"close-broker", "close-postgres", "flush-spans"}, j.list())
+	for msg, field := range map[string]string{"server stop failed": "server", "close failed": "resource", "flush failed": "resource"} {
+		entries := logs.FilterMessage(msg).All()
+		if assert.Len(t, entries, 1, msg) {
+			assert.Contains(t, []string{"grpc", "broker", "spans"}, entries[0].ContextMap()[field], msg)
+		}
+	}
+}

@@ -20,7 +20,8 @@ func TestConfigVarsFollowsNamedAndEmbeddedFields(t *testing.T) {
 	require.Equal(t, "config.Common.ShutdownTimeout", names["INTEGRATIONS_SHUTDOWN_TIMEOUT"])
 	require.Equal(t, "config.PublicTLS.PublicCertFile", names["INTEGRATIONS_PUBLIC_TLS_CERT_FILE"])
 	require.Equal(t, "platformtoken.SignerConfig.SigningKey", names["INTEGRATIONS_PLATFORM_SIGNING_KEY"])
-	require.Equal(t, "config.Config.SecretKey", names["INTEGRATIONS_SECRET_KEY"])
+	require.Equal(t, "config.SecretKeys.SecretKey", names["INTEGRATIONS_SECRET_KEY"])
+	require.Equal(t, "config.Config.MaxPayloadBytes", names["INTEGRATIONS_MAX_PAYLOAD_BYTES"])
 	_, ok := names["INTEGRATIONS_DISPATCH_INTERVAL"]
 	require.False(t, ok, "the dispatcher's variable is not the gateway's")
 }

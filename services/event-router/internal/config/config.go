@@ -16,11 +16,11 @@ type Config struct {
 	config.Common
 	// InternalTLS is the service's identity on the internal hops (mTLS).
 	config.InternalTLS
+	// SecretKeys open the applications' webhook signing secrets, to sign deliveries.
+	config.SecretKeys
 	// GRPCAddr serves health checks.
-	GRPCAddr          string        `env:"INTEGRATIONS_GRPC_ADDR" envDefault:"127.0.0.1:9095"`
-	SecretKey         string        `env:"INTEGRATIONS_SECRET_KEY,required"`
-	SecretKeyPrevious string        `env:"INTEGRATIONS_SECRET_KEY_PREVIOUS"`
-	RelayInterval     time.Duration `env:"INTEGRATIONS_RELAY_INTERVAL" envDefault:"1s"`
+	GRPCAddr      string        `env:"INTEGRATIONS_GRPC_ADDR" envDefault:"127.0.0.1:9095"`
+	RelayInterval time.Duration `env:"INTEGRATIONS_RELAY_INTERVAL" envDefault:"1s"`
 	// EventStaleAfter is how overdue a pending event's notice may be before the relay publishes
 	// it again without other evidence that it was lost (a delivery record lost in a Postgres
 	// crash; a notice dead-lettered where the relay does not look). Time-scaled, but never below

@@ -23,16 +23,14 @@ type Config struct {
 	config.InternalTLS
 	// PublicTLS is served on the REST and gRPC ports.
 	config.PublicTLS
+	// SecretKeys seal the applications' webhook signing secrets at rest.
+	config.SecretKeys
 	GRPCAddr       string `env:"INTEGRATIONS_GRPC_ADDR" envDefault:"127.0.0.1:9090"`
 	HTTPAddr       string `env:"INTEGRATIONS_HTTP_ADDR" envDefault:"127.0.0.1:8080"`
 	DispatcherAddr string `env:"INTEGRATIONS_DISPATCHER_ADDR" envDefault:"127.0.0.1:9091"`
 	SettlementAddr string `env:"INTEGRATIONS_SETTLEMENT_ADDR" envDefault:"127.0.0.1:9094"`
 	// MaxPayloadBytes bounds an invocation's payload (its JSON encoding).
 	MaxPayloadBytes int `env:"INTEGRATIONS_MAX_PAYLOAD_BYTES" envDefault:"1048576"`
-	// SecretKey seals webhook signing secrets at rest (32 bytes, base64). SecretKeyPrevious opens
-	// secrets sealed before a rotation.
-	SecretKey         string `env:"INTEGRATIONS_SECRET_KEY,required"`
-	SecretKeyPrevious string `env:"INTEGRATIONS_SECRET_KEY_PREVIOUS"`
 	// Webhook URLs must be https and resolve to public addresses unless these allow otherwise
 	// (local development, tests).
 	WebhookAllowHTTP bool `env:"INTEGRATIONS_WEBHOOK_ALLOW_HTTP" envDefault:"false"`
