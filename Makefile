@@ -7,9 +7,9 @@ MODULE   := github.com/integrations-platform/integrations
 PKGS     := $(MODULE)/pkg/... $(MODULE)/sdk/... $(MODULE)/examples/... $(MODULE)/migrations/... $(MODULE)/services/... $(MODULE)/cmd/... $(MODULE)/e2e/... $(MODULE)/bench/... $(MODULE)/deploy/k8s/check/...
 BINARIES := gateway dispatcher execution-consumer adapter-callback settlement event-router
 # The release every binary prints (`integrationsctl version`, `-version`) and logs at start:
-# `git describe` (v0.1.0, v0.1.0-3-g3f2a9c1, -dirty with changes), pkg/version's fallback
+# `git describe` of the release tags (v0.1.0, v0.1.0-3-g3f2a9c1, -dirty with changes; not the modules' pkg/gen/… and sdk/go/… tags), pkg/version's fallback
 # without git. `make build VERSION=...` overrides it.
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
+VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null || echo 0.2.0-dev)
 LDFLAGS  := -X $(MODULE)/pkg/version.release=$(VERSION)
 TOOLS    := bin/buf bin/protoc-gen-go bin/protoc-gen-go-grpc bin/protoc-gen-grpc-gateway bin/protoc-gen-openapiv2 bin/openapi3gen
 

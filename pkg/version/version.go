@@ -3,10 +3,10 @@
 //
 // The release comes from, in order:
 //  1. the linker: `make build` and `make images` set it with
-//     -ldflags "-X github.com/integrations-platform/integrations/pkg/version.release=$(git describe --tags --always --dirty)";
+//     -ldflags "-X github.com/integrations-platform/integrations/pkg/version.release=$(git describe --tags --match 'v[0-9]*' --always --dirty)";
 //  2. the module's build info: the module version when the binary was built with
 //     `go install …@v0.1.0`, else the VCS revision the Go toolchain stamped, as Fallback plus
-//     build metadata (`0.1.0-dev+3f2a9c1b7d4e`, `.dirty` when the tree had changes);
+//     build metadata (`0.2.0-dev+3f2a9c1b7d4e`, `.dirty` when the tree had changes);
 //  3. Fallback.
 package version
 
@@ -23,7 +23,7 @@ const LinkerSymbol = "github.com/integrations-platform/integrations/pkg/version.
 
 // Fallback is the release of a build that says nothing else about itself: the next release, in
 // development. Raised after a release is tagged (CONTRIBUTING.md, "Releases").
-const Fallback = "0.1.0-dev"
+const Fallback = "0.2.0-dev"
 
 // release is set by the linker (LinkerSymbol); empty otherwise.
 var release string
@@ -36,7 +36,7 @@ var resolved = sync.OnceValue(func() string {
 	return resolve(release, info)
 })
 
-// String is the program's release, e.g. "v0.1.0", "v0.1.0-3-g3f2a9c1-dirty" or "0.1.0-dev".
+// String is the program's release, e.g. "v0.1.0", "v0.1.0-3-g3f2a9c1-dirty" or "0.2.0-dev".
 func String() string { return resolved() }
 
 // Line is what a program prints when asked its version: its name, release, Go version and

@@ -28,8 +28,8 @@ func TestResolve(t *testing.T) {
 		{"linker wins over everything", "v0.1.0", &debug.BuildInfo{Main: debug.Module{Version: "v0.0.9"}, Settings: vcs(rev, "true")}, "v0.1.0"},
 		{"linker value from git describe, dirty", " v0.1.0-3-g3f2a9c1-dirty\n", nil, "v0.1.0-3-g3f2a9c1-dirty"},
 		{"module version of go install", "", &debug.BuildInfo{Main: debug.Module{Version: "v0.1.0"}}, "v0.1.0"},
-		{"checkout build: the revision", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs(rev, "false")}, "0.1.0-dev+3f2a9c1b7d4e"},
-		{"checkout build with changes", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs(rev, "true")}, "0.1.0-dev+3f2a9c1b7d4e.dirty"},
+		{"checkout build: the revision", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs(rev, "false")}, "0.2.0-dev+3f2a9c1b7d4e"},
+		{"checkout build with changes", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs(rev, "true")}, "0.2.0-dev+3f2a9c1b7d4e.dirty"},
 		{"no VCS stamp", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, Fallback},
 		{"no build info", "", nil, Fallback},
 	}
