@@ -1,6 +1,9 @@
-// Package execution is the shared read model of an execution row: its columns, how to scan one,
-// and how it reads as the API's Execution message. The rules that move an execution between
-// states live in the services that own each hop, not here.
+// Package execution is the execution's model: its lifecycle (lifecycle.go: every transition the
+// services apply, named, with its source and target statuses and its guard, and the event's
+// own), the statuses, modes, reasons and classes as stored, and the read model of a row — its
+// columns, how to scan one, and how it reads as the API's Execution message. The stores apply
+// the transitions in their SQL through From/ToSQL; docs/architecture.md says which statement
+// applies which.
 package execution
 
 import (

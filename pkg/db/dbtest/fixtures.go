@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/integrations-platform/integrations/pkg/catalog"
+	"github.com/integrations-platform/integrations/pkg/execution"
 )
 
 // The standard test catalog's names and settings, for tests to assert against. TestCatalog
@@ -114,8 +115,8 @@ func (s *Schema) InsertExecution(t testing.TB, e Execution) string {
 		VALUES ($1, $2, $3, $4, $5::text, $6, $7, $8, $9,
 			COALESCE($10::timestamptz, now() + interval '1 day'),
 			CASE WHEN $11::timestamptz IS NOT NULL THEN $11::timestamptz
-				WHEN $5::text = 'running' THEN now() + interval '5 minutes' END,
-			CASE WHEN $5::text IN ('succeeded', 'failed', 'cancelled') THEN now() END)`,
+				WHEN $5::text = `+execution.Literal(execution.StatusRunning)+` THEN now() + interval '5 minutes' END,
+			CASE WHEN $5::text IN (`+finalStatusesSQL+`) THEN now() END)`,
 		e.ID, e.Application, e.Capability, e.Mode, e.Status, e.Attempt, e.MaxAttempts,
 		e.Payload, reqHash[:], nullTime(e.Deadline), nullTime(e.LeaseExpiresAt))
 	require.NoError(t, err)
@@ -153,6 +154,10 @@ func (s *Schema) InsertAttempts(t testing.TB, executionID string, attempts ...At
 }
 
 // nullTime and nullString turn a zero value into SQL NULL.
+// finalStatusesSQL lists the settled statuses as SQL literals.
+var finalStatusesSQL = execution.Literal(execution.StatusSucceeded) + ", " + execution.Literal(execution.StatusFailed) + ", " +
+	execution.Literal(execution.StatusCancelled)
+
 func nullTime(v time.Time) any {
 	if v.IsZero() {
 		return nil

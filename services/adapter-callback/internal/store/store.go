@@ -83,7 +83,7 @@ func (s *Store) LeaseRenew(ctx context.Context, id string, n int32, lease time.D
 	err = s.pool.QueryRow(ctx, `
 		WITH e AS (
 			UPDATE executions SET lease_expires_at = least(now() + make_interval(secs => $3), deadline_at), updated_at = now()
-			WHERE id = $1 AND attempt = $2 AND status = 'running' AND lease_expires_at > now() AND deadline_at > now()
+			WHERE id = $1 AND attempt = $2 AND `+execution.Renew.FromSQL("status")+` AND lease_expires_at > now() AND deadline_at > now()
 			RETURNING id, lease_expires_at, extract(epoch FROM lease_expires_at - now())::float8 AS secs
 		), t AS (
 			UPDATE execution_attempts SET renewals = renewals + 1, last_renewed_at = now()
@@ -145,7 +145,7 @@ var progressSetSQL = `
 		UPDATE executions e SET progress = $3, updated_at = now(),
 			event_seq = e.event_seq + CASE WHEN c.progress_events AND e.mode = 'async' THEN 1 ELSE 0 END
 		FROM capabilities c
-		WHERE e.id = $1 AND e.attempt = $2 AND e.status = 'running' AND c.name = e.capability
+		WHERE e.id = $1 AND e.attempt = $2 AND ` + execution.Progress.FromSQL("e.status") + ` AND c.name = e.capability
 		RETURNING e.id, e.application_id, e.capability, e.attempt, e.event_seq, e.updated_at, e.traceparent, e.tracestate,
 			c.progress_events AND e.mode = 'async' AS evented
 	), counted AS (
@@ -158,7 +158,7 @@ var progressSetSQL = `
 		-- The execution's latest event (the counter's previous value: one index lookup, however
 		-- long its history), if it is a progress event no one has claimed yet.
 		SELECT ev.id FROM integration_events ev JOIN x ON ev.execution_id = x.id AND ev.sequence = x.event_seq - 1
-		WHERE x.evented AND ev.type = $5 AND ev.delivery_status = 'pending' AND ev.attempts = 0
+		WHERE x.evented AND ev.type = $5 AND ` + execution.EventSuperseded.FromSQL("ev.delivery_status") + ` AND ev.attempts = 0
 			AND ev.relayed_at IS NULL
 			AND (ev.relay_claimed_until IS NULL OR ev.relay_claimed_until < now())
 			AND (ev.delivery_claimed_until IS NULL OR ev.delivery_claimed_until < now())

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/integrations-platform/integrations/pkg/execution"
 )
 
 // Dispatch is a claimed dispatch record.
@@ -167,8 +169,8 @@ type DeadDispatch struct {
 func (s *Store) DeadDispatchStates(ctx context.Context, executionIDs []string, attempts []int32) ([]DeadDispatch, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT k.execution_id::text, k.attempt, e.id IS NOT NULL,
-			coalesce(e.status = 'pending' AND e.attempt = k.attempt - 1 AND e.deadline_at > now(), false),
-			coalesce(e.status = 'pending' AND e.attempt = k.attempt - 1 AND e.deadline_at <= now(), false),
+			coalesce(`+execution.Start.FromSQL("e.status")+` AND e.attempt = k.attempt - 1 AND e.deadline_at > now(), false),
+			coalesce(`+execution.Start.FromSQL("e.status")+` AND e.attempt = k.attempt - 1 AND e.deadline_at <= now(), false),
 			EXISTS (SELECT 1 FROM dispatches d WHERE d.execution_id = k.execution_id AND d.attempt = k.attempt)
 		FROM unnest($1::uuid[], $2::int[]) AS k(execution_id, attempt)
 		LEFT JOIN executions e ON e.id = k.execution_id`, executionIDs, attempts)

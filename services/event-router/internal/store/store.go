@@ -15,6 +15,14 @@ import (
 	"github.com/integrations-platform/integrations/pkg/execution"
 )
 
+// The event statuses the statements test and set, named by the lifecycle (execution.EventTransitions
+// says which move each statement makes).
+var (
+	pendingSQL   = execution.Literal(execution.EventPending)
+	deliveredSQL = execution.Literal(execution.EventDelivered)
+	deadSQL      = execution.Literal(execution.EventDead)
+)
+
 // ErrNotFound means no such event.
 var ErrNotFound = errors.New("event not found")
 
@@ -68,7 +76,7 @@ func (s *Store) EventClaimUnrelayed(ctx context.Context, limit int, ttl time.Dur
 // event behind itself until the recovery pass.
 func earlierPendingSQL(ev string) string {
 	return `SELECT 1 FROM integration_events p
-		WHERE p.execution_id = ` + ev + `.execution_id AND p.sequence < ` + ev + `.sequence AND p.delivery_status = 'pending'
+		WHERE p.execution_id = ` + ev + `.execution_id AND p.sequence < ` + ev + `.sequence AND p.delivery_status = ` + pendingSQL + `
 			AND p.id <> ` + ev + `.id`
 }
 
@@ -81,7 +89,7 @@ var relayClaimSQL = `
 			-- two was overwritten, and the event delivered twice (docs/decisions.md "One claim per
 			-- event").
 			SELECT id, created_at, EXISTS (` + earlierPendingSQL("t") + `) AS held,
-				delivery_status = 'pending'
+				delivery_status = ` + pendingSQL + `
 					AND (delivery_claimed_until IS NULL OR delivery_claimed_until < now())
 					AND (attempts = 0 OR next_attempt_at IS NULL OR next_attempt_at <= now()) AS deliverable
 			FROM integration_events t
@@ -188,7 +196,7 @@ func (s *Store) DeliveryUnclaim(ctx context.Context, ids []string, claims []time
 	if _, err := s.pool.Exec(ctx, `
 		UPDATE integration_events e SET delivery_claimed_until = NULL, relayed_at = NULL, relay_claimed_until = NULL
 		FROM unnest($1::uuid[], $2::timestamptz[]) AS u(id, claim)
-		WHERE e.id = u.id AND e.delivery_status = 'pending' AND e.delivery_claimed_until = u.claim`, ids, claims); err != nil {
+		WHERE e.id = u.id AND e.delivery_status = `+pendingSQL+` AND e.delivery_claimed_until = u.claim`, ids, claims); err != nil {
 		return fmt.Errorf("unclaim %d events: %w", len(ids), err)
 	}
 	return nil
@@ -205,7 +213,7 @@ func (s *Store) DeliveryUnclaim(ctx context.Context, ids []string, claims []time
 func (s *Store) EventReleaseStale(ctx context.Context, staleAfter time.Duration) (int64, error) {
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE integration_events SET relayed_at = NULL, relay_claimed_until = NULL
-		WHERE delivery_status = 'pending' AND relayed_at IS NOT NULL
+		WHERE delivery_status = `+pendingSQL+` AND relayed_at IS NOT NULL
 			AND greatest(coalesce(next_attempt_at, relayed_at), relayed_at) < now() - make_interval(secs => $1)
 			AND (delivery_claimed_until IS NULL OR delivery_claimed_until < now())`, staleAfter.Seconds())
 	if err != nil {
@@ -222,7 +230,7 @@ func (s *Store) EventReleaseHandoffs(ctx context.Context) (int64, error) {
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE integration_events SET relayed_at = NULL, relay_claimed_until = NULL
 		WHERE relayed_at IS NOT NULL AND relay_claimed_until IS NOT NULL AND relay_claimed_until < now()
-			AND delivery_status = 'pending'
+			AND delivery_status = `+pendingSQL+`
 			AND (delivery_claimed_until IS NULL OR delivery_claimed_until < now())`)
 	if err != nil {
 		return 0, fmt.Errorf("release lost hand-offs: %w", err)
@@ -274,7 +282,7 @@ func (s *Store) EventReleaseDeadNoticed(ctx context.Context, ids []string, minAg
 		), released AS (
 			UPDATE integration_events e SET relayed_at = NULL, relay_claimed_until = NULL
 			FROM ev
-			WHERE e.id = ev.id AND ev.delivery_status = 'pending'
+			WHERE e.id = ev.id AND ev.delivery_status = `+pendingSQL+`
 				AND e.relayed_at IS NOT NULL
 				AND greatest(coalesce(e.next_attempt_at, e.relayed_at), e.relayed_at) < now() - make_interval(secs => $2)
 				AND (e.delivery_claimed_until IS NULL OR e.delivery_claimed_until < now())
@@ -390,7 +398,7 @@ func (s *Store) DeliveryClaim(ctx context.Context, eventID string, ttl time.Dura
 				relayed_at = CASE WHEN ev.held THEN NULL ELSE e.relayed_at END,
 				relay_claimed_until = CASE WHEN ev.held THEN NULL ELSE e.relay_claimed_until END
 			FROM ev
-			WHERE e.id = ev.id AND ev.delivery_status = 'pending' AND ev.claim_wait <= 0 AND (ev.held OR ev.wait <= 0)
+			WHERE e.id = ev.id AND ev.delivery_status = `+pendingSQL+` AND ev.claim_wait <= 0 AND (ev.held OR ev.wait <= 0)
 			RETURNING ev.held, e.delivery_claimed_until
 		)
 		SELECT ev.*, (SELECT delivery_claimed_until FROM claimed WHERE NOT held),
@@ -426,7 +434,7 @@ func (s *Store) DeliveryRelease(ctx context.Context, eventID string, claim time.
 	if _, err := s.pool.Exec(ctx, `
 		UPDATE integration_events SET delivery_claimed_until = NULL,
 			relay_claimed_until = CASE WHEN relayed_at IS NOT NULL THEN NULL ELSE relay_claimed_until END
-		WHERE id = $1 AND delivery_status = 'pending' AND delivery_claimed_until = $2`,
+		WHERE id = $1 AND delivery_status = `+pendingSQL+` AND delivery_claimed_until = $2`,
 		eventID, claim); err != nil {
 		return fmt.Errorf("release event %s: %w", eventID, err)
 	}
@@ -484,7 +492,7 @@ func (s *Store) RecordStats() batch.Stats { return s.records.Stats() }
 // in a batch (a stale claim's beside a live one) are each answered for themselves; the INSERT
 // numbers the attempts of one event after its history, in request order. Only the applied ords
 // are read back. $10 is the relay's NOTIFY channel.
-const deliveryRecordSQL = `
+var deliveryRecordSQL = `
 	WITH req AS (
 		SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::float8[], $5::int[], $6::timestamptz[],
 			$7::int[], $8::bigint[], $9::text[]) WITH ORDINALITY
@@ -492,13 +500,13 @@ const deliveryRecordSQL = `
 	), upd AS (
 		UPDATE integration_events e
 		SET attempts = e.attempts + 1, delivery_status = req.outcome, last_error = nullif(req.err, ''),
-			delivered_at = CASE WHEN req.outcome = 'delivered' THEN now() END,
-			dead_at = CASE WHEN req.outcome = 'dead' THEN now() END,
-			next_attempt_at = CASE WHEN req.outcome = 'pending' THEN now() + make_interval(secs => req.next_in) END,
+			delivered_at = CASE WHEN req.outcome = ` + deliveredSQL + ` THEN now() END,
+			dead_at = CASE WHEN req.outcome = ` + deadSQL + ` THEN now() END,
+			next_attempt_at = CASE WHEN req.outcome = ` + pendingSQL + ` THEN now() + make_interval(secs => req.next_in) END,
 			delivery_claimed_until = NULL,
 			relay_claimed_until = CASE WHEN e.relayed_at IS NOT NULL THEN NULL ELSE e.relay_claimed_until END
 		FROM req
-		WHERE e.id = req.event_id AND e.delivery_status = 'pending' AND e.attempts = req.attempts
+		WHERE e.id = req.event_id AND e.delivery_status = ` + pendingSQL + ` AND e.attempts = req.attempts
 			AND e.delivery_claimed_until = req.claim
 		RETURNING req.ord, e.execution_id, e.sequence, e.delivery_status
 	), unheld AS (
@@ -506,16 +514,16 @@ const deliveryRecordSQL = `
 		-- the ones the relay set aside as held go back into its scan (those still behind another
 		-- pending event it sets aside again).
 		UPDATE integration_events n SET held = false FROM upd
-		WHERE upd.delivery_status <> 'pending' AND n.execution_id = upd.execution_id AND n.sequence > upd.sequence
+		WHERE upd.delivery_status <> ` + pendingSQL + ` AND n.execution_id = upd.execution_id AND n.sequence > upd.sequence
 			AND n.held
 		RETURNING n.execution_id
 	), successors AS (
 		-- And wake the relay at commit for the next event, which waits unrelayed.
 		SELECT pg_notify($10::text, upd.execution_id::text) FROM upd
-		WHERE upd.delivery_status <> 'pending' AND (upd.execution_id IN (SELECT execution_id FROM unheld) OR EXISTS (
+		WHERE upd.delivery_status <> ` + pendingSQL + ` AND (upd.execution_id IN (SELECT execution_id FROM unheld) OR EXISTS (
 			SELECT 1 FROM integration_events n
 			WHERE n.execution_id = upd.execution_id AND n.sequence > upd.sequence
-				AND n.delivery_status = 'pending' AND n.relayed_at IS NULL))
+				AND n.delivery_status = ` + pendingSQL + ` AND n.relayed_at IS NULL))
 	), ins AS (
 		INSERT INTO event_deliveries (event_id, n, status_code, error, duration_ms, response_body)
 		SELECT req.event_id,
@@ -590,7 +598,7 @@ func (s *Store) recordRows(ctx context.Context, reqs []record) ([]bool, error) {
 func (s *Store) EventUnrelay(ctx context.Context, ids []string) error {
 	if _, err := s.pool.Exec(ctx, `
 		UPDATE integration_events SET relayed_at = NULL, relay_claimed_until = NULL
-		WHERE id = ANY($1::uuid[]) AND delivery_status = 'pending' AND relayed_at IS NOT NULL
+		WHERE id = ANY($1::uuid[]) AND delivery_status = `+pendingSQL+` AND relayed_at IS NOT NULL
 			AND (delivery_claimed_until IS NULL OR delivery_claimed_until < now())`, ids); err != nil {
 		return fmt.Errorf("unrelay %d events: %w", len(ids), err)
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/integrations-platform/integrations/pkg/batch"
+
+	"github.com/integrations-platform/integrations/pkg/execution"
 )
 
 // ErrNotStartable means the execution is not pending at the attempt before this one: the message
@@ -249,10 +251,10 @@ func (s *Store) startStatement(ctx context.Context, reqs []startRequest) ([]star
 			SELECT e.id, e.ctid AS tid FROM k JOIN executions e ON e.id = k.id ORDER BY e.id FOR UPDATE OF e
 		), started AS (
 			UPDATE executions e
-			SET status = 'running', attempt = k.n,
+			SET status = `+execution.Start.ToSQL()+`, attempt = k.n,
 				lease_expires_at = now() + make_interval(secs => c.lease_ms / 1000.0 * k.scale), updated_at = now()
 			FROM k JOIN clock ON clock.ord = k.ord JOIN lk ON lk.id = k.id, capabilities c, adapters a
-			WHERE e.ctid = lk.tid AND e.id = k.id AND e.status = 'pending' AND e.attempt = k.n - 1 AND k.n <= e.max_attempts
+			WHERE e.ctid = lk.tid AND e.id = k.id AND `+execution.Start.FromSQL("e.status")+` AND e.attempt = k.n - 1 AND k.n <= e.max_attempts
 				AND e.deadline_at > now() AND (clock.early = 0 OR clock.early < $7)
 				AND c.name = e.capability AND a.id = c.adapter_id
 			RETURNING k.ord, k.token_hash, e.id, e.capability, e.mode, e.payload, e.deadline_at, a.id AS adapter_id, a.endpoint, c.lease_ms,
@@ -266,7 +268,7 @@ func (s *Store) startStatement(ctx context.Context, reqs []startRequest) ([]star
 			SELECT s.id, k.n, s.token_hash FROM started s JOIN k ON k.ord = s.ord
 		)
 		SELECT k.ord, clock.early, clock.overdue,
-			coalesce(e.status = 'pending' AND e.attempt = k.n - 1 AND k.n <= e.max_attempts, false),
+			coalesce(`+execution.Start.FromSQL("e.status")+` AND e.attempt = k.n - 1 AND k.n <= e.max_attempts, false),
 			coalesce(e.deadline_at <= now(), false), coalesce(e.failure_class, ''),
 			s.capability, s.mode, s.payload, s.deadline_at, s.adapter_id, s.endpoint, s.lease_ms,
 			s.remaining, s.deadline_in, s.pending_for
@@ -341,10 +343,10 @@ func (s *Store) AttemptAccepted(ctx context.Context, id string, n int32, lease t
 	_, err := s.pool.Exec(ctx, `
 		WITH e AS (
 			UPDATE executions SET lease_expires_at = least(now() + make_interval(secs => $3), deadline_at), updated_at = now()
-			WHERE id = $1 AND status = 'running' AND attempt = $2
+			WHERE id = $1 AND `+execution.Renew.FromSQL("status")+` AND attempt = $2
 			RETURNING id
 		)
-		UPDATE execution_attempts SET outcome = 'accepted'
+		UPDATE execution_attempts SET outcome = '`+execution.AttemptAccepted+`'
 		WHERE execution_id = (SELECT id FROM e) AND n = $2`, id, n, lease.Seconds())
 	if err != nil {
 		return fmt.Errorf("record accepted attempt %d of %s: %w", n, id, err)
@@ -369,8 +371,8 @@ func (s *Store) AttemptUndo(ctx context.Context, id string, n int32, delay time.
 	var undone bool
 	err := s.pool.QueryRow(ctx, `
 		WITH e AS (
-			UPDATE executions SET status = 'pending', attempt = $2 - 1, lease_expires_at = NULL, updated_at = now()
-			WHERE id = $1 AND status = 'running' AND attempt = $2
+			UPDATE executions SET status = `+execution.Undo.ToSQL()+`, attempt = $2 - 1, lease_expires_at = NULL, updated_at = now()
+			WHERE id = $1 AND `+execution.Undo.FromSQL("status")+` AND attempt = $2
 			RETURNING id
 		), a AS (
 			DELETE FROM execution_attempts WHERE execution_id = (SELECT id FROM e) AND n = $2

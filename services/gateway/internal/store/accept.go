@@ -51,7 +51,7 @@ func (s *Store) acceptAsync(ctx context.Context, n NewExecution) (*execution.Row
 	}
 	return &execution.Row{
 		ID: n.ID, ApplicationID: n.ApplicationID, Capability: n.Capability, Mode: n.Mode,
-		Status: execution.StatusPending, Attempt: 0, MaxAttempts: n.MaxAttempts, Payload: n.Payload,
+		Status: execution.Accept.To[0], Attempt: 0, MaxAttempts: n.MaxAttempts, Payload: n.Payload,
 		IdempotencyKey: key, DeadlineAt: a.deadlineAt, CreatedAt: a.createdAt, UpdatedAt: a.updatedAt,
 	}, true, nil
 }
@@ -121,7 +121,7 @@ func (s *Store) insertExecutions(ctx context.Context, ns []NewExecution) ([]*acc
 			INSERT INTO dispatches (execution_id, attempt, due_at) SELECT id, 1, now() FROM e
 		)
 		SELECT id::text, deadline_at, created_at, updated_at FROM e`,
-		ids, apps, caps, modes, maxAttempts, payloads, hashes, keys, budgets, execution.StatusPending, parents, states)
+		ids, apps, caps, modes, maxAttempts, payloads, hashes, keys, budgets, execution.Accept.To[0], parents, states)
 	if err != nil {
 		return nil, fmt.Errorf("insert %d executions and their dispatches: %w", len(ns), err)
 	}
@@ -174,7 +174,7 @@ func (s *Store) acceptSync(ctx context.Context, n NewExecution) (row *execution.
 			INSERT INTO execution_attempts (execution_id, n, callback_token_hash) SELECT id, 1, $11 FROM e
 		)
 		SELECT `+execution.Columns+` FROM e`,
-		n.ID, n.ApplicationID, n.Capability, n.Mode, execution.StatusRunning, n.MaxAttempts,
+		n.ID, n.ApplicationID, n.Capability, n.Mode, execution.AcceptSync.To[0], n.MaxAttempts,
 		n.Payload, n.RequestHash, key, n.Budget.Seconds(), n.CallbackTokenHash, n.Traceparent, n.Tracestate))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

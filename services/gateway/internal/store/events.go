@@ -164,8 +164,8 @@ func (s *Store) EventGet(ctx context.Context, applicationID, id string) (*Event,
 // own (earlier) notice, and the redelivery would publish nothing. A delivery claim is kept, so a
 // new notice waits for an attempt in flight instead of racing it. Delivery history is kept: new
 // attempts continue its numbering.
-const redeliverSet = `
-	SET delivery_status = 'pending', attempts = 0, next_attempt_at = NULL, last_error = NULL,
+var redeliverSet = `
+	SET delivery_status = ` + execution.EventRedeliver.ToSQL() + `, attempts = 0, next_attempt_at = NULL, last_error = NULL,
 		delivered_at = NULL, dead_at = NULL, relayed_at = NULL, relay_claimed_until = NULL`
 
 // EventRedeliver resets one of the application's events (AnyApplication: any application's) for

@@ -198,7 +198,7 @@ func (s *Store) SyncWithdraw(ctx context.Context, id string) (withdrawn bool, er
 	tag, err := s.pool.Exec(ctx, `
 		DELETE FROM executions
 		WHERE id = $1 AND mode = $2 AND status = $3 AND attempt = 1`,
-		id, execution.ModeSync, execution.StatusRunning)
+		id, execution.ModeSync, execution.Withdraw.From[0])
 	if err != nil {
 		return false, fmt.Errorf("withdraw sync execution: %w", err)
 	}

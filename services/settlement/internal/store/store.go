@@ -123,7 +123,7 @@ const eventPayloadSQL = `jsonb_build_object(
 //
 // $1 id, $2 attempt, $3 from status, $4 status, $5 result, $6..$9 failure class, reason, code,
 // message, $10 the attempt's outcome, $11 event id, $12 event type, $13 notify channel.
-const settleSQL = `
+var settleSQL = `
 	WITH cur AS (
 		SELECT id, status, attempt FROM executions WHERE id = $1 FOR UPDATE
 	), s AS (
@@ -143,7 +143,7 @@ const settleSQL = `
 	), dis AS (
 		-- The next attempt will not start: its waiting dispatch record goes too. One already
 		-- published finds the execution settled and is acknowledged without effect.
-		DELETE FROM dispatches d USING s WHERE d.execution_id = s.id AND $3::text = 'pending'
+		DELETE FROM dispatches d USING s WHERE d.execution_id = s.id AND $3::text = ` + execution.Literal(execution.StatusPending) + `
 	), ev AS (
 		-- The event carries the execution's trace context (its accept's), which the event-router's
 		-- relay and delivery continue.
@@ -278,7 +278,10 @@ func (s *Store) AttemptFail(ctx context.Context, a AttemptFailure) (*AttemptFail
 // $1 id, $2 attempt, $3 retryable, $4 the delay scale, $5 the adapter's retry_after in seconds
 // (scaled), $6..$8 failure class, code, message, $9 the reason when no retry is left (NULL: the
 // standard ones), $10 the attempt's outcome, $11 event id, $12 event type, $13 notify channel.
-const attemptFailSQL = `
+// retried is the attempt-fail statement's test that it retried (Retry) rather than exhausted.
+var retried = "s.status = " + execution.Retry.ToSQL()
+
+var attemptFailSQL = `
 	WITH cur AS (
 		SELECT e.id, e.status, e.attempt, e.max_attempts, e.deadline_at,
 			greatest($4::float8 * c.retry_delays_ms[least($2::int, cardinality(c.retry_delays_ms))] / 1000.0,
@@ -293,10 +296,10 @@ const attemptFailSQL = `
 			WHEN now() + make_interval(secs => delay) > deadline_at THEN coalesce($9::text, '` + execution.ReasonBudget + `')
 		END AS reason
 		FROM cur
-		WHERE status = 'running' AND attempt = $2
+		WHERE ` + execution.Retry.FromSQL("status") + ` AND attempt = $2
 	), s AS (
 		UPDATE executions e
-		SET status = CASE WHEN d.reason IS NULL THEN 'pending' ELSE 'failed' END,
+		SET status = CASE WHEN d.reason IS NULL THEN ` + execution.Retry.ToSQL() + ` ELSE ` + execution.Exhaust.ToSQL() + ` END,
 			result = CASE WHEN d.reason IS NULL THEN e.result END,
 			failure_class = $6, failure_reason = d.reason, failure_code = $7, failure_message = $8,
 			lease_expires_at = NULL, updated_at = now(),
@@ -307,14 +310,14 @@ const attemptFailSQL = `
 		RETURNING e.*, d.delay
 	), att AS (
 		UPDATE execution_attempts a SET ended_at = now(), outcome = $10,
-			failure_class = CASE WHEN s.status = 'pending' THEN $6 ELSE coalesce($6, a.failure_class) END,
-			failure_code = CASE WHEN s.status = 'pending' THEN $7 ELSE coalesce($7, a.failure_code) END,
-			failure_message = CASE WHEN s.status = 'pending' THEN $8 ELSE coalesce($8, a.failure_message) END
+			failure_class = CASE WHEN ` + retried + ` THEN $6 ELSE coalesce($6, a.failure_class) END,
+			failure_code = CASE WHEN ` + retried + ` THEN $7 ELSE coalesce($7, a.failure_code) END,
+			failure_message = CASE WHEN ` + retried + ` THEN $8 ELSE coalesce($8, a.failure_message) END
 		FROM s
-		WHERE a.execution_id = s.id AND a.n = $2 AND (a.ended_at IS NULL OR s.status = 'pending')
+		WHERE a.execution_id = s.id AND a.n = $2 AND (a.ended_at IS NULL OR ` + retried + `)
 	), dis AS (
 		INSERT INTO dispatches (execution_id, attempt, due_at)
-		SELECT s.id, $2 + 1, now() + make_interval(secs => s.delay) FROM s WHERE s.status = 'pending'
+		SELECT s.id, $2 + 1, now() + make_interval(secs => s.delay) FROM s WHERE ` + retried + `
 		RETURNING due_at
 	), ev AS (
 		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at,
@@ -322,7 +325,7 @@ const attemptFailSQL = `
 		SELECT $11::uuid, s.application_id, s.id, $12::text, ` + eventPayloadSQL + `, now(),
 			s.traceparent, s.tracestate, s.event_seq
 		FROM s
-		WHERE s.status = 'failed'
+		WHERE NOT (` + retried + `)
 		RETURNING id
 	), notified AS (
 		SELECT pg_notify($13::text, id::text) FROM ev
@@ -420,7 +423,7 @@ func (s *Store) ExecutionSweep(ctx context.Context, limit int, grace time.Durati
 		rows, err := tx.Query(ctx, `
 			SELECT id::text, attempt, mode, deadline_at < now() - make_interval(secs => $2)
 			FROM executions
-			WHERE status = 'running' AND (lease_expires_at < now() - make_interval(secs => $2)
+			WHERE `+execution.Sweep.FromSQL("status")+` AND (lease_expires_at < now() - make_interval(secs => $2)
 				OR deadline_at < now() - make_interval(secs => $2))
 			LIMIT $1
 			FOR UPDATE SKIP LOCKED`, limit, grace.Seconds())
@@ -471,7 +474,7 @@ func (s *Store) ExecutionSweepStranded(ctx context.Context, limit int, grace tim
 		rows, err := tx.Query(ctx, `
 			SELECT id::text, attempt, coalesce(failure_class, '')
 			FROM executions e
-			WHERE status = 'pending' AND deadline_at < now() - make_interval(secs => $2)
+			WHERE `+execution.Strand.FromSQL("status")+` AND deadline_at < now() - make_interval(secs => $2)
 				AND NOT EXISTS (SELECT 1 FROM dispatches d WHERE d.execution_id = e.id)
 			LIMIT $1
 			FOR UPDATE SKIP LOCKED`, limit, grace.Seconds())
