@@ -352,3 +352,23 @@ func TestIsTransient(t *testing.T) {
 	}
 	require.False(t, db.IsTransient(context.Canceled))
 }
+
+// TestClassify: each database error sorted once, by what it says to do.
+func TestClassify(t *testing.T) {
+	for code, want := range map[string]db.ErrorKind{
+		"08006": db.ErrConnection, "57P01": db.ErrConnection, "53300": db.ErrConnection,
+		"40001": db.ErrTransient, "40P01": db.ErrTransient, "40003": db.ErrTransient, "53100": db.ErrTransient,
+		"55P03": db.ErrTransient, "57014": db.ErrTransient,
+		"23505": db.ErrRow, "23503": db.ErrRow, "22P02": db.ErrRow, "22021": db.ErrRow,
+		"42601": db.ErrStatement, "42501": db.ErrStatement, "XX000": db.ErrStatement,
+	} {
+		err := fmt.Errorf("statement: %w", &pgconn.PgError{Code: code})
+		require.Equal(t, want, db.Classify(err), code)
+		require.Equal(t, want == db.ErrRow, db.IsRowError(err), code)
+	}
+	require.Equal(t, db.ErrNotDatabase, db.Classify(nil))
+	require.Equal(t, db.ErrNotDatabase, db.Classify(errors.New("not the database's")))
+	require.Equal(t, db.ErrConnection, db.Classify(&pgconn.ConnectError{}))
+	require.True(t, db.IsLockTimeout(fmt.Errorf("x: %w", &pgconn.PgError{Code: "55P03"})))
+	require.False(t, db.IsLockTimeout(&pgconn.PgError{Code: "57014"}))
+}

@@ -133,7 +133,7 @@ func WithTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) e
 // named constraint.
 func IsUniqueViolation(err error, constraint string) bool {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+	if !hasCode(err, "23505") || !errors.As(err, &pgErr) {
 		return false
 	}
 	return constraint == "" || pgErr.ConstraintName == constraint

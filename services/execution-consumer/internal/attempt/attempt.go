@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
+	"github.com/integrations-platform/integrations/pkg/db"
 	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
@@ -310,21 +310,16 @@ func (h *Handler) record(ctx context.Context, logger *zap.Logger, started *store
 	return fmt.Errorf("unknown outcome kind %d", out.Kind)
 }
 
-// classifyDB applies the reporter's rules to a database error: a connection that failed or was
-// terminated, a server shutting down or out of connections, a serialization failure or deadlock
-// are retried; any other error the server answered is final.
+// classifyDB applies the reporter's rules to a database error: one of the connection
+// (db.ErrConnection), one refused for the moment (db.ErrTransient), or no answer from the server
+// at all (the call timed out) is retried; anything else the server answered is final.
 func classifyDB(err error) outcome.Class {
 	if errors.Is(err, errMovedOn) {
 		return outcome.ClassMovedOn
 	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		// No answer from the server at all: the connection failed or the call timed out.
-		return outcome.Retry
+	switch db.Classify(err) {
+	case db.ErrRow, db.ErrStatement:
+		return outcome.ClassRefused
 	}
-	switch pgErr.Code[:2] {
-	case "08", "40", "53", "57":
-		return outcome.Retry
-	}
-	return outcome.ClassRefused
+	return outcome.Retry
 }

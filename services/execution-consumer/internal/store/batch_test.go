@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/integrations-platform/integrations/pkg/batch"
+	"github.com/integrations-platform/integrations/pkg/db"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 )
 
@@ -183,7 +184,7 @@ func requireRetryable(t *testing.T, err error) {
 	t.Helper()
 	require.Error(t, err)
 	require.False(t, errors.Is(err, ErrNotStartable))
-	require.False(t, rowCaused(err), "not a row's own fault: %v", err)
+	require.False(t, db.IsRowError(err), "not a row's own fault: %v", err)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		require.Equal(t, "57P01", pgErr.Code, "admin shutdown: the terminated backend")

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/integrations-platform/integrations/pkg/batch"
+	"github.com/integrations-platform/integrations/pkg/db"
 
 	"github.com/integrations-platform/integrations/pkg/execution"
 )
@@ -169,7 +169,7 @@ type startAnswer struct {
 // startBatch runs one batch of attempt starts, in one statement.
 func (s *Store) startBatch(ctx context.Context, reqs []startRequest) ([]startAnswer, []error, error) {
 	answers, err := s.startStatement(ctx, reqs)
-	if err == nil || len(reqs) == 1 || !rowCaused(err) {
+	if err == nil || len(reqs) == 1 || !db.IsRowError(err) {
 		return answers, nil, err
 	}
 	// A row's own fault fails the whole statement: find whose, one statement each.
@@ -184,21 +184,6 @@ func (s *Store) startBatch(ctx context.Context, reqs []startRequest) ([]startAns
 		answers[i] = one[0]
 	}
 	return answers, errs, nil
-}
-
-// rowCaused reports whether a statement's error is one a single row can cause (a constraint, a
-// bad value), as opposed to the connection, the server or a conflict between transactions, which
-// would fail each row alike.
-func rowCaused(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	switch pgErr.Code[:2] {
-	case "08", "40", "53", "57", "58", "XX":
-		return false
-	}
-	return true
 }
 
 // startStatement starts reqs in one statement and answers each, in order. Rows are sent in

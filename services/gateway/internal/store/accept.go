@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/integrations-platform/integrations/pkg/batch"
 	"github.com/integrations-platform/integrations/pkg/db"
@@ -67,7 +66,7 @@ func (s *Store) acceptBatch(ctx context.Context, ns []NewExecution) ([]*accepted
 	if err == nil {
 		return out, nil, nil
 	}
-	if len(ns) == 1 || !rowError(err) {
+	if len(ns) == 1 || !db.IsRowError(err) {
 		return nil, nil, err
 	}
 	out = make([]*accepted, len(ns))
@@ -143,16 +142,6 @@ func (s *Store) insertExecutions(ctx context.Context, ns []NewExecution) ([]*acc
 		out[i] = byID[ids[i]]
 	}
 	return out, nil
-}
-
-// rowError reports whether err is one a single row of a statement can cause: a data exception
-// (class 22) or an integrity constraint (class 23).
-func rowError(err error) bool {
-	var pg *pgconn.PgError
-	if !errors.As(err, &pg) || len(pg.Code) < 2 {
-		return false
-	}
-	return pg.Code[:2] == "22" || pg.Code[:2] == "23"
 }
 
 // acceptSync commits a sync execution running at attempt 1 and that attempt's row in one

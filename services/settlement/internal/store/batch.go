@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/integrations-platform/integrations/pkg/batch"
 	"github.com/integrations-platform/integrations/pkg/db"
@@ -45,12 +44,6 @@ var errLockWait = errors.New("execution locked by another transaction")
 const lockTimeoutSQL = `SELECT set_config('lock_timeout', $1, true)`
 
 func (s *Store) lockTimeoutArg() string { return fmt.Sprintf("%dms", s.lockTimeout.Milliseconds()) }
-
-// isLockTimeout reports whether err is Postgres's lock_not_available (55P03): lock_timeout.
-func isLockTimeout(err error) bool {
-	var pg *pgconn.PgError
-	return errors.As(err, &pg) && pg.Code == "55P03"
-}
 
 // settleRequest is one settlement to batch: exactly one of settle and fail is set.
 type settleRequest struct {
@@ -156,7 +149,7 @@ func (s *Store) settleBatch(ctx context.Context, reqs []settleRequest) ([]settle
 	// caller to wait alone.
 	for i, r := range reqs {
 		a, err := s.settleBounded(ctx, r)
-		if isLockTimeout(err) {
+		if db.IsLockTimeout(err) {
 			err = errLockWait
 		}
 		answers[i], errs[i] = a, err
