@@ -68,8 +68,7 @@ type RabbitMQ struct {
 	con    *amqp.Connection
 
 	mu     sync.RWMutex
-	routes map[string]*topology   // declared routes and subscriptions, re-declared on every new publishing connection
-	topics map[string]bool        // declared topic exchanges, likewise
+	routes map[string]*topology   // declared routes, re-declared on every new publishing connection
 	stats  map[string]*routeStats // per route, created on first use
 
 	tagSeq    uint64 // publish tags (see hdrPublishTag); guarded by tagMu
@@ -112,7 +111,6 @@ func dialRabbitMQ(ctx context.Context, cfg Config) (*RabbitMQ, error) {
 		pubSem: make(chan struct{}, 1),
 		conSem: make(chan struct{}, 1),
 		routes: map[string]*topology{},
-		topics: map[string]bool{},
 		stats:  map[string]*routeStats{},
 	}
 	if _, err := b.publisher(ctx); err != nil {
@@ -145,7 +143,7 @@ func (b *RabbitMQ) Declare(ctx context.Context, routes ...Route) error {
 	if err != nil {
 		return fmt.Errorf("mq: declare: %w", err)
 	}
-	if err := declareAll(p.conn, tops, nil); err != nil {
+	if err := declareAll(p.conn, tops); err != nil {
 		return fmt.Errorf("mq: declare: %w", err)
 	}
 	b.noteDeclared()
@@ -185,10 +183,9 @@ func (b *RabbitMQ) DelayTolerance(route string) time.Duration {
 	return t.delayTolerance
 }
 
-// declareAll declares topic exchanges and topologies on a throwaway channel, because a refused
-// declaration closes it.
-func declareAll(conn *amqp.Connection, tops []*topology, exchanges []string) error {
-	if len(tops) == 0 && len(exchanges) == 0 {
+// declareAll declares topologies on a throwaway channel, because a refused declaration closes it.
+func declareAll(conn *amqp.Connection, tops []*topology) error {
+	if len(tops) == 0 {
 		return nil
 	}
 	ch, err := conn.Channel()
@@ -196,11 +193,6 @@ func declareAll(conn *amqp.Connection, tops []*topology, exchanges []string) err
 		return fmt.Errorf("open channel: %w", err)
 	}
 	defer ch.Close() //nolint:errcheck // a throwaway channel; a close error changes nothing
-	for _, x := range exchanges {
-		if err := declareTopicExchange(ch, x); err != nil {
-			return err
-		}
-	}
 	for _, t := range tops {
 		if err := t.declare(ch); err != nil {
 			return fmt.Errorf("route %q: %w", t.route, err)
@@ -312,16 +304,6 @@ func (b *RabbitMQ) declared() []*topology {
 	out := make([]*topology, 0, len(b.routes))
 	for _, t := range b.routes {
 		out = append(out, t)
-	}
-	return out
-}
-
-func (b *RabbitMQ) topicExchanges() []string {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	out := make([]string, 0, len(b.topics))
-	for x := range b.topics {
-		out = append(out, x)
 	}
 	return out
 }

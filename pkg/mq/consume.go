@@ -90,7 +90,7 @@ type consumer struct {
 // before and without any handler, and is not counted in the route's Counters.
 func (b *RabbitMQ) Consume(ctx context.Context, route string, concurrency int, h Handler, opts ...ConsumeOption) error {
 	top, ok := b.topology(route)
-	if !ok || top.topic != "" {
+	if !ok {
 		return fmt.Errorf("mq: consume %q: %w", route, ErrUnknownRoute)
 	}
 	return b.consume(ctx, top, concurrency, h, opts...)
@@ -126,7 +126,7 @@ func Drain(work context.Context, grace time.Duration) ConsumeOption {
 // minDrainGrace leaves a broker on a loaded host time to answer a cancel or a close.
 const minDrainGrace = 100 * time.Millisecond
 
-// consume runs a consumer of a route or a subscription until ctx ends or the Broker closes.
+// consume runs a consumer of a route until ctx ends or the Broker closes.
 func (b *RabbitMQ) consume(ctx context.Context, top *topology, concurrency int, h Handler, opts ...ConsumeOption) error {
 	route := top.route
 	if h == nil {
@@ -145,9 +145,8 @@ func (b *RabbitMQ) consume(ctx context.Context, top *topology, concurrency int, 
 	defer stop()
 	c := &consumer{
 		rules: &rules{
-			h: h,
-			pol: policy{queue: top.queue, maxAttempts: top.maxAttempts, levels: top.delayTTLs,
-				topic: top.topic != ""},
+			h:      h,
+			pol:    policy{queue: top.queue, maxAttempts: top.maxAttempts, levels: top.delayTTLs},
 			st:     b.routeStats(route),
 			log:    b.log.With(zap.String("route", route)),
 			ctx:    hctx,
@@ -720,8 +719,7 @@ func (j *job) stale() bool { return j.sub.dead.Load() }
 
 // sendCopy publishes a copy of the AMQP delivery — same identity and properties, without the
 // broker's headers — to the order's destination: the route's retry holding queue for the attempt,
-// its delay holding queue for the deferral, or its DLQ (through the topic's direct DLX for a
-// subscription); mandatory, and confirmed.
+// its delay holding queue for the deferral, or its DLQ; mandatory, and confirmed.
 func (j *job) sendCopy(ctx context.Context, o copyOrder) (string, error) {
 	c := j.c
 	pub := copyOf(&j.d)
@@ -733,7 +731,7 @@ func (j *job) sendCopy(ctx context.Context, o copyOrder) (string, error) {
 	case copyDefer:
 		key, _, _ = c.top.delayQueue(o.delay) // o.delay >= the smallest level: see rules.holdsDefer
 	case copyDeadLetter:
-		exchange, key = c.top.dlx, c.top.dlxKey
+		key = c.top.dlq
 	default:
 		return "", fmt.Errorf("mq: copy of unknown kind %d", o.kind)
 	}

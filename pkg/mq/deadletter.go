@@ -17,7 +17,7 @@ type DeadLetter struct {
 	ID      string         // AMQP message-id
 	Body    []byte         // the payload
 	Headers map[string]any // every header the message carries, the port's and the broker's
-	// Reason is x-dead-reason ("rejected", "retry_exhausted", "failed" on a subscription), or for a
+	// Reason is x-dead-reason ("rejected", "retry_exhausted"), or for a
 	// message the broker dead-lettered itself its x-first-death-reason (e.g. "delivery_limit").
 	Reason         string
 	LastError      string    // x-last-error: the handler's error, empty when the broker dead-lettered it
@@ -32,7 +32,7 @@ type DeadLetter struct {
 }
 
 // DeadLetters lists up to limit messages at the head of a route's DLQ ("<scope>.<route>.dlq"),
-// oldest first, without taking them out. For a subscription, route is "<topic>.<subscription>".
+// oldest first, without taking them out.
 // The route need not be declared by this Broker.
 //
 // It fetches the messages one by one with basic.get, holding each unacked while it fetches the
@@ -98,8 +98,7 @@ func (b *RabbitMQ) DeadLetters(ctx context.Context, route string, limit int) (_ 
 // moment by a concurrent listing (DeadLetters holds what it lists for the time of a few gets: the
 // dispatcher's recovery lists the executions DLQ every pass), so it looks again, a few times over
 // a second at most, for those it did not see — an operator's redrive of what they just listed
-// found nothing on a loaded machine (issue 22). For a subscription, route is
-// "<topic>.<subscription>" and the messages go back to that subscription's queue alone.
+// found nothing on a loaded machine (issue 22).
 func (b *RabbitMQ) Redrive(ctx context.Context, route string, ids []string) (moved int, err error) {
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
@@ -231,7 +230,7 @@ func (b *RabbitMQ) redriveWalk(ctx context.Context, route string, want map[strin
 // explained — the work they carried was done since, or was decided otherwise — so that the DLQ
 // keeps only what still needs an operator; it never chooses by itself, and an empty ids removes
 // nothing. Dead letters not selected stay in their positions. Like Redrive it looks at most at the
-// messages the DLQ held when it started. For a subscription, route is "<topic>.<subscription>".
+// messages the DLQ held when it started.
 func (b *RabbitMQ) Discard(ctx context.Context, route string, ids []string) (removed int, err error) {
 	_, dlq, err := b.dlqOf(route)
 	if err != nil || len(ids) == 0 {
@@ -306,7 +305,7 @@ func walkDLQ(ch *amqp.Channel, dlq string) func() (amqp.Delivery, bool, error) {
 	}
 }
 
-// dlqOf is the scoped work queue and DLQ of a route or subscription ("<topic>.<subscription>").
+// dlqOf is the scoped work queue and DLQ of a route.
 func (b *RabbitMQ) dlqOf(route string) (queue, dlq string, err error) {
 	if err := validateRoute(route); err != nil {
 		return "", "", err

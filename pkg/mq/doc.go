@@ -62,16 +62,10 @@
 // requeues, and a quorum queue counts every requeue against its delivery limit and serves
 // requeued messages in requeue order, which rotates a DLQ listed in part.
 //
-// Topics broadcast: [Broker.PublishTopic] publishes to the shared (unscoped) fanout exchange
-// "integrations.topic.<topic>"; each subscription has its own queue "<scope>.<topic>.<sub>"
-// ([Broker.DeclareTopic], [Broker.Subscribe]). Topics do not retry: Fail or Reject dead-letters
-// that delivery for that subscription alone, after one attempt, through the topic's direct
-// dead-letter exchange under the subscription's own routing key into "<scope>.<topic>.<sub>.dlq".
-//
 // Settle only what the broker still holds: amqp091-go's experimental automatic recovery stays off
 // (Config.Recovery is nil), because it would re-deliver on a new channel while our workers still
 // hold delivery tags of the old one. The port reconnects itself (publishing and consuming on
-// separate connections, with backoff and jitter, topology and topics declared again, consumers
+// separate connections, with backoff and jitter, topology declared again, consumers
 // resubscribed) and tracks which channel each delivery came from; a settlement for a replaced
 // channel or consumer is counted superseded and left to the broker's redelivery, never tried on
 // the new channel (where RabbitMQ would answer 406 and close it). So is one that failed because

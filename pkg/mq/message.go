@@ -50,7 +50,7 @@ func Reject(err error) Result { return Result{outcome: outcomeReject, err: err} 
 // minus that level, and the handler defers it again. When d is shorter than the smallest level
 // the delivery is held in the worker for d (at least 1 ms) and the handler is called again with
 // the same Message; shutdown meanwhile returns it to the broker. Either way every deferral waits,
-// so a handler cannot spin on Defer. On a route without DelayLevels (and on a subscription) Defer
+// so a handler cannot spin on Defer. On a route without DelayLevels Defer
 // is a programming error: it is logged and the delivery is requeued.
 func Defer(d time.Duration) Result { return Result{outcome: outcomeDefer, delay: d} }
 
@@ -159,8 +159,7 @@ const (
 	hdrProbe = "x-mq-probe"
 
 	deadReasonExhausted = DeadReasonExhausted
-	deadReasonRejected  = "rejected" // Reject, on a route or a subscription
-	deadReasonFailed    = "failed"   // Fail on a subscription: topics do not retry
+	deadReasonRejected  = "rejected" // Reject
 
 	// maxErrorLen bounds x-last-error: headers travel with every copy and count against the
 	// broker's frame size.

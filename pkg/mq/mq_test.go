@@ -103,17 +103,6 @@ func setupWith(t *testing.T, cfg Config) *bundle {
 				assert.NoError(t, err, "delete queue %s", q)
 			}
 		}
-		// Topic exchanges are shared: delete them only once nothing is bound (if-unused; a refusal
-		// closes the channel, so each gets its own).
-		for _, x := range b.topicExchanges() {
-			for _, name := range []string{x, topicDLXPrefix + strings.TrimPrefix(x, topicExchangePrefix)} {
-				if xch, err := conn.Channel(); err == nil {
-					if xch.ExchangeDelete(name, true, false) == nil {
-						xch.Close()
-					}
-				}
-			}
-		}
 	})
 	t.Cleanup(func() { assert.NoError(t, b.Close()) })
 	return tb

@@ -60,21 +60,16 @@ const (
 // topology is a route resolved against the broker's scope and time scale: every queue name it
 // needs, validated, and the retry plan.
 type topology struct {
-	route string // the counters key and Message.Route: "<route>", or "<topic>.<subscription>"
-	queue string
-	dlq   string
-	// Dead letters are published to (dlx, dlxKey): ("", dlq) for a route; the topic's direct
-	// dead-letter exchange and the subscription's queue name for a subscription.
-	dlx, dlxKey string
-	// topic is the fanout exchange a subscription's queue is bound to; "" for a route.
-	topic       string
+	route       string // the counters key and Message.Route
+	queue       string
+	dlq         string
 	prefetch    int
 	maxAttempts int
 	// retryQueues[i] is the holding queue used before attempt i+2; its TTL is retryTTLs[i].
 	retryQueues []string
 	retryTTLs   []time.Duration
 	// delayQueues[i] holds messages published (or deferred) for at least delayTTLs[i]; ascending,
-	// one per distinct scaled level. Empty for a route without DelayLevels and for subscriptions.
+	// one per distinct scaled level. Empty for a route without DelayLevels.
 	delayQueues []string
 	delayTTLs   []time.Duration
 	// delayTolerance is how far short of a level a delay may fall and still wait in it (see
@@ -115,7 +110,6 @@ func plan(scope string, timeScale float64, r Route) (*topology, error) {
 		prefetch: r.Prefetch,
 	}
 	t.dlq = t.queue + ".dlq"
-	t.dlxKey = t.dlq
 	if t.prefetch <= 0 {
 		t.prefetch = defaultPrefetch
 	}
@@ -298,22 +292,10 @@ func declareQueue(ch *amqp.Channel, name string, args amqp.Table) error {
 	}
 }
 
-// declareTopicExchange declares a topic's shared fanout exchange. Durable and never auto-deleted:
-// subscriptions of other scopes and deployments are bound to it.
-func declareTopicExchange(ch *amqp.Channel, exchange string) error {
-	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("declare exchange %q: %w", exchange, err)
-	}
-	return nil
-}
-
-// declare creates (or checks) the route's or subscription's queues on ch. Dead-letter targets are
+// declare creates (or checks) the route's queues on ch. Dead-letter targets are
 // declared before the queues that dead-letter into them. A mismatch with an existing queue's
 // arguments closes ch with 406 PRECONDITION_FAILED, so callers use a channel they can throw away.
 func (t *topology) declare(ch *amqp.Channel) error {
-	if t.topic != "" {
-		return t.declareSubscription(ch)
-	}
 	if err := declareQueue(ch, t.dlq, dlqArgs()); err != nil {
 		return err
 	}
@@ -349,33 +331,6 @@ func declareHolding(ch *amqp.Channel, name string, ttl time.Duration, workQueue 
 	args := deadLetterVia("", workQueue)
 	args["x-message-ttl"] = ttl.Milliseconds()
 	return declareQueue(ch, name, quorumArgs(args))
-}
-
-// declareSubscription declares a subscription: the topic's fanout, the topic's direct dead-letter
-// exchange, the subscription's DLQ bound to it under the subscription's own routing key, and the
-// subscription's queue, bound to the fanout. The DLX is direct, never fanout: a fanout DLX would
-// copy one subscriber's failure into every subscriber's DLQ.
-func (t *topology) declareSubscription(ch *amqp.Channel) error {
-	if err := declareTopicExchange(ch, t.topic); err != nil {
-		return err
-	}
-	if err := ch.ExchangeDeclare(t.dlx, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("declare exchange %q: %w", t.dlx, err)
-	}
-	if err := declareQueue(ch, t.dlq, dlqArgs()); err != nil {
-		return err
-	}
-	if err := ch.QueueBind(t.dlq, t.dlxKey, t.dlx, false, nil); err != nil {
-		return fmt.Errorf("bind %q to %q: %w", t.dlq, t.dlx, err)
-	}
-	// The broker's own dead-lettering (x-delivery-limit) goes the same way as ours.
-	if err := declareQueue(ch, t.queue, quorumArgs(deadLetterVia(t.dlx, t.dlxKey))); err != nil {
-		return err
-	}
-	if err := ch.QueueBind(t.queue, "", t.topic, false, nil); err != nil {
-		return fmt.Errorf("bind %q to %q: %w", t.queue, t.topic, err)
-	}
-	return nil
 }
 
 // queues lists every queue of the route, for callers that clean up (tests, tooling).

@@ -15,9 +15,7 @@ import (
 // dead letters with their reasons, redrive with a fresh budget, superseded settlements told apart
 // from lost ones — and proves it by running the one contract suite, pkg/mq/mqtest. A Broker is
 // safe for concurrent use.
-//
-// Topics ([RabbitMQ.PublishTopic], [RabbitMQ.Subscribe]) are not part of the port: no service
-// uses them, and a provider is not asked to build what nothing calls.
+
 type Broker interface {
 	// Declare declares each route's queues (work queue, delay and retry holding, DLQ) and
 	// remembers them, so that a reconnect declares them again.

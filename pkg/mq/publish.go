@@ -100,7 +100,7 @@ func (b *RabbitMQ) PublishAfter(ctx context.Context, route string, msgs []Outgoi
 		return failAll(len(msgs), fmt.Errorf("mq: publish to %q: %d messages but %d delays", route, len(msgs), len(delays)))
 	}
 	t, ok := b.topology(route)
-	if !ok || t.topic != "" {
+	if !ok {
 		return failAll(len(msgs), fmt.Errorf("mq: publish to %q: %w", route, ErrUnknownRoute))
 	}
 	return b.publishMany(ctx, b.routeStats(route), route, "", func(i int) string {
@@ -246,7 +246,7 @@ func (b *RabbitMQ) publisher(ctx context.Context) (*publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := declareAll(conn, b.declared(), b.topicExchanges()); err != nil {
+	if err := declareAll(conn, b.declared()); err != nil {
 		conn.Close() //nolint:errcheck // already failing
 		return nil, fmt.Errorf("re-declare topology: %w", err)
 	}

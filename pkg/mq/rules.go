@@ -42,7 +42,7 @@ type copyKind uint8
 const (
 	copyRetry      copyKind = iota + 1 // the route's retry holding for the delay after copyOrder.attempt
 	copyDefer                          // the route's delay level for copyOrder.delay; headers unchanged
-	copyDeadLetter                     // the route's (or subscription's) DLQ
+	copyDeadLetter                     // the route's DLQ
 )
 
 // copyOrder is a copy the rules ask a provider to publish, confirmed, before the original is
@@ -97,12 +97,11 @@ type delivery interface {
 	sendCopy(ctx context.Context, o copyOrder) (dest string, err error)
 }
 
-// policy is what the rules need of a route or subscription.
+// policy is what the rules need of a route.
 type policy struct {
 	queue       string          // the scoped work queue: a dead letter's x-source-queue
 	maxAttempts int             // deliveries, the first included, before Fail dead-letters
 	levels      []time.Duration // the applied delay levels, ascending; none: Defer dead-letters
-	topic       bool            // a subscription: Fail dead-letters at once (topics do not retry)
 }
 
 // rules applies the handler-return rules for one Consume call.
@@ -158,11 +157,6 @@ func (r *rules) handle(d delivery) verdict {
 	}
 	switch res.outcome {
 	case outcomeFail:
-		if r.pol.topic {
-			// Topics do not retry: a broadcast copy belongs to this subscription alone, and
-			// republishing it to the topic would redeliver it to every subscriber.
-			return r.deadLetter(d, log, deadReasonFailed, res.err)
-		}
 		if m.Attempt >= r.pol.maxAttempts {
 			return r.deadLetter(d, log, deadReasonExhausted, res.err)
 		}
