@@ -352,7 +352,7 @@ func TestUnknownDeliveryTagIsLost(t *testing.T) {
 	reason := make(chan *amqp.Error, 1)
 	reason <- e
 
-	c := &consumer{b: tb.b, rules: &rules{st: tb.b.routeStats("bad-tag"), log: zap.NewNop()}}
+	c := &consumer{b: tb.r, rules: &rules{st: tb.b.routeStats("bad-tag"), log: zap.NewNop()}}
 	c.lose(&subscription{ch: ch, closes: reason})
 	got := tb.b.Counters("bad-tag")
 	assert.EqualValues(t, 1, got.Lost)

@@ -37,15 +37,15 @@ type testHooks struct {
 
 var noHooks = &testHooks{}
 
-func (b *RabbitMQ) noteDeclared() {
-	if h := b.hooks().declared; h != nil {
+func (p *port) noteDeclared() {
+	if h := p.hooks().declared; h != nil {
 		h()
 	}
 }
 
-func (b *RabbitMQ) hooks() *testHooks {
-	if b.cfg.hooks == nil {
+func (p *port) hooks() *testHooks {
+	if p.cfg.hooks == nil {
 		return noHooks
 	}
-	return b.cfg.hooks
+	return p.cfg.hooks
 }

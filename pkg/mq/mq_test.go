@@ -38,7 +38,8 @@ func testURL() string {
 // bundle is what a test needs: a Broker on its own scope, and a plain connection of its own to
 // look at queues the way an operator would.
 type bundle struct {
-	b   *RabbitMQ
+	b   *port
+	r   *rabbitDriver // b's driver
 	ch  *amqp.Channel
 	ctx context.Context
 	// lastDeclare is when the Broker last declared queues (unix nanoseconds).
@@ -85,9 +86,9 @@ func setupWith(t *testing.T, cfg Config) *bundle {
 		cfg.hooks = &testHooks{}
 	}
 	cfg.hooks.declared = func() { lastDeclare.Store(time.Now().UnixNano()) }
-	b, err := dialRabbitMQ(ctx, cfg)
+	b, err := dial(ctx, cfg, ProviderRabbitMQ)
 	require.NoError(t, err)
-	tb := &bundle{b: b, ctx: ctx, lastDeclare: lastDeclare}
+	tb := &bundle{b: b, r: b.drv.(*rabbitDriver), ctx: ctx, lastDeclare: lastDeclare}
 	conn, err := amqp.Dial(testURL())
 	require.NoError(t, err)
 	ch, err := conn.Channel()
@@ -337,12 +338,12 @@ func TestReconnect(t *testing.T) {
 	require.NoError(t, tb.b.Publish(tb.ctx, "flappy", Outgoing{ID: "m-held"}))
 	receive(t, holding, "handler holding the delivery")
 
-	tb.b.conSem <- struct{}{}
-	require.NoError(t, tb.b.con.Close())
-	<-tb.b.conSem
-	tb.b.pubSem <- struct{}{}
-	require.NoError(t, tb.b.pub.conn.Close())
-	<-tb.b.pubSem
+	tb.r.conSem <- struct{}{}
+	require.NoError(t, tb.r.con.Close())
+	<-tb.r.conSem
+	tb.r.pubSem <- struct{}{}
+	require.NoError(t, tb.r.pub.conn.Close())
+	<-tb.r.pubSem
 
 	redelivered := receive(t, got, "redelivery on the new subscription")
 	assert.Equal(t, "m-held", redelivered.ID)
@@ -417,11 +418,11 @@ func TestMetricsShared(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	cfg := Config{URL: testURL(), Scope: "mqtest-" + uuid.NewString()[:8], Registerer: reg}
-	b1, err := dialRabbitMQ(ctx, cfg)
+	b1, err := dial(ctx, cfg, ProviderRabbitMQ)
 	require.NoError(t, err)
 	defer b1.Close()
 	// A second Broker in the same process shares the registered counter vec instead of failing.
-	b2, err := dialRabbitMQ(ctx, cfg)
+	b2, err := dial(ctx, cfg, ProviderRabbitMQ)
 	require.NoError(t, err)
 	defer b2.Close()
 

@@ -66,7 +66,7 @@ type stompDone struct {
 // STOMP connection takes concurrent writes, and the owner must not wait for RECEIPTs.
 type stompConsumer struct {
 	*rules
-	b     *STOMP
+	b     *stompDriver
 	top   *topology
 	stop  context.CancelFunc
 	grace time.Duration
@@ -87,9 +87,7 @@ type stompConsumer struct {
 	latest map[string]uint64 // stable identity → the newest delivery of it in this consumer
 }
 
-// Consume consumes a declared route with `concurrency` handler goroutines (at least 1) until ctx
-// is cancelled, and then returns nil; ErrUnknownRoute for a route not declared on this Broker,
-// ErrClosed once the Broker is closed. It subscribes with ack:client-individual and the route's
+// consume runs one Consume call. It subscribes with ack:client-individual and the route's
 // prefetch (activemq.prefetchSize) on a connection of its own, and reconnects by itself, with
 // backoff, for as long as ctx lives.
 //
@@ -104,39 +102,13 @@ type stompConsumer struct {
 // but for one thing: the deliveries taken and not started go back to the broker only when the
 // consumer disconnects, once its running handlers are settled (an UNSUBSCRIBE before would void
 // their ACKs).
-func (b *STOMP) Consume(ctx context.Context, route string, concurrency int, h Handler, opts ...ConsumeOption) error {
-	top, ok := b.topology(route)
-	if !ok {
-		return fmt.Errorf("mq: consume %q: %w", route, ErrUnknownRoute)
-	}
-	if h == nil {
-		return fmt.Errorf("mq: consume %q: nil handler", route)
-	}
-	if err := b.startConsumer(); err != nil {
-		return err
-	}
-	defer b.consumers.Done()
-	concurrency = max(concurrency, 1)
-	o := consumeOptions{work: ctx, grace: shutdownGrace}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	hctx, stop := context.WithCancel(o.work)
-	defer stop()
+func (b *stompDriver) consume(ctx context.Context, top *topology, r *rules, stop context.CancelFunc, grace time.Duration, concurrency int) error {
 	c := &stompConsumer{
-		rules: &rules{
-			h:      h,
-			pol:    policy{queue: top.queue, maxAttempts: top.maxAttempts, levels: top.delayTTLs},
-			st:     b.routeStats(route),
-			log:    b.log.With(zap.String("route", route)),
-			ctx:    hctx,
-			halt:   make(chan struct{}),
-			copyTO: publishTimeout,
-		},
+		rules:  r,
 		b:      b,
 		top:    top,
 		stop:   stop,
-		grace:  o.grace,
+		grace:  grace,
 		jobs:   make(chan *stompJob),
 		res:    make(chan stompDone),
 		gone:   make(chan struct{}),
@@ -176,7 +148,7 @@ func (c *stompConsumer) run(ctx context.Context, workers *sync.WaitGroup) error 
 		case <-ctx.Done():
 			c.shutdown(sub, workers)
 			return nil
-		case <-c.b.closed:
+		case <-c.b.p.closed:
 			c.abandon(sub, workers)
 			return ErrClosed
 		case <-retryC:
@@ -428,7 +400,7 @@ wait:
 		case <-copiesC:
 			abandoned = true
 			break wait
-		case <-c.b.closed:
+		case <-c.b.p.closed:
 			abandoned = true
 			break wait
 		}

@@ -112,8 +112,8 @@ func NewSTOMPEnv(t *testing.T, timeScale float64) (Broker, *STOMPFaults) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
-	b, err := dialSTOMP(ctx, Config{URL: f.url, Scope: "mqtest-" + uuid.NewString()[:8], TimeScale: timeScale,
-		Logger: logger, hooks: hooks})
+	b, err := dial(ctx, Config{URL: f.url, Scope: "mqtest-" + uuid.NewString()[:8], TimeScale: timeScale,
+		Logger: logger, hooks: hooks}, ProviderSTOMP)
 	require.NoError(t, err)
 	// Cleanups run last-registered first: the test's consumers stop, the queues are emptied, the
 	// Broker closes.

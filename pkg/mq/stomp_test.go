@@ -26,17 +26,17 @@ import (
 // The STOMP provider's own tests: what the contract suite does not reach (header encoding, the
 // schedule header, a requeue whose copy is not confirmed, Discard, Diagnose).
 
-func stompEnv(t *testing.T) (*STOMP, *STOMPFaults, context.Context) {
+func stompEnv(t *testing.T) (*port, *STOMPFaults, context.Context) {
 	t.Helper()
 	b, f := NewSTOMPEnv(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*waitFor)
 	t.Cleanup(cancel)
-	return b.(*STOMP), f, ctx
+	return b.(*port), f, ctx
 }
 
 // stompConsume runs Consume in the background until the test ends (or stop), checking it returned
 // nil.
-func stompConsume(t *testing.T, ctx context.Context, b *STOMP, route string, concurrency int, h Handler) (stop func()) {
+func stompConsume(t *testing.T, ctx context.Context, b *port, route string, concurrency int, h Handler) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -141,7 +141,7 @@ func TestSTOMPScheduleHeaderByConfiguration(t *testing.T) {
 		t.Run(schedule, func(t *testing.T) {
 			t.Parallel()
 			b, f, ctx := stompEnv(t)
-			b.schedule = schedule
+			b.drv.(*stompDriver).schedule = schedule
 			const delay = 1500 * time.Millisecond
 			require.NoError(t, b.Declare(ctx, Route{Name: "later", DelayLevels: []time.Duration{delay}}))
 			start := time.Now()
@@ -353,7 +353,7 @@ func TestSTOMPOverTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 
-	b, err := dialSTOMP(ctx, Config{URL: u, Scope: "mqtest-" + uuid.NewString()[:8]})
+	b, err := dial(ctx, Config{URL: u, Scope: "mqtest-" + uuid.NewString()[:8]}, ProviderSTOMP)
 	require.NoError(t, err)
 	require.NoError(t, b.Declare(ctx, Route{Name: "tls"}))
 	got := make(chan string, 1)
@@ -372,14 +372,14 @@ func TestSTOMPOverTLS(t *testing.T) {
 	require.NoError(t, b.DeleteRoutes(ctx, Route{Name: "tls"}))
 	require.NoError(t, b.Close())
 
-	_, err = dialSTOMP(ctx, Config{URL: "stomp+ssl://u:secret@localhost:" + port, Scope: "x"})
+	_, err = dial(ctx, Config{URL: "stomp+ssl://u:secret@localhost:" + port, Scope: "x"}, ProviderSTOMP)
 	assert.Error(t, err, "the system's roots do not hold the dev CA")
 	for _, bad := range []string{
 		"stomp://u:secret@127.0.0.1:1?cacertfile=/ca.pem",
 		"stomp+ssl://u:secret@127.0.0.1:1?certfile=/c.pem",
 		"stomp://u:secret@127.0.0.1:1?vhost=x",
 	} {
-		_, err = dialSTOMP(ctx, Config{URL: bad, Scope: "x"})
+		_, err = dial(ctx, Config{URL: bad, Scope: "x"}, ProviderSTOMP)
 		assert.Error(t, err, bad)
 		assert.NotContains(t, err.Error(), "secret")
 	}
