@@ -2,14 +2,12 @@ package mq
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"go.uber.org/zap"
 )
 
 // redriveBatch is how many dead letters Redrive publishes before it awaits their confirms.
@@ -414,41 +412,6 @@ func (b *rabbitDriver) roundTrip(ctx context.Context, conn *amqp.Connection, que
 		case <-ctx.Done():
 			return 0, nil, fmt.Errorf("round trip: %w", ctx.Err())
 		}
-	}
-}
-
-// isProbe reports a Diagnose probe.
-func isProbe(d *amqp.Delivery) bool {
-	_, ok := d.Headers[hdrProbe].(string)
-	return ok
-}
-
-// answerProbe replies to a probe and hands the owner its ack. The probe is worth nothing once
-// answered, or once nobody waits for the answer (the reply queue is gone: the reply comes back
-// unroutable), so it is acked either way; it is never given to the handler nor counted.
-func (c *consumer) answerProbe(j *job) {
-	s := settlement{job: j, verdict: verdict{act: actAck}, probe: true}
-	if j.sub.dead.Load() {
-		s.act = actNone
-	} else if j.d.ReplyTo != "" {
-		ctx, cancel := context.WithTimeout(c.ctx, publishTimeout)
-		id, _ := j.d.Headers[hdrProbe].(string)
-		body, _ := json.Marshal(probeAnswer{By: processName, Counters: c.st.snapshot()})
-		reply := amqp.Publishing{
-			Headers:       amqp.Table{hdrProbe: id},
-			CorrelationId: id,
-			Timestamp:     time.Now().UTC(),
-			ContentType:   "application/json",
-			Body:          body,
-		}
-		if err := c.b.publishTo(ctx, "", j.d.ReplyTo, reply); err != nil {
-			c.log.Info("mq diagnostic probe answered into the void", zap.String("message_id", j.d.MessageId), zap.Error(err))
-		}
-		cancel()
-	}
-	select {
-	case c.res <- s:
-	case <-c.gone:
 	}
 }
 

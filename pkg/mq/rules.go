@@ -11,11 +11,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// The handler-return rules, written once for every provider. A provider supplies the broker
+// The handler-return rules, written once for every provider. A driver supplies the broker
 // primitives — a delivery it can tell is stale, a copy of it published to a retry, delay or
 // dead-letter destination and confirmed (a publisher confirm, a STOMP RECEIPT), and the
-// settlement of the original on the connection and consumer it came from — and these rules
-// decide: calling the handler (a panic, a cancelled context and the zero Result never ack), the
+// settlement of the original on the connection and consumer it came from (engine.go's link) —
+// and these rules decide: calling the handler (a panic, a cancelled context and the zero Result never ack), the
 // retry from x-delivery-attempt and the route's RetryPolicy (the next attempt or a dead letter),
 // the dead-letter headers, Defer's hold-or-copy choice, and what each outcome counts.
 
@@ -29,7 +29,7 @@ const (
 	actRequeue               // return it to the broker, to be delivered again
 )
 
-// verdict is the rules' decision on one delivery, for the provider to settle.
+// verdict is the rules' decision on one delivery, for the engine to settle through its link.
 type verdict struct {
 	act      action
 	ev       event // counted once the settlement succeeded
@@ -83,19 +83,11 @@ func (o copyOrder) apply(h map[string]any) {
 	h[hdrLastFailure] = now
 }
 
-// delivery is one delivery as the rules need it from its provider. Its methods run on a worker
-// goroutine.
-type delivery interface {
-	// message is the handler's view of the delivery; the same one on every call.
-	message() *Message
-	// stale reports that a settlement of this delivery would be superseded — its connection or
-	// consumer is gone, or the broker reissued it — so the broker will deliver it again.
-	stale() bool
-	// sendCopy publishes the copy o orders and returns once the broker confirmed it, with the
-	// destination's name for logs. An error (not confirmed, refused, unroutable, timed out) leaves
-	// the original to be returned to the broker: never acked without its copy.
-	sendCopy(ctx context.Context, o copyOrder) (dest string, err error)
-}
+// deadReasonDeliveryLimit is a dead letter's reason when a message came back deliveryLimit times
+// without a result (the zero Result, a panic): RabbitMQ's broker dead-letters such a message by
+// x-delivery-limit with this reason; on a broker that does not count returns, the engine does
+// (delivery.requeues). Without a bound a poison message would be returned for ever.
+const deadReasonDeliveryLimit = "delivery_limit"
 
 // policy is what the rules need of a route.
 type policy struct {
@@ -119,8 +111,8 @@ type rules struct {
 }
 
 // handle runs the handler for one delivery and turns its Result into a verdict, publishing the
-// retry, defer or dead-letter copy (and waiting for its confirm) here, on the worker, so that a
-// provider's owner goroutine never waits on the broker.
+// retry, defer or dead-letter copy (and waiting for its confirm) here, on the worker, so that the
+// engine's owner goroutine never waits on the broker.
 func (r *rules) handle(d delivery) verdict {
 	if d.stale() {
 		return verdict{act: actNone} // the broker has already requeued it

@@ -26,7 +26,7 @@ import (
 // The STOMP provider's own tests: what the contract suite does not reach (header encoding, the
 // schedule header, a requeue whose copy is not confirmed, Discard, Diagnose).
 
-func stompEnv(t *testing.T) (*port, *STOMPFaults, context.Context) {
+func stompEnv(t *testing.T) (*port, *Faults, context.Context) {
 	t.Helper()
 	b, f := NewSTOMPEnv(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*waitFor)
@@ -270,8 +270,8 @@ func TestSTOMPStaleChecks(t *testing.T) {
 	conn, err := stomp.Dial(ctx, stompTestURL(t))
 	require.NoError(t, err)
 	defer conn.Close(ctx) //nolint:errcheck // the test's own
-	c := &stompConsumer{rules: &rules{}, top: &topology{route: "r"}, latest: map[string]uint64{}}
-	sub := &stompSub{conn: conn, inst: 1}
+	c := &stompLink{c: &consumer{top: &topology{route: "r"}}, latest: map[string]uint64{}}
+	sub := &stompStream{l: c, conn: conn, inst: 1}
 	c.curGen.Store(conn.Generation())
 	c.curInst.Store(1)
 	msg := func(send string) *stomp.Message {
@@ -279,11 +279,11 @@ func TestSTOMPStaleChecks(t *testing.T) {
 			{Key: hdrSTOMPID, Value: "m"}, {Key: hdrSTOMPSend, Value: send},
 		}}
 	}
-	first := c.newJob(sub, msg("send-1"))
+	first := sub.delivery(msg("send-1"))
 	require.False(t, first.stale())
-	other := c.newJob(sub, msg("send-2"))
+	other := sub.delivery(msg("send-2"))
 	assert.False(t, first.stale(), "another copy of the message is not a reissue")
-	again := c.newJob(sub, msg("send-1"))
+	again := sub.delivery(msg("send-1"))
 	assert.True(t, first.stale(), "reissued: the newer delivery settles it")
 	assert.False(t, again.stale())
 
@@ -506,17 +506,17 @@ func TestSTOMPRecycleWaitsForAcknowledgementsInFlight(t *testing.T) {
 	var subscriptions atomic.Int32
 	var onceRetiring sync.Once
 	hooks := b.cfg.hooks
-	faultSettling := hooks.stompSettling
+	faultSettling := hooks.settling
 	hooks.subscribed = func(string, uint64) {
 		if subscriptions.Add(1) == 2 {
 			close(resubscribed)
 		}
 	}
-	hooks.stompRetiring = func() { onceRetiring.Do(func() { close(retiring) }) }
+	hooks.retiring = func() { onceRetiring.Do(func() { close(retiring) }) }
 	var onceA sync.Once
-	hooks.stompSettling = func(conn *stomp.Conn, m *stomp.Message) {
-		faultSettling(conn, m)
-		if stompValue(m.Headers, hdrSTOMPID) != "a" {
+	hooks.settling = func(m *Message, behind func()) {
+		faultSettling(m, behind)
+		if m.ID != "a" {
 			return
 		}
 		onceA.Do(func() {
@@ -571,7 +571,7 @@ func TestSTOMPForeignDeadLetterByItsListedID(t *testing.T) {
 	t.Parallel()
 	b, f, ctx := stompEnv(t)
 	require.NoError(t, b.Declare(ctx, Route{Name: "foreign"}))
-	conn, err := stomp.Dial(ctx, f.url)
+	conn, err := stomp.Dial(ctx, stompTestURL(t))
 	require.NoError(t, err)
 	defer conn.Close(ctx) //nolint:errcheck // the test's own
 	dlq := b.QueueName("foreign") + ".dlq"
