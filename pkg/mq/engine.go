@@ -91,7 +91,7 @@ func (p *port) Consume(ctx context.Context, route string, concurrency int, h Han
 	st := p.routeStats(route)
 	c := &consumer{
 		rules: &rules{
-			h:      h,
+			h:      p.handlerChain(h, top, log),
 			pol:    policy{queue: top.queue, maxAttempts: top.maxAttempts, levels: top.delayTTLs},
 			st:     st,
 			log:    log,

@@ -18,6 +18,7 @@ const (
 	outcomeFail
 	outcomeReject
 	outcomeDefer
+	outcomePanicked // the recoverer's: the handler panicked; returned to the broker as outcomeNone
 )
 
 // Result is what a handler returns; it decides how the delivery is settled. The zero Result is
@@ -59,6 +60,14 @@ func (r Result) Err() error { return r.err }
 
 // String names the outcome, for logs and test failures.
 func (r Result) String() string {
+	if r.outcome == outcomeDefer {
+		return "defer " + r.delay.String()
+	}
+	return r.kind()
+}
+
+// kind names the outcome alone, for metrics' labels.
+func (r Result) kind() string {
 	switch r.outcome {
 	case outcomeAck:
 		return "ack"
@@ -67,7 +76,9 @@ func (r Result) String() string {
 	case outcomeReject:
 		return "reject"
 	case outcomeDefer:
-		return "defer " + r.delay.String()
+		return "defer"
+	case outcomePanicked:
+		return "panic"
 	default:
 		return "none"
 	}
@@ -130,6 +141,10 @@ type Route struct {
 	// publisher can schedule through the broker.
 	DelayLevels []time.Duration
 	Prefetch    int // per-consumer prefetch; default 32
+	// Timeout bounds one handler call: its context ends Timeout after the call began, and the
+	// handler's Result is settled as usual (a Fail with the context's error is retried). 0: no
+	// bound but the consumer's own shutdown.
+	Timeout time.Duration
 }
 
 // DeadReasonExhausted is a dead letter's Reason when a handler returned Fail past the route's

@@ -73,6 +73,8 @@ type topology struct {
 	// delayTolerance is how far short of a level a delay may fall and still wait in it (see
 	// DelayTolerance); 0 without delay levels.
 	delayTolerance time.Duration
+	// handlerTimeout is Route.Timeout: the deadline of one handler call; 0: none.
+	handlerTimeout time.Duration
 }
 
 // DelayTolerance is how much shorter than a delay level a delay may be and still wait in that
@@ -111,6 +113,10 @@ func plan(scope string, timeScale float64, r Route) (*topology, error) {
 	if t.prefetch <= 0 {
 		t.prefetch = defaultPrefetch
 	}
+	if r.Timeout < 0 {
+		return nil, fmt.Errorf("mq: route %q: negative timeout %v", r.Name, r.Timeout)
+	}
+	t.handlerTimeout = r.Timeout
 	if r.Prefetch > 65535 {
 		return nil, fmt.Errorf("mq: route %q: prefetch %d above the AMQP limit 65535", r.Name, r.Prefetch)
 	}

@@ -166,10 +166,11 @@ func ProviderOf(provider, rawURL string) (string, error) {
 // counters, the checks of names and arguments, the publish bookkeeping, the diagnosis, the close —
 // over a driver, which does what its broker does its own way (driver.go).
 type port struct {
-	cfg    Config
-	log    *zap.Logger
-	metric *prometheus.CounterVec
-	drv    driver
+	cfg            Config
+	log            *zap.Logger
+	metric         *prometheus.CounterVec   // integrations_mq_messages_total
+	handlerSeconds *prometheus.HistogramVec // integrations_mq_handler_seconds
+	drv            driver
 
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -198,13 +199,18 @@ func newPort(cfg Config, provider string) (*port, error) {
 	if err != nil {
 		return nil, err
 	}
+	handlerSeconds, err := newHandlerSeconds(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	return &port{
-		cfg:    cfg,
-		log:    cfg.Logger.With(zap.String("scope", cfg.Scope), zap.String("provider", provider)),
-		metric: metric,
-		closed: make(chan struct{}),
-		routes: map[string]*topology{},
-		stats:  map[string]*routeStats{},
+		cfg:            cfg,
+		log:            cfg.Logger.With(zap.String("scope", cfg.Scope), zap.String("provider", provider)),
+		metric:         metric,
+		handlerSeconds: handlerSeconds,
+		closed:         make(chan struct{}),
+		routes:         map[string]*topology{},
+		stats:          map[string]*routeStats{},
 	}, nil
 }
 

@@ -3,8 +3,6 @@ package mq
 import (
 	"context"
 	"errors"
-	"fmt"
-	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -98,7 +96,7 @@ type policy struct {
 
 // rules applies the handler-return rules for one Consume call.
 type rules struct {
-	h      Handler
+	h      Handler // the route's handler in the port's middleware (handlerChain)
 	pol    policy
 	st     *routeStats
 	log    *zap.Logger
@@ -170,18 +168,11 @@ func (r *rules) handle(d delivery) verdict {
 	}
 }
 
-// call runs the handler, turning a panic into a zero Result. The handler's context carries the
-// message's trace context, if it has one.
+// call runs the handler (wrapped in the port's middleware: handlerChain), reporting whether it
+// panicked.
 func (r *rules) call(m *Message) (res Result, panicked bool) {
-	defer func() {
-		if p := recover(); p != nil {
-			panicked = true
-			r.log.Error("mq handler panicked; requeueing", zap.String("message_id", m.ID),
-				zap.Int("attempt", m.Attempt), zap.String("panic", fmt.Sprint(p)),
-				zap.ByteString("stack", debug.Stack()))
-		}
-	}()
-	return r.h(extractTrace(r.ctx, m.Headers), m), false
+	res = r.h(r.ctx, m)
+	return res, res.outcome == outcomePanicked
 }
 
 // copyContext bounds a retry, defer or dead-letter publish. It is detached from shutdown: a copy
