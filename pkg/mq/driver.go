@@ -5,11 +5,17 @@ import (
 	"time"
 )
 
+// What a broker must do under the port, and nothing else: a driver (below), a link for each
+// Consume call (link, settler, stream) and its deliveries (delivery). A third provider implements
+// these, adds a case to Dial, and runs the contract suite (pkg/mq/mqtest); the port, the consumer
+// engine, the rules and the middleware serve it unchanged.
+
 // driver is a broker under the port. The port (port.go) does what every broker shares: the
 // routes and their plans, the names' and arguments' checks, the counters, the publish
 // bookkeeping, the diagnosis's frame and Close. A driver does what its broker does its own way,
 // in four parts: publishing (application messages and the port's own copies, confirmed),
-// consuming, the dead-letter and diagnostic administration, and its connections.
+// consuming (a link, under the engine), the dead-letter and diagnostic administration, and its
+// connections.
 type driver interface {
 	// declare makes the queues of the planned routes exist (or leaves what shows they were
 	// declared), before the port remembers them.
@@ -31,7 +37,7 @@ type driver interface {
 	// discard removes the dead letters of q whose ids are in ids; none when ids is empty.
 	discard(ctx context.Context, q dlqRef, ids []string) (removed int, err error)
 	// diagnose fills in d what the broker tells of the route's queues and the probe's round
-	// trip (see [Diagnosis.answered]), and d's problems.
+	// trip (Diagnosis.answered), and d's problems.
 	diagnose(ctx context.Context, top *topology, timeout time.Duration, d *Diagnosis)
 	// deleteRoute deletes (or empties) every queue of a route in this scope.
 	deleteRoute(ctx context.Context, top *topology) error

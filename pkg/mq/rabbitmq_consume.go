@@ -55,7 +55,7 @@ func (s *rabbitStream) delivery(d amqp.Delivery) delivery {
 	if j.probe() {
 		j.msg = &Message{ID: d.MessageId, Route: s.l.c.top.route}
 	} else {
-		j.msg = messageOf(s.l.c.top.route, d.MessageId, d.Body, d.Headers, d.Redelivered)
+		j.msg = newMessage(s.l.c.top.route, &d)
 	}
 	return j
 }
