@@ -1,7 +1,9 @@
 package mq
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -72,6 +74,30 @@ func (d *Diagnosis) answered(rt time.Duration, body []byte, err error) {
 	var answer probeAnswer
 	if json.Unmarshal(body, &answer) == nil && answer.By != "" {
 		d.AnsweredBy, d.Counters = answer.By, answer.Counters
+	}
+}
+
+// awaitAnswer waits up to timeout for the answer to a probe sent at start among replies (answer
+// picks it out and gives its body), and says how long the round trip took.
+func awaitAnswer[M any](ctx context.Context, replies <-chan M, start time.Time, timeout time.Duration,
+	answer func(M) ([]byte, bool),
+) (time.Duration, []byte, error) {
+	wait := time.NewTimer(timeout)
+	defer wait.Stop()
+	for {
+		select {
+		case m, ok := <-replies:
+			if !ok {
+				return 0, nil, errors.New("round trip: the reply queue's subscription ended")
+			}
+			if body, ok := answer(m); ok {
+				return time.Since(start), body, nil
+			}
+		case <-wait.C:
+			return 0, nil, fmt.Errorf("no consumer answered within %v", timeout)
+		case <-ctx.Done():
+			return 0, nil, fmt.Errorf("round trip: %w", ctx.Err())
+		}
 	}
 }
 

@@ -109,13 +109,19 @@ func setupWith(t *testing.T, cfg Config) *bundle {
 	return tb
 }
 
-// consume runs Consume in the background; the returned stop cancels it and checks it returned nil
-// promptly. stop is also registered as a cleanup, and is idempotent.
+// consume runs Consume in the background until the test ends (or stop).
 func (tb *bundle) consume(t *testing.T, route string, concurrency int, h Handler) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(tb.ctx)
+	return consumeIn(t, tb.ctx, tb.b, route, concurrency, h)
+}
+
+// consumeIn runs b's Consume in the background; the returned stop cancels it and checks it
+// returned nil promptly. stop is also registered as a cleanup, and is idempotent.
+func consumeIn(t *testing.T, ctx context.Context, b Broker, route string, concurrency int, h Handler) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- tb.b.Consume(ctx, route, concurrency, h) }()
+	go func() { done <- b.Consume(ctx, route, concurrency, h) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {

@@ -396,23 +396,9 @@ func (b *rabbitDriver) roundTrip(ctx context.Context, conn *amqp.Connection, que
 	if err != nil {
 		return 0, nil, fmt.Errorf("round trip: probe publish to %s: %w", queue, err)
 	}
-	wait := time.NewTimer(timeout)
-	defer wait.Stop()
-	for {
-		select {
-		case m, ok := <-replies:
-			if !ok {
-				return 0, nil, errors.New("round trip: reply channel closed")
-			}
-			if m.CorrelationId == id {
-				return time.Since(start), m.Body, nil
-			}
-		case <-wait.C:
-			return 0, nil, fmt.Errorf("no consumer answered within %v", timeout)
-		case <-ctx.Done():
-			return 0, nil, fmt.Errorf("round trip: %w", ctx.Err())
-		}
-	}
+	return awaitAnswer(ctx, replies, start, timeout, func(m amqp.Delivery) ([]byte, bool) {
+		return m.Body, m.CorrelationId == id
+	})
 }
 
 // deleteRoute deletes the route's work queue, holding queues and DLQ, with their messages.

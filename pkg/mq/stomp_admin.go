@@ -2,7 +2,6 @@ package mq
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -264,24 +263,9 @@ func (b *stompDriver) roundTrip(ctx context.Context, queue string, timeout time.
 	if err != nil {
 		return 0, nil, fmt.Errorf("round trip: probe publish to %s: %w", queue, err)
 	}
-	wait := time.NewTimer(timeout)
-	defer wait.Stop()
-	for {
-		select {
-		case m, ok := <-s.C():
-			if !ok {
-				return 0, nil, errors.New("round trip: reply subscription ended")
-			}
-			if stompValue(m.Headers, hdrSTOMPProbe) != id {
-				continue
-			}
-			return time.Since(start), m.Body, nil
-		case <-wait.C:
-			return 0, nil, fmt.Errorf("no consumer answered within %v", timeout)
-		case <-ctx.Done():
-			return 0, nil, fmt.Errorf("round trip: %w", ctx.Err())
-		}
-	}
+	return awaitAnswer(ctx, s.C(), start, timeout, func(m *stomp.Message) ([]byte, bool) {
+		return m.Body, stompValue(m.Headers, hdrSTOMPProbe) == id
+	})
 }
 
 // deleteRoute empties every queue of the route in this scope — work queue, DLQ, declaration

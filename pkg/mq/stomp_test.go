@@ -34,29 +34,6 @@ func stompEnv(t *testing.T) (*port, *Faults, context.Context) {
 	return b.(*port), f, ctx
 }
 
-// stompConsume runs Consume in the background until the test ends (or stop), checking it returned
-// nil.
-func stompConsume(t *testing.T, ctx context.Context, b *port, route string, concurrency int, h Handler) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- b.Consume(ctx, route, concurrency, h) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				assert.NoError(t, err, "Consume")
-			case <-time.After(waitFor):
-				t.Error("Consume did not return after its context was cancelled")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
 func TestSTOMPHeadersRoundTrip(t *testing.T) {
 	t.Parallel()
 	in := map[string]any{
@@ -153,7 +130,7 @@ func TestSTOMPScheduleHeaderByConfiguration(t *testing.T) {
 				assert.Equal(t, 1, inQueue, "Classic ignores Artemis's header")
 			}
 			got := make(chan time.Time, 1)
-			stompConsume(t, ctx, b, "later", 1, func(_ context.Context, m *Message) Result {
+			consumeIn(t, ctx, b, "later", 1, func(_ context.Context, m *Message) Result {
 				got <- time.Now()
 				return Ack()
 			})
@@ -179,7 +156,7 @@ func TestSTOMPUnconfirmedRequeueCopyRecyclesTheSubscription(t *testing.T) {
 	got := make(chan seen, 8)
 	var calls, subscriptions atomic.Int32
 	b.cfg.hooks.subscribed = func(string, uint64) { subscriptions.Add(1) }
-	stompConsume(t, ctx, b, "shaky", 1, func(_ context.Context, m *Message) Result {
+	consumeIn(t, ctx, b, "shaky", 1, func(_ context.Context, m *Message) Result {
 		got <- seen{redelivered: m.Redelivered}
 		if calls.Add(1) == 1 {
 			f.WithholdCopyConfirm(t) // the requeue's copy
@@ -208,7 +185,7 @@ func TestSTOMPDiscard(t *testing.T) {
 	t.Parallel()
 	b, f, ctx := stompEnv(t)
 	require.NoError(t, b.Declare(ctx, Route{Name: "dead"}))
-	stop := stompConsume(t, ctx, b, "dead", 1, func(context.Context, *Message) Result {
+	stop := consumeIn(t, ctx, b, "dead", 1, func(context.Context, *Message) Result {
 		return Reject(errors.New("no"))
 	})
 	for _, err := range b.PublishAll(ctx, "dead", []Outgoing{{ID: "a"}, {ID: "b"}, {ID: "a"}, {ID: "it's"}}) {
@@ -240,7 +217,7 @@ func TestSTOMPDiagnose(t *testing.T) {
 	served, idle := Route{Name: "served"}, Route{Name: "idle"}
 	require.NoError(t, b.Declare(ctx, served, idle))
 	var handled atomic.Int32
-	stompConsume(t, ctx, b, "served", 1, func(context.Context, *Message) Result {
+	consumeIn(t, ctx, b, "served", 1, func(context.Context, *Message) Result {
 		handled.Add(1)
 		return Ack()
 	})
@@ -357,7 +334,7 @@ func TestSTOMPOverTLS(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.Declare(ctx, Route{Name: "tls"}))
 	got := make(chan string, 1)
-	stop := stompConsume(t, ctx, b, "tls", 1, func(_ context.Context, m *Message) Result {
+	stop := consumeIn(t, ctx, b, "tls", 1, func(_ context.Context, m *Message) Result {
 		got <- m.ID
 		return Ack()
 	})
@@ -443,7 +420,7 @@ func TestSTOMPDrainLetsInFlightHandlersFinish(t *testing.T) {
 	assert.EqualValues(t, concurrency, b.Counters("drain").Acknowledged)
 
 	got := make(chan string, n)
-	stompConsume(t, ctx, b, "drain", 1, func(_ context.Context, m *Message) Result {
+	consumeIn(t, ctx, b, "drain", 1, func(_ context.Context, m *Message) Result {
 		got <- m.ID
 		return Ack()
 	})
@@ -462,7 +439,7 @@ func TestSTOMPRequeueLimitBackstop(t *testing.T) {
 	b, _, ctx := stompEnv(t)
 	require.NoError(t, b.Declare(ctx, Route{Name: "poison"}))
 	var calls atomic.Int32
-	stompConsume(t, ctx, b, "poison", 1, func(context.Context, *Message) Result {
+	consumeIn(t, ctx, b, "poison", 1, func(context.Context, *Message) Result {
 		calls.Add(1)
 		return Result{}
 	})
@@ -534,7 +511,7 @@ func TestSTOMPRecycleWaitsForAcknowledgementsInFlight(t *testing.T) {
 	for _, err := range b.PublishAll(ctx, "recycled", []Outgoing{{ID: "a"}, {ID: "b"}}) {
 		require.NoError(t, err)
 	}
-	stompConsume(t, ctx, b, "recycled", 2, func(_ context.Context, m *Message) Result {
+	consumeIn(t, ctx, b, "recycled", 2, func(_ context.Context, m *Message) Result {
 		mu.Lock()
 		calls[m.ID]++
 		n := calls[m.ID]
@@ -591,7 +568,7 @@ func TestSTOMPForeignDeadLetterByItsListedID(t *testing.T) {
 	assert.Equal(t, 1, n, "redriven by the id DeadLetters listed")
 	assert.Zero(t, f.Depth(t, dlq))
 	got := make(chan *Message, 1)
-	stompConsume(t, ctx, b, "foreign", 1, func(_ context.Context, m *Message) Result {
+	consumeIn(t, ctx, b, "foreign", 1, func(_ context.Context, m *Message) Result {
 		got <- m
 		return Ack()
 	})
