@@ -218,20 +218,30 @@ func (l *rabbitLink) settle(d delivery, v verdict, _ bool, report func(settled))
 	if h := l.b.hooks().settling; h != nil && !j.probe() {
 		h(j.msg, func() { j.d.Ack(false) }) //nolint:errcheck // acks are not answered
 	}
-	var err error
 	if v.act == actAck {
-		err = j.d.Ack(false)
+		l.written(j, j.d.Ack(false), report)
 	} else {
-		err = j.d.Nack(false, true)
+		l.written(j, j.d.Nack(false, true), report)
 	}
+	return false
+}
+
+// giveBack nacks a delivery with requeue, at shutdown, on the owner goroutine.
+func (l *rabbitLink) giveBack(d delivery, report func(settled)) {
+	j := d.(*rabbitDelivery)
+	l.written(j, j.d.Nack(false, true), report)
+}
+
+// written reports a settlement's write: taken (RabbitMQ does not answer acks and nacks), or, by
+// its error (settleFailed), superseded — the channel or its connection was going away under it,
+// and the broker redelivers — or lost.
+func (l *rabbitLink) written(j *rabbitDelivery, err error, report func(settled)) {
 	if err == nil {
 		report(settledOK)
-		return false
+		return
 	}
 	l.settleFailed(j.s, err, func(torn bool) {
 		if torn {
-			// The channel or its connection was going away under us; lose() will notice. The
-			// broker redelivers.
 			report(settledSuperseded)
 			l.c.log.Debug("mq settle failed on a channel being torn down; superseded",
 				zap.String("message_id", j.msg.ID), zap.Uint64("generation", j.s.gen), zap.Error(err))
@@ -240,25 +250,6 @@ func (l *rabbitLink) settle(d delivery, v verdict, _ bool, report func(settled))
 		report(settledLost)
 		l.c.log.Error("mq settle failed on a live channel", zap.String("message_id", j.msg.ID),
 			zap.Int("attempt", j.msg.Attempt), zap.Error(err))
-	})
-	return false
-}
-
-// giveBack nacks a delivery with requeue, at shutdown, on the owner goroutine.
-func (l *rabbitLink) giveBack(d delivery, report func(settled)) {
-	j := d.(*rabbitDelivery)
-	err := j.d.Nack(false, true)
-	if err == nil {
-		report(settledOK)
-		return
-	}
-	l.settleFailed(j.s, err, func(torn bool) {
-		if torn {
-			report(settledSuperseded)
-			return
-		}
-		report(settledLost)
-		l.c.log.Error("mq requeue failed on a live channel", zap.String("message_id", j.msg.ID), zap.Error(err))
 	})
 }
 
