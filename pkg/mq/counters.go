@@ -11,9 +11,7 @@ import (
 // Counters is a snapshot of one route's durability counters since Dial. Read them as an account:
 // every application publish is Confirmed or Returned or failed; every delivery ends Acknowledged,
 // Retried, DeadLettered, Deferred, Requeued, Superseded or Lost. Diagnostic probes are not counted.
-//
-// A subscription's deliveries are counted under "<topic>.<subscription>", a topic's publishes
-// under "topic:<topic>".
+
 type Counters struct {
 	Published    uint64 // application messages written to the broker (Publish, PublishAll)
 	Confirmed    uint64 // of those, confirmed by the broker and not returned
@@ -55,26 +53,31 @@ var eventNames = [numEvents]string{
 	"superseded", "lost", "requeued", "panicked", "redriven", "deferred",
 }
 
-// newMetric is the integrations_mq_messages_total counter vec, registered with reg when given. A
-// second Broker in the same process (tests, a diagnostic) shares the already registered vec.
+// newMetric is the integrations_mq_messages_total counter vec, registered with reg when given.
 func newMetric(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
-	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
+	return registerShared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "integrations_mq_messages_total",
 		Help: "Messages through the message port, by route and durability event.",
-	}, []string{"route", "event"})
+	}, []string{"route", "event"}))
+}
+
+// registerShared registers c with reg, when given. A second Broker in the same process (tests, a
+// diagnostic) shares the collector already registered under the same name instead of failing.
+func registerShared[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
 	if reg == nil {
-		return vec, nil
+		return c, nil
 	}
-	if err := reg.Register(vec); err != nil {
+	if err := reg.Register(c); err != nil {
 		var are prometheus.AlreadyRegisteredError
 		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+			if existing, ok := are.ExistingCollector.(C); ok {
 				return existing, nil
 			}
 		}
-		return nil, fmt.Errorf("register mq metrics: %w", err)
+		var none C
+		return none, fmt.Errorf("register mq metrics: %w", err)
 	}
-	return vec, nil
+	return c, nil
 }
 
 // routeStats counts one route's events, atomically and in the metric.

@@ -274,7 +274,7 @@ func TestClassifySettle(t *testing.T) {
 		{"unknown error, channel already closed", closed, errors.New("something else"), faultTornDown},
 		{"unknown error on a live channel", live, errors.New("something else"), faultUnknown},
 	} {
-		assert.Equal(t, tc.want, classifySettle(&subscription{ch: tc.ch}, tc.err), tc.name)
+		assert.Equal(t, tc.want, classifySettle(&rabbitStream{ch: tc.ch}, tc.err), tc.name)
 	}
 }
 
@@ -286,7 +286,7 @@ func TestSettleFailedDecidesOffTheOwner(t *testing.T) {
 	conn, err := amqp.Dial(testURL())
 	require.NoError(t, err)
 	defer conn.Close()
-	c := &consumer{}
+	c := &rabbitLink{}
 	unknown := errors.New("something else")
 
 	live, err := conn.Channel()
@@ -303,7 +303,7 @@ func TestSettleFailedDecidesOffTheOwner(t *testing.T) {
 	decisions := make(chan decision, 1)
 	t0 := time.Now()
 	go func() {
-		c.settleFailed(&subscription{ch: live}, unknown, func(torn bool) {
+		c.settleFailed(&rabbitStream{ch: live}, unknown, func(torn bool) {
 			at := time.Since(t0)
 			<-gate
 			decisions <- decision{torn, at}
@@ -327,7 +327,7 @@ func TestSettleFailedDecidesOffTheOwner(t *testing.T) {
 		}
 		close(down)
 	}()
-	c.settleFailed(&subscription{ch: closing, down: down}, unknown, func(torn bool) { decided <- torn })
+	c.settleFailed(&rabbitStream{ch: closing, down: down}, unknown, func(torn bool) { decided <- torn })
 	require.NoError(t, closing.Close()) // the teardown the error came from
 	assert.True(t, receive(t, decided, "decision on the closing channel"), "closed meanwhile: superseded")
 }
@@ -352,8 +352,10 @@ func TestUnknownDeliveryTagIsLost(t *testing.T) {
 	reason := make(chan *amqp.Error, 1)
 	reason <- e
 
-	c := &consumer{b: tb.b, rules: &rules{st: tb.b.routeStats("bad-tag"), log: zap.NewNop()}}
-	c.lose(&subscription{ch: ch, closes: reason})
+	c := &consumer{p: tb.b, top: &topology{route: "bad-tag"}, rules: &rules{st: tb.b.routeStats("bad-tag"), log: zap.NewNop()}}
+	l := &rabbitLink{b: tb.r, c: c}
+	o := &owner[amqp.Delivery]{consumer: c, l: l, s: &rabbitStream{l: l, ch: ch, closes: reason}}
+	o.lose()
 	got := tb.b.Counters("bad-tag")
 	assert.EqualValues(t, 1, got.Lost)
 	assert.Zero(t, got.Superseded)

@@ -3,19 +3,23 @@ package mq
 import (
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 )
 
-// RabbitFaults are the RabbitMQ provider's fault hooks for the contract suite (pkg/mq/mqtest's
-// Faults), reaching the port through its test hooks. They live in a _test file of package mq, so
-// the external test package that runs the suite can use them and nothing else can.
-type RabbitFaults struct {
-	tb *bundle
+// Faults are a provider's fault hooks for the contract suite (pkg/mq/mqtest's Faults), reaching
+// the port through its test hooks: on the sockets under its connections, and before each
+// settlement. They live in a _test file of package mq, so the external test package that runs the
+// suite can use them and nothing else can. NewRabbitEnv (below) and NewSTOMPEnv
+// (stomp_export_test.go) wire them into a Broker of their provider.
+type Faults struct {
+	depth func(t *testing.T, queue string) int
+	// wrap is what the port's connection gets of a faultConn (STOMP's must sever on Close).
+	wrap func(*faultConn) net.Conn
 
 	mu      sync.Mutex
 	consume []*faultConn // the consuming connections, newest last
@@ -75,12 +79,9 @@ func (c *faultConn) sever() {
 	})
 }
 
-// NewRabbitEnv is the RabbitMQ provider of the contract suite: a RabbitMQ on a scope of its own
-// (its queues deleted at the end, see setupWith) and the faults wired into it.
-func NewRabbitEnv(t *testing.T, timeScale float64) (Broker, *RabbitFaults) {
-	t.Helper()
-	f := &RabbitFaults{}
-	hooks := &testHooks{
+// hooks are the port's test hooks that carry out the faults.
+func (f *Faults) hooks() *testHooks {
+	return &testHooks{
 		wrapConn: func(purpose string, c net.Conn) net.Conn {
 			fc := &faultConn{Conn: c, severed: make(chan struct{})}
 			f.mu.Lock()
@@ -89,6 +90,9 @@ func NewRabbitEnv(t *testing.T, timeScale float64) (Broker, *RabbitFaults) {
 				f.consume = append(f.consume, fc)
 			} else {
 				f.publish = append(f.publish, fc)
+			}
+			if f.wrap != nil {
+				return f.wrap(fc)
 			}
 			return fc
 		},
@@ -110,7 +114,7 @@ func NewRabbitEnv(t *testing.T, timeScale float64) (Broker, *RabbitFaults) {
 				c.sever()
 			}
 		},
-		settling: func(_ string, d *amqp.Delivery) {
+		settling: func(_ *Message, behind func()) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			switch {
@@ -122,38 +126,49 @@ func NewRabbitEnv(t *testing.T, timeScale float64) (Broker, *RabbitFaults) {
 				c.mu.Unlock()
 			case f.refuse:
 				f.refuse = false
-				// Settled once already: the port's own settlement names a delivery tag the channel
-				// no longer holds, which RabbitMQ refuses with 406 and a closed channel.
-				d.Ack(false) //nolint:errcheck // acks are not answered
+				// Settled behind the port's back first, on the same connection: the port's own
+				// settlement names a delivery the broker no longer holds (RabbitMQ: 406 and a
+				// closed channel; ActiveMQ: an ERROR, "Unexpected ACK", and a closed connection).
+				behind()
 			}
 		},
 	}
-	tb := setupWith(t, Config{TimeScale: timeScale, hooks: hooks})
-	f.tb = tb
-	t.Cleanup(func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, c := range append(f.consume, f.publish...) {
-			c.mu.Lock()
-			frozen := c.frozen
-			c.mu.Unlock()
-			if frozen {
-				c.sever() // a frozen connection would hold the Broker's close
-			}
+}
+
+// unfreeze severs the frozen connections: a frozen connection would hold the Broker's close.
+func (f *Faults) unfreeze() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range slices.Concat(f.consume, f.publish) {
+		c.mu.Lock()
+		frozen := c.frozen
+		c.mu.Unlock()
+		if frozen {
+			c.sever()
 		}
-	})
+	}
+}
+
+// NewRabbitEnv is the RabbitMQ provider of the contract suite: a RabbitMQ Broker on a scope of its
+// own (its queues deleted at the end, see setupWith) and the faults wired into it.
+func NewRabbitEnv(t *testing.T, timeScale float64) (Broker, *Faults) {
+	t.Helper()
+	f := &Faults{}
+	tb := setupWith(t, Config{TimeScale: timeScale, hooks: f.hooks()})
+	f.depth = tb.depth
+	t.Cleanup(f.unfreeze)
 	return tb.b, f
 }
 
 // Depth is the number of ready messages in a queue, from a connection of the test's own.
-func (f *RabbitFaults) Depth(t *testing.T, queue string) int {
+func (f *Faults) Depth(t *testing.T, queue string) int {
 	t.Helper()
-	return f.tb.depth(t, queue)
+	return f.depth(t, queue)
 }
 
-// CutConsuming severs the consuming connection's socket, as a network fault would: the port
-// learns of it from the failed read, with no word from the broker.
-func (f *RabbitFaults) CutConsuming(t *testing.T) {
+// CutConsuming severs the newest consuming connection's socket, as a network fault would: the
+// port learns of it from the failed read, with no word from the broker.
+func (f *Faults) CutConsuming(t *testing.T) {
 	t.Helper()
 	f.mu.Lock()
 	require.NotEmpty(t, f.consume, "no consuming connection yet")
@@ -163,8 +178,8 @@ func (f *RabbitFaults) CutConsuming(t *testing.T) {
 }
 
 // WithholdCopyConfirm: the next retry, defer or dead-letter copy is written on a publishing
-// connection that then withholds every confirm, and is severed once the copy is written.
-func (f *RabbitFaults) WithholdCopyConfirm(t *testing.T) {
+// connection that then withholds every confirm (RECEIPT), and is severed once the copy is written.
+func (f *Faults) WithholdCopyConfirm(t *testing.T) {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -172,8 +187,8 @@ func (f *RabbitFaults) WithholdCopyConfirm(t *testing.T) {
 }
 
 // WithholdPublishConfirms freezes the current publishing connection: publishes are written, their
-// confirms never read. cut severs it, so the port dials another.
-func (f *RabbitFaults) WithholdPublishConfirms(t *testing.T) (cut func()) {
+// confirms (RECEIPTs) never read. cut severs it, so the port dials another.
+func (f *Faults) WithholdPublishConfirms(t *testing.T) (cut func()) {
 	t.Helper()
 	f.mu.Lock()
 	require.NotEmpty(t, f.publish, "no publishing connection yet")
@@ -185,7 +200,7 @@ func (f *RabbitFaults) WithholdPublishConfirms(t *testing.T) (cut func()) {
 
 // TearDownOnNextSettle makes the next handler settlement's write fail with a broken pipe, and the
 // consuming socket close, as a connection being torn down does.
-func (f *RabbitFaults) TearDownOnNextSettle(t *testing.T) {
+func (f *Faults) TearDownOnNextSettle(t *testing.T) {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -193,9 +208,9 @@ func (f *RabbitFaults) TearDownOnNextSettle(t *testing.T) {
 }
 
 // RefuseNextSettle has the next handler settlement refused by the broker on a live connection:
-// the delivery is acked behind the port's back first, so the port's own settlement names a tag
-// RabbitMQ no longer knows (406 PRECONDITION_FAILED).
-func (f *RabbitFaults) RefuseNextSettle(t *testing.T) {
+// the delivery is settled behind the port's back first, so the port's own settlement names a
+// delivery the broker no longer holds.
+func (f *Faults) RefuseNextSettle(t *testing.T) {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -153,7 +153,7 @@ func TestBrokerClosesConsumingConnection(t *testing.T) {
 	assert.LessOrEqual(t, c.Superseded, uint64(16), "at most a prefetch worth of deliveries was on the dead channel")
 	assert.Zero(t, c.Lost+c.Requeued+c.Retried+c.DeadLettered)
 	no406(t, logs)
-	assert.NotEmpty(t, logs.FilterMessage("mq consumer lost its channel; resubscribing").All())
+	assert.NotEmpty(t, logs.FilterMessage("mq consumer lost its subscription; resubscribing").All())
 }
 
 // cutConn is a TCP connection the test can cut without the broker's last words reaching the

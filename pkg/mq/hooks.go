@@ -2,10 +2,6 @@ package mq
 
 import (
 	"net"
-
-	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/integrations-platform/integrations/pkg/stomp"
 )
 
 // testHooks let this package's tests observe and perturb the port at points that no action on
@@ -19,16 +15,17 @@ type testHooks struct {
 	// written and before its confirm is awaited.
 	copySending func(queue string)
 	copySent    func(queue string)
-	// subscribed runs on the owner goroutine after each (re)subscription of a consumer.
+	// subscribed runs on the owner goroutine after each (re)subscription of a consumer, with its
+	// generation (its channel's, or its connection's).
 	subscribed func(route string, gen uint64)
-	// settling runs on the owner goroutine before a handler's verdict is written (ack or nack).
-	settling func(route string, d *amqp.Delivery)
-	// stompSettling runs on a STOMP worker before it acknowledges a delivery of conn.
-	stompSettling func(conn *stomp.Conn, m *stomp.Message)
-	// stompRetiring runs on a STOMP consumer's owner goroutine when it retires a subscription and
-	// is about to wait for the acknowledgements its workers are writing on it.
-	stompRetiring func()
-	// settled runs on the owner goroutine after an ack or nack the broker accepted.
+	// settling runs on a worker before a handler's verdict is written (an ack, a requeue).
+	// behind settles the same delivery behind the port's back, so that the broker refuses the
+	// port's own settlement.
+	settling func(m *Message, behind func())
+	// retiring runs on a STOMP consumer's owner goroutine when it retires a subscription and is
+	// about to wait for the acknowledgements its workers are writing on it.
+	retiring func()
+	// settled runs after a settlement the broker took (an ack, a requeue), not a probe's.
 	settled func(route, messageID string, ev event)
 	// declared runs after queues were declared (created, or found to exist): tests must not
 	// delete a just-created at-least-once queue (see deadLetterVia).
@@ -37,15 +34,15 @@ type testHooks struct {
 
 var noHooks = &testHooks{}
 
-func (b *RabbitMQ) noteDeclared() {
-	if h := b.hooks().declared; h != nil {
+func (p *port) noteDeclared() {
+	if h := p.hooks().declared; h != nil {
 		h()
 	}
 }
 
-func (b *RabbitMQ) hooks() *testHooks {
-	if b.cfg.hooks == nil {
+func (p *port) hooks() *testHooks {
+	if p.cfg.hooks == nil {
 		return noHooks
 	}
-	return b.cfg.hooks
+	return p.cfg.hooks
 }

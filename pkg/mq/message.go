@@ -18,6 +18,7 @@ const (
 	outcomeFail
 	outcomeReject
 	outcomeDefer
+	outcomePanicked // the recoverer's: the handler panicked; returned to the broker as outcomeNone
 )
 
 // Result is what a handler returns; it decides how the delivery is settled. The zero Result is
@@ -50,7 +51,7 @@ func Reject(err error) Result { return Result{outcome: outcomeReject, err: err} 
 // minus that level, and the handler defers it again. When d is shorter than the smallest level
 // the delivery is held in the worker for d (at least 1 ms) and the handler is called again with
 // the same Message; shutdown meanwhile returns it to the broker. Either way every deferral waits,
-// so a handler cannot spin on Defer. On a route without DelayLevels (and on a subscription) Defer
+// so a handler cannot spin on Defer. On a route without DelayLevels Defer
 // is a programming error: it is logged and the delivery is requeued.
 func Defer(d time.Duration) Result { return Result{outcome: outcomeDefer, delay: d} }
 
@@ -59,6 +60,14 @@ func (r Result) Err() error { return r.err }
 
 // String names the outcome, for logs and test failures.
 func (r Result) String() string {
+	if r.outcome == outcomeDefer {
+		return "defer " + r.delay.String()
+	}
+	return r.kind()
+}
+
+// kind names the outcome alone, for metrics' labels.
+func (r Result) kind() string {
 	switch r.outcome {
 	case outcomeAck:
 		return "ack"
@@ -67,7 +76,9 @@ func (r Result) String() string {
 	case outcomeReject:
 		return "reject"
 	case outcomeDefer:
-		return "defer " + r.delay.String()
+		return "defer"
+	case outcomePanicked:
+		return "panic"
 	default:
 		return "none"
 	}
@@ -130,6 +141,10 @@ type Route struct {
 	// publisher can schedule through the broker.
 	DelayLevels []time.Duration
 	Prefetch    int // per-consumer prefetch; default 32
+	// Timeout bounds one handler call: its context ends Timeout after the call began, and the
+	// handler's Result is settled as usual (a Fail with the context's error is retried). 0: no
+	// bound but the consumer's own shutdown.
+	Timeout time.Duration
 }
 
 // DeadReasonExhausted is a dead letter's Reason when a handler returned Fail past the route's
@@ -159,8 +174,7 @@ const (
 	hdrProbe = "x-mq-probe"
 
 	deadReasonExhausted = DeadReasonExhausted
-	deadReasonRejected  = "rejected" // Reject, on a route or a subscription
-	deadReasonFailed    = "failed"   // Fail on a subscription: topics do not retry
+	deadReasonRejected  = "rejected" // Reject
 
 	// maxErrorLen bounds x-last-error: headers travel with every copy and count against the
 	// broker's frame size.

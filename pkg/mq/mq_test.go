@@ -38,7 +38,8 @@ func testURL() string {
 // bundle is what a test needs: a Broker on its own scope, and a plain connection of its own to
 // look at queues the way an operator would.
 type bundle struct {
-	b   *RabbitMQ
+	b   *port
+	r   *rabbitDriver // b's driver
 	ch  *amqp.Channel
 	ctx context.Context
 	// lastDeclare is when the Broker last declared queues (unix nanoseconds).
@@ -85,9 +86,9 @@ func setupWith(t *testing.T, cfg Config) *bundle {
 		cfg.hooks = &testHooks{}
 	}
 	cfg.hooks.declared = func() { lastDeclare.Store(time.Now().UnixNano()) }
-	b, err := dialRabbitMQ(ctx, cfg)
+	b, err := dial(ctx, cfg, ProviderRabbitMQ)
 	require.NoError(t, err)
-	tb := &bundle{b: b, ctx: ctx, lastDeclare: lastDeclare}
+	tb := &bundle{b: b, r: b.drv.(*rabbitDriver), ctx: ctx, lastDeclare: lastDeclare}
 	conn, err := amqp.Dial(testURL())
 	require.NoError(t, err)
 	ch, err := conn.Channel()
@@ -103,29 +104,24 @@ func setupWith(t *testing.T, cfg Config) *bundle {
 				assert.NoError(t, err, "delete queue %s", q)
 			}
 		}
-		// Topic exchanges are shared: delete them only once nothing is bound (if-unused; a refusal
-		// closes the channel, so each gets its own).
-		for _, x := range b.topicExchanges() {
-			for _, name := range []string{x, topicDLXPrefix + strings.TrimPrefix(x, topicExchangePrefix)} {
-				if xch, err := conn.Channel(); err == nil {
-					if xch.ExchangeDelete(name, true, false) == nil {
-						xch.Close()
-					}
-				}
-			}
-		}
 	})
 	t.Cleanup(func() { assert.NoError(t, b.Close()) })
 	return tb
 }
 
-// consume runs Consume in the background; the returned stop cancels it and checks it returned nil
-// promptly. stop is also registered as a cleanup, and is idempotent.
+// consume runs Consume in the background until the test ends (or stop).
 func (tb *bundle) consume(t *testing.T, route string, concurrency int, h Handler) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(tb.ctx)
+	return consumeIn(t, tb.ctx, tb.b, route, concurrency, h)
+}
+
+// consumeIn runs b's Consume in the background; the returned stop cancels it and checks it
+// returned nil promptly. stop is also registered as a cleanup, and is idempotent.
+func consumeIn(t *testing.T, ctx context.Context, b Broker, route string, concurrency int, h Handler) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- tb.b.Consume(ctx, route, concurrency, h) }()
+	go func() { done <- b.Consume(ctx, route, concurrency, h) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -348,12 +344,12 @@ func TestReconnect(t *testing.T) {
 	require.NoError(t, tb.b.Publish(tb.ctx, "flappy", Outgoing{ID: "m-held"}))
 	receive(t, holding, "handler holding the delivery")
 
-	tb.b.conSem <- struct{}{}
-	require.NoError(t, tb.b.con.Close())
-	<-tb.b.conSem
-	tb.b.pubSem <- struct{}{}
-	require.NoError(t, tb.b.pub.conn.Close())
-	<-tb.b.pubSem
+	tb.r.conSem <- struct{}{}
+	require.NoError(t, tb.r.con.Close())
+	<-tb.r.conSem
+	tb.r.pubSem <- struct{}{}
+	require.NoError(t, tb.r.pub.conn.Close())
+	<-tb.r.pubSem
 
 	redelivered := receive(t, got, "redelivery on the new subscription")
 	assert.Equal(t, "m-held", redelivered.ID)
@@ -428,11 +424,11 @@ func TestMetricsShared(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	cfg := Config{URL: testURL(), Scope: "mqtest-" + uuid.NewString()[:8], Registerer: reg}
-	b1, err := dialRabbitMQ(ctx, cfg)
+	b1, err := dial(ctx, cfg, ProviderRabbitMQ)
 	require.NoError(t, err)
 	defer b1.Close()
 	// A second Broker in the same process shares the registered counter vec instead of failing.
-	b2, err := dialRabbitMQ(ctx, cfg)
+	b2, err := dial(ctx, cfg, ProviderRabbitMQ)
 	require.NoError(t, err)
 	defer b2.Close()
 

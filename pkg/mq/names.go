@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // ErrInvalidName is wrapped by every error about a scope, route or queue name that RabbitMQ (or our
@@ -60,26 +58,23 @@ const (
 // topology is a route resolved against the broker's scope and time scale: every queue name it
 // needs, validated, and the retry plan.
 type topology struct {
-	route string // the counters key and Message.Route: "<route>", or "<topic>.<subscription>"
-	queue string
-	dlq   string
-	// Dead letters are published to (dlx, dlxKey): ("", dlq) for a route; the topic's direct
-	// dead-letter exchange and the subscription's queue name for a subscription.
-	dlx, dlxKey string
-	// topic is the fanout exchange a subscription's queue is bound to; "" for a route.
-	topic       string
+	route       string // the counters key and Message.Route
+	queue       string
+	dlq         string
 	prefetch    int
 	maxAttempts int
 	// retryQueues[i] is the holding queue used before attempt i+2; its TTL is retryTTLs[i].
 	retryQueues []string
 	retryTTLs   []time.Duration
 	// delayQueues[i] holds messages published (or deferred) for at least delayTTLs[i]; ascending,
-	// one per distinct scaled level. Empty for a route without DelayLevels and for subscriptions.
+	// one per distinct scaled level. Empty for a route without DelayLevels.
 	delayQueues []string
 	delayTTLs   []time.Duration
 	// delayTolerance is how far short of a level a delay may fall and still wait in it (see
 	// DelayTolerance); 0 without delay levels.
 	delayTolerance time.Duration
+	// handlerTimeout is Route.Timeout: the deadline of one handler call; 0: none.
+	handlerTimeout time.Duration
 }
 
 // DelayTolerance is how much shorter than a delay level a delay may be and still wait in that
@@ -115,10 +110,13 @@ func plan(scope string, timeScale float64, r Route) (*topology, error) {
 		prefetch: r.Prefetch,
 	}
 	t.dlq = t.queue + ".dlq"
-	t.dlxKey = t.dlq
 	if t.prefetch <= 0 {
 		t.prefetch = defaultPrefetch
 	}
+	if r.Timeout < 0 {
+		return nil, fmt.Errorf("mq: route %q: negative timeout %v", r.Name, r.Timeout)
+	}
+	t.handlerTimeout = r.Timeout
 	if r.Prefetch > 65535 {
 		return nil, fmt.Errorf("mq: route %q: prefetch %d above the AMQP limit 65535", r.Name, r.Prefetch)
 	}
@@ -154,7 +152,7 @@ func plan(scope string, timeScale float64, r Route) (*topology, error) {
 	slices.Sort(levels)
 	for _, ttl := range slices.Compact(levels) {
 		t.delayTTLs = append(t.delayTTLs, ttl)
-		t.delayQueues = append(t.delayQueues, fmt.Sprintf("%s.delay.%dms", t.queue, ttl.Milliseconds()))
+		t.delayQueues = append(t.delayQueues, delayQueueName(t.queue, ttl))
 	}
 	if len(t.delayTTLs) > 0 {
 		t.delayTolerance = scaledTolerance(timeScale)
@@ -165,6 +163,11 @@ func plan(scope string, timeScale float64, r Route) (*topology, error) {
 		}
 	}
 	return t, nil
+}
+
+// delayQueueName is the holding queue of a delay level on RabbitMQ.
+func delayQueueName(queue string, ttl time.Duration) string {
+	return fmt.Sprintf("%s.delay.%dms", queue, ttl.Milliseconds())
 }
 
 // scaledTTL is a holding queue's TTL for delay d: scaled, in whole milliseconds (that is what
@@ -233,149 +236,6 @@ func (t *topology) levelSlack(level time.Duration) time.Duration {
 func (t *topology) retryQueue(attempt int) string {
 	i := min(max(attempt-1, 0), len(t.retryQueues)-1)
 	return t.retryQueues[i]
-}
-
-// quorumArgs are the arguments of every quorum queue we declare, plus extra.
-func quorumArgs(extra amqp.Table) amqp.Table {
-	args := amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int32(deliveryLimit)}
-	for k, v := range extra {
-		args[k] = v
-	}
-	return args
-}
-
-// dlqArgs are the arguments of every DLQ. A DLQ is the one queue that must be classic, because
-// listing it means fetching messages and handing them back (basic.get, then nack requeue=true),
-// and on RabbitMQ 3.10.8 a quorum queue does that badly on all three counts we measured:
-//   - every requeue counts against x-delivery-limit, so listing a quorum DLQ that has one would
-//     eventually drop (or dead-letter) the very messages it is meant to keep;
-//   - a quorum queue serves requeued messages first, in the order they were requeued, so once a
-//     listing has fetched and requeued the whole DLQ, listing its head rotates it (measured: ids
-//     0..9, list all, list 5, list again → 5..9, 0..4);
-//   - basic.get on a quorum queue costs ~4 ms a message, against ~0.4 ms on a classic one.
-//
-// A classic queue puts a requeued message back in its original position and has no delivery
-// limit, so a listing can neither lose nor reorder dead letters. The price: on a cluster a classic
-// DLQ lives on one node (durable, on disk, but not replicated).
-func dlqArgs() amqp.Table { return amqp.Table{"x-queue-type": "classic"} }
-
-// deadLetterVia is what a quorum queue needs to dead-letter into exchange/key. At-least-once
-// dead-lettering (RabbitMQ >= 3.10, quorum queues) keeps a message in its source queue until the
-// target confirmed it; the broker requires x-overflow=reject-publish with it, and silently falls
-// back to at-most-once without. Measured on 3.10.8: accepted, and an expired message arrives in
-// the target queue.
-//
-// Hazard, measured on 3.10.8 (rabbitmq-server#16652): each such queue gets a DLX worker process
-// under the broker-wide rabbit_fifo_dlx_sup. Deleting the queue within moments of creating it,
-// while the worker is still checking out, crashes the worker twice, which shuts down
-// rabbit_fifo_dlx_sup for the whole node: every at-least-once queue stops dead-lettering (retries
-// stay in their holding queues) and new ones fail to declare with 541 INTERNAL_ERROR, until
-// `rabbitmqctl eval 'supervisor:restart_child(rabbit_sup, rabbit_fifo_dlx_sup).'` or a node
-// restart. So never delete a queue of the port right after declaring it (tests wait, see
-// dlxWorkerGrace in the tests).
-func deadLetterVia(exchange, key string) amqp.Table {
-	return amqp.Table{
-		"x-dead-letter-exchange":    exchange,
-		"x-dead-letter-routing-key": key,
-		"x-dead-letter-strategy":    "at-least-once",
-		"x-overflow":                "reject-publish",
-	}
-}
-
-func declareQueue(ch *amqp.Channel, name string, args amqp.Table) error {
-	_, err := ch.QueueDeclare(name, true, false, false, false, args)
-	var ae *amqp.Error
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed:
-		// Typically a queue declared by an older version of the port with other arguments (DLQs
-		// were quorum queues before they became classic). The broker cannot change a queue's
-		// arguments: drain and delete it, or move to a new scope.
-		return fmt.Errorf("declare queue %q: it exists with other arguments than %v: %w", name, args, err)
-	default:
-		return fmt.Errorf("declare queue %q: %w", name, err)
-	}
-}
-
-// declareTopicExchange declares a topic's shared fanout exchange. Durable and never auto-deleted:
-// subscriptions of other scopes and deployments are bound to it.
-func declareTopicExchange(ch *amqp.Channel, exchange string) error {
-	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("declare exchange %q: %w", exchange, err)
-	}
-	return nil
-}
-
-// declare creates (or checks) the route's or subscription's queues on ch. Dead-letter targets are
-// declared before the queues that dead-letter into them. A mismatch with an existing queue's
-// arguments closes ch with 406 PRECONDITION_FAILED, so callers use a channel they can throw away.
-func (t *topology) declare(ch *amqp.Channel) error {
-	if t.topic != "" {
-		return t.declareSubscription(ch)
-	}
-	if err := declareQueue(ch, t.dlq, dlqArgs()); err != nil {
-		return err
-	}
-	// The work queue dead-letters only what the broker gives up on (x-delivery-limit), so even a
-	// message that crashes every consumer ends up inspectable in the DLQ, with x-death saying why.
-	if err := declareQueue(ch, t.queue, quorumArgs(deadLetterVia("", t.dlq))); err != nil {
-		return err
-	}
-	seen := map[string]bool{}
-	for i, name := range t.retryQueues {
-		if seen[name] {
-			continue
-		}
-		seen[name] = true
-		if err := declareHolding(ch, name, t.retryTTLs[i], t.queue); err != nil {
-			return err
-		}
-	}
-	for i, name := range t.delayQueues {
-		if err := declareHolding(ch, name, t.delayTTLs[i], t.queue); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// declareHolding declares a holding queue: quorum, a per-queue TTL, and at-least-once
-// dead-lettering of every expired message back to the work queue. Retry and delay levels are both
-// holding queues; they differ only in name and in who publishes into them.
-func declareHolding(ch *amqp.Channel, name string, ttl time.Duration, workQueue string) error {
-	// Never x-expires here: a holding queue has no consumer, publishing does not renew it, and an
-	// expired queue is deleted with its messages, nothing dead-lettered.
-	args := deadLetterVia("", workQueue)
-	args["x-message-ttl"] = ttl.Milliseconds()
-	return declareQueue(ch, name, quorumArgs(args))
-}
-
-// declareSubscription declares a subscription: the topic's fanout, the topic's direct dead-letter
-// exchange, the subscription's DLQ bound to it under the subscription's own routing key, and the
-// subscription's queue, bound to the fanout. The DLX is direct, never fanout: a fanout DLX would
-// copy one subscriber's failure into every subscriber's DLQ.
-func (t *topology) declareSubscription(ch *amqp.Channel) error {
-	if err := declareTopicExchange(ch, t.topic); err != nil {
-		return err
-	}
-	if err := ch.ExchangeDeclare(t.dlx, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("declare exchange %q: %w", t.dlx, err)
-	}
-	if err := declareQueue(ch, t.dlq, dlqArgs()); err != nil {
-		return err
-	}
-	if err := ch.QueueBind(t.dlq, t.dlxKey, t.dlx, false, nil); err != nil {
-		return fmt.Errorf("bind %q to %q: %w", t.dlq, t.dlx, err)
-	}
-	// The broker's own dead-lettering (x-delivery-limit) goes the same way as ours.
-	if err := declareQueue(ch, t.queue, quorumArgs(deadLetterVia(t.dlx, t.dlxKey))); err != nil {
-		return err
-	}
-	if err := ch.QueueBind(t.queue, "", t.topic, false, nil); err != nil {
-		return fmt.Errorf("bind %q to %q: %w", t.queue, t.topic, err)
-	}
-	return nil
 }
 
 // queues lists every queue of the route, for callers that clean up (tests, tooling).

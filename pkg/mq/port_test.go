@@ -58,14 +58,14 @@ func TestDialChoosesTheProvider(t *testing.T) {
 
 	s, err := Dial(ctx, Config{URL: stompTestURL(t) + "?schedule=artemis", Scope: "mqtest-dial"})
 	require.NoError(t, err)
-	assert.IsType(t, &STOMP{}, s)
-	assert.Equal(t, stompScheduleArtemis, s.(*STOMP).schedule)
+	assert.IsType(t, &stompDriver{}, s.(*port).drv)
+	assert.Equal(t, stompScheduleArtemis, s.(*port).drv.(*stompDriver).schedule)
 	assert.Equal(t, "mqtest-dial.work", s.QueueName("work"))
 	require.NoError(t, s.CloseContext(ctx))
 
 	b, err := Dial(ctx, Config{URL: testURL(), Scope: "mqtest-dial", Provider: ProviderRabbitMQ})
 	require.NoError(t, err)
-	assert.IsType(t, &RabbitMQ{}, b)
+	assert.IsType(t, &rabbitDriver{}, b.(*port).drv)
 	assert.Equal(t, "mqtest-dial.work", b.QueueName("work"))
 	require.NoError(t, b.CloseContext(ctx))
 }

@@ -3,19 +3,17 @@ package mq
 import (
 	"context"
 	"errors"
-	"fmt"
-	"runtime/debug"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 )
 
-// The handler-return rules, written once for every provider. A provider supplies the broker
+// The handler-return rules, written once for every provider. A driver supplies the broker
 // primitives — a delivery it can tell is stale, a copy of it published to a retry, delay or
 // dead-letter destination and confirmed (a publisher confirm, a STOMP RECEIPT), and the
-// settlement of the original on the connection and consumer it came from — and these rules
-// decide: calling the handler (a panic, a cancelled context and the zero Result never ack), the
+// settlement of the original on the connection and consumer it came from (engine.go's link) —
+// and these rules decide: calling the handler (a panic, a cancelled context and the zero Result never ack), the
 // retry from x-delivery-attempt and the route's RetryPolicy (the next attempt or a dead letter),
 // the dead-letter headers, Defer's hold-or-copy choice, and what each outcome counts.
 
@@ -29,7 +27,7 @@ const (
 	actRequeue               // return it to the broker, to be delivered again
 )
 
-// verdict is the rules' decision on one delivery, for the provider to settle.
+// verdict is the rules' decision on one delivery, for the engine to settle through its link.
 type verdict struct {
 	act      action
 	ev       event // counted once the settlement succeeded
@@ -42,7 +40,7 @@ type copyKind uint8
 const (
 	copyRetry      copyKind = iota + 1 // the route's retry holding for the delay after copyOrder.attempt
 	copyDefer                          // the route's delay level for copyOrder.delay; headers unchanged
-	copyDeadLetter                     // the route's (or subscription's) DLQ
+	copyDeadLetter                     // the route's DLQ
 )
 
 // copyOrder is a copy the rules ask a provider to publish, confirmed, before the original is
@@ -83,31 +81,22 @@ func (o copyOrder) apply(h map[string]any) {
 	h[hdrLastFailure] = now
 }
 
-// delivery is one delivery as the rules need it from its provider. Its methods run on a worker
-// goroutine.
-type delivery interface {
-	// message is the handler's view of the delivery; the same one on every call.
-	message() *Message
-	// stale reports that a settlement of this delivery would be superseded — its connection or
-	// consumer is gone, or the broker reissued it — so the broker will deliver it again.
-	stale() bool
-	// sendCopy publishes the copy o orders and returns once the broker confirmed it, with the
-	// destination's name for logs. An error (not confirmed, refused, unroutable, timed out) leaves
-	// the original to be returned to the broker: never acked without its copy.
-	sendCopy(ctx context.Context, o copyOrder) (dest string, err error)
-}
+// deadReasonDeliveryLimit is a dead letter's reason when a message came back deliveryLimit times
+// without a result (the zero Result, a panic): RabbitMQ's broker dead-letters such a message by
+// x-delivery-limit with this reason; on a broker that does not count returns, the engine does
+// (delivery.requeues). Without a bound a poison message would be returned for ever.
+const deadReasonDeliveryLimit = "delivery_limit"
 
-// policy is what the rules need of a route or subscription.
+// policy is what the rules need of a route.
 type policy struct {
 	queue       string          // the scoped work queue: a dead letter's x-source-queue
 	maxAttempts int             // deliveries, the first included, before Fail dead-letters
 	levels      []time.Duration // the applied delay levels, ascending; none: Defer dead-letters
-	topic       bool            // a subscription: Fail dead-letters at once (topics do not retry)
 }
 
 // rules applies the handler-return rules for one Consume call.
 type rules struct {
-	h      Handler
+	h      Handler // the route's handler in the port's middleware (handlerChain)
 	pol    policy
 	st     *routeStats
 	log    *zap.Logger
@@ -120,8 +109,8 @@ type rules struct {
 }
 
 // handle runs the handler for one delivery and turns its Result into a verdict, publishing the
-// retry, defer or dead-letter copy (and waiting for its confirm) here, on the worker, so that a
-// provider's owner goroutine never waits on the broker.
+// retry, defer or dead-letter copy (and waiting for its confirm) here, on the worker, so that the
+// engine's owner goroutine never waits on the broker.
 func (r *rules) handle(d delivery) verdict {
 	if d.stale() {
 		return verdict{act: actNone} // the broker has already requeued it
@@ -158,11 +147,6 @@ func (r *rules) handle(d delivery) verdict {
 	}
 	switch res.outcome {
 	case outcomeFail:
-		if r.pol.topic {
-			// Topics do not retry: a broadcast copy belongs to this subscription alone, and
-			// republishing it to the topic would redeliver it to every subscriber.
-			return r.deadLetter(d, log, deadReasonFailed, res.err)
-		}
 		if m.Attempt >= r.pol.maxAttempts {
 			return r.deadLetter(d, log, deadReasonExhausted, res.err)
 		}
@@ -184,18 +168,11 @@ func (r *rules) handle(d delivery) verdict {
 	}
 }
 
-// call runs the handler, turning a panic into a zero Result. The handler's context carries the
-// message's trace context, if it has one.
+// call runs the handler (wrapped in the port's middleware: handlerChain), reporting whether it
+// panicked.
 func (r *rules) call(m *Message) (res Result, panicked bool) {
-	defer func() {
-		if p := recover(); p != nil {
-			panicked = true
-			r.log.Error("mq handler panicked; requeueing", zap.String("message_id", m.ID),
-				zap.Int("attempt", m.Attempt), zap.String("panic", fmt.Sprint(p)),
-				zap.ByteString("stack", debug.Stack()))
-		}
-	}()
-	return r.h(extractTrace(r.ctx, m.Headers), m), false
+	res = r.h(r.ctx, m)
+	return res, res.outcome == outcomePanicked
 }
 
 // copyContext bounds a retry, defer or dead-letter publish. It is detached from shutdown: a copy

@@ -12,39 +12,31 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/integrations-platform/integrations/pkg/stomp"
 )
 
-// STOMP is the port's STOMP 1.2 provider (pkg/stomp underneath), proven on ActiveMQ Classic by the
-// contract suite. A route is the destination /queue/<scope>.<route>, its dead letters
+// stompDriver is the port's STOMP 1.2 driver (pkg/stomp underneath), proven on ActiveMQ Classic
+// by the contract suite. A route is the destination /queue/<scope>.<route>, its dead letters
 // /queue/<scope>.<route>.dlq; there are no holding queues: a retry or a deferral is a copy the
 // broker schedules (AMQ_SCHEDULED_DELAY on Classic, _AMQ_SCHED_DELIVERY on Artemis) and that
 // carries its due time, which the consumer holds to (see stompScheduleLead). One connection
 // publishes (and copies, lists and moves dead letters); every Consume call has a connection of its
-// own, so a consumer that must be recycled recycles nothing else. It is safe for concurrent use.
-type STOMP struct {
-	cfg      Config
+// own, so a consumer that must be recycled recycles nothing else.
+type stompDriver struct {
+	p        *port
 	url      string   // without the port's own query parameters
 	tls      *amqpTLS // nil for stomp://
 	schedule string   // stompScheduleClassic or stompScheduleArtemis
 	log      *zap.Logger
-	metric   *prometheus.CounterVec
-
-	closed    chan struct{}
-	closeOnce sync.Once
 
 	// pubSem guards pub: holding it is the right to replace a dead publishing connection.
 	pubSem chan struct{}
 	pub    *stomp.Conn
 
-	mu        sync.RWMutex
-	routes    map[string]*topology
-	stats     map[string]*routeStats // per route, created on first use
-	consumers sync.WaitGroup         // running Consume calls, waited for by Close
-	conns     map[*stomp.Conn]bool
+	mu    sync.Mutex
+	conns map[*stomp.Conn]bool // every connection of the port, closed by close
 }
 
 // The scheduled-delivery header a STOMP broker honours, chosen by the URL's schedule parameter.
@@ -104,20 +96,8 @@ var stompURLParams = []string{"schedule", "cacertfile", "certfile", "keyfile", "
 // dialSTOMP connects the STOMP provider's publishing connection. The URL may carry the port's own
 // query parameters (stompURLParams): schedule=classic|artemis (default classic), and for
 // stomp+ssl:// the TLS parameters of an amqps:// URL (see newSTOMPTLS).
-func dialSTOMP(ctx context.Context, cfg Config) (*STOMP, error) {
-	if err := ValidateName(cfg.Scope); err != nil {
-		return nil, fmt.Errorf("mq: Config.Scope: %w", err)
-	}
-	if cfg.TimeScale < 0 {
-		return nil, fmt.Errorf("mq: Config.TimeScale %v is negative", cfg.TimeScale)
-	}
-	if cfg.TimeScale == 0 {
-		cfg.TimeScale = 1
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
-	u, err := url.Parse(cfg.URL)
+func dialSTOMP(ctx context.Context, p *port) (*stompDriver, error) {
+	u, err := url.Parse(p.cfg.URL)
 	if err != nil {
 		return nil, errors.New("mq: Config.URL is not a valid URL")
 	}
@@ -142,21 +122,13 @@ func dialSTOMP(ctx context.Context, cfg Config) (*STOMP, error) {
 		return nil, fmt.Errorf("mq: Config.URL has query parameters the STOMP provider does not know: %v", slices.Sorted(maps.Keys(q)))
 	}
 	u.RawQuery = ""
-	metric, err := newMetric(cfg.Registerer)
-	if err != nil {
-		return nil, err
-	}
-	b := &STOMP{
-		cfg:      cfg,
+	b := &stompDriver{
+		p:        p,
 		url:      u.String(),
 		tls:      tlsCfg,
 		schedule: schedule,
-		log:      cfg.Logger.With(zap.String("scope", cfg.Scope), zap.String("provider", ProviderSTOMP)),
-		metric:   metric,
-		stats:    map[string]*routeStats{},
-		closed:   make(chan struct{}),
+		log:      p.log,
 		pubSem:   make(chan struct{}, 1),
-		routes:   map[string]*topology{},
 		conns:    map[*stomp.Conn]bool{},
 	}
 	if _, err := b.publisher(ctx); err != nil {
@@ -166,7 +138,7 @@ func dialSTOMP(ctx context.Context, cfg Config) (*STOMP, error) {
 }
 
 // dial opens one STOMP connection. Its error never contains the URL (it carries the passcode).
-func (b *STOMP) dial(ctx context.Context, purpose string) (*stomp.Conn, error) {
+func (b *stompDriver) dial(ctx context.Context, purpose string) (*stomp.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	opts := []stomp.Option{stomp.WithHeartBeat(heartbeat, heartbeat)}
@@ -199,7 +171,7 @@ func (b *STOMP) dial(ctx context.Context, purpose string) (*stomp.Conn, error) {
 }
 
 // release closes a connection of the port (DISCONNECT, bounded) and forgets it.
-func (b *STOMP) release(c *stomp.Conn, within time.Duration) {
+func (b *stompDriver) release(c *stomp.Conn, within time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	c.Close(ctx) //nolint:errcheck // the broker returns what the connection held unacknowledged either way
@@ -208,22 +180,17 @@ func (b *STOMP) release(c *stomp.Conn, within time.Duration) {
 	b.mu.Unlock()
 }
 
-func (b *STOMP) hooks() *testHooks {
-	if b.cfg.hooks == nil {
-		return noHooks
-	}
-	return b.cfg.hooks
-}
+func (b *stompDriver) hooks() *testHooks { return b.p.hooks() }
 
-func (b *STOMP) isClosed() bool { return isDone(b.closed) }
+func (b *stompDriver) isClosed() bool { return b.p.isClosed() }
 
 // publisher returns the live publishing connection, dialing a new one if it died.
-func (b *STOMP) publisher(ctx context.Context) (*stomp.Conn, error) {
+func (b *stompDriver) publisher(ctx context.Context) (*stomp.Conn, error) {
 	select {
 	case b.pubSem <- struct{}{}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-b.closed:
+	case <-b.p.closed:
 		return nil, ErrClosed
 	}
 	defer func() { <-b.pubSem }()
@@ -249,30 +216,22 @@ func (b *STOMP) publisher(ctx context.Context) (*stomp.Conn, error) {
 // dest is the STOMP destination of a scoped queue name.
 func dest(queue string) string { return "/queue/" + queue }
 
-// QueueName is the scoped queue name of a route: "<scope>.<route>" (its destination is
-// /queue/<scope>.<route>).
-func (b *STOMP) QueueName(route string) string { return b.cfg.Scope + "." + route }
-
-// planSTOMP is plan, refusing also the route names whose queue would be another route's marker.
-func (b *STOMP) planSTOMP(r Route) (*topology, error) {
-	if strings.HasSuffix(r.Name, stompMarkerSuffix) {
-		return nil, fmt.Errorf("mq: route name %q would collide with a route's declaration marker: %w", r.Name, ErrInvalidName)
+// checkRoute refuses the route names whose queue would be another route's declaration marker.
+func checkRoute(name string) error {
+	if strings.HasSuffix(name, stompMarkerSuffix) {
+		return fmt.Errorf("mq: route name %q would collide with a route's declaration marker: %w", name, ErrInvalidName)
 	}
-	return plan(b.cfg.Scope, b.cfg.TimeScale, r)
+	return nil
 }
 
-// Declare validates each route, remembers it, and leaves its declaration marker in the broker
-// (once): ActiveMQ creates the queues themselves on first use, and there are no holding queues to
-// declare. The marker is what tells DeadLetters, Redrive and Discard of another process that the
-// route exists.
-func (b *STOMP) Declare(ctx context.Context, routes ...Route) error {
-	tops := make([]*topology, 0, len(routes))
-	for _, r := range routes {
-		t, err := b.planSTOMP(r)
-		if err != nil {
+// declare leaves each route's declaration marker in the broker (once): ActiveMQ creates the
+// queues themselves on first use, and there are no holding queues to declare. The marker is what
+// tells the dead-letter operations of another process that the route exists.
+func (b *stompDriver) declare(ctx context.Context, tops []*topology) error {
+	for _, t := range tops {
+		if err := checkRoute(t.route); err != nil {
 			return err
 		}
-		tops = append(tops, t)
 	}
 	for _, t := range tops {
 		n, err := b.browseCount(ctx, t.queue+stompMarkerSuffix, 1)
@@ -285,121 +244,24 @@ func (b *STOMP) Declare(ctx context.Context, routes ...Route) error {
 			}
 		}
 	}
+	return nil
+}
+
+// close closes every connection of the driver; the broker returns what they held
+// unacknowledged.
+func (b *stompDriver) close(ctx context.Context) error {
 	b.mu.Lock()
-	for _, t := range tops {
-		b.routes[t.route] = t
+	conns := make([]*stomp.Conn, 0, len(b.conns))
+	for c := range b.conns {
+		conns = append(conns, c)
 	}
 	b.mu.Unlock()
+	within := time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		within = min(within, time.Until(dl))
+	}
+	for _, c := range conns {
+		b.release(c, within)
+	}
 	return nil
-}
-
-// topology returns a route declared on this Broker.
-func (b *STOMP) topology(route string) (*topology, bool) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	t, ok := b.routes[route]
-	return t, ok
-}
-
-// DelayLevels are a declared route's delay levels as applied (time-scaled), ascending; nil for a
-// route without levels or not declared here. There are no holding queues behind them: a message
-// waits for a level in the broker's scheduler. They keep the meaning they have on RabbitMQ, so
-// the services plan alike on both: the largest is the horizon a publisher schedules through the
-// broker (later work waits in its own store), a deferral goes to the largest level not longer
-// than it, and one shorter than the smallest is held in the worker.
-func (b *STOMP) DelayLevels(route string) []time.Duration {
-	t, ok := b.topology(route)
-	if !ok {
-		return nil
-	}
-	return slices.Clone(t.delayTTLs)
-}
-
-// DelayTolerance is RabbitMQ's (see [RabbitMQ.DelayTolerance]): how far short of a level a delay
-// may fall and still wait in it. A scheduled copy is never early (the consumer holds it to its due
-// time) and late by the broker's scheduler beyond stompScheduleLead, which on Classic is within
-// this tolerance or a little over it.
-func (b *STOMP) DelayTolerance(route string) time.Duration {
-	t, ok := b.topology(route)
-	if !ok {
-		return 0
-	}
-	return t.delayTolerance
-}
-
-// Counters is a snapshot of a route's durability counters (zero for a route never used).
-func (b *STOMP) Counters(route string) Counters {
-	b.mu.RLock()
-	s := b.stats[route]
-	b.mu.RUnlock()
-	if s == nil {
-		return Counters{}
-	}
-	return s.snapshot()
-}
-
-// Close closes every connection of the port. Running Consume calls return ErrClosed; the broker
-// redelivers whatever they had not acknowledged. Close waits for them.
-func (b *STOMP) Close() error { return b.CloseContext(context.Background()) }
-
-// CloseContext is Close bounded by ctx: consumers whose handlers ignore their cancelled context
-// are not waited for past ctx's end (ctx.Err() is then returned). The connections are closed
-// either way.
-func (b *STOMP) CloseContext(ctx context.Context) error {
-	var err error
-	b.closeOnce.Do(func() {
-		b.mu.Lock()
-		close(b.closed)
-		conns := make([]*stomp.Conn, 0, len(b.conns))
-		for c := range b.conns {
-			conns = append(conns, c)
-		}
-		b.mu.Unlock()
-		within := time.Second
-		if dl, ok := ctx.Deadline(); ok {
-			within = min(within, time.Until(dl))
-		}
-		for _, c := range conns {
-			b.release(c, within)
-		}
-		done := make(chan struct{})
-		go func() {
-			b.consumers.Wait()
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			err = fmt.Errorf("mq: close: consumers still stopping: %w", ctx.Err())
-		}
-	})
-	return err
-}
-
-// startConsumer registers a Consume call with Close, unless the broker is already closed.
-func (b *STOMP) startConsumer() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.isClosed() {
-		return ErrClosed
-	}
-	b.consumers.Add(1)
-	return nil
-}
-
-// routeStats returns a route's counters, created on first use.
-func (b *STOMP) routeStats(route string) *routeStats {
-	b.mu.RLock()
-	s := b.stats[route]
-	b.mu.RUnlock()
-	if s != nil {
-		return s
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if s = b.stats[route]; s == nil {
-		s = newRouteStats(b.metric, route)
-		b.stats[route] = s
-	}
-	return s
 }

@@ -26,35 +26,12 @@ import (
 // The STOMP provider's own tests: what the contract suite does not reach (header encoding, the
 // schedule header, a requeue whose copy is not confirmed, Discard, Diagnose).
 
-func stompEnv(t *testing.T) (*STOMP, *STOMPFaults, context.Context) {
+func stompEnv(t *testing.T) (*port, *Faults, context.Context) {
 	t.Helper()
 	b, f := NewSTOMPEnv(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*waitFor)
 	t.Cleanup(cancel)
-	return b.(*STOMP), f, ctx
-}
-
-// stompConsume runs Consume in the background until the test ends (or stop), checking it returned
-// nil.
-func stompConsume(t *testing.T, ctx context.Context, b *STOMP, route string, concurrency int, h Handler) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- b.Consume(ctx, route, concurrency, h) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				assert.NoError(t, err, "Consume")
-			case <-time.After(waitFor):
-				t.Error("Consume did not return after its context was cancelled")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return b.(*port), f, ctx
 }
 
 func TestSTOMPHeadersRoundTrip(t *testing.T) {
@@ -141,7 +118,7 @@ func TestSTOMPScheduleHeaderByConfiguration(t *testing.T) {
 		t.Run(schedule, func(t *testing.T) {
 			t.Parallel()
 			b, f, ctx := stompEnv(t)
-			b.schedule = schedule
+			b.drv.(*stompDriver).schedule = schedule
 			const delay = 1500 * time.Millisecond
 			require.NoError(t, b.Declare(ctx, Route{Name: "later", DelayLevels: []time.Duration{delay}}))
 			start := time.Now()
@@ -153,7 +130,7 @@ func TestSTOMPScheduleHeaderByConfiguration(t *testing.T) {
 				assert.Equal(t, 1, inQueue, "Classic ignores Artemis's header")
 			}
 			got := make(chan time.Time, 1)
-			stompConsume(t, ctx, b, "later", 1, func(_ context.Context, m *Message) Result {
+			consumeIn(t, ctx, b, "later", 1, func(_ context.Context, m *Message) Result {
 				got <- time.Now()
 				return Ack()
 			})
@@ -179,7 +156,7 @@ func TestSTOMPUnconfirmedRequeueCopyRecyclesTheSubscription(t *testing.T) {
 	got := make(chan seen, 8)
 	var calls, subscriptions atomic.Int32
 	b.cfg.hooks.subscribed = func(string, uint64) { subscriptions.Add(1) }
-	stompConsume(t, ctx, b, "shaky", 1, func(_ context.Context, m *Message) Result {
+	consumeIn(t, ctx, b, "shaky", 1, func(_ context.Context, m *Message) Result {
 		got <- seen{redelivered: m.Redelivered}
 		if calls.Add(1) == 1 {
 			f.WithholdCopyConfirm(t) // the requeue's copy
@@ -208,7 +185,7 @@ func TestSTOMPDiscard(t *testing.T) {
 	t.Parallel()
 	b, f, ctx := stompEnv(t)
 	require.NoError(t, b.Declare(ctx, Route{Name: "dead"}))
-	stop := stompConsume(t, ctx, b, "dead", 1, func(context.Context, *Message) Result {
+	stop := consumeIn(t, ctx, b, "dead", 1, func(context.Context, *Message) Result {
 		return Reject(errors.New("no"))
 	})
 	for _, err := range b.PublishAll(ctx, "dead", []Outgoing{{ID: "a"}, {ID: "b"}, {ID: "a"}, {ID: "it's"}}) {
@@ -240,7 +217,7 @@ func TestSTOMPDiagnose(t *testing.T) {
 	served, idle := Route{Name: "served"}, Route{Name: "idle"}
 	require.NoError(t, b.Declare(ctx, served, idle))
 	var handled atomic.Int32
-	stompConsume(t, ctx, b, "served", 1, func(context.Context, *Message) Result {
+	consumeIn(t, ctx, b, "served", 1, func(context.Context, *Message) Result {
 		handled.Add(1)
 		return Ack()
 	})
@@ -270,8 +247,8 @@ func TestSTOMPStaleChecks(t *testing.T) {
 	conn, err := stomp.Dial(ctx, stompTestURL(t))
 	require.NoError(t, err)
 	defer conn.Close(ctx) //nolint:errcheck // the test's own
-	c := &stompConsumer{rules: &rules{}, top: &topology{route: "r"}, latest: map[string]uint64{}}
-	sub := &stompSub{conn: conn, inst: 1}
+	c := &stompLink{c: &consumer{top: &topology{route: "r"}}, latest: map[string]uint64{}}
+	sub := &stompStream{l: c, conn: conn, inst: 1}
 	c.curGen.Store(conn.Generation())
 	c.curInst.Store(1)
 	msg := func(send string) *stomp.Message {
@@ -279,11 +256,11 @@ func TestSTOMPStaleChecks(t *testing.T) {
 			{Key: hdrSTOMPID, Value: "m"}, {Key: hdrSTOMPSend, Value: send},
 		}}
 	}
-	first := c.newJob(sub, msg("send-1"))
+	first := sub.delivery(msg("send-1"))
 	require.False(t, first.stale())
-	other := c.newJob(sub, msg("send-2"))
+	other := sub.delivery(msg("send-2"))
 	assert.False(t, first.stale(), "another copy of the message is not a reissue")
-	again := c.newJob(sub, msg("send-1"))
+	again := sub.delivery(msg("send-1"))
 	assert.True(t, first.stale(), "reissued: the newer delivery settles it")
 	assert.False(t, again.stale())
 
@@ -353,11 +330,11 @@ func TestSTOMPOverTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 
-	b, err := dialSTOMP(ctx, Config{URL: u, Scope: "mqtest-" + uuid.NewString()[:8]})
+	b, err := dial(ctx, Config{URL: u, Scope: "mqtest-" + uuid.NewString()[:8]}, ProviderSTOMP)
 	require.NoError(t, err)
 	require.NoError(t, b.Declare(ctx, Route{Name: "tls"}))
 	got := make(chan string, 1)
-	stop := stompConsume(t, ctx, b, "tls", 1, func(_ context.Context, m *Message) Result {
+	stop := consumeIn(t, ctx, b, "tls", 1, func(_ context.Context, m *Message) Result {
 		got <- m.ID
 		return Ack()
 	})
@@ -372,14 +349,14 @@ func TestSTOMPOverTLS(t *testing.T) {
 	require.NoError(t, b.DeleteRoutes(ctx, Route{Name: "tls"}))
 	require.NoError(t, b.Close())
 
-	_, err = dialSTOMP(ctx, Config{URL: "stomp+ssl://u:secret@localhost:" + port, Scope: "x"})
+	_, err = dial(ctx, Config{URL: "stomp+ssl://u:secret@localhost:" + port, Scope: "x"}, ProviderSTOMP)
 	assert.Error(t, err, "the system's roots do not hold the dev CA")
 	for _, bad := range []string{
 		"stomp://u:secret@127.0.0.1:1?cacertfile=/ca.pem",
 		"stomp+ssl://u:secret@127.0.0.1:1?certfile=/c.pem",
 		"stomp://u:secret@127.0.0.1:1?vhost=x",
 	} {
-		_, err = dialSTOMP(ctx, Config{URL: bad, Scope: "x"})
+		_, err = dial(ctx, Config{URL: bad, Scope: "x"}, ProviderSTOMP)
 		assert.Error(t, err, bad)
 		assert.NotContains(t, err.Error(), "secret")
 	}
@@ -443,7 +420,7 @@ func TestSTOMPDrainLetsInFlightHandlersFinish(t *testing.T) {
 	assert.EqualValues(t, concurrency, b.Counters("drain").Acknowledged)
 
 	got := make(chan string, n)
-	stompConsume(t, ctx, b, "drain", 1, func(_ context.Context, m *Message) Result {
+	consumeIn(t, ctx, b, "drain", 1, func(_ context.Context, m *Message) Result {
 		got <- m.ID
 		return Ack()
 	})
@@ -462,7 +439,7 @@ func TestSTOMPRequeueLimitBackstop(t *testing.T) {
 	b, _, ctx := stompEnv(t)
 	require.NoError(t, b.Declare(ctx, Route{Name: "poison"}))
 	var calls atomic.Int32
-	stompConsume(t, ctx, b, "poison", 1, func(context.Context, *Message) Result {
+	consumeIn(t, ctx, b, "poison", 1, func(context.Context, *Message) Result {
 		calls.Add(1)
 		return Result{}
 	})
@@ -506,17 +483,17 @@ func TestSTOMPRecycleWaitsForAcknowledgementsInFlight(t *testing.T) {
 	var subscriptions atomic.Int32
 	var onceRetiring sync.Once
 	hooks := b.cfg.hooks
-	faultSettling := hooks.stompSettling
+	faultSettling := hooks.settling
 	hooks.subscribed = func(string, uint64) {
 		if subscriptions.Add(1) == 2 {
 			close(resubscribed)
 		}
 	}
-	hooks.stompRetiring = func() { onceRetiring.Do(func() { close(retiring) }) }
+	hooks.retiring = func() { onceRetiring.Do(func() { close(retiring) }) }
 	var onceA sync.Once
-	hooks.stompSettling = func(conn *stomp.Conn, m *stomp.Message) {
-		faultSettling(conn, m)
-		if stompValue(m.Headers, hdrSTOMPID) != "a" {
+	hooks.settling = func(m *Message, behind func()) {
+		faultSettling(m, behind)
+		if m.ID != "a" {
 			return
 		}
 		onceA.Do(func() {
@@ -534,7 +511,7 @@ func TestSTOMPRecycleWaitsForAcknowledgementsInFlight(t *testing.T) {
 	for _, err := range b.PublishAll(ctx, "recycled", []Outgoing{{ID: "a"}, {ID: "b"}}) {
 		require.NoError(t, err)
 	}
-	stompConsume(t, ctx, b, "recycled", 2, func(_ context.Context, m *Message) Result {
+	consumeIn(t, ctx, b, "recycled", 2, func(_ context.Context, m *Message) Result {
 		mu.Lock()
 		calls[m.ID]++
 		n := calls[m.ID]
@@ -571,7 +548,7 @@ func TestSTOMPForeignDeadLetterByItsListedID(t *testing.T) {
 	t.Parallel()
 	b, f, ctx := stompEnv(t)
 	require.NoError(t, b.Declare(ctx, Route{Name: "foreign"}))
-	conn, err := stomp.Dial(ctx, f.url)
+	conn, err := stomp.Dial(ctx, stompTestURL(t))
 	require.NoError(t, err)
 	defer conn.Close(ctx) //nolint:errcheck // the test's own
 	dlq := b.QueueName("foreign") + ".dlq"
@@ -591,7 +568,7 @@ func TestSTOMPForeignDeadLetterByItsListedID(t *testing.T) {
 	assert.Equal(t, 1, n, "redriven by the id DeadLetters listed")
 	assert.Zero(t, f.Depth(t, dlq))
 	got := make(chan *Message, 1)
-	stompConsume(t, ctx, b, "foreign", 1, func(_ context.Context, m *Message) Result {
+	consumeIn(t, ctx, b, "foreign", 1, func(_ context.Context, m *Message) Result {
 		got <- m
 		return Ack()
 	})

@@ -15,10 +15,11 @@
 // broker refused on a live connection lost; and Defer waits in the route's delay levels (or, below
 // the smallest, in the worker) without spending an attempt.
 //
-// Both providers' runs are in pkg/mq (contract_test.go): RabbitMQ's TestContract, its hooks in
-// export_test.go, and the STOMP provider's TestContractSTOMP on ActiveMQ, its hooks in
-// stomp_export_test.go — freezing reads withholds RECEIPTs, a refused settlement is an ACK of a
-// delivery the broker no longer holds (an ERROR frame).
+// Both providers' runs are in pkg/mq (contract_test.go): RabbitMQ's TestContract and the STOMP
+// provider's TestContractSTOMP on ActiveMQ, with one set of Faults (export_test.go) on the sockets
+// under either's connections — freezing reads withholds confirms and RECEIPTs, a refused
+// settlement is one of a delivery settled behind the port's back (RabbitMQ's 406, ActiveMQ's
+// ERROR frame).
 package mqtest
 
 import (

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/zap"
 )
@@ -27,7 +26,7 @@ var (
 // publisher is one publishing connection with its confirm-mode channel. It is replaced as a whole
 // when either dies.
 type publisher struct {
-	b    *RabbitMQ
+	b    *rabbitDriver
 	conn *amqp.Connection
 	ch   *amqp.Channel
 	// lock serialises basic.publish on ch (a channel's frames must not interleave, and confirm
@@ -59,115 +58,38 @@ type flight struct {
 	err error
 }
 
-// Publish publishes one message to a route's queue and returns once the broker has confirmed it.
-// A returned (unroutable), nacked or unconfirmed publish is an error. It gives up after ctx or a
-// 10 s publish timeout, whichever ends first.
-func (b *RabbitMQ) Publish(ctx context.Context, route string, msg Outgoing) error {
-	return b.PublishAll(ctx, route, []Outgoing{msg})[0]
-}
-
-// PublishAll publishes msgs to a route's queue, pipelined: all are published, then all confirms
-// awaited. It returns one error per message, nil when confirmed. The whole call is bounded by ctx
-// and a 10 s publish timeout.
-func (b *RabbitMQ) PublishAll(ctx context.Context, route string, msgs []Outgoing) []error {
-	if err := validateRoute(route); err != nil {
-		return failAll(len(msgs), fmt.Errorf("mq: publish to %q: %w", route, err))
-	}
-	queue := b.QueueName(route)
-	if err := ValidateName(queue); err != nil {
-		return failAll(len(msgs), fmt.Errorf("mq: publish to %q: %w", route, err))
-	}
-	return b.publishMany(ctx, b.routeStats(route), route, "", func(int) string { return queue }, msgs)
-}
-
-// PublishAfter is PublishAll for messages that must not be delivered (much) before their delay:
-// msgs[i] goes to the holding queue of the route's largest [Route.DelayLevels] level not longer
-// than delays[i] plus the route's [Broker.DelayTolerance], whose TTL dead-letters it into the work
-// queue; a delay shorter than the smallest level by more than the tolerance (zero or negative
-// included) goes straight to the work queue. So a message never arrives before its level, arrives
-// at most the tolerance after its delay, and early by up to its delay minus that level: the
-// consumer compares with the time the message carries, takes one early by less than the
-// tolerance as on time and returns [Defer] for more. A delay computed a few milliseconds short of
-// a level (a due time minus the time passed since) thus costs one holding-queue hop, not a walk
-// down the shorter levels. A long delay never holds back a short one: each level has its own
-// queue.
-//
-// The route must have been declared with Declare on this Broker (that is where its levels come
-// from); otherwise every message fails with ErrUnknownRoute. Confirms, mandatory publishing,
-// errors and the timeout are PublishAll's.
-func (b *RabbitMQ) PublishAfter(ctx context.Context, route string, msgs []Outgoing, delays []time.Duration) []error {
-	if len(delays) != len(msgs) {
-		return failAll(len(msgs), fmt.Errorf("mq: publish to %q: %d messages but %d delays", route, len(msgs), len(delays)))
-	}
-	t, ok := b.topology(route)
-	if !ok || t.topic != "" {
-		return failAll(len(msgs), fmt.Errorf("mq: publish to %q: %w", route, ErrUnknownRoute))
-	}
-	return b.publishMany(ctx, b.routeStats(route), route, "", func(i int) string {
-		if q, _, ok := t.delayQueue(delays[i]); ok {
-			return q
-		}
-		return t.queue
-	}, msgs)
-}
-
-func failAll(n int, err error) []error {
-	errs := make([]error, n)
-	for i := range errs {
-		errs[i] = err
-	}
-	return errs
-}
-
-// publishMany publishes application messages to exchange with routing key key(i) (mandatory),
-// pipelined, counting them in st. what names the destination in errors.
-func (b *RabbitMQ) publishMany(ctx context.Context, st *routeStats, what, exchange string, key func(i int) string, msgs []Outgoing) []error {
-	errs := make([]error, len(msgs))
-	if len(msgs) == 0 {
-		return errs
-	}
-	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
-	defer cancel()
+// publish publishes messages to queue, or to the holding queue of a message's delay level
+// (mandatory: a publish no queue takes comes back), pipelined: all are published, then all
+// confirms awaited. A returned (unroutable), nacked or unconfirmed publish is an error.
+func (b *rabbitDriver) publish(ctx context.Context, queue string, msgs []envelope) ([]sendResult, error) {
 	p, err := b.publisher(ctx)
 	if err != nil {
-		return failAll(len(msgs), fmt.Errorf("mq: publish to %q: %w", what, err))
+		return nil, err
 	}
-
 	flights := make([]flight, len(msgs))
-	ids := make([]string, len(msgs))
-	sent := 0
 	for i, m := range msgs {
-		pub, err := outgoing(ctx, m)
-		ids[i] = pub.MessageId
+		pub, err := publishing(m)
 		if err != nil {
 			flights[i].err = err
 			continue
 		}
-		flights[i] = p.send(ctx, exchange, key(i), pub)
-		if flights[i].err == nil {
-			sent++
+		key := queue
+		if m.delay > 0 {
+			key = delayQueueName(queue, m.delay)
 		}
+		flights[i] = p.send(ctx, "", key, pub)
 	}
-	st.add(evPublished, sent)
-
+	sent := make([]sendResult, len(msgs))
 	for i, err := range p.await(ctx, flights) {
-		switch {
-		case err == nil:
-			st.inc(evConfirmed)
-		case errors.Is(err, ErrUnroutable):
-			st.inc(evReturned)
-		}
-		if err != nil {
-			errs[i] = fmt.Errorf("mq: publish %q to %q: %w", ids[i], what, err)
-		}
+		sent[i] = sendResult{written: flights[i].dc != nil, err: err}
 	}
-	return errs
+	return sent, nil
 }
 
 // publishTo publishes one message of the port's own (a retry or dead-letter copy, a redriven dead
 // letter, a probe or its reply) to exchange/key, mandatory, and waits for its confirm. It is not
 // counted as an application publish.
-func (b *RabbitMQ) publishTo(ctx context.Context, exchange, key string, pub amqp.Publishing) error {
+func (b *rabbitDriver) publishTo(ctx context.Context, exchange, key string, pub amqp.Publishing) error {
 	p, err := b.publisher(ctx)
 	if err != nil {
 		return err
@@ -177,7 +99,7 @@ func (b *RabbitMQ) publishTo(ctx context.Context, exchange, key string, pub amqp
 
 // publishCopy is publishTo for the copy that decides whether an original is acked: a retry or a
 // dead letter. The test hooks around it let tests lose the confirm.
-func (b *RabbitMQ) publishCopy(ctx context.Context, exchange, key string, pub amqp.Publishing) error {
+func (b *rabbitDriver) publishCopy(ctx context.Context, exchange, key string, pub amqp.Publishing) error {
 	p, err := b.publisher(ctx)
 	if err != nil {
 		return err
@@ -193,35 +115,26 @@ func (b *RabbitMQ) publishCopy(ctx context.Context, exchange, key string, pub am
 	return p.await(ctx, []flight{f})[0]
 }
 
-// outgoing turns an application message into a persistent Publishing, carrying the trace context
-// of m.SpanContext, or else of ctx (see trace.go).
-func outgoing(ctx context.Context, m Outgoing) (amqp.Publishing, error) {
-	id := m.ID
-	if id == "" {
-		id = uuid.NewString()
-	}
-	ct := m.ContentType
-	if ct == "" {
-		ct = defaultContentType
-	}
-	h := amqp.Table(applicationHeaders(ctx, m))
+// publishing is an application message as a persistent Publishing.
+func publishing(m envelope) (amqp.Publishing, error) {
+	h := amqp.Table(m.headers)
 	if err := h.Validate(); err != nil {
-		return amqp.Publishing{MessageId: id}, fmt.Errorf("headers: %w", err)
+		return amqp.Publishing{}, fmt.Errorf("headers: %w", err)
 	}
 	return amqp.Publishing{
 		Headers:      h,
-		ContentType:  ct,
+		ContentType:  m.contentType,
 		DeliveryMode: amqp.Persistent,
-		MessageId:    id,
+		MessageId:    m.id,
 		Timestamp:    time.Now().UTC(),
-		Body:         m.Body,
+		Body:         m.body,
 	}, nil
 }
 
 // publisher returns the live publishing session, replacing a dead one. A new session declares
 // every remembered route again before it is used, so a queue deleted while we were cut off exists
 // again before the first publish (which would otherwise come back as unroutable).
-func (b *RabbitMQ) publisher(ctx context.Context) (*publisher, error) {
+func (b *rabbitDriver) publisher(ctx context.Context) (*publisher, error) {
 	if err := b.acquire(ctx, b.pubSem); err != nil {
 		return nil, err
 	}
@@ -246,7 +159,7 @@ func (b *RabbitMQ) publisher(ctx context.Context) (*publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := declareAll(conn, b.declared(), b.topicExchanges()); err != nil {
+	if err := declareAll(conn, b.p.declared()); err != nil {
 		conn.Close() //nolint:errcheck // already failing
 		return nil, fmt.Errorf("re-declare topology: %w", err)
 	}
