@@ -8,6 +8,7 @@ require (
 	github.com/integrations-platform/integrations/pkg v0.0.0
 	github.com/spf13/cobra v1.10.2
 	github.com/stretchr/testify v1.12.1
+	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.28.0
 	golang.org/x/term v0.47.0
 	google.golang.org/grpc v1.85.0

@@ -26,6 +26,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/freeport"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health/grpc_health_v1"
 
@@ -90,10 +91,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build services:", err)
 		os.Exit(1)
 	}
-	code := m.Run()
-	fmt.Fprintln(os.Stderr, contractSummary())
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	// The leak check runs after the tests, before this cleanup: every stack's processes have been
+	// waited for by then (t.Cleanup), so their exec.Cmd goroutines are gone too.
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		fmt.Fprintln(os.Stderr, contractSummary())
+		_ = os.RemoveAll(dir)
+		os.Exit(code)
+	}))
 }
 
 // stack is one running platform: its own schema, queue scope, ports and processes.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // TestPlatformKeysScript: scripts/platform-keys.sh (run by `make run`) makes the key pair once and

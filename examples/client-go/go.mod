@@ -2,7 +2,10 @@ module github.com/integrations-platform/integrations/examples/client-go
 
 go 1.26.0
 
-require github.com/integrations-platform/integrations/sdk/go v0.1.0
+require (
+	github.com/integrations-platform/integrations/sdk/go v0.1.0
+	go.uber.org/goleak v1.3.0
+)
 
 require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect

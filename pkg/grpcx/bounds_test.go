@@ -46,8 +46,12 @@ func TestLogsBoundMessages(t *testing.T) {
 func TestReflectionOnlyWhenConfigured(t *testing.T) {
 	t.Parallel()
 	const svc = "grpc.reflection.v1.ServerReflection"
+	// NewServer starts the server's pool of call goroutines: stopped, even a server never served
+	// lets them go.
 	off := NewServer(ServerConfig{})
+	t.Cleanup(off.Stop)
 	require.NotContains(t, off.GetServiceInfo(), svc)
 	on := NewServer(ServerConfig{Reflection: true})
+	t.Cleanup(on.Stop)
 	require.Contains(t, on.GetServiceInfo(), svc)
 }

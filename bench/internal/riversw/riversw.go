@@ -234,6 +234,9 @@ type Server struct {
 	adapters *adaptercall.Pool
 	srv      *http.Server
 	capab    string
+	// webhooks is the webhook worker's client: its idle connections to the receiver are closed
+	// with the server, not left to the receiver to close.
+	webhooks *http.Client
 }
 
 // Start empties River's job table, starts the River client and serves the HTTP handler.
@@ -256,8 +259,8 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		s.closePool()
 		return nil, err
 	}
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: Workers}}
-	if err := river.AddWorkerSafely(workers, &webhookWorker{http: hc, url: c.ReceiverURL, secret: c.SigningSecret}); err != nil {
+	s.webhooks = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: Workers}}
+	if err := river.AddWorkerSafely(workers, &webhookWorker{http: s.webhooks, url: c.ReceiverURL, secret: c.SigningSecret}); err != nil {
 		s.closePool()
 		return nil, err
 	}
@@ -335,6 +338,7 @@ func (s *Server) Close(ctx context.Context) error {
 	if serr := s.client.Stop(ctx); serr != nil {
 		err = errors.Join(err, fmt.Errorf("stop river client: %w", serr))
 	}
+	s.webhooks.CloseIdleConnections()
 	s.closePool()
 	return err
 }

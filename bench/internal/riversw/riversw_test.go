@@ -96,6 +96,7 @@ func start(t *testing.T, ctx context.Context) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(receiver.Close)
 	secret, err := webhook.NewSecret()
 	if err != nil {
 		t.Fatal(err)

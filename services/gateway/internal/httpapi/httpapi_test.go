@@ -51,6 +51,8 @@ func setup(t *testing.T) *bundle {
 	log := zaptest.NewLogger(t)
 	st := store.New(pool).WithCache(time.Minute) // as main.go: the calls below fail in their handlers, not at the key lookup
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: log, Interceptors: []grpc.UnaryServerInterceptor{server.AuthInterceptor(st)}})
+	// NewServer starts the server's call goroutines; only its interceptor chain is used here.
+	t.Cleanup(srv.Stop)
 	adapters := adaptercall.NewPool()
 	t.Cleanup(func() { _ = adapters.Close() })
 	box, err := secret.NewBox("INTEGRATIONS_SECRET_KEY", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
@@ -214,6 +216,8 @@ func TestRESTCallsPassTheServersInterceptors(t *testing.T) {
 		return handler(ctx, req)
 	}
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: zaptest.NewLogger(t), Interceptors: []grpc.UnaryServerInterceptor{record}})
+	// NewServer starts the server's call goroutines; only its interceptor chain is used here.
+	t.Cleanup(srv.Stop)
 	url := restServer(t, httpapi.InProcess(foreignError{}, srv.Unary()))
 
 	a := call(t, http.MethodGet, url+"/v1/executions/"+uuid.NewString(), "")

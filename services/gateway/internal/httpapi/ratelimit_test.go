@@ -52,6 +52,8 @@ func rateLimitAnswers429(t *testing.T, precheck bool) {
 	}
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: log, Interceptors: []grpc.UnaryServerInterceptor{
 		counter, server.AuthInterceptor(st), gate.Interceptor()}})
+	// NewServer starts the server's call goroutines; only its interceptor chain is used here.
+	t.Cleanup(srv.Stop)
 	adapters := adaptercall.NewPool()
 	t.Cleanup(func() { _ = adapters.Close() })
 	box, err := secret.NewBox("INTEGRATIONS_SECRET_KEY", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")

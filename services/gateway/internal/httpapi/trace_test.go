@@ -39,6 +39,8 @@ func (s *tracedGateway) GetExecution(ctx context.Context, _ *gatewayv1.GetExecut
 func TestRESTCallerTraceparentReachesTheService(t *testing.T) {
 	svc := &tracedGateway{}
 	srv := grpcx.NewServer(grpcx.ServerConfig{})
+	// NewServer starts the server's call goroutines; only its interceptor chain is used here.
+	t.Cleanup(srv.Stop)
 	h, err := httpapi.Handler(context.Background(), httpapi.InProcess(svc, srv.Unary()), httpapi.Config{MaxBodyBytes: 1 << 20})
 	require.NoError(t, err)
 	rest := httptest.NewServer(h)
@@ -68,6 +70,8 @@ func TestRESTCallerTraceparentReachesTheService(t *testing.T) {
 func TestRESTCallerBaggageStopsAndTracestateIsBounded(t *testing.T) {
 	svc := &tracedGateway{}
 	srv := grpcx.NewServer(grpcx.ServerConfig{})
+	// NewServer starts the server's call goroutines; only its interceptor chain is used here.
+	t.Cleanup(srv.Stop)
 	h, err := httpapi.Handler(context.Background(), httpapi.InProcess(svc, srv.Unary()), httpapi.Config{MaxBodyBytes: 1 << 20})
 	require.NoError(t, err)
 	rest := httptest.NewServer(h)
