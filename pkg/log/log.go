@@ -1,6 +1,7 @@
 // Package log builds the zap logger every service uses: JSON lines, static messages, typed
-// fields. Field constructors for the identifiers that appear on every line live here so that
-// their names stay the same across services.
+// fields. The fields that name the platform's things live here, one key for one meaning across
+// every service: execution_id, attempt (an execution's), deliveries (a broker message's),
+// delivery_attempt (an event's, to its consumer), event_id, application_id.
 package log
 
 import (
@@ -31,8 +32,17 @@ func New(service, level string) (*zap.Logger, error) {
 // ExecutionID is the field naming an execution.
 func ExecutionID(id string) zap.Field { return zap.String("execution_id", id) }
 
-// Attempt is the field naming an attempt number.
+// Attempt is the field numbering an execution's attempt (executions.attempt): "attempt" means
+// that and nothing else in every service's logs.
 func Attempt(n int32) zap.Field { return zap.Int32("attempt", n) }
+
+// Deliveries is the field counting how many times the broker has delivered a message (1 the
+// first time; mq.Message.Attempt), not an execution's attempt.
+func Deliveries(n int) zap.Field { return zap.Int("deliveries", n) }
+
+// DeliveryAttempt is the field numbering an event's delivery attempt to its consumer (a webhook
+// POST or a gRPC call), not an execution's attempt.
+func DeliveryAttempt(n int) zap.Field { return zap.Int("delivery_attempt", n) }
 
 // EventID is the field naming a completion event.
 func EventID(id string) zap.Field { return zap.String("event_id", id) }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	plog "github.com/integrations-platform/integrations/pkg/log"
+
 	"github.com/cenkalti/backoff/v5"
 	"go.uber.org/zap"
 )
@@ -469,7 +471,7 @@ func (c *consumer) process(d delivery) (recycle bool) {
 		// than returned once more, as RabbitMQ's x-delivery-limit does. If that copy is not
 		// confirmed, the requeue goes ahead and the next delivery tries again.
 		m := d.message()
-		log := c.log.With(zap.String("message_id", m.ID), zap.Int("attempt", m.Attempt))
+		log := c.log.With(zap.String("message_id", m.ID), plog.Deliveries(m.Attempt))
 		log.Error("mq message returned to the broker too many times without a result; dead-lettering",
 			zap.Int("requeues", d.requeues()))
 		if dl := c.rules.deadLetter(d, log, deadReasonDeliveryLimit,

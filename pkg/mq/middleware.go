@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	plog "github.com/integrations-platform/integrations/pkg/log"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -42,7 +44,7 @@ func recoverer(log *zap.Logger) middleware {
 			defer func() {
 				if p := recover(); p != nil {
 					log.Error("mq handler panicked; requeueing", zap.String("message_id", m.ID),
-						zap.Int("attempt", m.Attempt), zap.String("panic", fmt.Sprint(p)),
+						plog.Deliveries(m.Attempt), zap.String("panic", fmt.Sprint(p)),
 						zap.ByteString("stack", debug.Stack()))
 					res = Result{outcome: outcomePanicked}
 				}

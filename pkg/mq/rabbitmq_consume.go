@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	plog "github.com/integrations-platform/integrations/pkg/log"
+
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/zap"
@@ -249,7 +251,7 @@ func (l *rabbitLink) written(j *rabbitDelivery, err error, report func(settled))
 		}
 		report(settledLost)
 		l.c.log.Error("mq settle failed on a live channel", zap.String("message_id", j.msg.ID),
-			zap.Int("attempt", j.msg.Attempt), zap.Error(err))
+			plog.Deliveries(j.msg.Attempt), zap.Error(err))
 	})
 }
 

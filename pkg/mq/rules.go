@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	plog "github.com/integrations-platform/integrations/pkg/log"
+
 	"go.uber.org/zap"
 )
 
@@ -133,7 +135,7 @@ func (r *rules) handle(d delivery) verdict {
 		}
 		res, panicked = r.call(m)
 	}
-	log := r.log.With(zap.String("message_id", m.ID), zap.Int("attempt", m.Attempt))
+	log := r.log.With(zap.String("message_id", m.ID), plog.Deliveries(m.Attempt))
 	if panicked {
 		r.st.inc(evPanicked)
 		return verdict{act: actRequeue, ev: evRequeued}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	plog "github.com/integrations-platform/integrations/pkg/log"
+
 	"go.uber.org/zap"
 
 	"github.com/integrations-platform/integrations/pkg/stomp"
@@ -352,7 +354,7 @@ func (l *stompLink) settle(d delivery, v verdict, stopping bool, report func(set
 		// delivery (a bug of ours). The account must show it.
 		report(settledLost)
 		l.c.log.Error("mq acknowledgement refused by the broker", zap.String("message_id", j.msg.ID),
-			zap.Int("attempt", j.msg.Attempt), zap.Error(err))
+			plog.Deliveries(j.msg.Attempt), zap.Error(err))
 		return false // the broker closes the connection after an ERROR
 	}
 	if isDone(j.s.conn.Done()) || j.s.conn.Err() != nil {
@@ -367,7 +369,7 @@ func (l *stompLink) settle(d delivery, v verdict, stopping bool, report func(set
 	}
 	report(settledLost)
 	l.c.log.Error("mq acknowledgement without an answer on a live connection; recycling the subscription",
-		zap.String("message_id", j.msg.ID), zap.Int("attempt", j.msg.Attempt), zap.Error(err))
+		zap.String("message_id", j.msg.ID), plog.Deliveries(j.msg.Attempt), zap.Error(err))
 	return true
 }
 

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"time"
 
+	plog "github.com/integrations-platform/integrations/pkg/log"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.opentelemetry.io/otel/trace"
@@ -227,8 +229,8 @@ func (d *Dispatcher) batch(ctx context.Context) (batchResult, error) {
 		if err != nil {
 			telemetry.Fail(spans[i], err)
 			publishFailures.Inc()
-			d.log.Warn("dispatch publish not confirmed", zap.String("execution_id", claimed[i].ExecutionID),
-				zap.Int32("attempt", claimed[i].Attempt), zap.Error(err))
+			d.log.Warn("dispatch publish not confirmed", plog.ExecutionID(claimed[i].ExecutionID),
+				plog.Attempt(claimed[i].Attempt), zap.Error(err))
 			failed = append(failed, claimed[i].ID)
 			continue
 		}

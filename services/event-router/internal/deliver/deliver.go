@@ -258,7 +258,7 @@ func (d *Deliverer) deliverClaimed(ctx context.Context, ev *store.Delivery, logg
 		// waits for the claim to expire before delivering again (at least once).
 		return verdict{kind: verdictFail, err: err}
 	}
-	fields := []zap.Field{zap.Int("attempt", attempt), zap.Int("status_code", res.statusCode), zap.Duration("duration", elapsed)}
+	fields := []zap.Field{log.DeliveryAttempt(attempt), zap.Int("status_code", res.statusCode), zap.Duration("duration", elapsed)}
 	switch {
 	case !recorded:
 		// Settled, redelivered or taken over meanwhile: whoever did that owns what follows (a
