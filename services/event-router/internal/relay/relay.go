@@ -206,109 +206,132 @@ func (r *Relay) listenOnce(ctx context.Context, pool *pgxpool.Pool, wake chan<- 
 	}
 }
 
+// pass relays what is there to relay: the periodic recovery first, then claim rounds until a
+// round finds less than a batch.
 func (r *Relay) pass(ctx context.Context) error {
 	if time.Since(r.lastRecovery) >= r.opts.RecoverEvery {
-		released, err := r.store.EventReleaseStale(ctx, r.opts.StaleAfter)
-		if err != nil {
+		if err := r.recover(ctx); err != nil {
 			return err
 		}
 		r.lastRecovery = time.Now()
-		if released > 0 {
-			noticesReleased.WithLabelValues("stale").Add(float64(released))
-			r.log.Warn("event notices overdue; publishing them again", zap.Int64("events", released))
-		}
-		lost, err := r.store.EventReleaseHandoffs(ctx)
-		if err != nil {
-			return err
-		}
-		if lost > 0 {
-			noticesReleased.WithLabelValues("handoff").Add(float64(lost))
-			r.log.Warn("events handed in process by a replica that stopped without them; relaying them again",
-				zap.Int64("events", lost))
-		}
-		unheld, err := r.store.EventUnholdReleased(ctx)
-		if err != nil {
-			return err
-		}
-		if unheld > 0 {
-			r.log.Info("held events whose predecessors are done let go", zap.Int64("events", unheld))
-		}
 	}
 	for {
-		var free int
-		var deliveryTTL time.Duration
-		if r.opts.Handoff != nil {
-			free, deliveryTTL = r.opts.Handoff.Free(), r.opts.Handoff.ClaimTTL()
-		}
-		claimed, here, parked, err := r.store.EventClaimForRelay(ctx, batchSize, r.opts.ClaimTTL, free, deliveryTTL)
-		if err != nil {
+		more, err := r.round(ctx)
+		if err != nil || !more {
 			return err
 		}
-		if len(here) > 0 {
-			r.handedOff.Add(int64(len(here)))
-			for _, d := range here {
-				relayLag.WithLabelValues("handoff").Observe(metrics.Since(d.CreatedAt))
-				// A relay span per event in its execution's trace, as for a notice; the hand-off
-				// carries it to the delivery in place of a message's headers.
-				_, span := telemetry.Start(telemetry.WithTraceparent(ctx, d.Traceparent, d.Tracestate), "relay",
-					trace.SpanKindProducer, telemetry.ExecutionID(d.ExecutionID), telemetry.EventID(d.EventID),
-					attribute.String("integrations.relay", "handoff"))
-				// Only a span that exists changes what the delivery continues: with tracing off the
-				// event's own trace context goes on as it is, without a context allocated for it.
-				if sc := span.SpanContext(); sc.IsValid() {
-					d.Traceparent, d.Tracestate = telemetry.Traceparent(trace.ContextWithSpanContext(ctx, sc))
-				}
-				span.End()
-			}
-			r.opts.Handoff.Offer(here)
-		}
-		// A batch full of events (held ones set aside count: they took the scan's places) may
-		// have more behind it.
-		full := len(claimed)+len(here)+parked >= batchSize
-		if len(claimed) == 0 {
-			if !full {
-				return nil
-			}
-			continue
-		}
-		msgs := make([]mq.Outgoing, len(claimed))
-		// One span per event's notice, in its execution's trace (from the event's row), not one
-		// for the batch (docs/decisions.md, Tracing).
-		spans := make([]trace.Span, len(claimed))
-		for i, c := range claimed {
-			body, err := proto.Marshal(&queuev1.EventNotice{EventId: c.ID, ApplicationId: c.ApplicationID})
-			if err != nil {
-				endAll(spans)
-				return fmt.Errorf("encode event notice: %w", err)
-			}
-			_, spans[i] = telemetry.Start(telemetry.WithTraceparent(ctx, c.Traceparent, c.Tracestate), "relay",
-				trace.SpanKindProducer, telemetry.ExecutionID(c.ExecutionID), telemetry.EventID(c.ID),
-				attribute.String("integrations.relay", "broker"))
-			msgs[i] = mq.Outgoing{ID: c.ID, Body: body, SpanContext: spans[i].SpanContext()}
-		}
-		var done []string
-		errs := r.pub.PublishAll(ctx, routes.Events.Name, msgs)
-		for i, err := range errs {
-			telemetry.Fail(spans[i], err)
-		}
-		endAll(spans)
-		for i, err := range errs {
-			if err != nil {
-				r.log.Warn("event publish not confirmed", zap.String("event_id", claimed[i].ID), zap.Error(err))
-				continue
-			}
-			done = append(done, claimed[i].ID)
-			relayLag.WithLabelValues("broker").Observe(metrics.Since(claimed[i].CreatedAt))
-		}
-		if len(done) > 0 {
-			if err := r.store.EventMarkRelayed(ctx, done, claimed[0].ClaimedUntil); err != nil {
-				return err
-			}
-		}
-		if !full {
-			return nil
+	}
+}
+
+// recover releases what others left: notices published long ago and never delivered, events a
+// stopped replica had taken in process, and held events whose predecessors are done.
+func (r *Relay) recover(ctx context.Context) error {
+	released, err := r.store.EventReleaseStale(ctx, r.opts.StaleAfter)
+	if err != nil {
+		return err
+	}
+	if released > 0 {
+		noticesReleased.WithLabelValues("stale").Add(float64(released))
+		r.log.Warn("event notices overdue; publishing them again", zap.Int64("events", released))
+	}
+	lost, err := r.store.EventReleaseHandoffs(ctx)
+	if err != nil {
+		return err
+	}
+	if lost > 0 {
+		noticesReleased.WithLabelValues("handoff").Add(float64(lost))
+		r.log.Warn("events handed in process by a replica that stopped without them; relaying them again",
+			zap.Int64("events", lost))
+	}
+	unheld, err := r.store.EventUnholdReleased(ctx)
+	if err != nil {
+		return err
+	}
+	if unheld > 0 {
+		r.log.Info("held events whose predecessors are done let go", zap.Int64("events", unheld))
+	}
+	return nil
+}
+
+// round claims one batch of events: those the in-process deliverer has room for are handed to
+// it, the rest published as notices. more says the batch was full (held events set aside count:
+// they took the scan's places), so more may be behind it.
+func (r *Relay) round(ctx context.Context) (more bool, err error) {
+	var free int
+	var deliveryTTL time.Duration
+	if r.opts.Handoff != nil {
+		free, deliveryTTL = r.opts.Handoff.Free(), r.opts.Handoff.ClaimTTL()
+	}
+	claimed, here, parked, err := r.store.EventClaimForRelay(ctx, batchSize, r.opts.ClaimTTL, free, deliveryTTL)
+	if err != nil {
+		return false, err
+	}
+	if len(here) > 0 {
+		r.handOff(ctx, here)
+	}
+	more = len(claimed)+len(here)+parked >= batchSize
+	if len(claimed) > 0 {
+		if err := r.publish(ctx, claimed); err != nil {
+			return false, err
 		}
 	}
+	return more, nil
+}
+
+// handOff gives events to the in-process deliverer, each with a relay span in its execution's
+// trace, as for a notice: the hand-off carries it to the delivery in place of a message's headers.
+func (r *Relay) handOff(ctx context.Context, here []*store.Delivery) {
+	r.handedOff.Add(int64(len(here)))
+	for _, d := range here {
+		relayLag.WithLabelValues("handoff").Observe(metrics.Since(d.CreatedAt))
+		_, span := telemetry.Start(telemetry.WithTraceparent(ctx, d.Traceparent, d.Tracestate), "relay",
+			trace.SpanKindProducer, telemetry.ExecutionID(d.ExecutionID), telemetry.EventID(d.EventID),
+			attribute.String("integrations.relay", "handoff"))
+		// Only a span that exists changes what the delivery continues: with tracing off the
+		// event's own trace context goes on as it is, without a context allocated for it.
+		if sc := span.SpanContext(); sc.IsValid() {
+			d.Traceparent, d.Tracestate = telemetry.Traceparent(trace.ContextWithSpanContext(ctx, sc))
+		}
+		span.End()
+	}
+	r.opts.Handoff.Offer(here)
+}
+
+// publish publishes a notice per claimed event, confirmed, and marks relayed those confirmed:
+// one span per event's notice, in its execution's trace (from the event's row), not one for the
+// batch (docs/decisions.md, Tracing). An unconfirmed one stays claimed until its claim expires.
+func (r *Relay) publish(ctx context.Context, claimed []store.Unrelayed) error {
+	msgs := make([]mq.Outgoing, len(claimed))
+	spans := make([]trace.Span, len(claimed))
+	for i, c := range claimed {
+		body, err := proto.Marshal(&queuev1.EventNotice{EventId: c.ID, ApplicationId: c.ApplicationID})
+		if err != nil {
+			endAll(spans)
+			return fmt.Errorf("encode event notice: %w", err)
+		}
+		_, spans[i] = telemetry.Start(telemetry.WithTraceparent(ctx, c.Traceparent, c.Tracestate), "relay",
+			trace.SpanKindProducer, telemetry.ExecutionID(c.ExecutionID), telemetry.EventID(c.ID),
+			attribute.String("integrations.relay", "broker"))
+		msgs[i] = mq.Outgoing{ID: c.ID, Body: body, SpanContext: spans[i].SpanContext()}
+	}
+	errs := r.pub.PublishAll(ctx, routes.Events.Name, msgs)
+	for i, err := range errs {
+		telemetry.Fail(spans[i], err)
+	}
+	endAll(spans)
+	var done []string
+	for i, err := range errs {
+		if err != nil {
+			r.log.Warn("event publish not confirmed", zap.String("event_id", claimed[i].ID), zap.Error(err))
+			continue
+		}
+		done = append(done, claimed[i].ID)
+		relayLag.WithLabelValues("broker").Observe(metrics.Since(claimed[i].CreatedAt))
+	}
+	if len(done) == 0 {
+		return nil
+	}
+	return r.store.EventMarkRelayed(ctx, done, claimed[0].ClaimedUntil)
 }
 
 // endAll ends the spans started (a nil one was not).
