@@ -4,12 +4,10 @@
 package apperr
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -118,44 +116,6 @@ func As(err error) (*Error, bool) {
 	var e *Error
 	ok := errors.As(err, &e)
 	return e, ok
-}
-
-// A dependency failure is an error that says a dependency (the database, the broker, another
-// service) could not be reached or dropped the connection: not a bug, and the caller may retry.
-// The packages that own such a connection know their own errors (pkg/db the pgx ones, pkg/mq the
-// broker's) and register a test for them here, at init, so that the one mapping in grpcx.ToStatus
-// turns each of them into UNAVAILABLE without this package, or the SDK that imports grpcx,
-// depending on pgx or amqp.
-var (
-	depMu      sync.RWMutex
-	depFailure []func(error) bool
-)
-
-// RegisterDependencyFailure adds a test for errors that mean a dependency is unreachable. It is
-// meant to be called from an init function.
-func RegisterDependencyFailure(is func(error) bool) {
-	depMu.Lock()
-	defer depMu.Unlock()
-	depFailure = append(depFailure, is)
-}
-
-// IsDependencyFailure reports whether err, or an error in its chain, is a connection-level
-// failure of a dependency: a test registered with RegisterDependencyFailure says so, or
-// IsNetworkFailure. Context cancellation and deadlines are not: they say the caller gave up, not
-// that a dependency is down.
-func IsDependencyFailure(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	depMu.RLock()
-	tests := depFailure
-	depMu.RUnlock()
-	for _, is := range tests {
-		if is(err) {
-			return true
-		}
-	}
-	return IsNetworkFailure(err)
 }
 
 // IsNetworkFailure reports whether err's chain holds a network error: a refused, reset or

@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/integrations-platform/integrations/pkg/apperr"
 	"github.com/integrations-platform/integrations/pkg/db"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 )
@@ -167,7 +166,6 @@ func TestPlainPgxPoolFailsOnTerminatedBackends(t *testing.T) {
 		if err := pool.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
 			failures++
 			require.True(t, db.IsConnectionError(err), "%v", err)
-			require.True(t, apperr.IsDependencyFailure(err), "%v", err)
 		}
 	}
 	require.Positive(t, failures, "without the check, a dead connection is handed out")
@@ -276,7 +274,7 @@ func TestIsConnectionError(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			require.Equal(t, tt.want, db.IsConnectionError(tt.err), "%v", tt.err)
-			require.Equal(t, tt.want, apperr.IsDependencyFailure(fmt.Errorf("handler: %w", tt.err)), "%v", tt.err)
+			require.Equal(t, tt.want, db.IsConnectionError(fmt.Errorf("handler: %w", tt.err)), "%v", tt.err)
 		})
 	}
 }
@@ -348,7 +346,6 @@ func TestIsTransient(t *testing.T) {
 		"23505": false, "22P02": false, "57P01": false, "42601": false} {
 		err := fmt.Errorf("insert: %w", &pgconn.PgError{Code: code})
 		require.Equal(t, want, db.IsTransient(err), code)
-		require.Equal(t, want || db.IsConnectionError(err), apperr.IsDependencyFailure(err), code)
 	}
 	require.False(t, db.IsTransient(context.Canceled))
 }

@@ -10,11 +10,6 @@ import (
 	"github.com/integrations-platform/integrations/pkg/apperr"
 )
 
-func init() {
-	apperr.RegisterDependencyFailure(IsConnectionError)
-	apperr.RegisterDependencyFailure(IsTransient)
-}
-
 // The database's errors, sorted once by what they say to do (Classify). Every store and service
 // reads a database error through these, never through SQLSTATE codes of its own.
 

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
+	"github.com/integrations-platform/integrations/pkg/db"
+	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
 )
@@ -54,7 +56,7 @@ const (
 //
 //   - A typed apperr error keeps its kind, message and machine-readable details.
 //   - A cancelled or expired context is CANCELLED or DEADLINE_EXCEEDED.
-//   - A dependency failure (apperr.IsDependencyFailure: the database or the broker unreachable
+//   - A dependency failure (dependencyFailure: the database or the broker unreachable
 //     or the connection lost, see db.IsConnectionError) is UNAVAILABLE with a RetryInfo: not a
 //     bug, try again.
 //   - A status from a downstream gRPC call that the service did not map into an answer of its
@@ -82,7 +84,7 @@ func ToStatus(err error) *status.Status {
 		return typedStatus(apperr.New(apperr.KindCanceled, ReasonCancelled, "request cancelled"))
 	case errors.Is(err, context.DeadlineExceeded):
 		return typedStatus(apperr.New(apperr.KindDeadlineExceeded, ReasonDeadlineExceeded, "deadline exceeded"))
-	case apperr.IsDependencyFailure(err):
+	case dependencyFailure(err):
 		return typedStatus(apperr.New(apperr.KindUnavailable, ReasonUnavailable, "service temporarily unavailable, retry"))
 	}
 	var downstream interface{ GRPCStatus() *status.Status }
@@ -155,7 +157,7 @@ func Downstream(ctx context.Context, service string, err error) error {
 	}
 	st, isStatus := status.FromError(err)
 	if !isStatus {
-		if apperr.IsDependencyFailure(err) {
+		if dependencyFailure(err) {
 			return apperr.Unavailable(err, "%s unavailable, retry", service)
 		}
 		return fmt.Errorf("call %s: %w", service, err)
@@ -168,6 +170,22 @@ func Downstream(ctx context.Context, service string, err error) error {
 	default:
 		return apperr.New(apperr.KindInternal, ReasonInternal, "internal error").Wrap(fmt.Errorf("call %s: %w", service, err))
 	}
+}
+
+// dependencyFailure reports whether err says a dependency could not be reached, dropped the
+// connection or refused for the moment — not a bug, and the caller may retry: the database's
+// connection and transient errors (db.Classify), the broker's (mq.IsConnectionError), a network
+// failure (apperr.IsNetworkFailure). Context cancellation and deadlines are not: they say the
+// caller gave up. The one place that decides it, where every error becomes a status.
+func dependencyFailure(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	switch db.Classify(err) {
+	case db.ErrConnection, db.ErrTransient:
+		return true
+	}
+	return mq.IsConnectionError(err) || apperr.IsNetworkFailure(err)
 }
 
 // RetryDelay returns the delay a status error advises through its RetryInfo, or 0

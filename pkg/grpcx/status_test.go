@@ -21,7 +21,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
-	_ "github.com/integrations-platform/integrations/pkg/db" // registers the database's connection errors
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/sdk/go/platformtoken"

@@ -4,11 +4,7 @@ import (
 	"errors"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/integrations-platform/integrations/pkg/apperr"
 )
-
-func init() { apperr.RegisterDependencyFailure(IsConnectionError) }
 
 // IsConnectionError reports whether err says the broker could not take a message now: the
 // Broker is closed, a publish was not confirmed (the channel closed first) or was nacked, or the
