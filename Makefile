@@ -11,7 +11,7 @@ BINARIES := gateway dispatcher execution-consumer adapter-callback settlement ev
 # without git. `make build VERSION=...` overrides it.
 VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null || echo 0.2.0-dev)
 LDFLAGS  := -X $(MODULE)/pkg/version.release=$(VERSION)
-TOOLS    := bin/buf bin/protoc-gen-go bin/protoc-gen-go-grpc bin/protoc-gen-grpc-gateway bin/protoc-gen-openapiv2 bin/openapi3gen
+TOOLS    := bin/buf bin/golangci-lint bin/protoc-gen-go bin/protoc-gen-go-grpc bin/protoc-gen-grpc-gateway bin/protoc-gen-openapiv2 bin/openapi3gen
 
 .PHONY: help
 help: ## List the targets
@@ -74,16 +74,27 @@ images: ## Build the one OCI image with podman, tagged localhost/integrations:<1
 	echo $$tag
 
 .PHONY: lint
-lint: tools ## buf lint, gofmt and go vet
+# golangci-lint loads the packages of one module at a time, so it runs in each module of go.work
+# (pkg/gen, generated, apart) with the one configuration at the root; every module is linted
+# before the target fails.
+lint: tools ## buf lint, gofmt, go vet, then golangci-lint (.golangci.yaml) in every module of the workspace but pkg/gen
 	bin/buf lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/gen/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/gen/'); echo "gofmt: files above need formatting"; exit 1; }
 	go vet $(PKGS)
+	@rc=0; for m in $$(go list -m -f '{{.Dir}}' | grep -vx '$(CURDIR)/pkg/gen'); do \
+		echo "golangci-lint: $${m#$(CURDIR)/}"; \
+		(cd "$$m" && $(CURDIR)/bin/golangci-lint run --config $(CURDIR)/.golangci.yaml ./...) || rc=1; \
+	done; exit $$rc
 
 .PHONY: tools
-tools: $(TOOLS) ## Build the pinned protobuf tools (tools/go.mod, tools/buf/go.mod) into bin/
+tools: $(TOOLS) ## Build the pinned protobuf and lint tools (tools/go.mod, tools/buf/go.mod, tools/golangci/go.mod) into bin/
 
 bin/buf: tools/buf/go.mod tools/buf/go.sum
 	GOWORK=off go -C tools/buf build -o ../../bin/ github.com/bufbuild/buf/cmd/buf
+
+# A module of its own, as buf: golangci-lint's many dependencies stay out of the protobuf tools' graph.
+bin/golangci-lint: tools/golangci/go.mod tools/golangci/go.sum
+	GOWORK=off go -C tools/golangci build -o ../../bin/ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 bin/openapi3gen: tools/go.mod tools/go.sum $(wildcard tools/openapi3gen/*.go)
 	GOWORK=off go -C tools build -o ../bin/ ./openapi3gen

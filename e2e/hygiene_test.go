@@ -54,7 +54,7 @@ func TestHotUpdatesOnTheHappyPath(t *testing.T) {
 	s.stopAll()
 
 	ctx := context.Background()
-	var upd, hot map[string]int64 = map[string]int64{}, map[string]int64{}
+	upd, hot := map[string]int64{}, map[string]int64{}
 	// A backend's counters reach the shared statistics when it exits, shortly after its
 	// connection closes: wait until the attempts' updates (one per execution) are all counted.
 	require.Eventually(t, func() bool {

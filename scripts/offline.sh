@@ -6,7 +6,7 @@
 # Usage: scripts/offline.sh [--fetch] COMMAND...      e.g.  scripts/offline.sh --fetch make test
 #
 #   --fetch  First, while the network is there: download every module the workspace's packages
-#            and tests need, build the pinned protobuf tools (make tools), and run npm ci in
+#            and tests need, build the pinned protobuf tools and golangci-lint (make tools), and run npm ci in
 #            every npm package with a package-lock.json (sdk/typescript/*, examples/*), so that
 #            the command needs nothing from the network.
 #

@@ -302,55 +302,6 @@ func writeSecret(out io.Writer, file, secret string) error {
 
 func eventsCmd(f *clientFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "events", Short: "List, read, redeliver and redrive the application's events"}
-	var (
-		limit        int32
-		status, exec string
-		since, until string
-	)
-	list := &cobra.Command{
-		Use: "list", Short: "List the application's events, newest first", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := &gatewayv1.ListEventsRequest{PageSize: limit, ExecutionId: exec}
-			if status != "" {
-				v, ok := eventsv1.EventStatus_value["EVENT_STATUS_"+strings.ToUpper(status)]
-				if !ok {
-					return fmt.Errorf("--status: %q is not pending, delivered or dead", status)
-				}
-				req.Status = eventsv1.EventStatus(v)
-			}
-			var err error
-			if req.Since, err = parseTime("--since", since); err != nil {
-				return err
-			}
-			if req.Until, err = parseTime("--until", until); err != nil {
-				return err
-			}
-			client, ctx, done, err := f.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			resp, err := client.ListEvents(ctx, req)
-			if err != nil {
-				return err
-			}
-			if f.output == outputJSON {
-				writeJSON(cmd.OutOrStdout(), resp)
-				return nil
-			}
-			for _, e := range resp.GetEvents() {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s  %-24s %-22s execution %s  attempts %d  %s\n", e.GetId(), e.GetStatus(),
-					e.GetType(), e.GetExecutionId(), e.GetAttempts(), e.GetCreateTime().AsTime().Format(time.RFC3339))
-			}
-			return nil
-		},
-	}
-	list.Flags().Int32Var(&limit, "limit", 20, "how many")
-	list.Flags().StringVar(&status, "status", "", "only pending, delivered or dead events")
-	list.Flags().StringVar(&exec, "execution", "", "only the events of this execution")
-	list.Flags().StringVar(&since, "since", "", "only events created at or after this time (RFC 3339, or a duration ago: 2h)")
-	list.Flags().StringVar(&until, "until", "", "only events created before this time (RFC 3339, or a duration ago)")
-
 	get := &cobra.Command{
 		Use: "get EVENT_ID", Short: "Show an event with its delivery attempts", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -405,8 +356,60 @@ func eventsCmd(f *clientFlags) *cobra.Command {
 		},
 	}
 	redrive.Flags().StringVar(&redriveSince, "since", "", "only dead events created at or after this time (RFC 3339, or a duration ago: 2h)")
-	cmd.AddCommand(list, get, redeliver, redrive)
+	cmd.AddCommand(eventsListCmd(f), get, redeliver, redrive)
 	return cmd
+}
+
+func eventsListCmd(f *clientFlags) *cobra.Command {
+	var (
+		limit        int32
+		status, exec string
+		since, until string
+	)
+	list := &cobra.Command{
+		Use: "list", Short: "List the application's events, newest first", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req := &gatewayv1.ListEventsRequest{PageSize: limit, ExecutionId: exec}
+			if status != "" {
+				v, ok := eventsv1.EventStatus_value["EVENT_STATUS_"+strings.ToUpper(status)]
+				if !ok {
+					return fmt.Errorf("--status: %q is not pending, delivered or dead", status)
+				}
+				req.Status = eventsv1.EventStatus(v)
+			}
+			var err error
+			if req.Since, err = parseTime("--since", since); err != nil {
+				return err
+			}
+			if req.Until, err = parseTime("--until", until); err != nil {
+				return err
+			}
+			client, ctx, done, err := f.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			resp, err := client.ListEvents(ctx, req)
+			if err != nil {
+				return err
+			}
+			if f.output == outputJSON {
+				writeJSON(cmd.OutOrStdout(), resp)
+				return nil
+			}
+			for _, e := range resp.GetEvents() {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s  %-24s %-22s execution %s  attempts %d  %s\n", e.GetId(), e.GetStatus(),
+					e.GetType(), e.GetExecutionId(), e.GetAttempts(), e.GetCreateTime().AsTime().Format(time.RFC3339))
+			}
+			return nil
+		},
+	}
+	list.Flags().Int32Var(&limit, "limit", 20, "how many")
+	list.Flags().StringVar(&status, "status", "", "only pending, delivered or dead events")
+	list.Flags().StringVar(&exec, "execution", "", "only the events of this execution")
+	list.Flags().StringVar(&since, "since", "", "only events created at or after this time (RFC 3339, or a duration ago: 2h)")
+	list.Flags().StringVar(&until, "until", "", "only events created before this time (RFC 3339, or a duration ago)")
+	return list
 }
 
 // parseTime reads a flag's time: RFC 3339, or a duration meaning that long ago; empty is unset.

@@ -81,7 +81,7 @@ func (f *adminFlags) diagnose(ctx context.Context) (*diagnosis, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return nil, fmt.Errorf("read answer: %w", err)

@@ -86,7 +86,7 @@ func (f *adminFlags) call(ctx context.Context, method, path string, body, out an
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
 		return fmt.Errorf("read answer: %w", err)
@@ -139,56 +139,7 @@ func keysCmd(client *clientFlags) *cobra.Command {
 		return nil
 	}
 
-	var description, expiresIn, expiresAt, keyFile string
-	create := &cobra.Command{
-		Use:   "create",
-		Short: "Create a key; prints it (or writes it to --key-file) — the only time it is shown",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := needApp(); err != nil {
-				return err
-			}
-			// The key file is made first, new and 0600, so that a key is never created only to be
-			// lost (or left readable in an existing file's mode).
-			var out *os.File
-			if keyFile != "" {
-				var err error
-				if out, err = createKeyFile(keyFile); err != nil {
-					return err
-				}
-				defer out.Close()
-			}
-			var k keyInfo
-			body := map[string]string{"description": description, "created_by": createdBy(), "expires_in": expiresIn, "expires_at": expiresAt}
-			if err := f.call(cmd.Context(), http.MethodPost, keysPath(app), body, &k); err != nil {
-				if out != nil {
-					_ = os.Remove(keyFile)
-				}
-				return err
-			}
-			exp := "never"
-			if k.ExpiresAt != nil {
-				exp = k.ExpiresAt.Format(time.RFC3339)
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "key %s (%s) created for %s; expires %s\n", k.ID, k.Prefix, app, exp)
-			if keyFile == "" {
-				fmt.Fprintln(cmd.OutOrStdout(), k.Key)
-				return nil
-			}
-			if _, err := out.WriteString(k.Key); err != nil {
-				return fmt.Errorf("write key %s to %s: %w", k.ID, keyFile, err)
-			}
-			if err := out.Close(); err != nil {
-				return fmt.Errorf("write key %s to %s: %w", k.ID, keyFile, err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "key written to %s\n", keyFile)
-			return nil
-		},
-	}
-	create.Flags().StringVar(&description, "description", "", "what the key is for")
-	create.Flags().StringVar(&expiresIn, "expires-in", "", "expire the key after this long (e.g. 720h)")
-	create.Flags().StringVar(&expiresAt, "expires-at", "", "expire the key at this time (RFC 3339)")
-	create.Flags().StringVar(&keyFile, "key-file", "", "write the key to this new file (mode 0600; an existing file is refused) instead of printing it")
+	create := keysCreateCmd(&f, &app, needApp)
 
 	list := &cobra.Command{
 		Use: "list", Short: "List an application's keys: ids, prefixes and times, never a secret", Args: cobra.NoArgs,
@@ -242,6 +193,62 @@ func keysCmd(client *clientFlags) *cobra.Command {
 	}
 	cmd.AddCommand(create, list, revoke, generate)
 	return cmd
+}
+
+// keysCreateCmd is keys create: app is the --application flag, read when the command runs.
+func keysCreateCmd(f *adminFlags, app *string, needApp func() error) *cobra.Command {
+	var description, expiresIn, expiresAt, keyFile string
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create a key; prints it (or writes it to --key-file) — the only time it is shown",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := needApp(); err != nil {
+				return err
+			}
+			// The key file is made first, new and 0600, so that a key is never created only to be
+			// lost (or left readable in an existing file's mode).
+			var out *os.File
+			if keyFile != "" {
+				var err error
+				if out, err = createKeyFile(keyFile); err != nil {
+					return err
+				}
+				// For the paths that return early; the written key's Close is checked below.
+				defer func() { _ = out.Close() }()
+			}
+			var k keyInfo
+			body := map[string]string{"description": description, "created_by": createdBy(), "expires_in": expiresIn, "expires_at": expiresAt}
+			if err := f.call(cmd.Context(), http.MethodPost, keysPath(*app), body, &k); err != nil {
+				if out != nil {
+					_ = os.Remove(keyFile)
+				}
+				return err
+			}
+			exp := "never"
+			if k.ExpiresAt != nil {
+				exp = k.ExpiresAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "key %s (%s) created for %s; expires %s\n", k.ID, k.Prefix, *app, exp)
+			if keyFile == "" {
+				fmt.Fprintln(cmd.OutOrStdout(), k.Key)
+				return nil
+			}
+			if _, err := out.WriteString(k.Key); err != nil {
+				return fmt.Errorf("write key %s to %s: %w", k.ID, keyFile, err)
+			}
+			if err := out.Close(); err != nil {
+				return fmt.Errorf("write key %s to %s: %w", k.ID, keyFile, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "key written to %s\n", keyFile)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&description, "description", "", "what the key is for")
+	create.Flags().StringVar(&expiresIn, "expires-in", "", "expire the key after this long (e.g. 720h)")
+	create.Flags().StringVar(&expiresAt, "expires-at", "", "expire the key at this time (RFC 3339)")
+	create.Flags().StringVar(&keyFile, "key-file", "", "write the key to this new file (mode 0600; an existing file is refused) instead of printing it")
+	return create
 }
 
 // createdBy names who creates a key, for the listing: the local user, if known.

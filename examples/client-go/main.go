@@ -50,7 +50,7 @@ func run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 
 	// The receiver, and the idempotency key that names the invocation whose completion event it
 	// waits for: known before invoking, so the handler can pick that event out even if it comes
@@ -64,7 +64,7 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: receiver(&verifier, key, completed, out)}
 	go func() { _ = srv.Serve(lis) }()
-	defer srv.Close()
+	defer func() { _ = srv.Close() }()
 
 	consumer, err := c.RegisterWebhook(ctx, "http://"+lis.Addr().String()+"/webhook")
 	if err != nil {

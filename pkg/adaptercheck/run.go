@@ -89,7 +89,7 @@ func WaitTrusted(ctx context.Context, cfg Config) error {
 	}
 	defer func() { _ = conn.Close() }()
 	c := &checker{cfg: cfg.withDefaults(), client: adapterv1.NewAdapterServiceClient(conn), signer: platformtoken.NewSigner(cfg.Key)}
-	last := "no answer yet"
+	var last string // every pass that does not return sets it before the wait reads it
 	for {
 		req := &adapterv1.CancelRequest{ExecutionId: uuid.NewString(), Attempt: 1}
 		_, err := c.cancel(ctx, req)

@@ -24,7 +24,10 @@ func newGate() *gate { return &gate{batches: make(chan []int, 100), release: mak
 func (g *gate) fn(_ context.Context, reqs []int) ([]string, []error, error) {
 	n := g.running.Add(1)
 	defer g.running.Add(-1)
-	for p := g.peak.Load(); n > p && !g.peak.CompareAndSwap(p, n); p = g.peak.Load() {
+	for p := g.peak.Load(); n > p; p = g.peak.Load() {
+		if g.peak.CompareAndSwap(p, n) {
+			break
+		}
 	}
 	g.batches <- append([]int(nil), reqs...)
 	<-g.release

@@ -343,17 +343,17 @@ func checkConsumer(c *Consumer) error {
 	return nil
 }
 
-func checkSecret(clear, hash string) error {
+func checkSecret(cleartext, hash string) error {
 	switch {
-	case clear != "" && hash != "":
+	case cleartext != "" && hash != "":
 		return errors.New("give one, not both")
-	case clear == "" && hash == "":
+	case cleartext == "" && hash == "":
 		return errors.New("one is required")
 	case hash != "":
 		if b, err := hex.DecodeString(hash); err != nil || len(b) != sha256.Size {
 			return errors.New("sha256 must be 64 hex digits")
 		}
-	case len(clear) < 16:
+	case len(cleartext) < 16:
 		return errors.New("a key must be at least 16 characters")
 	}
 	return nil
@@ -517,12 +517,12 @@ func applyConsumer(ctx context.Context, tx pgx.Tx, appID string, c *Consumer, bo
 	return nil
 }
 
-func hashOf(clear, hash string) []byte {
+func hashOf(cleartext, hash string) []byte {
 	if hash != "" {
 		b, _ := hex.DecodeString(hash)
 		return b
 	}
-	return secret.Hash(clear)
+	return secret.Hash(cleartext)
 }
 
 func duration(s string, def time.Duration) (time.Duration, error) {

@@ -229,12 +229,12 @@ func newProvider(url string) (*goose.Provider, func(), error) {
 	sqlDB := stdlib.OpenDB(*cfg)
 	fsys, err := fs.Sub(migrations.FS, ".")
 	if err != nil {
-		sqlDB.Close()
+		closeQuietly(sqlDB)
 		return nil, nil, fmt.Errorf("migrations: %w", err)
 	}
 	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, fsys)
 	if err != nil {
-		sqlDB.Close()
+		closeQuietly(sqlDB)
 		return nil, nil, fmt.Errorf("migration provider: %w", err)
 	}
 	return provider, func() { closeQuietly(sqlDB) }, nil

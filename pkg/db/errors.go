@@ -18,18 +18,18 @@ import (
 type ErrorKind int
 
 const (
-	// ErrNotDatabase: not an error the database or its connection produced (nil included).
+	// ErrNotDatabase is not an error the database or its connection produced (nil included).
 	ErrNotDatabase ErrorKind = iota
-	// ErrConnection: the database could not be reached or the connection was lost
+	// ErrConnection is the database could not be reached or the connection was lost
 	// (IsConnectionError). The statement may be tried again; whether it ran is another matter.
 	ErrConnection
-	// ErrTransient: refused for the moment, not for what it is (IsTransient): trying it again
+	// ErrTransient is refused for the moment, not for what it is (IsTransient): trying it again
 	// later may well succeed.
 	ErrTransient
-	// ErrRow: refused for a row's data (class 22, data exception) or a constraint (class 23): the
+	// ErrRow is refused for a row's data (class 22, data exception) or a constraint (class 23): the
 	// same statement without that row may succeed, and trying it again as it is will not.
 	ErrRow
-	// ErrStatement: anything else the server answered (a syntax or permission error, a server's
+	// ErrStatement is anything else the server answered (a syntax or permission error, a server's
 	// internal error): the statement is at fault for every row alike; a bug.
 	ErrStatement
 )

@@ -152,17 +152,17 @@ func (s *Server) Unary() grpc.UnaryServerInterceptor {
 		chain = append([]grpc.UnaryServerInterceptor{telemetry.InProcessServer()}, chain...)
 	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		return callChain(chain, ctx, req, info, handler)
+		return callChain(ctx, chain, req, info, handler)
 	}
 }
 
 // callChain runs chain[0], which calls the rest of the chain and finally handler.
-func callChain(chain []grpc.UnaryServerInterceptor, ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func callChain(ctx context.Context, chain []grpc.UnaryServerInterceptor, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if len(chain) == 0 {
 		return handler(ctx, req)
 	}
 	return chain[0](ctx, req, info, func(ctx context.Context, req any) (any, error) {
-		return callChain(chain[1:], ctx, req, info, handler)
+		return callChain(ctx, chain[1:], req, info, handler)
 	})
 }
 

@@ -44,7 +44,7 @@ func enableForTest(t *testing.T) *tracetest.InMemoryExporter {
 func attrs(kvs []attribute.KeyValue) map[attribute.Key]string {
 	m := map[attribute.Key]string{}
 	for _, kv := range kvs {
-		m[kv.Key] = kv.Value.Emit()
+		m[kv.Key] = kv.Value.String()
 	}
 	return m
 }

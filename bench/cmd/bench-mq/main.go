@@ -196,11 +196,16 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close() // nothing was written
 			return err
 		}
-		defer pprof.StopCPUProfile()
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				fmt.Fprintf(os.Stderr, "bench-mq: the CPU profile %s: %v\n", o.cpuProfile, err)
+			}
+		}()
 	}
 
 	var recs []record

@@ -166,6 +166,40 @@ func runFlood(args []string) error {
 	return enc.Encode(t)
 }
 
+// countREST counts a REST call's answer: its status code and Retry-After header, or err.
+func (t *aTally) countREST(code int, retryAfter string, err error) {
+	switch {
+	case err != nil:
+		t.other(err)
+	case code == http.StatusAccepted:
+		t.Admitted++
+	case code == http.StatusTooManyRequests:
+		t.Refused++
+		t.RefusedREST++
+		if s, err := strconv.Atoi(retryAfter); err == nil && s >= 1 {
+			t.RetryAfter++
+		}
+	default:
+		t.other(fmt.Errorf("REST answered %d", code))
+	}
+}
+
+// countGRPC counts a gRPC call's answer by its error's code.
+func (t *aTally) countGRPC(err error) {
+	switch status.Code(err) {
+	case codes.OK:
+		t.Admitted++
+	case codes.ResourceExhausted:
+		t.Refused++
+		t.RefusedGRPC++
+		if grpcx.RetryDelay(err) > 0 {
+			t.RetryInfo++
+		}
+	default:
+		t.other(err)
+	}
+}
+
 // flood invokes as application A until stopped: its i-th call REST for even i, gRPC for odd
 // (cfg.Via "both"; "rest" or "grpc": every call that way),
 // each answer counted in t under mu. It ignores Retry-After, as a hostile client would.
@@ -208,20 +242,7 @@ func flood(ctx context.Context, cfg floodConfig, t *aTally, mu *sync.Mutex) (sto
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			switch {
-			case err != nil:
-				t.other(err)
-			case code == http.StatusAccepted:
-				t.Admitted++
-			case code == http.StatusTooManyRequests:
-				t.Refused++
-				t.RefusedREST++
-				if s, err := strconv.Atoi(retryAfter); err == nil && s >= 1 {
-					t.RetryAfter++
-				}
-			default:
-				t.other(fmt.Errorf("REST answered %d", code))
-			}
+			t.countREST(code, retryAfter, err)
 			return
 		}
 		resp, err := client.InvokeCapability(grpcx.WithBearer(aCtx, cfg.Key),
@@ -234,18 +255,7 @@ func flood(ctx context.Context, cfg floodConfig, t *aTally, mu *sync.Mutex) (sto
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		switch status.Code(err) {
-		case codes.OK:
-			t.Admitted++
-		case codes.ResourceExhausted:
-			t.Refused++
-			t.RefusedGRPC++
-			if grpcx.RetryDelay(err) > 0 {
-				t.RetryInfo++
-			}
-		default:
-			t.other(err)
-		}
+		t.countGRPC(err)
 	}
 	var wg sync.WaitGroup
 	if cfg.Rate > 0 {

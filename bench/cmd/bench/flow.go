@@ -299,7 +299,7 @@ func profileServices(ctx context.Context, o options, st *stack.Stack) func() {
 		}
 		path := filepath.Join(o.profileAll, name+".pprof")
 		wg.Go(func() {
-			if err := fetchProfile(ctx, base, o.profileSecs, path); err != nil {
+			if err := fetchProfile(ctx, base, o.profileLength, path); err != nil {
 				fmt.Fprintf(os.Stderr, "bench: profile of %s: %v\n", name, err)
 			}
 		})
@@ -446,7 +446,7 @@ func runTemporal(ctx context.Context, o options, mode string) (FlowRow, error) {
 		return FlowRow{}, err
 	}
 	_ = out.Close()
-	defer os.Remove(out.Name())
+	defer func() { _ = os.Remove(out.Name()) }()
 	cmd := exec.CommandContext(ctx, "go", "run", ".", "-n", fmt.Sprint(o.e2eN), "-c", fmt.Sprint(o.e2eC), "-json", out.Name(),
 		"-pipelined="+fmt.Sprint(mode == modePipelined))
 	cmd.Dir = dir

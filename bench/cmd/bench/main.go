@@ -87,7 +87,7 @@ type options struct {
 	temporalClosed bool
 	gomaxprocs     int
 	profileAll     string
-	profileSecs    time.Duration
+	profileLength  time.Duration
 	rlRate         float64
 	rlReps         int
 	rlVia          string
@@ -145,7 +145,7 @@ func parseFlags() (options, error) {
 	flag.StringVar(&swRates, "riversw-rates", "200", "latency: the offered rates at which the same-work River peer runs too (of -rates)")
 	flag.IntVar(&o.retryN, "retry-n", 200, "retry: executions whose first attempt fails retryably and whose second succeeds")
 	flag.StringVar(&o.profileAll, "profile", "", "e2e: directory for CPU profiles of every service over the first -profile-d of the run (serves pprof on each)")
-	flag.DurationVar(&o.profileSecs, "profile-d", 15*time.Second, "e2e: length of the -profile CPU profiles")
+	flag.DurationVar(&o.profileLength, "profile-d", 15*time.Second, "e2e: length of the -profile CPU profiles")
 	flag.IntVar(&o.gomaxprocs, "service-gomaxprocs", 0, "GOMAXPROCS of every program of the stack (0: Go's default, the CPUs available to it)")
 	flag.StringVar(&o.mqJSON, "mq-json", "", "a bench-mq JSON result to include in the report (make bench passes the one it just measured)")
 	flag.Float64Var(&o.rlRate, "ratelimit-rate", 50, "ratelimit: application B's steady invokes per second (open loop)")
@@ -248,7 +248,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(binDir)
+	defer func() { _ = os.RemoveAll(binDir) }()
 
 	st, err := stack.Start(ctx, stack.Config{
 		Root: o.root, BinDir: binDir, DatabaseURL: o.dbURL, AMQPURL: o.amqpURL,
@@ -605,7 +605,7 @@ func fetchProfile(ctx context.Context, base string, d time.Duration, path string
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		return fmt.Errorf("%s: %.200s", resp.Status, b)

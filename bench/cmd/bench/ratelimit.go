@@ -163,7 +163,7 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	client := gatewayv1.NewGatewayServiceClient(conn)
 	p, err := structpb.NewStruct(map[string]any{"bench": "ratelimit"})
 	if err != nil {

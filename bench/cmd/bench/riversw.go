@@ -27,7 +27,7 @@ type swPeer struct {
 func startRiverSW(ctx context.Context, o options, st *stack.Stack) (*swPeer, error) {
 	schema := st.Schema + "_riversw"
 	if err := accept.MigrateRiver(ctx, o.dbURL, schema); err != nil {
-		return nil, fmt.Errorf("River same work: migrate: %w", err)
+		return nil, fmt.Errorf("River same work: migrate: %w", err) //nolint:staticcheck // ST1005: River is a name
 	}
 	exe, err := os.Executable()
 	if err != nil {

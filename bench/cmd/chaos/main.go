@@ -82,7 +82,7 @@ func run(ctx context.Context, cfg chaos.Config) int {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 2
 	}
-	defer os.RemoveAll(binDir)
+	defer func() { _ = os.RemoveAll(binDir) }()
 	cfg.BinDir = binDir
 	rep, err := chaos.Run(ctx, cfg)
 	if err != nil {

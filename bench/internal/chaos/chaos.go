@@ -173,7 +173,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	if !cfg.KeepLogs {
-		defer os.RemoveAll(journalDir)
+		defer func() { _ = os.RemoveAll(journalDir) }()
 	}
 	journalPath := filepath.Join(journalDir, "dummy-adapter.journal")
 	appName := "integrations-" + runID
@@ -288,7 +288,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		close(stopWork)
 		workErr = <-workDone
-		workEnded, workEnd = true, time.Now()
+		workEnd = time.Now()
 	default:
 		for i := 0; ; i++ {
 			if !workEnded {

@@ -126,7 +126,7 @@ func readJournal(path string) ([]journalEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the adapter's journal: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var out []journalEntry
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

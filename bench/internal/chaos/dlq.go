@@ -21,12 +21,12 @@ func deadLetters(ctx context.Context, st *stack.Stack, amqpURL string, qs []queu
 	if err != nil {
 		return 0, nil, fmt.Errorf("read the dead letters: %w", err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	ch, err := conn.Channel()
 	if err != nil {
 		return 0, nil, fmt.Errorf("read the dead letters: %w", err)
 	}
-	defer ch.Close()
+	defer func() { _ = ch.Close() }()
 	for _, q := range qs {
 		if q.messages == 0 || !strings.HasSuffix(q.name, ".dlq") {
 			continue

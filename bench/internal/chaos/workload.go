@@ -270,7 +270,7 @@ func (c *caller) invokeREST(ctx context.Context, sc script) (string, error) {
 		c.calls.add("rest transport-error")
 		return "", fmt.Errorf("%w: %v", errRetry, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(resp.Body)
 	c.calls.add(fmt.Sprintf("rest %d", resp.StatusCode))
 	if err != nil {

@@ -34,7 +34,10 @@ func TestRunOpenKeepsArrivingWhileCallsAreInFlight(t *testing.T) {
 	op := func(ctx context.Context, _ int, seq int64) error {
 		now := inFlight.Add(1)
 		defer inFlight.Add(-1)
-		for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
+		for p := peak.Load(); now > p; p = peak.Load() {
+			if peak.CompareAndSwap(p, now) {
+				break
+			}
 		}
 		if seq == 0 {
 			<-gate // the first call answers only when the last has arrived

@@ -182,8 +182,13 @@ func (pt *Port) run(ctx context.Context, route mq.Route, p Params, h mq.Handler)
 	if err := stopConsumer(); err != nil {
 		return Run{}, mq.Counters{}, fmt.Errorf("consume: %w", err)
 	}
-	after := pt.B.Counters(route.Name)
-	d := mq.Counters{
+	d := countersSince(pt.B.Counters(route.Name), before)
+	return Run{Elapsed: end.Sub(start), Publish: lastConfirm.Sub(start)}, d, nil
+}
+
+// countersSince is what the run counted: after's counters less before's.
+func countersSince(after, before mq.Counters) mq.Counters {
+	return mq.Counters{
 		Confirmed:    after.Confirmed - before.Confirmed,
 		Acknowledged: after.Acknowledged - before.Acknowledged,
 		Retried:      after.Retried - before.Retried,
@@ -192,7 +197,6 @@ func (pt *Port) run(ctx context.Context, route mq.Route, p Params, h mq.Handler)
 		Superseded:   after.Superseded - before.Superseded,
 		Lost:         after.Lost - before.Lost,
 	}
-	return Run{Elapsed: end.Sub(start), Publish: lastConfirm.Sub(start)}, d, nil
 }
 
 // awaitSubscribed waits until the broker lists a consumer on queue (Consume subscribes

@@ -108,11 +108,11 @@ func Launch(ctx context.Context, exe string, c Config, gomaxprocs int, stderr io
 		return nil, fmt.Errorf("riversw-serve exited before serving: %v", err)
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
-		<-p.done
+		<-p.done //nolint:errcheck // the exit of the process just killed
 		return nil, errors.New("riversw-serve did not serve within 30 s")
 	case <-ctx.Done():
 		_ = cmd.Process.Kill()
-		<-p.done
+		<-p.done //nolint:errcheck // the exit of the process just killed
 		return nil, ctx.Err()
 	}
 }

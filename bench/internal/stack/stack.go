@@ -406,7 +406,7 @@ func (s *Stack) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	resp, err := gatewayv1.NewGatewayServiceClient(conn).SetConsumer(grpcx.WithBearer(cctx, s.APIKey),
@@ -583,7 +583,7 @@ func (s *Stack) awaitServing(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	client := grpc_health_v1.NewHealthClient(conn)
 	deadline := time.Now().Add(s.cfg.StartTimeout)
 	for {

@@ -122,11 +122,11 @@ func serviceContainer(spec *corev1.PodSpec, service string) *corev1.Container {
 	return nil
 }
 
-// CheckEnv asserts that each service's Deployment sets every variable its configuration reads
+// Env asserts that each service's Deployment sets every variable its configuration reads
 // (vars, from ConfigVars), from env or a rendered ConfigMap, so that no setting falls back to a
 // development default (127.0.0.1 addresses, guest credentials) in a cluster. With
 // requireAll, each of the six services must have a Deployment.
-func CheckEnv(objs []Object, cms ConfigMaps, vars map[string][]Var, requireAll bool) []string {
+func Env(objs []Object, cms ConfigMaps, vars map[string][]Var, requireAll bool) []string {
 	var errs []string
 	seen := map[string]bool{}
 	for _, o := range objs {

@@ -29,14 +29,14 @@ var dependencyVars = map[string]bool{"INTEGRATIONS_DATABASE_URL": true, "INTEGRA
 // kubeVar is Kubernetes' $(VAR) expansion in a value, replaced before the value is parsed.
 var kubeVar = regexp.MustCompile(`\$\([A-Za-z_][A-Za-z0-9_]*\)`)
 
-// CheckFlows asserts that the NetworkPolicies allow every connection the rendered workloads are
+// Flows asserts that the NetworkPolicies allow every connection the rendered workloads are
 // configured to make: each container's (init containers' too) INTEGRATIONS_*_ADDR, database URL
 // and AMQP URL whose host is a Service of the rendered output — or one the operators create for
 // a rendered Cluster, Pooler or RabbitmqCluster — must be allowed out of its pods (their egress
 // policies) and into the Service's pods (theirs), on the container port the Service sends to.
 // Addresses of anything else (listen addresses, hosts outside the cluster) are not flows here.
 // Each failure names the workload, the variable and the policy side that blocks it.
-func CheckFlows(objs []Object, cms ConfigMaps, pods []Pods) []string {
+func Flows(objs []Object, cms ConfigMaps, pods []Pods) []string {
 	var policies []Object
 	for _, o := range objs {
 		if _, ok := o.Typed.(*networkingv1.NetworkPolicy); ok {
@@ -65,7 +65,7 @@ func requiredFlows(objs []Object, cms ConfigMaps) ([]flow, []string) {
 		containers := append(append([]corev1.Container(nil), ps.spec.InitContainers...), ps.spec.Containers...)
 		for i := range containers {
 			c := &containers[i]
-			env, _ := containerEnv(ps.owner, c, cms) // unresolvable references: CheckEnv's failures
+			env, _ := containerEnv(ps.owner, c, cms) // unresolvable references: Env's failures
 			names := make([]string, 0, len(env))
 			for name := range env {
 				names = append(names, name)

@@ -41,7 +41,7 @@ func TestProdFlows(t *testing.T) {
 	} {
 		require.True(t, seen[want], "flow %s not derived; derived: %v", want, keys(seen))
 	}
-	require.Empty(t, CheckFlows(objs, RenderedConfigMaps(objs), AllPods(objs)))
+	require.Empty(t, Flows(objs, RenderedConfigMaps(objs), AllPods(objs)))
 
 	// The dispatcher's policy no longer admits settlement.
 	broken := mutate(t, docs, "NetworkPolicy", "dispatcher", func(m map[string]any) {
@@ -58,7 +58,7 @@ func TestProdFlows(t *testing.T) {
 		}
 	})
 	objs, _ = Decode(broken)
-	got := joinErrs(CheckFlows(objs, RenderedConfigMaps(objs), AllPods(objs)))
+	got := joinErrs(Flows(objs, RenderedConfigMaps(objs), AllPods(objs)))
 	// The message names every policy selecting the target (the default deny among them).
 	require.Contains(t, got, "Deployment/integrations/settlement: container settlement: INTEGRATIONS_DISPATCHER_ADDR=dispatcher:9091: no ingress rule of ")
 	require.Contains(t, got, "NetworkPolicy/integrations/dispatcher lets it into Deployment/integrations/dispatcher on port 9091")

@@ -77,9 +77,9 @@ func readKustomization(dir string) (*types.Kustomization, error) {
 	return &k, nil
 }
 
-// CheckImages asserts that every container of every rendered workload runs ref, the overlay's
+// Images asserts that every container of every rendered workload runs ref, the overlay's
 // image: one image for the platform, its tag set in one place.
-func CheckImages(objs []Object, ref string) []string {
+func Images(objs []Object, ref string) []string {
 	var errs []string
 	for _, ps := range podSpecs(objs) {
 		for _, c := range allContainers(ps.spec) {

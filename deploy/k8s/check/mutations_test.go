@@ -77,9 +77,9 @@ func TestChecksFailWhenBroken(t *testing.T) {
 		}
 	}
 	cases := []struct {
-		name   string
-		break_ func(t *testing.T) []Doc
-		want   string
+		name    string
+		breakIt func(t *testing.T) []Doc
+		want    string
 	}{
 		// Strict decoding of built-ins.
 		{"unknown field in a Deployment", onDeployment(func(t *testing.T, m map[string]any) {
@@ -223,7 +223,7 @@ func TestChecksFailWhenBroken(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, errs := Check(tc.break_(t), opts)
+			_, errs := Check(tc.breakIt(t), opts)
 			require.NotEmpty(t, errs, "the broken fixture passed")
 			for _, e := range errs {
 				if strings.Contains(e, tc.want) {

@@ -8,14 +8,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// CheckDeployments asserts what every Deployment of the platform must carry: the three probes,
+// Deployments asserts what every Deployment of the platform must carry: the three probes,
 // requests and a memory limit on every container, a locked-down securityContext, and a
 // termination grace period longer than the shutdown timeout the service is given (else the
 // kubelet kills it mid-drain). Each failure names the Deployment and the container.
 //
 // CPU limits are not required: a CPU limit throttles a Go process (its GC included) under bursts
 // while the node has idle cores; memory is the limit that protects the node.
-func CheckDeployments(objs []Object, cms ConfigMaps) []string {
+func Deployments(objs []Object, cms ConfigMaps) []string {
 	var errs []string
 	for _, o := range objs {
 		d, ok := o.Typed.(*appsv1.Deployment)

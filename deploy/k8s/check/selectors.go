@@ -13,10 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// CheckServices asserts that every Service selects the pods of a rendered workload (or of an
+// ServiceSelectors asserts that every Service selects the pods of a rendered workload (or of an
 // operator's pods) in its namespace and that each targetPort exists on them: a selector that
 // matches nothing leaves the Service without endpoints, which nothing else would report.
-func CheckServices(objs []Object, pods []Pods) []string {
+func ServiceSelectors(objs []Object, pods []Pods) []string {
 	var errs []string
 	for _, o := range objs {
 		s, ok := o.Typed.(*corev1.Service)
@@ -55,13 +55,13 @@ func anyHasPort(pods []Pods, port intstr.IntOrString) bool {
 	return false
 }
 
-// CheckNetworkPolicies asserts that every NetworkPolicy's podSelector selects pods of the
+// NetworkPolicies asserts that every NetworkPolicy's podSelector selects pods of the
 // rendered output (an empty one, all of them, is the default deny), that every peer selected by
 // pod labels in the namespace exists, and that the ports a rule allows exist on the pods it is
 // about: the selected pods for ingress, the peer pods for egress. A peer given by a
 // namespaceSelector (Prometheus, DNS, an ingress controller) or an ipBlock is outside the
 // rendered output and is taken as written. Each failure names the policy and the rule.
-func CheckNetworkPolicies(objs []Object, pods []Pods) []string {
+func NetworkPolicies(objs []Object, pods []Pods) []string {
 	var errs []string
 	for _, o := range objs {
 		np, ok := o.Typed.(*networkingv1.NetworkPolicy)
@@ -133,10 +133,10 @@ func peerErrs(where string, peers []networkingv1.NetworkPolicyPeer, ns string, p
 	return matched, checkable
 }
 
-// CheckServiceMonitors asserts that every ServiceMonitor selects a rendered Service (in its
+// ServiceMonitors asserts that every ServiceMonitor selects a rendered Service (in its
 // namespace, or those its namespaceSelector names) that has each endpoint's named port: else Prometheus scrapes nothing and the
 // alerts built on those metrics never fire.
-func CheckServiceMonitors(objs []Object) []string {
+func ServiceMonitors(objs []Object) []string {
 	var errs []string
 	var services []Object
 	for _, o := range objs {
@@ -208,10 +208,10 @@ func CheckServiceMonitors(objs []Object) []string {
 	return errs
 }
 
-// CheckScaling asserts that every PodDisruptionBudget selects rendered pods and every
+// Scaling asserts that every PodDisruptionBudget selects rendered pods and every
 // HorizontalPodAutoscaler scales a rendered workload: either, pointed at nothing, protects or
 // scales nothing, silently.
-func CheckScaling(objs []Object, pods []Pods) []string {
+func Scaling(objs []Object, pods []Pods) []string {
 	var errs []string
 	byID := map[string]bool{}
 	for _, o := range objs {
@@ -242,10 +242,10 @@ func CheckScaling(objs []Object, pods []Pods) []string {
 	return errs
 }
 
-// CheckIsolation asserts that every rendered workload's pods are selected by some NetworkPolicy
+// Isolation asserts that every rendered workload's pods are selected by some NetworkPolicy
 // for ingress and by some for egress: the flows the architecture allows are listed, so a pod no
 // policy selects is open in both directions, which is what "deny the rest" excludes.
-func CheckIsolation(objs []Object) []string {
+func Isolation(objs []Object) []string {
 	type policy struct {
 		ns              string
 		sel             labels.Selector
@@ -259,7 +259,7 @@ func CheckIsolation(objs []Object) []string {
 		}
 		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 		if err != nil {
-			continue // CheckNetworkPolicies reports it
+			continue // NetworkPolicies reports it
 		}
 		p := policy{ns: o.Namespace, sel: sel}
 		// Without policyTypes, a policy is about ingress, and about egress when it has egress rules.

@@ -164,7 +164,7 @@ func (p *pool) give(admin *pgxpool.Pool, m *migrated) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	keep := false
-	if _, print, err := describe(ctx, admin, m.name); err == nil && print == m.print && !noReuse {
+	if _, fingerprint, err := describe(ctx, admin, m.name); err == nil && fingerprint == m.print && !noReuse {
 		keep = empty(ctx, admin, m) == nil
 	}
 	if keep {
@@ -206,7 +206,7 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // indexes, sequences, views), columns with their types and defaults, constraints, triggers and
 // functions, and the migration version. A test that changes any of them leaves a schema no other
 // test reuses.
-func describe(ctx context.Context, admin *pgxpool.Pool, schema string) (tables []string, print string, err error) {
+func describe(ctx context.Context, admin *pgxpool.Pool, schema string) (tables []string, fingerprint string, err error) {
 	rows, err := admin.Query(ctx, `
 		SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
@@ -229,11 +229,11 @@ func describe(ctx context.Context, admin *pgxpool.Pool, schema string) (tables [
 			(SELECT count(*) || ':' || coalesce(sum(oid::int8), 0) FROM pg_constraint WHERE connamespace = $1::regnamespace),
 			(SELECT count(*) || ':' || coalesce(sum(t.oid::int8), 0) FROM pg_trigger t JOIN rels r ON r.oid = t.tgrelid),
 			(SELECT count(*) || ':' || coalesce(sum(oid::int8), 0) FROM pg_proc WHERE pronamespace = $1::regnamespace),
-			(SELECT coalesce(max(version_id), 0) FROM %s.goose_db_version))`, pgx.Identifier{schema}.Sanitize()), schema).Scan(&print)
+			(SELECT coalesce(max(version_id), 0) FROM %s.goose_db_version))`, pgx.Identifier{schema}.Sanitize()), schema).Scan(&fingerprint)
 	if err != nil {
 		return nil, "", fmt.Errorf("fingerprint of %s: %w", schema, err)
 	}
-	return tables, print, nil
+	return tables, fingerprint, nil
 }
 
 var sweepOnce sync.Once

@@ -45,10 +45,14 @@ type CA struct {
 	dir  string
 }
 
-// Paths of a service's files in dir.
+// CertFile is the path of the certificate of service name in dir.
 func CertFile(dir, name string) string { return filepath.Join(dir, name+".pem") }
-func KeyFile(dir, name string) string  { return filepath.Join(dir, name+"-key.pem") }
-func CAFile(dir string) string         { return filepath.Join(dir, "ca.pem") }
+
+// KeyFile is the path of the private key of service name in dir.
+func KeyFile(dir, name string) string { return filepath.Join(dir, name+"-key.pem") }
+
+// CAFile is the path of the CA's certificate in dir.
+func CAFile(dir string) string { return filepath.Join(dir, "ca.pem") }
 
 // Ensure makes sure dir holds a CA valid for at least a day and a certificate for each service
 // and for Public, issuing what is missing or about to expire. It returns the CA.

@@ -89,12 +89,12 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 const MinPollInterval = 10 * time.Millisecond
 
 // WithPolling sets WaitForSettlement's delays: from initial, growing by half each read, to at
-// most max (defaults 100 ms and 2 s). Each is at least MinPollInterval, and max at least initial:
-// smaller values are raised to those.
-func WithPolling(initial, max time.Duration) Option {
+// most maxDelay (defaults 100 ms and 2 s). Each is at least MinPollInterval, and maxDelay at
+// least initial: smaller values are raised to those.
+func WithPolling(initial, maxDelay time.Duration) Option {
 	initial = durationAtLeast(initial, MinPollInterval)
-	max = durationAtLeast(max, initial)
-	return func(o *options) { o.poll = pollSettings{initial: initial, max: max} }
+	maxDelay = durationAtLeast(maxDelay, initial)
+	return func(o *options) { o.poll = pollSettings{initial: initial, max: maxDelay} }
 }
 
 func durationAtLeast(d, least time.Duration) time.Duration {

@@ -366,7 +366,8 @@ func TestList(t *testing.T) {
 
 	// Breaking off reads no further page.
 	g.lists = nil
-	for range c.List(context.Background(), filter) {
+	for _, err := range c.List(context.Background(), filter) {
+		require.NoError(t, err)
 		break
 	}
 	require.Len(t, g.lists, 1)

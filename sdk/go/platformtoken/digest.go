@@ -59,7 +59,7 @@ func Digest(req proto.Message) (string, error) {
 // encode writes the digest's input for req — digestDomain and the canonical encoding — to w.
 func encode(w io.Writer, req proto.Message) error {
 	d := digester{h: w}
-	d.h.Write([]byte(digestDomain))
+	d.write([]byte(digestDomain))
 	switch r := req.(type) {
 	case *adapterv1.ExecuteRequest:
 		d.tag('E')
@@ -89,11 +89,14 @@ type digester struct {
 	buf [8]byte
 }
 
-func (d *digester) tag(b byte) { d.h.Write([]byte{b}) }
+// write writes p; the writers here, a hash or a bytes.Buffer, never return an error.
+func (d *digester) write(p []byte) { _, _ = d.h.Write(p) }
+
+func (d *digester) tag(b byte) { d.write([]byte{b}) }
 
 func (d *digester) u64(n uint64) {
 	binary.BigEndian.PutUint64(d.buf[:], n)
-	d.h.Write(d.buf[:])
+	d.write(d.buf[:])
 }
 
 func (d *digester) int(n int64) {
@@ -104,7 +107,7 @@ func (d *digester) int(n int64) {
 func (d *digester) str(s string) {
 	d.tag('s')
 	d.u64(uint64(len(s)))
-	d.h.Write([]byte(s))
+	d.write([]byte(s))
 }
 
 func (d *digester) timestamp(t *timestamppb.Timestamp) {

@@ -264,17 +264,17 @@ func (d *Deliverer) deliverClaimed(ctx context.Context, ev *store.Delivery, logg
 		// Settled, redelivered or taken over meanwhile: whoever did that owns what follows (a
 		// redelivery published its own notice).
 		logger.Info("event moved on during the attempt; attempt kept in the history only", fields...)
-		return verdict{}
+		return verdict{kind: verdictDone}
 	case a.Outcome == "delivered":
 		if ev.Type == execution.EventTypeExecutionComplete {
 			endToEndSeconds.Observe(metrics.Since(ev.ExecutionCreatedAt))
 		}
 		logger.Info("event delivered", fields...)
-		return verdict{}
+		return verdict{kind: verdictDone}
 	case a.Outcome == "dead":
 		logger.Warn("event dead after its last delivery attempt",
 			append(fields, zap.String("category", a.Err), zap.String("error", logErr))...)
-		return verdict{}
+		return verdict{kind: verdictDone}
 	default:
 		logger.Info("event delivery failed; next attempt scheduled",
 			append(fields, zap.String("category", a.Err), zap.String("error", logErr), zap.Duration("next_in", a.NextIn))...)

@@ -114,7 +114,7 @@ func (c *grpcClients) conn(t grpcTarget, host string) (*grpc.ClientConn, error) 
 	if cc, ok := c.conns[k]; ok {
 		return cc, nil
 	}
-	var creds credentials.TransportCredentials = insecure.NewCredentials()
+	creds := insecure.NewCredentials()
 	if !t.plaintext {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
 		if t.caPEM != "" {

@@ -68,7 +68,7 @@ func (l *Local) ClaimTTL() time.Duration { return l.d.cfg.Timeout + 2*claimMargi
 // were given back to the broker as a notice (a retry, or a busy application): for tests.
 func (l *Local) Handled() int64 { return l.delivered.Load() }
 
-// Noticed: see Handled.
+// Noticed is how many of the events handed in process went back to the broker as a notice: see Handled.
 func (l *Local) Noticed() int64 { return l.noticed.Load() }
 
 // Offer queues events claimed for delivery here. Events offered after Run stopped (a relay pass

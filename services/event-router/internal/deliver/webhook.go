@@ -67,7 +67,7 @@ func (c *webhookClient) post(ctx context.Context, url string, secrets []string, 
 	if err != nil {
 		return result{err: fmt.Errorf("post webhook: %w", err), category: category(err)}
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, readErr := io.ReadAll(io.LimitReader(resp.Body, maxReadBody))
 	res := result{statusCode: resp.StatusCode, body: safetext.Truncate(string(body[:min(len(body), maxStoredBody)]), maxStoredBody)}
 	switch {

@@ -191,7 +191,7 @@ func (r *Relay) listenOnce(ctx context.Context, pool *pgxpool.Pool, wake chan<- 
 	}
 	// A LISTENing connection must not go back to the pool: take it out, and close it after.
 	conn := pooled.Hijack()
-	defer conn.Close(context.Background())
+	defer func() { _ = conn.Close(context.Background()) }() // out of the pool: nothing else uses it
 	if _, err := conn.Exec(ctx, "LISTEN "+execution.EventsNotifyChannel); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}

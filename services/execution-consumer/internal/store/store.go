@@ -145,7 +145,7 @@ func (s *Store) AttemptStart(ctx context.Context, id string, n int32, tokenHash 
 	if a.err != nil {
 		return nil, a.err
 	}
-	a.started.Lease = scale(a.leaseMS)
+	a.started.Lease = scale(a.lease)
 	return a.started, nil
 }
 
@@ -162,7 +162,7 @@ type startRequest struct {
 // *PastDeadlineError).
 type startAnswer struct {
 	started *Started
-	leaseMS time.Duration // the capability's lease, unscaled
+	lease   time.Duration // the capability's lease, unscaled
 	err     error
 }
 
@@ -292,7 +292,7 @@ func (s *Store) startStatement(ctx context.Context, reqs []startRequest) ([]star
 		a := &answers[ord]
 		switch {
 		case capability != nil:
-			a.leaseMS = time.Duration(*leaseMS) * time.Millisecond
+			a.lease = time.Duration(*leaseMS) * time.Millisecond
 			a.started = &Started{ExecutionID: r.id, Attempt: r.n, Capability: *capability, Mode: *mode, Payload: payload,
 				Deadline: *deadline, AdapterID: *adapterID, AdapterEndpoint: *endpoint,
 				Remaining:  max(time.Duration(*remaining*float64(time.Second)), 0),

@@ -40,7 +40,7 @@ func TestRESTOverTLSSpeaksHTTP2(t *testing.T) {
 	}))
 	done := make(chan error, 1)
 	go func() { done <- app.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); <-done }) //nolint:errcheck // Run's end after the cancel; what it served is checked below
 
 	get := func(tr *http.Transport) *http.Response {
 		t.Helper()

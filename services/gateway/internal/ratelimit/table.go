@@ -44,13 +44,6 @@ func (t *table[K]) get(key K, now func() time.Time) *bucket {
 	return b
 }
 
-// len is the number of buckets held.
-func (t *table[K]) len() int {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return len(t.m)
-}
-
 // sweep drops the buckets full at now; t.mu is held. A bucket just made, whose first call has
 // not yet taken its lock, is left alone.
 func (t *table[K]) sweep(now time.Time) {

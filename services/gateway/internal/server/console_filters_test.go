@@ -17,7 +17,7 @@ import (
 
 // invokeWithKey accepts an async execution of the test application with idempotency key key and
 // sets its created_at to at.
-func invokeWithKey(t *testing.T, b *bundle, ctx context.Context, key string, at time.Time) string {
+func invokeWithKey(t *testing.T, ctx context.Context, b *bundle, key string, at time.Time) string {
 	t.Helper()
 	resp, err := b.server.InvokeCapability(ctx, &gatewayv1.InvokeCapabilityRequest{
 		Capability: dbtest.TestCapability, Mode: executionv1.Mode_MODE_ASYNC, IdempotencyKey: key})
@@ -28,7 +28,7 @@ func invokeWithKey(t *testing.T, b *bundle, ctx context.Context, key string, at 
 	return id
 }
 
-func listIDs(t *testing.T, b *bundle, ctx context.Context, req *gatewayv1.ListExecutionsRequest) []string {
+func listIDs(t *testing.T, ctx context.Context, b *bundle, req *gatewayv1.ListExecutionsRequest) []string {
 	t.Helper()
 	resp, err := b.server.ListExecutions(ctx, req)
 	require.NoError(t, err)
@@ -43,9 +43,9 @@ func TestListExecutionsFiltersByTimeAndQuery(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	base := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
-	early := invokeWithKey(t, b, b.ctx, "order-1", base)
-	late := invokeWithKey(t, b, b.ctx, "order-2", base.Add(time.Hour))
-	other := invokeWithKey(t, b, b.ctx, "refund_1", base.Add(2*time.Hour))
+	early := invokeWithKey(t, b.ctx, b, "order-1", base)
+	late := invokeWithKey(t, b.ctx, b, "order-2", base.Add(time.Hour))
+	other := invokeWithKey(t, b.ctx, b, "refund_1", base.Add(2*time.Hour))
 
 	tests := map[string]struct {
 		req  *gatewayv1.ListExecutionsRequest
@@ -60,7 +60,7 @@ func TestListExecutionsFiltersByTimeAndQuery(t *testing.T) {
 		"id":                     {&gatewayv1.ListExecutionsRequest{Query: early}, []string{early}},
 	}
 	for name, tt := range tests {
-		require.Equal(t, tt.want, listIDs(t, b, b.ctx, tt.req), name)
+		require.Equal(t, tt.want, listIDs(t, b.ctx, b, tt.req), name)
 	}
 
 	// Pages of two over three executions: a token after the first, none after the last; a page
@@ -96,14 +96,14 @@ func TestListExecutionsAcrossApplicationsForTheOperatorOnly(t *testing.T) {
 	b := setup(t)
 	addOtherApp(t, b)
 	at := time.Now()
-	mine := invokeWithKey(t, b, b.ctx, "", at)
-	theirs := invokeWithKey(t, b, AsApplication(context.Background(), otherApp), "", at)
+	mine := invokeWithKey(t, b.ctx, b, "", at)
+	theirs := invokeWithKey(t, AsApplication(context.Background(), otherApp), b, "", at)
 
-	require.Equal(t, []string{mine}, listIDs(t, b, b.ctx, &gatewayv1.ListExecutionsRequest{}), "an application sees its own")
-	require.Equal(t, []string{mine}, listIDs(t, b, b.ctx, &gatewayv1.ListExecutionsRequest{ApplicationId: dbtest.TestApp}), "naming itself is allowed")
+	require.Equal(t, []string{mine}, listIDs(t, b.ctx, b, &gatewayv1.ListExecutionsRequest{}), "an application sees its own")
+	require.Equal(t, []string{mine}, listIDs(t, b.ctx, b, &gatewayv1.ListExecutionsRequest{ApplicationId: dbtest.TestApp}), "naming itself is allowed")
 	op := AsOperator(context.Background())
-	require.Equal(t, []string{theirs, mine}, listIDs(t, b, op, &gatewayv1.ListExecutionsRequest{}), "the operator sees every application's")
-	require.Equal(t, []string{theirs}, listIDs(t, b, op, &gatewayv1.ListExecutionsRequest{ApplicationId: otherApp}))
+	require.Equal(t, []string{theirs, mine}, listIDs(t, op, b, &gatewayv1.ListExecutionsRequest{}), "the operator sees every application's")
+	require.Equal(t, []string{theirs}, listIDs(t, op, b, &gatewayv1.ListExecutionsRequest{ApplicationId: otherApp}))
 	_, err := b.server.ListExecutions(op, &gatewayv1.ListExecutionsRequest{ApplicationId: "Bad App"})
 	require.Equal(t, "application_id", field(err))
 	_, err = b.server.ListExecutions(context.Background(), &gatewayv1.ListExecutionsRequest{})

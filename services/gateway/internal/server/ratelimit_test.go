@@ -224,9 +224,9 @@ func TestRateLimitHoldsARefusal(t *testing.T) {
 	const hold, period = 3 * time.Second, 100 * time.Second
 	g := startGateway(t, s, time.Minute, hold)
 
-	require.Equal(t, codes.InvalidArgument, status.Code(invoke(g, authed(dbtest.TestAPIKey))), "the burst")
+	require.Equal(t, codes.InvalidArgument, status.Code(invoke(authed(dbtest.TestAPIKey), g)), "the burst")
 	start := time.Now()
-	err := invoke(g, authed(dbtest.TestAPIKey))
+	err := invoke(authed(dbtest.TestAPIKey), g)
 	require.Equal(t, codes.ResourceExhausted, status.Code(err), "a token 100 s away does not come within the hold")
 	require.GreaterOrEqual(t, time.Since(start), hold, "the refusal came after the hold")
 	require.Greater(t, grpcx.RetryDelay(err), period/2, "and advises the delay left after it")
@@ -237,7 +237,7 @@ func TestRateLimitHoldsARefusal(t *testing.T) {
 	start = time.Now() // before the deadline is set: the hold is half of what is left of it
 	ctx, cancel := context.WithTimeout(authed(dbtest.TestAPIKey), 4*time.Second)
 	defer cancel()
-	err = invoke(g, ctx)
+	err = invoke(ctx, g)
 	require.Equal(t, codes.ResourceExhausted, status.Code(err), "a short deadline is answered, not run out: held half of it")
 	require.GreaterOrEqual(t, time.Since(start), 2*time.Second, "held half the deadline")
 }
@@ -256,9 +256,9 @@ func TestRateLimitWaitsForATokenWithinTheHold(t *testing.T) {
 	// Times are measured from before the burst took its token: the later tokens are due a
 	// second, then two, after it, however late a loaded machine sends the next calls.
 	burst := time.Now()
-	require.Equal(t, codes.InvalidArgument, status.Code(invoke(g, authed(dbtest.TestAPIKey))), "the burst")
+	require.Equal(t, codes.InvalidArgument, status.Code(invoke(authed(dbtest.TestAPIKey), g)), "the burst")
 	start := time.Now()
-	require.Equal(t, codes.InvalidArgument, status.Code(invoke(g, authed(dbtest.TestAPIKey))),
+	require.Equal(t, codes.InvalidArgument, status.Code(invoke(authed(dbtest.TestAPIKey), g)),
 		"the next token is about a second away, within the hold: admitted")
 	require.GreaterOrEqual(t, time.Since(burst), 800*time.Millisecond, "after waiting for its token")
 	require.Less(t, time.Since(start), hold-20*time.Second, "and only for it, not the whole hold")
@@ -267,7 +267,7 @@ func TestRateLimitWaitsForATokenWithinTheHold(t *testing.T) {
 	// again, so it waits its turn too.
 	ctx, cancel := context.WithTimeout(authed(dbtest.TestAPIKey), 10*time.Second)
 	defer cancel()
-	require.Equal(t, codes.InvalidArgument, status.Code(invoke(g, ctx)))
+	require.Equal(t, codes.InvalidArgument, status.Code(invoke(ctx, g)))
 	require.GreaterOrEqual(t, time.Since(burst), 1800*time.Millisecond, "one token after the one reserved")
 }
 
@@ -282,13 +282,13 @@ func TestRateLimitHoldsAtMostMaxHeld(t *testing.T) {
 	const hold = 4 * time.Second
 	g := startGatewayHolding(t, s, time.Minute, hold, 2)
 
-	require.Equal(t, codes.InvalidArgument, status.Code(invoke(g, authed(dbtest.TestAPIKey))), "the burst")
+	require.Equal(t, codes.InvalidArgument, status.Code(invoke(authed(dbtest.TestAPIKey), g)), "the burst")
 	took := make([]time.Duration, 3)
 	var wg sync.WaitGroup
 	for i := range took {
 		wg.Go(func() {
 			start := time.Now()
-			err := invoke(g, authed(dbtest.TestAPIKey))
+			err := invoke(authed(dbtest.TestAPIKey), g)
 			took[i] = time.Since(start)
 			assert.Equal(t, codes.ResourceExhausted, status.Code(err), "a token 100 s away is beyond the hold")
 		})
@@ -299,7 +299,7 @@ func TestRateLimitHoldsAtMostMaxHeld(t *testing.T) {
 	require.GreaterOrEqual(t, took[1], hold, "the two others were held")
 }
 
-func invoke(g *gateway, ctx context.Context) error {
+func invoke(ctx context.Context, g *gateway) error {
 	_, err := g.client.InvokeCapability(ctx, &gatewayv1.InvokeCapabilityRequest{})
 	return err
 }

@@ -67,7 +67,7 @@ func TestCacheForgetsExpiredAndNeverKeepsMisses(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "an expired entry is not used")
 
 	off := New(s.Pool).WithCache(0)
-	c, err = off.CapabilityGet(ctx, dbtest.TestCapability)
+	_, err = off.CapabilityGet(ctx, dbtest.TestCapability)
 	require.NoError(t, err)
 	_, err = s.Pool.Exec(ctx, `UPDATE capabilities SET max_attempts = 8`)
 	require.NoError(t, err)

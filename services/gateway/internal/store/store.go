@@ -23,9 +23,8 @@ import (
 
 // Sentinel errors of the store boundary.
 var (
-	ErrNotFound           = errors.New("not found")
-	ErrIdempotencyReused  = errors.New("idempotency key reused with a different request")
-	idempotencyConstraint = "executions_application_id_idempotency_key_key"
+	ErrNotFound          = errors.New("not found")
+	ErrIdempotencyReused = errors.New("idempotency key reused with a different request")
 )
 
 // Store is the gateway's data access.

@@ -11,8 +11,8 @@ import (
 	"github.com/integrations-platform/integrations/pkg/execution"
 )
 
-// AnyApplication, as ExecutionTimeline's applicationID, reads any application's execution: the
-// operator's view.
+// AnyApplication is the applicationID with which ExecutionTimeline reads any application's
+// execution: the operator's view.
 const AnyApplication = ""
 
 // ResponseStartLen is how much of a receiver's answer the timeline shows.

@@ -234,9 +234,9 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) (int, string) {
 // checkText says what is wrong with a free-text field, or "" if nothing. Control and format
 // characters are refused: a bidi override or zero-width character would make a listing lie about
 // what a key is for.
-func checkText(s string, max int) string {
-	if len(s) > max {
-		return fmt.Sprintf("at most %d bytes", max)
+func checkText(s string, maxLen int) string {
+	if len(s) > maxLen {
+		return fmt.Sprintf("at most %d bytes", maxLen)
 	}
 	if !utf8.ValidString(s) {
 		return "must be valid UTF-8"
