@@ -1,5 +1,5 @@
 // Package adaptercall calls adapters: one client connection per adapter endpoint, and every
-// answer — including a transport failure — normalised into an Outcome that the caller settles or
+// answer — including a transport failure — normalised into an execution.Outcome that the caller settles or
 // retries. Both the gateway (sync attempts) and the execution-consumer (async attempts) use it.
 package adaptercall
 
@@ -23,7 +23,6 @@ import (
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
@@ -37,51 +36,6 @@ const maxMessage = 1024
 
 // maxCode bounds an adapter's failure class and code as stored.
 const maxCode = 128
-
-// Kind is the shape of an adapter's answer.
-type Kind int
-
-// The kinds of outcome.
-const (
-	Completed Kind = iota + 1
-	Failed
-	Accepted
-)
-
-// Outcome is an adapter's answer to one attempt.
-type Outcome struct {
-	Kind Kind
-	// Result, for Completed.
-	Result *structpb.Struct
-	// Failure (class, code, message), Retryable and RetryAfter, for Failed.
-	Failure    execution.Failure
-	Retryable  bool
-	RetryAfter time.Duration
-	// Lease, for Accepted (0: the capability's default).
-	Lease time.Duration
-	// Cause is the transport's own error when the call got no answer of the adapter's, for our
-	// logs only: the stored Failure says it in words that name no address.
-	Cause error
-	// NotSent, for Failed: the adapter could not be reached and provably nothing of the request
-	// went out (see Pool.Execute), so no provider work can have started.
-	NotSent bool
-	// Refused, for Failed (always with NotSent): the adapter's SDK refused the platform's token
-	// before doing anything (its answer carries the TokenRefusedReason marker) — the signing key
-	// and the adapter's public keys disagree, or the adapter id. A configuration fault that an
-	// operator must see; the attempt is not spent (see Pool.Execute).
-	Refused bool
-	// Replayed, for Failed (never with NotSent): the adapter's SDK refused the token as used
-	// before. The platform signs a new token for every call, so another party used it first — a
-	// captured token, a possible attack, not a configuration fault — with this very request: the
-	// work may have run, and the attempt is spent.
-	Replayed bool
-	// MalformedRefusal, for Failed: the adapter answered something meant as the token-refusal
-	// marker that is not a well-formed one (platformtoken.ReadRefusal), in words for the log. A
-	// marker not taken is an ordinary failure and spends the attempt (Refused and Replayed are
-	// false); one taken despite a bad check has Refused or Replayed set. The adapter's author must
-	// hear of it: the callers log it at warning level.
-	MalformedRefusal string
-}
 
 // Adapter names the adapter a call goes to: its catalog id (the token's audience) and endpoint.
 type Adapter struct {
@@ -269,8 +223,8 @@ func (c responseCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 // InvalidResult is the permanent protocol failure of an adapter whose answer the platform cannot
 // take (it cannot decode it, or cannot store its result). why says what is wrong with it.
-func InvalidResult(why string) Outcome {
-	return Outcome{Kind: Failed, Failure: execution.Failure{
+func InvalidResult(why string) execution.Outcome {
+	return execution.Outcome{Kind: execution.OutcomeFailed, Failure: execution.Failure{
 		Class: execution.ClassProtocol, Code: InvalidResultCode,
 		Message: safetext.Truncate("adapter result refused: "+why, maxMessage),
 	}}
@@ -357,7 +311,7 @@ var errNotSentInTime = errors.New("adapter call not sent within the connect wait
 // marks (IsTokenRefusal): any other UNAUTHENTICATED answer — an adapter not on the SDK whose
 // provider refused its key, perhaps after doing the work — spends the attempt like any failure;
 // one carrying a malformed marker does too, and says what is wrong with it (MalformedRefusal).
-func (p *Pool) Execute(ctx context.Context, a Adapter, req *adapterv1.ExecuteRequest) Outcome {
+func (p *Pool) Execute(ctx context.Context, a Adapter, req *adapterv1.ExecuteRequest) execution.Outcome {
 	ep, err := p.endpoint(a.Endpoint)
 	if err != nil {
 		return transportFailure(err)
@@ -433,24 +387,24 @@ func (p *Pool) Execute(ctx context.Context, a Adapter, req *adapterv1.ExecuteReq
 	}
 	switch o := resp.GetOutcome().(type) {
 	case *adapterv1.ExecuteResponse_Completed:
-		return Outcome{Kind: Completed, Result: o.Completed.GetResult()}
+		return execution.Outcome{Kind: execution.OutcomeCompleted, Result: o.Completed.GetResult()}
 	case *adapterv1.ExecuteResponse_Failed:
 		return FromFailed(o.Failed)
 	case *adapterv1.ExecuteResponse_Accepted:
-		return Outcome{Kind: Accepted, Lease: o.Accepted.GetLease().AsDuration()}
+		return execution.Outcome{Kind: execution.OutcomeAccepted, Lease: o.Accepted.GetLease().AsDuration()}
 	}
-	return Outcome{Kind: Failed, Failure: execution.Failure{Class: execution.ClassProtocol, Message: "adapter answered no outcome"}}
+	return execution.Outcome{Kind: execution.OutcomeFailed, Failure: execution.Failure{Class: execution.ClassProtocol, Message: "adapter answered no outcome"}}
 }
 
 // notReachable is the outcome of a call that did not reach the adapter: nothing was sent.
-func notReachable() Outcome {
+func notReachable() execution.Outcome {
 	out := transportFailure(status.Error(codes.Unavailable, "adapter not reachable"))
 	out.NotSent = true
 	return out
 }
 
 // FromFailed normalises an adapter's Failed message (also used for callbacks).
-func FromFailed(f *adapterv1.Failed) Outcome {
+func FromFailed(f *adapterv1.Failed) execution.Outcome {
 	// The adapter's class and code are stored as text like its message: cleaned and bounded
 	// the same way, so that an adapter's NUL byte cannot fail the settlement and leave the
 	// attempt running until its lease ends.
@@ -461,20 +415,20 @@ func FromFailed(f *adapterv1.Failed) Outcome {
 			class = execution.ClassPermanent
 		}
 	}
-	return Outcome{
-		Kind:       Failed,
+	return execution.Outcome{
+		Kind:       execution.OutcomeFailed,
 		Failure:    execution.Failure{Class: class, Code: safetext.Truncate(f.GetCode(), maxCode), Message: safetext.Truncate(f.GetMessage(), maxMessage)},
 		Retryable:  f.GetRetryable(),
 		RetryAfter: f.GetRetryAfter().AsDuration(),
 	}
 }
 
-func transportFailure(err error) Outcome {
+func transportFailure(err error) execution.Outcome {
 	class := execution.ClassUnavailable
 	if status.Code(err) == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
 		class = execution.ClassTimeout
 	}
-	return Outcome{Kind: Failed, Retryable: true, Cause: err, Failure: execution.Failure{
+	return execution.Outcome{Kind: execution.OutcomeFailed, Retryable: true, Cause: err, Failure: execution.Failure{
 		Class: class, Code: status.Code(err).String(), Message: safetext.Truncate(transportMessage(err), maxMessage),
 	}}
 }

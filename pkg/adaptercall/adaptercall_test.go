@@ -54,7 +54,7 @@ func TestExecuteUnreachableIsNotSent(t *testing.T) {
 	start := time.Now()
 	out := p.Execute(ctx, adaptercall.Adapter{Endpoint: freeAddr(t)}, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
 
-	require.Equal(t, adaptercall.Failed, out.Kind)
+	require.Equal(t, execution.OutcomeFailed, out.Kind)
 	require.True(t, out.NotSent)
 	require.True(t, out.Retryable)
 	require.Less(t, time.Since(start), 20*time.Second, "bounded by the connect wait, not the call's deadline")
@@ -90,7 +90,7 @@ func TestExecuteCutAfterItWasSentIsSent(t *testing.T) {
 	p := adaptercall.NewPool()
 	t.Cleanup(func() { _ = p.Close() })
 
-	done := make(chan adaptercall.Outcome, 1)
+	done := make(chan execution.Outcome, 1)
 	go func() {
 		done <- p.Execute(context.Background(), adaptercall.Adapter{Endpoint: lis.Addr().String()}, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
 	}()
@@ -98,7 +98,7 @@ func TestExecuteCutAfterItWasSentIsSent(t *testing.T) {
 	srv.Stop() // the adapter dies with the request in hand
 
 	out := <-done
-	require.Equal(t, adaptercall.Failed, out.Kind)
+	require.Equal(t, execution.OutcomeFailed, out.Kind)
 	require.False(t, out.NotSent)
 	require.True(t, out.Retryable)
 }
@@ -112,7 +112,7 @@ func TestExecuteWaitsForAnAdapterComingUp(t *testing.T) {
 	t.Cleanup(func() { _ = p.Close() })
 	a := &hangingAdapter{received: make(chan struct{}, 1)}
 
-	done := make(chan adaptercall.Outcome, 1)
+	done := make(chan execution.Outcome, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -156,7 +156,7 @@ func TestExecuteFailsFastWhileTheAdapterIsDown(t *testing.T) {
 
 	start := time.Now()
 	const burst = 16
-	outs := make(chan adaptercall.Outcome, burst)
+	outs := make(chan execution.Outcome, burst)
 	for range burst {
 		go func() {
 			outs <- p.Execute(context.Background(), adaptercall.Adapter{Endpoint: addr}, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
@@ -194,7 +194,7 @@ func TestExecuteNotSentWithinTheConnectWaitIsCut(t *testing.T) {
 	// only be the connect wait, however loaded the machine.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	firstDone := make(chan adaptercall.Outcome, 1)
+	firstDone := make(chan execution.Outcome, 1)
 	go func() {
 		firstDone <- p.Execute(ctx, adaptercall.Adapter{Endpoint: lis.Addr().String()}, &adapterv1.ExecuteRequest{ExecutionId: "e1", Attempt: 1})
 	}()
@@ -202,7 +202,7 @@ func TestExecuteNotSentWithinTheConnectWaitIsCut(t *testing.T) {
 
 	start := time.Now()
 	out := p.Execute(ctx, adaptercall.Adapter{Endpoint: lis.Addr().String()}, &adapterv1.ExecuteRequest{ExecutionId: "e2", Attempt: 1})
-	require.Equal(t, adaptercall.Failed, out.Kind)
+	require.Equal(t, execution.OutcomeFailed, out.Kind)
 	require.True(t, out.NotSent, "%+v", out)
 	require.Less(t, time.Since(start), 20*time.Second, "cut at the connect wait, not the call's deadline")
 	select {
@@ -291,9 +291,9 @@ func TestExecuteWithoutTheAdaptersReceiptIsNotSent(t *testing.T) {
 		t.Cleanup(func() { _ = p.Close() })
 
 		first := p.Execute(context.Background(), adaptercall.Adapter{Endpoint: lis.Addr().String()}, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
-		require.Equal(t, adaptercall.Completed, first.Kind)
+		require.Equal(t, execution.OutcomeCompleted, first.Kind)
 
-		done := make(chan adaptercall.Outcome, 1)
+		done := make(chan execution.Outcome, 1)
 		go func() {
 			done <- p.Execute(context.Background(), adaptercall.Adapter{Endpoint: lis.Addr().String()}, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 2})
 		}()
@@ -301,7 +301,7 @@ func TestExecuteWithoutTheAdaptersReceiptIsNotSent(t *testing.T) {
 		srv.Stop() // the connection breaks
 
 		out := <-done
-		require.Equal(t, adaptercall.Failed, out.Kind)
+		require.Equal(t, execution.OutcomeFailed, out.Kind)
 		require.True(t, out.Retryable)
 		require.Equal(t, !acknowledge, out.NotSent, "acknowledged %v", acknowledge)
 	}
@@ -342,7 +342,7 @@ func TestExecuteUndecodableResponseIsInvalidResult(t *testing.T) {
 	out := p.Execute(context.Background(), adaptercall.Adapter{Endpoint: lis.Addr().String()}, &adapterv1.ExecuteRequest{ExecutionId: "e", Attempt: 1})
 
 	require.Equal(t, int32(1), a.calls.Load())
-	require.Equal(t, adaptercall.Failed, out.Kind)
+	require.Equal(t, execution.OutcomeFailed, out.Kind)
 	require.False(t, out.Retryable)
 	require.False(t, out.NotSent)
 	require.Equal(t, execution.ClassProtocol, out.Failure.Class)

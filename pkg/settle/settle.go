@@ -42,13 +42,13 @@ type Settler struct {
 //
 // The execution is returned as settled (or sent back to pending) for outcome.Recorded; it is nil for the
 // other verdicts.
-func (s Settler) Report(ctx context.Context, a Attempt, out adaptercall.Outcome) (*executionv1.Execution, outcome.Verdict, error) {
+func (s Settler) Report(ctx context.Context, a Attempt, out execution.Outcome) (*executionv1.Execution, outcome.Verdict, error) {
 	log := s.Log
 	if log == nil {
 		log = zap.NewNop()
 	}
 	o := outcome.Options{Until: a.Until, Log: log}
-	if out.Kind == adaptercall.Completed {
+	if out.Kind == execution.OutcomeCompleted {
 		var e *executionv1.Execution
 		o.What = "settle"
 		v, err := outcome.Do(ctx, o, func(ctx context.Context) error {
@@ -68,8 +68,8 @@ func (s Settler) Report(ctx context.Context, a Attempt, out adaptercall.Outcome)
 		log.Warn("adapter result refused; recorded as a protocol failure", zap.String("code", status.Code(err).String()))
 		out = ResultRefusedFailure(refusalDescription(err))
 	}
-	if out.Kind == adaptercall.Accepted {
-		out = adaptercall.Outcome{Kind: adaptercall.Failed, Failure: execution.Failure{
+	if out.Kind == execution.OutcomeAccepted {
+		out = execution.Outcome{Kind: execution.OutcomeFailed, Failure: execution.Failure{
 			Class: execution.ClassProtocol, Message: "adapter answered Accepted (long-running work) for a sync execution"}}
 	}
 	var e *executionv1.Execution
@@ -103,7 +103,7 @@ func refusalDescription(err error) string {
 
 // ResultRefusedFailure is the permanent protocol failure that replaces a result the platform
 // refused. why is the refusal's message (the platform's own wording about the result).
-func ResultRefusedFailure(why string) adaptercall.Outcome {
+func ResultRefusedFailure(why string) execution.Outcome {
 	return adaptercall.InvalidResult(why)
 }
 

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/integrations-platform/integrations/pkg/adaptercall"
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	"github.com/integrations-platform/integrations/pkg/execution"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
@@ -114,7 +113,7 @@ func TestSettlerRetriesASettlementOutage(t *testing.T) {
 	result, err := structpb.NewStruct(map[string]any{"ok": true})
 	require.NoError(t, err)
 	e, v, err := s.Report(context.Background(), settle.Attempt{ExecutionID: execID, Attempt: 1, Until: time.Now().Add(5 * time.Second)},
-		adaptercall.Outcome{Kind: adaptercall.Completed, Result: result})
+		execution.Outcome{Kind: execution.OutcomeCompleted, Result: result})
 	require.NoError(t, err)
 	require.Equal(t, outcome.Recorded, v)
 	require.Equal(t, executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, e.GetStatus())
@@ -128,7 +127,7 @@ func TestSettlerTurnsARefusedResultIntoAProtocolFailure(t *testing.T) {
 	s := settle.Settler{Client: serve(t, f)}
 	result := &structpb.Struct{Fields: map[string]*structpb.Value{"x": structpb.NewNumberValue(math.NaN())}}
 	e, v, err := s.Report(context.Background(), settle.Attempt{ExecutionID: execID, Attempt: 2, Until: time.Now().Add(5 * time.Second)},
-		adaptercall.Outcome{Kind: adaptercall.Completed, Result: result})
+		execution.Outcome{Kind: execution.OutcomeCompleted, Result: result})
 	require.NoError(t, err)
 	require.Equal(t, outcome.Recorded, v)
 	require.Equal(t, executionv1.ExecutionStatus_EXECUTION_STATUS_FAILED, e.GetStatus())
@@ -145,7 +144,7 @@ func TestSettlerMovedOnIsFinalNotAnError(t *testing.T) {
 	f := &fakeSettlement{fail: []error{grpcx.ToStatus(apperr.New(apperr.KindAborted, "STALE_ATTEMPT", "attempt 1 is not current")).Err()}}
 	s := settle.Settler{Client: serve(t, f)}
 	e, v, err := s.Report(context.Background(), settle.Attempt{ExecutionID: execID, Attempt: 1, Until: time.Now().Add(5 * time.Second)},
-		adaptercall.Outcome{Kind: adaptercall.Failed, Retryable: true, Failure: execution.Failure{Class: execution.ClassTransient}})
+		execution.Outcome{Kind: execution.OutcomeFailed, Retryable: true, Failure: execution.Failure{Class: execution.ClassTransient}})
 	require.NoError(t, err)
 	require.Equal(t, outcome.MovedOn, v)
 	require.Nil(t, e)
@@ -161,7 +160,7 @@ func TestSettlerGivesUpAtTheLease(t *testing.T) {
 	s := settle.Settler{Client: serve(t, f)}
 	until := time.Now().Add(300 * time.Millisecond)
 	_, v, err := s.Report(context.Background(), settle.Attempt{ExecutionID: execID, Attempt: 1, Until: until},
-		adaptercall.Outcome{Kind: adaptercall.Completed, Result: &structpb.Struct{}})
+		execution.Outcome{Kind: execution.OutcomeCompleted, Result: &structpb.Struct{}})
 	require.Equal(t, outcome.Expired, v)
 	// The last error is the service's answer, or the lease's end cutting the last try short.
 	require.Contains(t, []codes.Code{codes.Unavailable, codes.DeadlineExceeded}, status.Code(errors.Unwrap(err)), "%v", err)

@@ -42,6 +42,7 @@ import (
 
 	"github.com/integrations-platform/integrations/bench/internal/accept"
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
+	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	"github.com/integrations-platform/integrations/pkg/webhook"
@@ -160,8 +161,8 @@ func (w *executeWorker) Work(ctx context.Context, job *river.Job[ExecuteArgs]) e
 	})
 	cancel()
 	switch out.Kind {
-	case adaptercall.Completed:
-	case adaptercall.Failed:
+	case execution.OutcomeCompleted:
+	case execution.OutcomeFailed:
 		err := fmt.Errorf("adapter: %s %s", out.Failure.Class, out.Failure.Code)
 		if out.Retryable {
 			return err

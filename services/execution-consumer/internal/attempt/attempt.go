@@ -130,7 +130,7 @@ func (h *Handler) Handle(ctx context.Context, m *mq.Message) mq.Result {
 	if out.NotSent {
 		return h.unreachable(ctx, logger, started, out)
 	}
-	if ctx.Err() != nil && out.Kind == adaptercall.Failed {
+	if ctx.Err() != nil && out.Kind == execution.OutcomeFailed {
 		// Our own shutdown cut the call short: that is not the adapter failing. The attempt stays
 		// running and its lease decides what follows; redelivering the message could not start
 		// it again.
@@ -164,7 +164,7 @@ const (
 // dropped — the execution left pending with neither record nor message until its deadline. At the
 // deadline there is no time for another try: the failure is reported as any other, and settles
 // the execution failed with retry_exhausted.budget.
-func (h *Handler) unreachable(ctx context.Context, logger *zap.Logger, started *store.Started, out adaptercall.Outcome) mq.Result {
+func (h *Handler) unreachable(ctx context.Context, logger *zap.Logger, started *store.Started, out execution.Outcome) mq.Result {
 	// A refused token is a configuration fault (signing key, public keys or adapter id disagree),
 	// not an outage: said at error level on each branch, with what became of the attempt.
 	refused := func(msg string, fields ...zap.Field) {
@@ -277,21 +277,21 @@ const recordFloor = 10 * time.Second
 // lease), through the one outcome reporter: retried until the attempt's lease (at least
 // recordFloor from now), a refused result reported as a protocol failure, and an attempt that
 // moved on meanwhile left as it is.
-func (h *Handler) record(ctx context.Context, logger *zap.Logger, started *store.Started, out adaptercall.Outcome) error {
+func (h *Handler) record(ctx context.Context, logger *zap.Logger, started *store.Started, out execution.Outcome) error {
 	until := started.LocalLeaseEnd()
 	if floor := time.Now().Add(recordFloor); until.Before(floor) {
 		until = floor
 	}
 	a := settle.Attempt{ExecutionID: started.ExecutionID, Attempt: started.Attempt, Until: until}
 	switch out.Kind {
-	case adaptercall.Completed, adaptercall.Failed:
-		if out.Kind == adaptercall.Failed {
+	case execution.OutcomeCompleted, execution.OutcomeFailed:
+		if out.Kind == execution.OutcomeFailed {
 			logger.Info("attempt failed", zap.String("class", out.Failure.Class), zap.Bool("retryable", out.Retryable), zap.NamedError("transport", out.Cause))
 		}
 		_, v, err := settle.Settler{Client: h.settlement, Log: logger}.Report(ctx, a, out)
 		logger.Debug("attempt outcome reported", zap.Stringer("verdict", v))
 		return err
-	case adaptercall.Accepted:
+	case execution.OutcomeAccepted:
 		// The adapter may ask for less than the capability's lease, never more: a lease beyond it
 		// would let a silent adapter hold the attempt until the budget ends instead of being
 		// retried (the store also keeps the lease within the deadline).

@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
-	"github.com/integrations-platform/integrations/pkg/adaptercall"
+	"github.com/integrations-platform/integrations/pkg/execution"
 	"github.com/integrations-platform/integrations/pkg/metrics"
 )
 
@@ -25,13 +25,13 @@ var (
 )
 
 // callOutcome is the outcome label of an adapter call.
-func callOutcome(out adaptercall.Outcome) string {
+func callOutcome(out execution.Outcome) string {
 	switch {
 	case out.NotSent:
 		return "not_sent"
-	case out.Kind == adaptercall.Completed:
+	case out.Kind == execution.OutcomeCompleted:
 		return "completed"
-	case out.Kind == adaptercall.Accepted:
+	case out.Kind == execution.OutcomeAccepted:
 		return "accepted"
 	}
 	return "failed"

@@ -285,7 +285,7 @@ func (s *Server) invokeSync(ctx context.Context, n store.NewExecution, c *store.
 		s.log.Warn("adapter answered a malformed token-refusal marker", log.ExecutionID(row.ID),
 			zap.String("adapter_id", c.AdapterID), zap.String("problem", out.MalformedRefusal), zap.Bool("attempt_spent", !out.NotSent))
 	}
-	if out.Kind == adaptercall.Failed && out.NotSent {
+	if out.Kind == execution.OutcomeFailed && out.NotSent {
 		if resp, done, err := s.withdrawSync(ctx, row); done {
 			return resp, err
 		}
@@ -356,7 +356,7 @@ const syncAnswerFloor = 2 * time.Second
 // with its idempotency key) shows it.
 //
 // deadline is the sync deadline on this host's monotonic clock, no later than the database's.
-func (s *Server) reportSync(ctx context.Context, row *execution.Row, deadline time.Time, out adaptercall.Outcome) (*gatewayv1.InvokeCapabilityResponse, error) {
+func (s *Server) reportSync(ctx context.Context, row *execution.Row, deadline time.Time, out execution.Outcome) (*gatewayv1.InvokeCapabilityResponse, error) {
 	type reported struct {
 		e   *executionv1.Execution
 		v   outcome.Verdict
