@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
+
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,7 +22,6 @@ import (
 	"github.com/integrations-platform/integrations/pkg/catalog"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
-	"github.com/integrations-platform/integrations/pkg/webhook"
 )
 
 // receiver is the application's webhook consumer: it verifies every signature and hands the
@@ -50,7 +51,7 @@ func newReceiver(t *testing.T) *receiver {
 		r.mu.Lock()
 		secret := r.secret
 		r.mu.Unlock()
-		if err := webhook.Verify(secret, req.Header, body, time.Now(), webhook.DefaultTolerance); err != nil {
+		if err := webhooks.Verify(req.Header, body, secret); err != nil {
 			r.bad <- err
 			w.WriteHeader(http.StatusUnauthorized)
 			return
@@ -75,7 +76,7 @@ func newReceiver(t *testing.T) *receiver {
 		if problem := contract.checkWebhook(req.Header, m); problem != "" {
 			t.Errorf("%s", problem)
 		}
-		r.events <- receivedEvent{ID: req.Header.Get(webhook.HeaderID), Body: m}
+		r.events <- receivedEvent{ID: req.Header.Get(webhooks.HeaderID), Body: m}
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(r.srv.Close)

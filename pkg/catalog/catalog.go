@@ -23,6 +23,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.yaml.in/yaml/v3"
@@ -491,7 +493,7 @@ func keepRevokedKeyDead(ctx context.Context, tx pgx.Tx, appID string) error {
 func applyConsumer(ctx context.Context, tx pgx.Tx, appID string, c *Consumer, box *secret.Box) error {
 	var sealedNew []byte
 	if box != nil {
-		fresh, err := webhook.NewSecret()
+		fresh, err := webhooks.NewSecret()
 		if err != nil {
 			return err
 		}

@@ -31,6 +31,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -45,7 +47,6 @@ import (
 	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
-	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 )
 
@@ -212,7 +213,7 @@ func (w *webhookWorker) Work(ctx context.Context, job *river.Job[WebhookArgs]) e
 		return river.JobCancel(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if err := webhook.SetHeaders(req.Header, w.secret, job.Args.EventID, time.Now(), job.Args.Body); err != nil {
+	if err := webhooks.SetHeaders(req.Header, []string{w.secret}, job.Args.EventID, time.Now(), job.Args.Body); err != nil {
 		return river.JobCancel(fmt.Errorf("sign: %w", err))
 	}
 	resp, err := w.http.Do(req)

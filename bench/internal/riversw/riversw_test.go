@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
+
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
@@ -19,7 +21,6 @@ import (
 	"github.com/integrations-platform/integrations/bench/internal/load"
 	"github.com/integrations-platform/integrations/bench/internal/stack"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
-	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/sdk/go/adapter"
 	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 
@@ -97,7 +98,7 @@ func start(t *testing.T, ctx context.Context) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(receiver.Close)
-	secret, err := webhook.NewSecret()
+	secret, err := webhooks.NewSecret()
 	if err != nil {
 		t.Fatal(err)
 	}

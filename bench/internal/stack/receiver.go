@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/integrations-platform/integrations/pkg/webhook"
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
 )
 
 // Event is one webhook delivery the receiver got.
@@ -94,7 +94,7 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		r.failed.Add(1)
 	}
 	if secret != "" {
-		ev.VerifyErr = webhook.Verify(secret, req.Header, body, at, 5*time.Minute)
+		ev.VerifyErr = webhooks.Verifier{Secrets: []string{secret}, Tolerance: 5 * time.Minute, Now: func() time.Time { return at }}.Verify(req.Header, body)
 	}
 	r.received.Add(1)
 	if ev.VerifyErr != nil {

@@ -15,9 +15,9 @@ import (
 	"sync"
 	"time"
 
-	"go.uber.org/zap"
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
 
-	"github.com/integrations-platform/integrations/pkg/webhook"
+	"go.uber.org/zap"
 )
 
 // MaxBody bounds a request body; completion events are far smaller.
@@ -98,8 +98,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no signing secret configured yet", http.StatusServiceUnavailable)
 		return
 	}
-	id := r.Header.Get(webhook.HeaderID)
-	if err := webhook.Verify(secret, r.Header, body, h.now(), webhook.DefaultTolerance); err != nil {
+	id := r.Header.Get(webhooks.HeaderID)
+	v := webhooks.Verifier{Secrets: []string{secret}, Now: h.now}
+	if err := v.Verify(r.Header, body); err != nil {
 		h.log.Warn("webhook rejected", zap.String("webhook_id", id), zap.Error(err))
 		http.Error(w, "invalid signature", http.StatusUnauthorized)
 		return

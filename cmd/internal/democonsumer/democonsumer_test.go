@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
+
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/integrations-platform/integrations/cmd/internal/democonsumer"
-	"github.com/integrations-platform/integrations/pkg/webhook"
 )
 
 const body = `{"id":"evt_1","type":"execution.completed","timestamp":"2026-01-01T00:00:00Z",
@@ -43,7 +44,7 @@ func (l *lockedBuffer) String() string {
 func post(t *testing.T, h http.Handler, secret, id string) int {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodPost, "/events", strings.NewReader(body))
-	require.NoError(t, webhook.SetHeaders(req.Header, secret, id, time.Now(), []byte(body)))
+	require.NoError(t, webhooks.SetHeaders(req.Header, []string{secret}, id, time.Now(), []byte(body)))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	return rec.Code
@@ -51,9 +52,9 @@ func post(t *testing.T, h http.Handler, secret, id string) int {
 
 func TestEvents(t *testing.T) {
 	t.Parallel()
-	secret, err := webhook.NewSecret()
+	secret, err := webhooks.NewSecret()
 	require.NoError(t, err)
-	other, err := webhook.NewSecret()
+	other, err := webhooks.NewSecret()
 	require.NoError(t, err)
 	out := &lockedBuffer{}
 	h := democonsumer.New(democonsumer.StaticSecret(secret), out, zaptest.NewLogger(t))
@@ -70,7 +71,7 @@ func TestEvents(t *testing.T) {
 
 func TestSecretFileIsReadOnEachRequest(t *testing.T) {
 	t.Parallel()
-	secret, err := webhook.NewSecret()
+	secret, err := webhooks.NewSecret()
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "secret")
 	h := democonsumer.New(democonsumer.FileSecret(path), &lockedBuffer{}, zaptest.NewLogger(t))

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
+
 	"github.com/google/uuid"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/assert"
@@ -187,7 +189,7 @@ func setup(t *testing.T, o options) *bundle {
 // setConsumer registers app's consumer with a fresh signing secret, and returns the secret.
 func (b *bundle) setConsumer(t *testing.T, app, kind, endpoint string) string {
 	t.Helper()
-	signing, err := webhook.NewSecret()
+	signing, err := webhooks.NewSecret()
 	require.NoError(t, err)
 	sealed, err := b.box.Seal([]byte(signing))
 	require.NoError(t, err)
@@ -334,7 +336,7 @@ func TestFailingConsumerGetsSixAttemptsThenRedeliveryOnce(t *testing.T) {
 	require.Len(t, got, 6, "six attempts, then dead")
 	for i := 1; i < len(got); i++ {
 		assert.GreaterOrEqual(t, got[i].at.Sub(got[i-1].at), delays[i-1], "gap before attempt %d", i+1)
-		assert.Equal(t, id, got[i].header.Get(webhook.HeaderID), "every attempt carries the event id")
+		assert.Equal(t, id, got[i].header.Get(webhooks.HeaderID), "every attempt carries the event id")
 	}
 	rows := b.deliveries(t, id)
 	require.Len(t, rows, 6)
@@ -471,7 +473,7 @@ func TestRotationSignsWithBothSecrets(t *testing.T) {
 	b := setup(t, options{})
 	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	current := b.setConsumer(t, dbtest.TestApp, "webhook", rc.srv.URL)
-	previous, err := webhook.NewSecret()
+	previous, err := webhooks.NewSecret()
 	require.NoError(t, err)
 	sealedPrev, err := b.box.Seal([]byte(previous))
 	require.NoError(t, err)
@@ -484,9 +486,9 @@ func TestRotationSignsWithBothSecrets(t *testing.T) {
 	b.awaitStatus(t, id, "delivered", 10*time.Second)
 	got := rc.requests()
 	require.Len(t, got, 1)
-	require.Len(t, strings.Fields(got[0].header.Get(webhook.HeaderSignature)), 2)
+	require.Len(t, strings.Fields(got[0].header.Get(webhooks.HeaderSignature)), 2)
 	for _, s := range []string{current, previous} {
-		assert.NoError(t, webhook.Verify(s, got[0].header, got[0].body, time.Now(), webhook.DefaultTolerance))
+		assert.NoError(t, webhooks.Verify(got[0].header, got[0].body, s))
 		wh, err := standardwebhooks.NewWebhook(s)
 		require.NoError(t, err)
 		assert.NoError(t, wh.Verify(got[0].body, got[0].header), "the reference library verifies")
@@ -500,9 +502,9 @@ func TestRotationSignsWithBothSecrets(t *testing.T) {
 	b.awaitStatus(t, id2, "delivered", 10*time.Second)
 	got = rc.requests()
 	require.Len(t, got, 2)
-	require.Len(t, strings.Fields(got[1].header.Get(webhook.HeaderSignature)), 1)
-	assert.NoError(t, webhook.Verify(current, got[1].header, got[1].body, time.Now(), webhook.DefaultTolerance))
-	assert.Error(t, webhook.Verify(previous, got[1].header, got[1].body, time.Now(), webhook.DefaultTolerance))
+	require.Len(t, strings.Fields(got[1].header.Get(webhooks.HeaderSignature)), 1)
+	assert.NoError(t, webhooks.Verify(got[1].header, got[1].body, current))
+	assert.Error(t, webhooks.Verify(got[1].header, got[1].body, previous))
 }
 
 func TestNextDelay(t *testing.T) {

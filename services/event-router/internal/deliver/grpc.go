@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -190,7 +192,7 @@ func (c *grpcClients) deliver(ctx context.Context, t grpcTarget, secrets []strin
 		return result{err: err, category: webhook.CategoryOther}
 	}
 	now := time.Now()
-	sigs, err := webhook.SignRotating(secrets, req.GetId(), now, req.GetBody())
+	sigs, err := webhooks.SignAll(secrets, req.GetId(), now, req.GetBody())
 	if err != nil {
 		return result{err: err, category: webhook.CategoryOther}
 	}
@@ -199,7 +201,7 @@ func (c *grpcClients) deliver(ctx context.Context, t grpcTarget, secrets []strin
 		return result{err: err, category: webhook.CategoryTLS}
 	}
 	ctx = metadata.AppendToOutgoingContext(ctx,
-		webhook.HeaderID, req.GetId(), webhook.HeaderTimestamp, webhook.Timestamp(now), webhook.HeaderSignature, sigs)
+		webhooks.HeaderID, req.GetId(), webhooks.HeaderTimestamp, webhooks.Timestamp(now), webhooks.HeaderSignature, sigs)
 	// WaitForReady: a connection still backing off from an earlier outage would otherwise fail
 	// the attempt at once after the consumer recovered; the attempt's deadline bounds the wait.
 	var p peer.Peer

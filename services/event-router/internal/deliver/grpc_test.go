@@ -123,7 +123,7 @@ func (c *consumerServer) calls() []recorded {
 // reference library.
 func standardHeaders(md metadata.MD) http.Header {
 	h := http.Header{}
-	for _, k := range []string{webhook.HeaderID, webhook.HeaderTimestamp, webhook.HeaderSignature} {
+	for _, k := range []string{webhooks.HeaderID, webhooks.HeaderTimestamp, webhooks.HeaderSignature} {
 		for _, v := range md.Get(k) {
 			h.Add(k, v)
 		}
@@ -143,7 +143,7 @@ func TestGRPCConsumer(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{resolver: fakeDNS(t, "127.0.0.1")})
 	cs := &consumerServer{}
-	previous, err := webhook.NewSecret()
+	previous, err := webhooks.NewSecret()
 	require.NoError(t, err)
 	// The consumer verifies every call with the secret it knows, as a receiver would (known
 	// once registered, after the consumer has an address).
@@ -176,8 +176,8 @@ func TestGRPCConsumer(t *testing.T) {
 	assert.Equal(t, "succeeded", req.GetData().GetFields()["status"].GetStringValue())
 	assert.WithinDuration(t, time.Now(), req.GetTime().AsTime(), time.Minute)
 	for i, call := range got {
-		assert.Equal(t, []string{id}, call.md.Get(webhook.HeaderID), "call %d", i+1)
-		require.Len(t, strings.Fields(strings.Join(call.md.Get(webhook.HeaderSignature), " ")), 2, "call %d: one signature per secret", i+1)
+		assert.Equal(t, []string{id}, call.md.Get(webhooks.HeaderID), "call %d", i+1)
+		require.Len(t, strings.Fields(strings.Join(call.md.Get(webhooks.HeaderSignature), " ")), 2, "call %d: one signature per secret", i+1)
 		for _, s := range []string{current, previous} {
 			assert.NoError(t, webhooks.VerifyDelivery(call.md, call.req, s), "call %d", i+1)
 			wh, err := standardwebhooks.NewWebhook(s)
@@ -203,8 +203,8 @@ func TestGRPCConsumer(t *testing.T) {
 	got = cs.calls()
 	require.Len(t, got, 3)
 	last := got[2]
-	require.Len(t, last.md.Get(webhook.HeaderSignature), 1)
-	require.Len(t, strings.Fields(last.md.Get(webhook.HeaderSignature)[0]), 1)
+	require.Len(t, last.md.Get(webhooks.HeaderSignature), 1)
+	require.Len(t, strings.Fields(last.md.Get(webhooks.HeaderSignature)[0]), 1)
 	assert.NoError(t, webhooks.VerifyDelivery(last.md, last.req, current))
 	assert.ErrorIs(t, webhooks.VerifyDelivery(last.md, last.req, previous), webhooks.ErrUnverified)
 }
@@ -250,7 +250,7 @@ func TestGRPCConsumerWrongCA(t *testing.T) {
 
 func otherSecret(t *testing.T) string {
 	t.Helper()
-	s, err := webhook.NewSecret()
+	s, err := webhooks.NewSecret()
 	require.NoError(t, err)
 	return s
 }

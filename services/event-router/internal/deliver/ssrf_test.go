@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/dns/dnsmessage"
@@ -209,7 +211,7 @@ func TestRedirectIsNotFollowed(t *testing.T) {
 // TestAttemptCategories: each way a webhook or gRPC attempt fails is told by its category.
 func TestAttemptCategories(t *testing.T) {
 	t.Parallel()
-	secret, err := webhook.NewSecret()
+	secret, err := webhooks.NewSecret()
 	require.NoError(t, err)
 	ev := &store.Delivery{EventID: "evt-1", Type: "execution.completed", CreatedAt: time.Now(),
 		Payload: []byte(`{"type":"execution.completed","data":{"status":"succeeded"}}`)}
@@ -358,7 +360,7 @@ func TestConsumerNamesResolvedRooted(t *testing.T) {
 	t.Parallel()
 	ev := &store.Delivery{EventID: "evt-1", Type: "execution.completed", CreatedAt: time.Now(),
 		Payload: []byte(`{"type":"execution.completed","data":{"status":"succeeded"}}`)}
-	secret, err := webhook.NewSecret()
+	secret, err := webhooks.NewSecret()
 	require.NoError(t, err)
 	dev := webhook.Policy{AllowPrivate: true, AllowHTTP: true}
 	resolver, asked := fakeDNSAsked(t, "127.0.0.1")
@@ -433,7 +435,7 @@ func TestDenyListAtDial(t *testing.T) {
 	t.Parallel()
 	ev := &store.Delivery{EventID: "evt-1", Type: "execution.completed", CreatedAt: time.Now(),
 		Payload: []byte(`{"type":"execution.completed","data":{}}`)}
-	secret, err := webhook.NewSecret()
+	secret, err := webhooks.NewSecret()
 	require.NoError(t, err)
 	deny, err := webhook.ParseDenyCIDRs("127.0.0.0/8")
 	require.NoError(t, err)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
+
 	"github.com/integrations-platform/integrations/pkg/safetext"
 	"github.com/integrations-platform/integrations/pkg/telemetry"
 	"github.com/integrations-platform/integrations/pkg/webhook"
@@ -60,7 +62,7 @@ func (c *webhookClient) post(ctx context.Context, url string, secrets []string, 
 	req.Header.Set("User-Agent", "integrations-event-router/1")
 	// The receiver may continue the execution's trace: the delivery's span is the parent.
 	telemetry.InjectHTTP(ctx, req.Header)
-	if err := webhook.SetHeadersRotating(req.Header, secrets, ev.EventID, time.Now(), ev.Payload); err != nil {
+	if err := webhooks.SetHeaders(req.Header, secrets, ev.EventID, time.Now(), ev.Payload); err != nil {
 		return result{err: err, category: webhook.CategoryOther}
 	}
 	resp, err := c.client.Do(req)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
+
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -255,7 +257,7 @@ func redriveTarget(appID string, since *time.Time) string {
 
 // RotateSigningSecret implements GatewayService.RotateSigningSecret.
 func (s *Server) RotateSigningSecret(ctx context.Context, _ *gatewayv1.RotateSigningSecretRequest) (*gatewayv1.RotateSigningSecretResponse, error) {
-	fresh, err := webhook.NewSecret()
+	fresh, err := webhooks.NewSecret()
 	if err != nil {
 		return nil, err
 	}

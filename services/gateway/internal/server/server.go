@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
+
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -806,7 +808,7 @@ func (s *Server) SetConsumer(ctx context.Context, req *gatewayv1.SetConsumerRequ
 	default:
 		return nil, apperr.Invalid("consumer", "required: {\"webhook\": {\"url\": \"https://...\"}} or {\"grpc\": {\"target\": \"host:port\"}}")
 	}
-	fresh, err := webhook.NewSecret()
+	fresh, err := webhooks.NewSecret()
 	if err != nil {
 		return nil, err
 	}
