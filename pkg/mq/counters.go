@@ -11,7 +11,6 @@ import (
 // Counters is a snapshot of one route's durability counters since Dial. Read them as an account:
 // every application publish is Confirmed or Returned or failed; every delivery ends Acknowledged,
 // Retried, DeadLettered, Deferred, Requeued, Superseded or Lost. Diagnostic probes are not counted.
-
 type Counters struct {
 	Published    uint64 // application messages written to the broker (Publish, PublishAll)
 	Confirmed    uint64 // of those, confirmed by the broker and not returned

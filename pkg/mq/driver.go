@@ -57,7 +57,7 @@ type link[M any] interface {
 	// gone, or the broker cancelled it): its deliveries are stale from now on, and the broker
 	// redelivers them. reason is why it ended; ours, that the broker ended it for a protocol error
 	// of the port's own (a settlement it refused: a bug, counted lost).
-	lose(s stream[M]) (reason error, ours bool)
+	lose(s stream[M]) (ours bool, reason error)
 	// recycle ends a live stream, so that the broker returns every delivery it holds unsettled on
 	// it: a worker asked for it (settle's recycle) to return one it could neither settle nor give
 	// back. Its deliveries are stale once recycle returns.

@@ -257,7 +257,7 @@ func resubscribeBackoff() *backoff.ExponentialBackOff {
 func (o *owner[M]) lose() {
 	s := o.s
 	o.s = nil
-	reason, ours := o.l.lose(s)
+	ours, reason := o.l.lose(s)
 	dropped := o.drop(s)
 	if ours {
 		// What settling a delivery the broker no longer holds looks like (RabbitMQ's 406

@@ -146,23 +146,6 @@ func (tb *bundle) depth(t *testing.T, queue string) int {
 	return q.Messages
 }
 
-// getOne takes one message from a queue with basic.get, waiting for it to arrive.
-func (tb *bundle) getOne(t *testing.T, queue string) amqp.Delivery {
-	t.Helper()
-	var d amqp.Delivery
-	require.Eventually(t, func() bool {
-		got, ok, err := tb.ch.Get(queue, true)
-		require.NoError(t, err)
-		d = got
-		return ok
-	}, waitFor, 20*time.Millisecond, "no message in %s", queue)
-	return d
-}
-
-func (tb *bundle) counters(route string) func() Counters {
-	return func() Counters { return tb.b.Counters(route) }
-}
-
 // seen records what a handler observed, for assertions after the fact.
 type seen struct {
 	Attempt     int

@@ -158,7 +158,7 @@ func (l *rabbitLink) subscribe(ctx context.Context) (stream[amqp.Delivery], erro
 // cancelled the consumer because the queue was deleted. The broker requeues everything unacked on
 // it. A channel the broker closed for a protocol error of ours (406 PRECONDITION_FAILED "unknown
 // delivery tag": on a consuming channel settlements are all the port sends) is reported as ours.
-func (l *rabbitLink) lose(st stream[amqp.Delivery]) (reason error, ours bool) {
+func (l *rabbitLink) lose(st stream[amqp.Delivery]) (ours bool, reason error) {
 	s := st.(*rabbitStream)
 	s.dead.Store(true)
 	select {
@@ -172,7 +172,7 @@ func (l *rabbitLink) lose(st stream[amqp.Delivery]) (reason error, ours bool) {
 		s.ch.Close() //nolint:errcheck // retiring it either way
 	}
 	var ae *amqp.Error
-	return reason, errors.As(reason, &ae) && ourFault(ae.Code)
+	return errors.As(reason, &ae) && ourFault(ae.Code), reason
 }
 
 // recycle closes the stream's channel, which returns what it holds; RabbitMQ's requeue is a nack,
@@ -391,7 +391,8 @@ func (l *rabbitLink) cancelConsumer(s *rabbitStream) bool {
 	// close. The call's goroutine returns when the connection goes (done is buffered).
 	t.Reset(grace)
 	select {
-	case <-done:
+	case err := <-done:
+		_ = err // the cancel's own answer: the channel is closed whatever it says
 	case <-t.C:
 		l.c.log.Warn("mq consumer cancel still unanswered after its channel's close; leaving it to the connection",
 			zap.Uint64("generation", s.gen))

@@ -257,7 +257,7 @@ func (l *stompLink) retire(s *stompStream, wait bool) {
 
 // lose retires a subscription whose channel closed: its connection ended (a network fault, a
 // heart-beat timeout, an ERROR frame). The broker returns everything unacknowledged on it.
-func (l *stompLink) lose(st stream[*stomp.Message]) (error, bool) {
+func (l *stompLink) lose(st stream[*stomp.Message]) (ours bool, reason error) {
 	s := st.(*stompStream)
 	l.retire(s, false)
 	err := s.conn.Err()
@@ -265,7 +265,7 @@ func (l *stompLink) lose(st stream[*stomp.Message]) (error, bool) {
 	if l.conn == s.conn {
 		l.conn = nil
 	}
-	return err, false
+	return false, err
 }
 
 // recycle ends s (UNSUBSCRIBE), so that the broker returns the delivery a worker left
