@@ -89,7 +89,7 @@ func keyStore(ctx context.Context, k *service.Kit, cfg svcconfig.Config) (*store
 	st := store.New(k.Pool).WithCache(cfg.CacheTTL).WithLastUsed(time.Minute)
 	// Catalog keys are judged by catalog apply, where they are seen in clear; the rule is the
 	// admin token's.
-	weakApps, err := st.WeakCatalogKeys(ctx)
+	weakApps, unjudged, err := st.CatalogKeyStrength(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -101,10 +101,6 @@ func keyStore(ctx context.Context, k *service.Kit, cfg svcconfig.Config) (*store
 		k.Log.Warn("weak catalog key allowed on loopback", zap.String("problem", warning))
 	}
 	// A key declared by its hash is never judged: the operator is told which ones at each start.
-	unjudged, err := st.UnjudgedCatalogKeys(ctx)
-	if err != nil {
-		return nil, err
-	}
 	if len(unjudged) > 0 {
 		k.Log.Warn("catalog keys of unknown strength: declared by their hash (or applied before migration 00021), never seen in clear; make sure each is 32 random bytes",
 			zap.Strings("applications", unjudged))

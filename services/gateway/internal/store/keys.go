@@ -264,40 +264,35 @@ func (s *Store) ListKeys(ctx context.Context, appID string) ([]KeyInfo, error) {
 	return out, nil
 }
 
-// WeakCatalogKeys lists, in order, the applications whose catalog key `catalog apply` recorded
-// weak (api_keys.weak) and that still authenticates: neither revoked nor expired. A key never seen
-// in clear has no verdict and is not listed.
-func (s *Store) WeakCatalogKeys(ctx context.Context) ([]string, error) {
+// CatalogKeyStrength lists, in order, the applications whose catalog key still authenticates
+// (neither revoked nor expired) and is either recorded weak by `catalog apply` (api_keys.weak) or
+// was never seen in clear — declared by its hash, or applied before migration 00021 — so that
+// nothing says whether it is strong. One read, at the gateway's start.
+func (s *Store) CatalogKeyStrength(ctx context.Context) (weak, unjudged []string, err error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT application_id FROM api_keys
-		WHERE source = 'catalog' AND weak AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+		SELECT application_id, weak IS NOT NULL FROM api_keys
+		WHERE source = 'catalog' AND weak IS NOT FALSE AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
 		ORDER BY application_id`)
 	if err != nil {
-		return nil, fmt.Errorf("read weak catalog keys: %w", err)
+		return nil, nil, fmt.Errorf("read the catalog keys' strength: %w", err)
 	}
-	apps, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("read weak catalog keys: %w", err)
+	defer rows.Close()
+	for rows.Next() {
+		var app string
+		var judged bool
+		if err := rows.Scan(&app, &judged); err != nil {
+			return nil, nil, fmt.Errorf("read the catalog keys' strength: %w", err)
+		}
+		if judged {
+			weak = append(weak, app)
+		} else {
+			unjudged = append(unjudged, app)
+		}
 	}
-	return apps, nil
-}
-
-// UnjudgedCatalogKeys lists, in order, the applications whose catalog key still authenticates but
-// was never seen in clear by `catalog apply` (declared by its hash, or applied before migration
-// 00021): nothing says whether it is strong.
-func (s *Store) UnjudgedCatalogKeys(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT application_id FROM api_keys
-		WHERE source = 'catalog' AND weak IS NULL AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
-		ORDER BY application_id`)
-	if err != nil {
-		return nil, fmt.Errorf("read unjudged catalog keys: %w", err)
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read the catalog keys' strength: %w", err)
 	}
-	apps, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("read unjudged catalog keys: %w", err)
-	}
-	return apps, nil
+	return weak, unjudged, nil
 }
 
 // RevokeKey revokes an application's key; revoking a revoked key changes nothing. This replica

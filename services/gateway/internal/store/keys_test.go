@@ -486,11 +486,9 @@ func TestWeakCatalogKeysListsTheKeysThatStillAuthenticate(t *testing.T) {
 	s.ApplyCatalog(t, "applications:\n  - id: app-strong\n    api_key: "+strong.Token+"\n  - id: app-weak\n    api_key: weak-but-16-chars-long\n")
 	// A key given by its hash has no verdict, whatever it is.
 	s.ApplyCatalog(t, fmt.Sprintf("applications:\n  - id: app-hashed\n    api_key_sha256: %x\n", apikey.Hash("short-and-hashed-key")))
-	weak, err := st.WeakCatalogKeys(ctx)
+	weak, unjudged, err := st.CatalogKeyStrength(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{dbtest.TestApp, "app-weak"}, weak)
-	unjudged, err := st.UnjudgedCatalogKeys(ctx)
-	require.NoError(t, err)
 	require.Equal(t, []string{"app-hashed"}, unjudged, "the one declared by its hash")
 
 	// A revoked weak key authenticates no one: the gateway need not refuse to start over it.
@@ -502,7 +500,7 @@ func TestWeakCatalogKeysListsTheKeysThatStillAuthenticate(t *testing.T) {
 	// Nor an expired one.
 	_, err = s.Pool.Exec(ctx, `UPDATE api_keys SET expires_at = now() - interval '1 second' WHERE application_id = $1`, dbtest.TestApp)
 	require.NoError(t, err)
-	weak, err = st.WeakCatalogKeys(ctx)
+	weak, _, err = st.CatalogKeyStrength(ctx)
 	require.NoError(t, err)
 	require.Empty(t, weak)
 }
