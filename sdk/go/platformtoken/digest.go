@@ -111,23 +111,23 @@ func (d *digester) str(s string) {
 }
 
 func (d *digester) timestamp(t *timestamppb.Timestamp) {
-	if t == nil {
-		d.tag('-')
-		return
-	}
-	d.tag('t')
-	d.u64(uint64(t.GetSeconds()))
-	d.u64(uint64(int64(t.GetNanos())))
+	d.secondsNanos(t != nil, t.GetSeconds(), t.GetNanos())
 }
 
 func (d *digester) duration(t *durationpb.Duration) {
-	if t == nil {
+	d.secondsNanos(t != nil, t.GetSeconds(), t.GetNanos())
+}
+
+// secondsNanos writes a Timestamp or a Duration, which are encoded alike: '-' when absent, else
+// 't', the seconds and the nanoseconds.
+func (d *digester) secondsNanos(present bool, secs int64, nanos int32) {
+	if !present {
 		d.tag('-')
 		return
 	}
 	d.tag('t')
-	d.u64(uint64(t.GetSeconds()))
-	d.u64(uint64(int64(t.GetNanos())))
+	d.u64(uint64(secs))
+	d.u64(uint64(int64(nanos)))
 }
 
 func (d *digester) strct(s *structpb.Struct) {
