@@ -1,31 +1,27 @@
 package webhook_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"math/big"
+	"os"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/integrations-platform/integrations/pkg/tlsx/devca"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/integrations-platform/integrations/pkg/webhook"
 )
 
+// certPEM is a CA certificate in PEM, a fresh one each call (devca's, as make run's).
 func certPEM(t *testing.T) string {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	dir := t.TempDir()
+	_, err := devca.NewCA(dir)
 	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	pem, err := os.ReadFile(devca.CAFile(dir))
 	require.NoError(t, err)
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	return string(pem)
 }
 
 func TestParseCAPEM(t *testing.T) {

@@ -2,18 +2,14 @@ package server
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"math/big"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/integrations-platform/integrations/pkg/tlsx/devca"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -239,16 +235,15 @@ func TestEventsShowRawDeliveryErrorsAsOther(t *testing.T) {
 	require.Equal(t, webhook.CategoryOther, list.GetEvents()[0].GetLastError())
 }
 
-// caPEM is a self-signed CA certificate in PEM.
+// caPEM is a CA certificate in PEM, a fresh one each call (devca's, as make run's).
 func caPEM(t *testing.T) string {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	dir := t.TempDir()
+	_, err := devca.NewCA(dir)
 	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "consumer CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	pem, err := os.ReadFile(devca.CAFile(dir))
 	require.NoError(t, err)
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	return string(pem)
 }
 
 // TestSetConsumerGRPCTransport: a gRPC consumer is TLS unless it asks for plaintext, which is
