@@ -133,16 +133,22 @@ type bundle struct {
 func setup(t *testing.T, fake *fakeCallbacks, h adapter.Handler) *bundle {
 	t.Helper()
 	fake.completed = make(chan *adapterv1.CompleteRequest, 10)
+	return serve(t, grpc.NewServer(), fake, fake, h)
+}
 
+// serve serves h through the SDK on a localhost listener, its callbacks going to cb on cbSrv
+// (fake is what cb records into), dialled with callbackDial.
+func serve(t *testing.T, cbSrv *grpc.Server, cb adapterv1.AdapterCallbackServiceServer, fake *fakeCallbacks,
+	h adapter.Handler, callbackDial ...grpc.DialOption) *bundle {
+	t.Helper()
 	cbLis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	cbSrv := grpc.NewServer()
-	adapterv1.RegisterAdapterCallbackServiceServer(cbSrv, fake)
+	adapterv1.RegisterAdapterCallbackServiceServer(cbSrv, cb)
 	go func() { _ = cbSrv.Serve(cbLis) }()
 
 	keys := tokentest.New(t, "test-adapter")
 	s, err := adapter.New(h, adapter.Options{CallbackAddr: cbLis.Addr().String(), Credential: credential, Logger: zaptest.NewLogger(t),
-		AdapterID: keys.AdapterID, PlatformKeys: []ed25519.PublicKey{keys.Public}})
+		DialOptions: callbackDial, AdapterID: keys.AdapterID, PlatformKeys: []ed25519.PublicKey{keys.Public}})
 	require.NoError(t, err)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

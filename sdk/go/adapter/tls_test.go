@@ -3,7 +3,6 @@ package adapter_test
 import (
 	"context"
 	"crypto/ecdsa"
-	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -23,7 +21,6 @@ import (
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	"github.com/integrations-platform/integrations/sdk/go/adapter"
-	"github.com/integrations-platform/integrations/sdk/go/platformtoken/tokentest"
 )
 
 // tlsCallbacks is a fakeCallbacks that also records whether each Complete came over TLS.
@@ -45,38 +42,14 @@ func TestCallbackDialOptionsCarryTLS(t *testing.T) {
 	t.Parallel()
 	cert, roots := selfSigned(t)
 	fake := tlsCallbacks{fakeCallbacks: &fakeCallbacks{completed: make(chan *adapterv1.CompleteRequest, 1)}, overTLS: make(chan bool, 4)}
-	cbLis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
 	cbSrv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
-	adapterv1.RegisterAdapterCallbackServiceServer(cbSrv, fake)
-	go func() { _ = cbSrv.Serve(cbLis) }()
-
-	keys := tokentest.New(t, "test-adapter")
-	s, err := adapter.New(func(ctx context.Context, req *adapter.Request) adapter.Result {
+	b := serve(t, cbSrv, fake, fake.fakeCallbacks, func(ctx context.Context, req *adapter.Request) adapter.Result {
 		return adapter.Later(time.Minute, func(ctx context.Context, cb *adapter.Callbacks) adapter.Result {
 			return adapter.Complete(map[string]any{"over": "tls"})
 		})
-	}, adapter.Options{CallbackAddr: cbLis.Addr().String(), Credential: credential, Logger: zaptest.NewLogger(t),
-		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(
-			credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}))},
-		AdapterID: keys.AdapterID, PlatformKeys: []ed25519.PublicKey{keys.Public}})
-	require.NoError(t, err)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := grpc.NewServer()
-	s.Register(srv)
-	go func() { _ = srv.Serve(lis) }()
-	conn, err := dialTest(lis.Addr().String(), keys.DialOption())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = conn.Close()
-		srv.Stop()
-		require.NoError(t, s.Close())
-		cbSrv.Stop()
-	})
+	}, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})))
 
-	resp := execute(t, &bundle{client: adapterv1.NewAdapterServiceClient(conn), server: s, fake: fake.fakeCallbacks},
-		map[string]any{}, executionv1.Mode_MODE_ASYNC)
+	resp := execute(t, b, map[string]any{}, executionv1.Mode_MODE_ASYNC)
 	require.NotNil(t, resp.GetAccepted())
 	c := awaitComplete(t, fake.fakeCallbacks)
 	require.Equal(t, map[string]any{"over": "tls"}, c.GetSucceeded().GetResult().AsMap())
