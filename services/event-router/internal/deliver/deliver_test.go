@@ -187,6 +187,21 @@ func setup(t *testing.T, o options) *bundle {
 }
 
 // setConsumer registers app's consumer with a fresh signing secret, and returns the secret.
+// rotating puts app's consumer in a rotation's overlap for the hour to come: a new previous
+// secret, which it answers, signs beside the current one.
+func (b *bundle) rotating(t *testing.T, app string) string {
+	t.Helper()
+	previous, err := webhooks.NewSecret()
+	require.NoError(t, err)
+	sealed, err := b.box.Seal([]byte(previous))
+	require.NoError(t, err)
+	_, err = b.s.Pool.Exec(context.Background(), `
+		UPDATE applications SET signing_secret_prev_enc = $2, signing_secret_prev_until = now() + interval '1 hour' WHERE id = $1`,
+		app, sealed)
+	require.NoError(t, err)
+	return previous
+}
+
 func (b *bundle) setConsumer(t *testing.T, app, kind, endpoint string) string {
 	t.Helper()
 	signing, err := webhooks.NewSecret()
@@ -473,14 +488,7 @@ func TestRotationSignsWithBothSecrets(t *testing.T) {
 	b := setup(t, options{})
 	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	current := b.setConsumer(t, dbtest.TestApp, "webhook", rc.srv.URL)
-	previous, err := webhooks.NewSecret()
-	require.NoError(t, err)
-	sealedPrev, err := b.box.Seal([]byte(previous))
-	require.NoError(t, err)
-	_, err = b.s.Pool.Exec(context.Background(), `
-		UPDATE applications SET signing_secret_prev_enc = $2, signing_secret_prev_until = now() + interval '1 hour' WHERE id = $1`,
-		dbtest.TestApp, sealedPrev)
-	require.NoError(t, err)
+	previous := b.rotating(t, dbtest.TestApp)
 
 	id := b.newEvent(t, dbtest.TestApp)
 	b.awaitStatus(t, id, "delivered", 10*time.Second)
@@ -495,7 +503,7 @@ func TestRotationSignsWithBothSecrets(t *testing.T) {
 	}
 
 	// The overlap over, only the current secret signs.
-	_, err = b.s.Pool.Exec(context.Background(),
+	_, err := b.s.Pool.Exec(context.Background(),
 		`UPDATE applications SET signing_secret_prev_until = now() - interval '1 second' WHERE id = $1`, dbtest.TestApp)
 	require.NoError(t, err)
 	id2 := b.newEvent(t, dbtest.TestApp)

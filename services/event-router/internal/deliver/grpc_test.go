@@ -143,8 +143,6 @@ func TestGRPCConsumer(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{resolver: fakeDNS(t, "127.0.0.1")})
 	cs := &consumerServer{}
-	previous, err := webhooks.NewSecret()
-	require.NoError(t, err)
 	// The consumer verifies every call with the secret it knows, as a receiver would (known
 	// once registered, after the consumer has an address).
 	var known atomic.Pointer[string]
@@ -155,12 +153,7 @@ func TestGRPCConsumer(t *testing.T) {
 	_, port, _ := net.SplitHostPort(consumer.addr)
 	current := b.setGRPCConsumer(t, dbtest.TestApp, grpcTarget{addr: "events.example.com:" + port, caPEM: consumer.caPEM})
 	known.Store(&current)
-	sealedPrev, err := b.box.Seal([]byte(previous))
-	require.NoError(t, err)
-	_, err = b.s.Pool.Exec(context.Background(), `
-		UPDATE applications SET signing_secret_prev_enc = $2, signing_secret_prev_until = now() + interval '1 hour' WHERE id = $1`,
-		dbtest.TestApp, sealedPrev)
-	require.NoError(t, err)
+	previous := b.rotating(t, dbtest.TestApp)
 
 	id := b.newEvent(t, dbtest.TestApp)
 	b.awaitStatus(t, id, "delivered", 10*time.Second)
@@ -195,7 +188,7 @@ func TestGRPCConsumer(t *testing.T) {
 	assert.Nil(t, rows[1].err)
 
 	// The overlap over, only the current secret signs.
-	_, err = b.s.Pool.Exec(context.Background(),
+	_, err := b.s.Pool.Exec(context.Background(),
 		`UPDATE applications SET signing_secret_prev_until = now() - interval '1 second' WHERE id = $1`, dbtest.TestApp)
 	require.NoError(t, err)
 	id2 := b.newEvent(t, dbtest.TestApp)
