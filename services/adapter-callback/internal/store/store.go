@@ -73,6 +73,18 @@ func (s *Store) AttemptGet(ctx context.Context, id string, n int32) (*Attempt, e
 // deadline has passed.
 var ErrNotRunning = errors.New("attempt is not running under a live lease")
 
+// leaseRenewSQL is LeaseRenew's statement (Renew): $1 id, $2 attempt, $3 lease in seconds.
+var leaseRenewSQL = `
+		WITH e AS (
+			UPDATE executions SET lease_expires_at = least(now() + make_interval(secs => $3), deadline_at), updated_at = now()
+			WHERE id = $1 AND attempt = $2 AND ` + execution.Renew.FromSQL("status") + ` AND lease_expires_at > now() AND deadline_at > now()
+			RETURNING id, lease_expires_at, extract(epoch FROM lease_expires_at - now())::float8 AS secs
+		), t AS (
+			UPDATE execution_attempts SET renewals = renewals + 1, last_renewed_at = now()
+			WHERE execution_id = (SELECT id FROM e) AND n = $2
+		)
+		SELECT lease_expires_at, secs FROM e`
+
 // LeaseRenew extends the running attempt's lease to now+lease, but never past the execution's
 // deadline, if neither the lease nor the deadline has passed — all on the database's clock. It
 // returns when the lease granted ends, and how long that is from now as the database measured it
@@ -80,16 +92,7 @@ var ErrNotRunning = errors.New("attempt is not running under a live lease")
 func (s *Store) LeaseRenew(ctx context.Context, id string, n int32, lease time.Duration) (until time.Time, granted time.Duration, err error) {
 	var secs float64
 	// The attempt's row counts the renewal for the timeline, in the same statement.
-	err = s.pool.QueryRow(ctx, `
-		WITH e AS (
-			UPDATE executions SET lease_expires_at = least(now() + make_interval(secs => $3), deadline_at), updated_at = now()
-			WHERE id = $1 AND attempt = $2 AND `+execution.Renew.FromSQL("status")+` AND lease_expires_at > now() AND deadline_at > now()
-			RETURNING id, lease_expires_at, extract(epoch FROM lease_expires_at - now())::float8 AS secs
-		), t AS (
-			UPDATE execution_attempts SET renewals = renewals + 1, last_renewed_at = now()
-			WHERE execution_id = (SELECT id FROM e) AND n = $2
-		)
-		SELECT lease_expires_at, secs FROM e`, id, n, lease.Seconds()).Scan(&until, &secs)
+	err = s.pool.QueryRow(ctx, leaseRenewSQL, id, n, lease.Seconds()).Scan(&until, &secs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, 0, ErrNotRunning
 	}

@@ -186,6 +186,52 @@ func (s *Store) startBatch(ctx context.Context, reqs []startRequest) ([]startAns
 	return answers, errs, nil
 }
 
+// startSQL is startStatement's statement (Start, for a batch): see startStatement.
+var startSQL = `
+		WITH k AS (
+			SELECT * FROM unnest($1::uuid[], $2::int[], $3::bytea[], $4::float8[], $5::timestamptz[], $6::int[])
+				AS k(id, n, token_hash, scale, due, ord)
+		), clock AS (
+			SELECT k.ord,
+				greatest(coalesce(extract(epoch FROM k.due - now()), 0), 0)::float8 AS early,
+				greatest(coalesce(extract(epoch FROM now() - k.due), 0), 0)::float8 AS overdue
+			FROM k
+		), lk AS (
+			-- The batch's executions locked in id order, as settlement batches lock theirs: two
+			-- batches of either kind touching the same executions cannot deadlock. The UPDATE
+			-- reaches them by the locked versions' ctid (a Tid Scan): joined by id, the planner
+			-- chose, on statistics not yet caught up with a backlog, to walk every pending
+			-- execution by the pending-deadline index and match each to the batch — 64 ms for a
+			-- batch of 14 over 20 000 pending, against 0.4 ms (issue 13's pipelined bench: 7 ms of
+			-- Postgres CPU per start, three quarters of its CPU).
+			SELECT e.id, e.ctid AS tid FROM k JOIN executions e ON e.id = k.id ORDER BY e.id FOR UPDATE OF e
+		), started AS (
+			UPDATE executions e
+			SET status = ` + execution.Start.ToSQL() + `, attempt = k.n,
+				lease_expires_at = now() + make_interval(secs => c.lease_ms / 1000.0 * k.scale), updated_at = now()
+			FROM k JOIN clock ON clock.ord = k.ord JOIN lk ON lk.id = k.id, capabilities c, adapters a
+			WHERE e.ctid = lk.tid AND e.id = k.id AND ` + execution.Start.FromSQL("e.status") + ` AND e.attempt = k.n - 1 AND k.n <= e.max_attempts
+				AND e.deadline_at > now() AND (clock.early = 0 OR clock.early < $7)
+				AND c.name = e.capability AND a.id = c.adapter_id
+			RETURNING k.ord, k.token_hash, e.id, e.capability, e.mode, e.payload, e.deadline_at, a.id AS adapter_id, a.endpoint, c.lease_ms,
+				extract(epoch FROM least(e.lease_expires_at, e.deadline_at) - now())::float8 AS remaining,
+				extract(epoch FROM e.deadline_at - now())::float8 AS deadline_in,
+				greatest(extract(epoch FROM now() - coalesce(
+					(SELECT p.ended_at FROM execution_attempts p WHERE p.execution_id = e.id AND p.n = k.n - 1),
+					e.created_at)), 0)::float8 AS pending_for
+		), attempt AS (
+			INSERT INTO execution_attempts (execution_id, n, callback_token_hash)
+			SELECT s.id, k.n, s.token_hash FROM started s JOIN k ON k.ord = s.ord
+		)
+		SELECT k.ord, clock.early, clock.overdue,
+			coalesce(` + execution.Start.FromSQL("e.status") + ` AND e.attempt = k.n - 1 AND k.n <= e.max_attempts, false),
+			coalesce(e.deadline_at <= now(), false), coalesce(e.failure_class, ''),
+			s.capability, s.mode, s.payload, s.deadline_at, s.adapter_id, s.endpoint, s.lease_ms,
+			s.remaining, s.deadline_in, s.pending_for
+		FROM k JOIN clock ON clock.ord = k.ord
+			LEFT JOIN executions e ON e.id = k.id
+			LEFT JOIN started s ON s.ord = k.ord`
+
 // startStatement starts reqs in one statement and answers each, in order. Rows are sent in
 // execution-id order, so that two batches holding the same executions (duplicate messages)
 // lock them in the same order.
@@ -216,50 +262,7 @@ func (s *Store) startStatement(ctx context.Context, reqs []startRequest) ([]star
 	// (pending at n-1, deadline not passed, not early beyond the tolerance, within max_attempts);
 	// the final select answers every row from the statement's snapshot, whether it started or not.
 	// RETURNING carries what the adapter call needs (the payload is its input) and nothing else.
-	rows, err := s.pool.Query(ctx, `
-		WITH k AS (
-			SELECT * FROM unnest($1::uuid[], $2::int[], $3::bytea[], $4::float8[], $5::timestamptz[], $6::int[])
-				AS k(id, n, token_hash, scale, due, ord)
-		), clock AS (
-			SELECT k.ord,
-				greatest(coalesce(extract(epoch FROM k.due - now()), 0), 0)::float8 AS early,
-				greatest(coalesce(extract(epoch FROM now() - k.due), 0), 0)::float8 AS overdue
-			FROM k
-		), lk AS (
-			-- The batch's executions locked in id order, as settlement batches lock theirs: two
-			-- batches of either kind touching the same executions cannot deadlock. The UPDATE
-			-- reaches them by the locked versions' ctid (a Tid Scan): joined by id, the planner
-			-- chose, on statistics not yet caught up with a backlog, to walk every pending
-			-- execution by the pending-deadline index and match each to the batch — 64 ms for a
-			-- batch of 14 over 20 000 pending, against 0.4 ms (issue 13's pipelined bench: 7 ms of
-			-- Postgres CPU per start, three quarters of its CPU).
-			SELECT e.id, e.ctid AS tid FROM k JOIN executions e ON e.id = k.id ORDER BY e.id FOR UPDATE OF e
-		), started AS (
-			UPDATE executions e
-			SET status = `+execution.Start.ToSQL()+`, attempt = k.n,
-				lease_expires_at = now() + make_interval(secs => c.lease_ms / 1000.0 * k.scale), updated_at = now()
-			FROM k JOIN clock ON clock.ord = k.ord JOIN lk ON lk.id = k.id, capabilities c, adapters a
-			WHERE e.ctid = lk.tid AND e.id = k.id AND `+execution.Start.FromSQL("e.status")+` AND e.attempt = k.n - 1 AND k.n <= e.max_attempts
-				AND e.deadline_at > now() AND (clock.early = 0 OR clock.early < $7)
-				AND c.name = e.capability AND a.id = c.adapter_id
-			RETURNING k.ord, k.token_hash, e.id, e.capability, e.mode, e.payload, e.deadline_at, a.id AS adapter_id, a.endpoint, c.lease_ms,
-				extract(epoch FROM least(e.lease_expires_at, e.deadline_at) - now())::float8 AS remaining,
-				extract(epoch FROM e.deadline_at - now())::float8 AS deadline_in,
-				greatest(extract(epoch FROM now() - coalesce(
-					(SELECT p.ended_at FROM execution_attempts p WHERE p.execution_id = e.id AND p.n = k.n - 1),
-					e.created_at)), 0)::float8 AS pending_for
-		), attempt AS (
-			INSERT INTO execution_attempts (execution_id, n, callback_token_hash)
-			SELECT s.id, k.n, s.token_hash FROM started s JOIN k ON k.ord = s.ord
-		)
-		SELECT k.ord, clock.early, clock.overdue,
-			coalesce(`+execution.Start.FromSQL("e.status")+` AND e.attempt = k.n - 1 AND k.n <= e.max_attempts, false),
-			coalesce(e.deadline_at <= now(), false), coalesce(e.failure_class, ''),
-			s.capability, s.mode, s.payload, s.deadline_at, s.adapter_id, s.endpoint, s.lease_ms,
-			s.remaining, s.deadline_in, s.pending_for
-		FROM k JOIN clock ON clock.ord = k.ord
-			LEFT JOIN executions e ON e.id = k.id
-			LEFT JOIN started s ON s.ord = k.ord`,
+	rows, err := s.pool.Query(ctx, startSQL,
 		ids, ns, hashes, scales, dues, ords, s.tolerance.Seconds())
 	if err != nil {
 		return nil, err
@@ -322,22 +325,40 @@ func (s *Store) startStatement(ctx context.Context, reqs []startRequest) ([]star
 	return answers, nil
 }
 
+// acceptedSQL is AttemptAccepted's statement (Renew): $1 id, $2 attempt, $3 lease in seconds.
+var acceptedSQL = `
+		WITH e AS (
+			UPDATE executions SET lease_expires_at = least(now() + make_interval(secs => $3), deadline_at), updated_at = now()
+			WHERE id = $1 AND ` + execution.Renew.FromSQL("status") + ` AND attempt = $2
+			RETURNING id
+		)
+		UPDATE execution_attempts SET outcome = '` + execution.AttemptAccepted + `'
+		WHERE execution_id = (SELECT id FROM e) AND n = $2`
+
 // AttemptAccepted records that the adapter took the attempt as long-running work under a lease.
 // It changes nothing if the attempt is no longer the running one.
 func (s *Store) AttemptAccepted(ctx context.Context, id string, n int32, lease time.Duration) error {
-	_, err := s.pool.Exec(ctx, `
-		WITH e AS (
-			UPDATE executions SET lease_expires_at = least(now() + make_interval(secs => $3), deadline_at), updated_at = now()
-			WHERE id = $1 AND `+execution.Renew.FromSQL("status")+` AND attempt = $2
-			RETURNING id
-		)
-		UPDATE execution_attempts SET outcome = '`+execution.AttemptAccepted+`'
-		WHERE execution_id = (SELECT id FROM e) AND n = $2`, id, n, lease.Seconds())
+	_, err := s.pool.Exec(ctx, acceptedSQL, id, n, lease.Seconds())
 	if err != nil {
 		return fmt.Errorf("record accepted attempt %d of %s: %w", n, id, err)
 	}
 	return nil
 }
+
+// undoSQL is AttemptUndo's statement (Undo): $1 id, $2 attempt, $3 delay in seconds.
+var undoSQL = `
+		WITH e AS (
+			UPDATE executions SET status = ` + execution.Undo.ToSQL() + `, attempt = $2 - 1, lease_expires_at = NULL, updated_at = now()
+			WHERE id = $1 AND ` + execution.Undo.FromSQL("status") + ` AND attempt = $2
+			RETURNING id
+		), a AS (
+			DELETE FROM execution_attempts WHERE execution_id = (SELECT id FROM e) AND n = $2
+		), d AS (
+			INSERT INTO dispatches (execution_id, attempt, due_at)
+			SELECT id, $2, now() + make_interval(secs => $3) FROM e
+			ON CONFLICT (execution_id, attempt) DO UPDATE SET due_at = EXCLUDED.due_at, claimed_until = NULL
+		)
+		SELECT EXISTS (SELECT 1 FROM e)`
 
 // AttemptUndo takes back the start of attempt n, for an attempt whose adapter call provably sent
 // nothing (the adapter could not be reached), and schedules the same attempt again in delay: the
@@ -354,19 +375,7 @@ func (s *Store) AttemptAccepted(ctx context.Context, id string, n int32, lease t
 // the running one.
 func (s *Store) AttemptUndo(ctx context.Context, id string, n int32, delay time.Duration) (bool, error) {
 	var undone bool
-	err := s.pool.QueryRow(ctx, `
-		WITH e AS (
-			UPDATE executions SET status = `+execution.Undo.ToSQL()+`, attempt = $2 - 1, lease_expires_at = NULL, updated_at = now()
-			WHERE id = $1 AND `+execution.Undo.FromSQL("status")+` AND attempt = $2
-			RETURNING id
-		), a AS (
-			DELETE FROM execution_attempts WHERE execution_id = (SELECT id FROM e) AND n = $2
-		), d AS (
-			INSERT INTO dispatches (execution_id, attempt, due_at)
-			SELECT id, $2, now() + make_interval(secs => $3) FROM e
-			ON CONFLICT (execution_id, attempt) DO UPDATE SET due_at = EXCLUDED.due_at, claimed_until = NULL
-		)
-		SELECT EXISTS (SELECT 1 FROM e)`, id, n, delay.Seconds()).Scan(&undone)
+	err := s.pool.QueryRow(ctx, undoSQL, id, n, delay.Seconds()).Scan(&undone)
 	if err != nil {
 		return false, fmt.Errorf("undo start of attempt %d of %s: %w", n, id, err)
 	}
