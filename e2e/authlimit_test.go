@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -24,7 +26,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
-	"github.com/integrations-platform/integrations/pkg/grpcx"
 )
 
 // answers counts what a burst of attempts was answered.
@@ -131,7 +132,7 @@ func TestFailedAuthenticationsAreLimited(t *testing.T) {
 		burst(n, func(i int) {
 			err := list(attacker, fmt.Sprintf("wrong-key-%03d-0123456789abcdef", i))
 			retry := ""
-			if d := grpcx.RetryDelay(err); d > 0 {
+			if d := rpcstatus.RetryDelay(err); d > 0 {
 				retry = strconv.Itoa(int(d.Round(time.Second)/time.Second) + 1)
 			}
 			got.add(status.Code(err) == codes.Unauthenticated, status.Code(err) == codes.ResourceExhausted, retry)

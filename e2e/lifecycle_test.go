@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -136,7 +138,7 @@ func TestLifecycle(t *testing.T) {
 			Outcome: &adapterv1.CompleteRequest_Succeeded{Succeeded: &adapterv1.Completed{}},
 		})
 		assert.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
-		assert.Equal(t, "SYNC_EXECUTION", grpcx.Reason(err))
+		assert.Equal(t, "SYNC_EXECUTION", rpcstatus.Reason(err))
 
 		_, err = callbacks.Complete(grpcx.WithBearer(context.Background(), "not-the-credential"), &adapterv1.CompleteRequest{
 			ExecutionId: id, Attempt: 1, CallbackToken: "cbt_any"})
@@ -184,7 +186,7 @@ func TestLifecycle(t *testing.T) {
 					continue
 				}
 				assert.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
-				assert.Equal(t, "ALREADY_SETTLED", grpcx.Reason(err), "the loser is told who won")
+				assert.Equal(t, "ALREADY_SETTLED", rpcstatus.Reason(err), "the loser is told who won")
 			}
 			require.NotEqual(t, -1, winner, "no winner for %s: %v", id, errs)
 			wins[winner]++

@@ -83,7 +83,7 @@ type endpoint struct {
 	conn *grpc.ClientConn
 	// dialFailed is when a connection attempt last failed, in Unix nanoseconds (0: never).
 	dialFailed atomic.Int64
-	// acknowledges: this adapter has answered ReceivedHeader before (it runs the SDK), so a call
+	// acknowledges: this adapter has answered platformtoken.ReceivedHeader before (it runs the SDK), so a call
 	// without it was not received.
 	acknowledges atomic.Bool
 }
@@ -169,9 +169,6 @@ func (p *Pool) endpointLocked(target string) (*endpoint, error) {
 	return ep, nil
 }
 
-// ReceivedHeader is the adapter's acknowledgement of a call (platformtoken.ReceivedHeader).
-const ReceivedHeader = platformtoken.ReceivedHeader
-
 // The ErrorInfo detail with which an adapter marks its refusal of a platform token, on the
 // UNAUTHENTICATED it answers before doing anything: platformtoken's refusal marker, named here too
 // for the platform's side. Its metadata's TokenRefusedCheckKey names the check that failed
@@ -197,7 +194,7 @@ type sentKey struct{}
 type callState struct {
 	// sent: any of the request (its headers or payload) was handed to the transport.
 	sent atomic.Bool
-	// received: the adapter answered ReceivedHeader.
+	// received: the adapter answered platformtoken.ReceivedHeader.
 	received atomic.Bool
 	// undecodable: the adapter's response reached us and could not be decoded (responseCodec).
 	undecodable atomic.Bool
@@ -248,7 +245,7 @@ func (sentRecorder) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	case *stats.OutHeader, *stats.OutPayload:
 		st.sent.Store(true)
 	case *stats.InHeader:
-		if len(s.Header.Get(ReceivedHeader)) > 0 {
+		if len(s.Header.Get(platformtoken.ReceivedHeader)) > 0 {
 			st.received.Store(true)
 		}
 	}

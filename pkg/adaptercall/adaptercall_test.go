@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
+
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -253,7 +255,7 @@ func (a *acknowledgingAdapter) Execute(ctx context.Context, _ *adapterv1.Execute
 	first := a.calls.Add(1) == 1
 	if first || a.acknowledge {
 		before := a.written.Load()
-		if err := grpc.SendHeader(ctx, metadata.Pairs(adaptercall.ReceivedHeader, "1")); err != nil {
+		if err := grpc.SendHeader(ctx, metadata.Pairs(platformtoken.ReceivedHeader, "1")); err != nil {
 			return nil, err
 		}
 		// SendHeader only queues the header: wait until it is on the socket, so that the

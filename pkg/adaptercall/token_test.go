@@ -254,7 +254,7 @@ type refuseAfterReceipt struct {
 }
 
 func (refuseAfterReceipt) Execute(ctx context.Context, _ *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
-	if err := grpc.SendHeader(ctx, metadata.Pairs(adaptercall.ReceivedHeader, "1")); err != nil {
+	if err := grpc.SendHeader(ctx, metadata.Pairs(platformtoken.ReceivedHeader, "1")); err != nil {
 		return nil, err
 	}
 	return nil, platformtoken.RefusalStatus(fmt.Errorf("%w: %w", platformtoken.ErrRefused, platformtoken.ErrKey)).Err()

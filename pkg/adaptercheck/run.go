@@ -19,7 +19,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/integrations-platform/integrations/pkg/adaptercall"
 	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
@@ -175,7 +174,7 @@ func (c *checker) execute(ctx context.Context, req *adapterv1.ExecuteRequest, to
 	var header metadata.MD
 	start := time.Now()
 	resp, err := c.client.Execute(ctx, req, grpc.Header(&header))
-	return answer{resp: resp, err: err, received: len(header.Get(adaptercall.ReceivedHeader)) > 0, elapsed: time.Since(start)}
+	return answer{resp: resp, err: err, received: len(header.Get(platformtoken.ReceivedHeader)) > 0, elapsed: time.Since(start)}
 }
 
 // cancel calls Cancel for req with a valid token, within the sync timeout.
@@ -272,7 +271,7 @@ func judgeRefusal(rule Rule, want string, a answer) Result {
 	case r.Check != want:
 		return fail(rule, "refused with check %q, want %q (§6 orders the checks)", r.Check, want)
 	}
-	return pass(rule, "refused: UNAUTHENTICATED, marker check %q, before %s", want, adaptercall.ReceivedHeader)
+	return pass(rule, "refused: UNAUTHENTICATED, marker check %q, before %s", want, platformtoken.ReceivedHeader)
 }
 
 // describeRefusal says why a valid call was not answered, with the likely fix for a refusal.
@@ -312,7 +311,7 @@ func (c *checker) deadlineRules(ctx context.Context) []Result {
 	case a.err != nil:
 		received = skip(RuleReceived, "no answer to look at (see %s)", RuleDeadline)
 	case !a.received:
-		received = Result{Rule: RuleReceived, Verdict: Warn, Detail: "no " + adaptercall.ReceivedHeader +
+		received = Result{Rule: RuleReceived, Verdict: Warn, Detail: "no " + platformtoken.ReceivedHeader +
 			" response header: the platform cannot tell a call lost on a broken connection from one that ran, and spends the attempt (§2)"}
 	}
 	return []Result{deadline, received}

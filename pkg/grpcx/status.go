@@ -165,7 +165,7 @@ func Downstream(ctx context.Context, service string, err error) error {
 	switch st.Code() {
 	case codes.Unavailable, codes.ResourceExhausted, codes.Canceled, codes.DeadlineExceeded:
 		e := apperr.Unavailable(err, "%s unavailable, retry", service)
-		e.RetryAfter = retryDelay(st)
+		e.RetryAfter = rpcstatus.StatusRetryDelay(st)
 		return e
 	default:
 		return apperr.New(apperr.KindInternal, ReasonInternal, "internal error").Wrap(fmt.Errorf("call %s: %w", service, err))
@@ -187,15 +187,3 @@ func dependencyFailure(err error) bool {
 	}
 	return mq.IsConnectionError(err) || apperr.IsNetworkFailure(err)
 }
-
-// RetryDelay returns the delay a status error advises through its RetryInfo, or 0
-// (rpcstatus.RetryDelay).
-func RetryDelay(err error) time.Duration { return rpcstatus.RetryDelay(err) }
-
-func retryDelay(st *status.Status) time.Duration { return rpcstatus.StatusRetryDelay(st) }
-
-// Reason returns the ErrorInfo reason carried by a status error, or "" (rpcstatus.Reason).
-func Reason(err error) string { return rpcstatus.Reason(err) }
-
-// ErrorInfo returns the ErrorInfo detail carried by a status error, or nil (rpcstatus.ErrorInfo).
-func ErrorInfo(err error) *errdetails.ErrorInfo { return rpcstatus.ErrorInfo(err) }

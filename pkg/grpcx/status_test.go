@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
+
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/puddle/v2"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -56,8 +58,8 @@ func TestToStatusMapsEachKind(t *testing.T) {
 
 			// Through the wire form too: what a client's status.FromError sees.
 			require.Equal(t, tt.want, status.Code(st.Err()))
-			require.Equal(t, "SOME_REASON", grpcx.Reason(st.Err()))
-			info := grpcx.ErrorInfo(st.Err())
+			require.Equal(t, "SOME_REASON", rpcstatus.Reason(st.Err()))
+			info := rpcstatus.ErrorInfo(st.Err())
 			require.NotNil(t, info)
 			require.Equal(t, grpcx.ErrorDomain, info.GetDomain())
 			require.Equal(t, map[string]string{"status": "running"}, info.GetMetadata())
@@ -70,7 +72,7 @@ func TestToStatusInvalidArgumentNamesTheField(t *testing.T) {
 	st := grpcx.ToStatus(apperr.Invalid("capability", "must match %s", "^[a-z]+$"))
 	require.Equal(t, codes.InvalidArgument, st.Code())
 	require.Equal(t, "capability: must match ^[a-z]+$", st.Message())
-	require.Equal(t, "INVALID_ARGUMENT", grpcx.Reason(st.Err()))
+	require.Equal(t, "INVALID_ARGUMENT", rpcstatus.Reason(st.Err()))
 
 	var violations []*errdetails.BadRequest_FieldViolation
 	for _, d := range status.Convert(st.Err()).Details() {
@@ -93,8 +95,8 @@ func TestToStatusKeepsTheCauseOut(t *testing.T) {
 		require.Equal(t, codes.Internal, st.Code())
 		require.Equal(t, "internal error", st.Message())
 		require.Len(t, st.Details(), 1, "only the ErrorInfo that marks the status as ours")
-		require.Equal(t, grpcx.ReasonInternal, grpcx.Reason(st.Err()))
-		require.Zero(t, grpcx.RetryDelay(st.Err()), "a bug is not retried")
+		require.Equal(t, grpcx.ReasonInternal, rpcstatus.Reason(st.Err()))
+		require.Zero(t, rpcstatus.RetryDelay(st.Err()), "a bug is not retried")
 	})
 	t.Run("typed error with a cause, wrapped", func(t *testing.T) {
 		t.Parallel()
@@ -109,11 +111,11 @@ func TestToStatusKeepsTheCauseOut(t *testing.T) {
 func TestToStatusRetryHint(t *testing.T) {
 	t.Parallel()
 	st := grpcx.ToStatus(apperr.New(apperr.KindUnavailable, "X", "retry"))
-	require.Equal(t, grpcx.DefaultRetryDelay, grpcx.RetryDelay(st.Err()))
+	require.Equal(t, grpcx.DefaultRetryDelay, rpcstatus.RetryDelay(st.Err()))
 
 	e := apperr.New(apperr.KindUnavailable, "X", "retry")
 	e.RetryAfter = 3 * time.Second
-	require.Equal(t, 3*time.Second, grpcx.RetryDelay(grpcx.ToStatus(e).Err()))
+	require.Equal(t, 3*time.Second, rpcstatus.RetryDelay(grpcx.ToStatus(e).Err()))
 
 	// A rate limit's refusal carries the bucket's delay, under a second as it is (REST rounds
 	// it up to whole seconds).
@@ -121,9 +123,9 @@ func TestToStatusRetryHint(t *testing.T) {
 	limited.RetryAfter = 40 * time.Millisecond
 	st = grpcx.ToStatus(limited)
 	require.Equal(t, codes.ResourceExhausted, st.Code())
-	require.Equal(t, 40*time.Millisecond, grpcx.RetryDelay(st.Err()))
+	require.Equal(t, 40*time.Millisecond, rpcstatus.RetryDelay(st.Err()))
 
-	require.Zero(t, grpcx.RetryDelay(grpcx.ToStatus(apperr.Invalid("id", "bad")).Err()), "a bad request is not retried")
+	require.Zero(t, rpcstatus.RetryDelay(grpcx.ToStatus(apperr.Invalid("id", "bad")).Err()), "a bad request is not retried")
 }
 
 // Connection-level failures of the database and the broker are UNAVAILABLE with a retry hint,
@@ -159,8 +161,8 @@ func TestToStatusDependencyFailures(t *testing.T) {
 			t.Parallel()
 			st := grpcx.ToStatus(fmt.Errorf("accept execution: %w", tt.err))
 			require.Equal(t, codes.Unavailable, st.Code(), "%v", tt.err)
-			require.Equal(t, grpcx.ReasonUnavailable, grpcx.Reason(st.Err()))
-			require.Equal(t, grpcx.DefaultRetryDelay, grpcx.RetryDelay(st.Err()))
+			require.Equal(t, grpcx.ReasonUnavailable, rpcstatus.Reason(st.Err()))
+			require.Equal(t, grpcx.DefaultRetryDelay, rpcstatus.RetryDelay(st.Err()))
 			require.NotContains(t, st.Message(), "accept execution")
 			require.NotContains(t, st.Message(), "127.0.0.1")
 		})
@@ -198,7 +200,7 @@ func TestToStatusDoesNotPassADownstreamStatusThrough(t *testing.T) {
 			t.Parallel()
 			st := grpcx.ToStatus(fmt.Errorf("settle sync execution 0190: %w", tt.down.Err()))
 			require.Equal(t, tt.want, st.Code())
-			require.Equal(t, tt.reason, grpcx.Reason(st.Err()))
+			require.Equal(t, tt.reason, rpcstatus.Reason(st.Err()))
 			wire := fmt.Sprint(st.Proto())
 			for _, leak := range []string{"9094", "127.0.0.1", "result", "ALREADY_SETTLED", "succeeded", "0190", "transport"} {
 				require.NotContains(t, wire, leak)
@@ -216,14 +218,14 @@ func TestDownstream(t *testing.T) {
 	st := grpcx.ToStatus(fmt.Errorf("settle: %w", err))
 	require.Equal(t, codes.Unavailable, st.Code())
 	require.Equal(t, "settlement unavailable, retry", st.Message())
-	require.Equal(t, grpcx.DefaultRetryDelay, grpcx.RetryDelay(st.Err()))
+	require.Equal(t, grpcx.DefaultRetryDelay, rpcstatus.RetryDelay(st.Err()))
 	require.NotContains(t, fmt.Sprint(st.Proto()), "9094")
 	require.ErrorIs(t, err, unreachable, "the cause is kept for logs")
 
 	// Its own advice on when to retry is kept.
 	busy, derr := status.New(codes.Unavailable, "draining").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(2 * time.Second)})
 	require.NoError(t, derr)
-	require.Equal(t, 2*time.Second, grpcx.RetryDelay(grpcx.ToStatus(grpcx.Downstream(ctx, "settlement", busy.Err())).Err()))
+	require.Equal(t, 2*time.Second, rpcstatus.RetryDelay(grpcx.ToStatus(grpcx.Downstream(ctx, "settlement", busy.Err())).Err()))
 
 	for _, c := range []codes.Code{codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted} {
 		require.Equal(t, codes.Unavailable, grpcx.ToStatus(grpcx.Downstream(ctx, "settlement", status.Error(c, "x"))).Code(), c.String())
@@ -262,7 +264,7 @@ func TestToStatusContextErrors(t *testing.T) {
 			st := grpcx.ToStatus(tt.err)
 			require.Equal(t, tt.want, st.Code())
 			require.NotContains(t, st.Message(), ":", "no wrapping text leaks")
-			require.NotEmpty(t, grpcx.Reason(st.Err()), "marked as ours")
+			require.NotEmpty(t, rpcstatus.Reason(st.Err()), "marked as ours")
 		})
 	}
 }
@@ -270,8 +272,8 @@ func TestToStatusContextErrors(t *testing.T) {
 func TestToStatusNil(t *testing.T) {
 	t.Parallel()
 	require.Nil(t, grpcx.ToStatus(nil))
-	require.Empty(t, grpcx.Reason(nil))
-	require.Empty(t, grpcx.Reason(errors.New("plain")))
+	require.Empty(t, rpcstatus.Reason(nil))
+	require.Empty(t, rpcstatus.Reason(errors.New("plain")))
 }
 
 // An error of a protocol's own domain keeps it on its ErrorInfo; others have the project's.

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -192,7 +194,7 @@ func (t *aTally) countGRPC(err error) {
 	case codes.ResourceExhausted:
 		t.Refused++
 		t.RefusedGRPC++
-		if grpcx.RetryDelay(err) > 0 {
+		if rpcstatus.RetryDelay(err) > 0 {
 			t.RetryInfo++
 		}
 	default:

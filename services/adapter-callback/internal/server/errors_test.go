@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
+
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -56,7 +58,7 @@ func TestCallbacksWhileTheDatabaseIsCut(t *testing.T) {
 	for range 3 {
 		_, err := b.client.Complete(authed(credential), complete)
 		require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
-		require.Positive(t, grpcx.RetryDelay(err))
+		require.Positive(t, rpcstatus.RetryDelay(err))
 		require.NotContains(t, status.Convert(err).Message(), "127.0.0.1")
 		_, err = b.client.RenewLease(authed(credential), &adapterv1.RenewLeaseRequest{ExecutionId: id, Attempt: 1, CallbackToken: token(id, 1)})
 		require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)

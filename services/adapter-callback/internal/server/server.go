@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
+
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -349,7 +351,7 @@ func (s *Server) Complete(ctx context.Context, req *adapterv1.CompleteRequest) (
 			FromStatus: executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING,
 			Status:     executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, Result: o.Succeeded.GetResult(),
 		})
-		if err != nil && status.Code(err) == codes.InvalidArgument && !settlementLost[grpcx.Reason(err)] {
+		if err != nil && status.Code(err) == codes.InvalidArgument && !settlementLost[rpcstatus.Reason(err)] {
 			// Settlement refused the result itself: the adapter's protocol failure too.
 			return nil, s.invalidResult(ctx, req, outcome, apperr.Invalid("succeeded.result", "refused: must be a JSON object").Wrap(err))
 		}
@@ -377,7 +379,7 @@ func (s *Server) Complete(ctx context.Context, req *adapterv1.CompleteRequest) (
 // sweeper, a cancellation or another outcome got there first) into a late outcome; other errors
 // become answers of this service's own (settlementError).
 func (s *Server) settlementRefused(ctx context.Context, req *adapterv1.CompleteRequest, outcome string, err error) error {
-	if !settlementLost[grpcx.Reason(err)] {
+	if !settlementLost[rpcstatus.Reason(err)] {
 		return settlementError(ctx, outcome, err)
 	}
 	a, rerr := s.store.AttemptGet(ctx, req.GetExecutionId(), req.GetAttempt())

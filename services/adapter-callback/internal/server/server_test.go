@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -167,7 +169,7 @@ func requireRefusal(t *testing.T, err error, code codes.Code, reason string, met
 	t.Helper()
 	require.Error(t, err)
 	require.Equal(t, code, status.Code(err), "%v", err)
-	info := grpcx.ErrorInfo(err)
+	info := rpcstatus.ErrorInfo(err)
 	require.NotNil(t, info, "the refusal carries an ErrorInfo")
 	require.Equal(t, reason, info.GetReason())
 	require.Equal(t, grpcx.ErrorDomain, info.GetDomain())

@@ -21,6 +21,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
+
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.uber.org/zap"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -227,13 +229,13 @@ func (w wholeDecoder) Decode(v any) error {
 // an unknown path) are kept: they say what is wrong with the request.
 func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	st := status.Convert(err)
-	if grpcx.ErrorInfo(err).GetDomain() != grpcx.ErrorDomain {
+	if rpcstatus.ErrorInfo(err).GetDomain() != grpcx.ErrorDomain {
 		switch st.Code() {
 		case codes.Unavailable, codes.Internal, codes.Unknown, codes.DataLoss, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted:
 			st = grpcx.ToStatus(grpcx.Downstream(r.Context(), "gateway", err))
 		}
 	}
-	if grpcx.ErrorInfo(st.Err()).GetDomain() != grpcx.ErrorDomain && len(st.Message()) > maxForeignMessage {
+	if rpcstatus.ErrorInfo(st.Err()).GetDomain() != grpcx.ErrorDomain && len(st.Message()) > maxForeignMessage {
 		// grpc-gateway's own refusals quote the request (an unknown field's name, a value it
 		// could not parse): bounded, as the gateway's own refusals are.
 		st = status.New(st.Code(), safetext.Truncate(st.Message(), maxForeignMessage)+"...")
@@ -255,7 +257,7 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 	}
 	st = namedBody(r, st)
 	st = validUTF8(st)
-	if d := grpcx.RetryDelay(st.Err()); d > 0 {
+	if d := rpcstatus.RetryDelay(st.Err()); d > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(d.Seconds()))))
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, st.Err())
@@ -267,7 +269,7 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 // INVALID_ARGUMENT of grpc-gateway's on one is about the body — except a path parameter's.
 func namedBody(r *http.Request, st *status.Status) *status.Status {
 	if r.Method == http.MethodGet || st.Code() != codes.InvalidArgument || len(st.Details()) > 0 ||
-		grpcx.ErrorInfo(st.Err()).GetDomain() == grpcx.ErrorDomain ||
+		rpcstatus.ErrorInfo(st.Err()).GetDomain() == grpcx.ErrorDomain ||
 		strings.HasPrefix(st.Message(), "type mismatch") || strings.HasPrefix(st.Message(), "missing parameter") {
 		return st
 	}

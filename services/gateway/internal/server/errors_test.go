@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
+
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -70,7 +72,7 @@ func TestInvokeSyncSettlementRefusalInTheGatewaysWords(t *testing.T) {
 
 			st := requireOwnWords(t, err)
 			require.Equal(t, codes.Internal, st.Code(), "%v", err)
-			require.Equal(t, grpcx.ReasonInternal, grpcx.Reason(st.Err()))
+			require.Equal(t, grpcx.ReasonInternal, rpcstatus.Reason(st.Err()))
 			require.NotContains(t, fmt.Sprint(st.Proto()), "from_status")
 		})
 	}
@@ -99,7 +101,7 @@ func TestCancelExecutionSettlementErrorsInTheGatewaysWords(t *testing.T) {
 		_, err := b.server.CancelExecution(b.ctx, &gatewayv1.CancelExecutionRequest{Id: id})
 		st := requireOwnWords(t, err)
 		require.Equal(t, codes.Aborted, st.Code())
-		require.Equal(t, reasonExecutionBusy, grpcx.Reason(st.Err()))
+		require.Equal(t, reasonExecutionBusy, rpcstatus.Reason(st.Err()))
 		require.NotContains(t, st.Message(), "attempt 3")
 		require.Len(t, b.settlement.requests(), cancelTries)
 	})
@@ -112,8 +114,8 @@ func TestCancelExecutionSettlementErrorsInTheGatewaysWords(t *testing.T) {
 		_, err := b.server.CancelExecution(b.ctx, &gatewayv1.CancelExecutionRequest{Id: id})
 		st := requireOwnWords(t, err)
 		require.Equal(t, codes.FailedPrecondition, st.Code())
-		require.Equal(t, reasonAlreadySettled, grpcx.Reason(st.Err()))
-		require.Empty(t, grpcx.ErrorInfo(st.Err()).GetMetadata())
+		require.Equal(t, reasonAlreadySettled, rpcstatus.Reason(st.Err()))
+		require.Empty(t, rpcstatus.ErrorInfo(st.Err()).GetMetadata())
 		require.False(t, strings.Contains(st.Message(), "db-7"))
 	})
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
+
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -150,7 +152,7 @@ func TestRateLimitRefusalCarriesRetryInfoAndNamesTheLimit(t *testing.T) {
 	err = invoke()
 	require.Equal(t, codes.ResourceExhausted, status.Code(err))
 	require.Contains(t, status.Convert(err).Message(), "invoke rate limit of 1/s")
-	require.Greater(t, grpcx.RetryDelay(err), 900*time.Millisecond, "at 1/s the next token is about a second away")
+	require.Greater(t, rpcstatus.RetryDelay(err), 900*time.Millisecond, "at 1/s the next token is about a second away")
 
 	// The other application has its own buckets, at the defaults.
 	require.Equal(t, codes.NotFound, status.Code(read(g, otherKey)))
@@ -229,8 +231,8 @@ func TestRateLimitHoldsARefusal(t *testing.T) {
 	err := invoke(authed(dbtest.TestAPIKey), g)
 	require.Equal(t, codes.ResourceExhausted, status.Code(err), "a token 100 s away does not come within the hold")
 	require.GreaterOrEqual(t, time.Since(start), hold, "the refusal came after the hold")
-	require.Greater(t, grpcx.RetryDelay(err), period/2, "and advises the delay left after it")
-	require.LessOrEqual(t, grpcx.RetryDelay(err), period-hold+50*time.Millisecond, "not counting the hold")
+	require.Greater(t, rpcstatus.RetryDelay(err), period/2, "and advises the delay left after it")
+	require.LessOrEqual(t, rpcstatus.RetryDelay(err), period-hold+50*time.Millisecond, "not counting the hold")
 
 	// A deadline of 4 s is held half of it, 2 s, then answered: 2 s before the deadline, a margin
 	// scheduling noise does not eat; run out instead, it would end DeadlineExceeded.

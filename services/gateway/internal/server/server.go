@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
+
 	"github.com/integrations-platform/integrations/sdk/go/webhooks"
 
 	"github.com/google/uuid"
@@ -592,7 +594,7 @@ const reasonExecutionBusy = "EXECUTION_BUSY"
 // alreadySettled is the gateway's ALREADY_SETTLED made from the settlement service's: only the
 // execution's status and attempt are carried over, and only when they are what they should be.
 func alreadySettled(err error) error {
-	md := grpcx.ErrorInfo(err).GetMetadata()
+	md := rpcstatus.ErrorInfo(err).GetMetadata()
 	st := md["status"]
 	if !execution.IsFinal(st) {
 		return apperr.New(apperr.KindFailedPrecondition, reasonAlreadySettled, "execution already settled").Wrap(err)
@@ -644,7 +646,7 @@ func (s *Server) CancelExecution(ctx context.Context, req *gatewayv1.CancelExecu
 			Status:  executionv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED,
 			Failure: execution.Failure{Reason: execution.ReasonCancelled, Message: "cancelled by " + by}.Proto(),
 		})
-		switch reason := grpcx.Reason(err); {
+		switch reason := rpcstatus.Reason(err); {
 		case err == nil:
 		case (reason == reasonStaleAttempt || reason == reasonStatusMismatch) && try < cancelTries:
 			continue

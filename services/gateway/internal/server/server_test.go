@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
+
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
@@ -153,7 +155,7 @@ func setup(t *testing.T) *bundle {
 // code and reason are what a client would see of err.
 func code(err error) (codes.Code, string) {
 	st := grpcx.ToStatus(err)
-	return st.Code(), grpcx.Reason(st.Err())
+	return st.Code(), rpcstatus.Reason(st.Err())
 }
 
 func TestCancelExecution(t *testing.T) {
@@ -214,7 +216,7 @@ func TestCancelExecutionRefusals(t *testing.T) {
 		c, reason := code(err)
 		require.Equal(t, codes.FailedPrecondition, c)
 		require.Equal(t, reasonAlreadySettled, reason)
-		info := grpcx.ErrorInfo(grpcx.ToStatus(err).Err())
+		info := rpcstatus.ErrorInfo(grpcx.ToStatus(err).Err())
 		require.Equal(t, map[string]string{"status": execution.StatusSucceeded, "attempt": "2"}, info.GetMetadata())
 	})
 	t.Run("another application's execution", func(t *testing.T) {
@@ -245,7 +247,7 @@ func TestCancelExecutionLosingToACompletion(t *testing.T) {
 	c, reason := code(err)
 	require.Equal(t, codes.FailedPrecondition, c)
 	require.Equal(t, reasonAlreadySettled, reason, "the settlement service's refusal becomes the gateway's own")
-	require.Equal(t, execution.StatusSucceeded, grpcx.ErrorInfo(grpcx.ToStatus(err).Err()).GetMetadata()["status"])
+	require.Equal(t, execution.StatusSucceeded, rpcstatus.ErrorInfo(grpcx.ToStatus(err).Err()).GetMetadata()["status"])
 	require.Empty(t, b.adapter.requests(), "a cancellation that lost asks no adapter to stop")
 }
 
