@@ -114,16 +114,10 @@ type ProgressEvent struct {
 	Replaced bool
 }
 
-// progressPayloadSQL is a progress event's body as delivered, built from the updated execution x
-// for the event id given: the completion event's envelope (settlement's eventPayloadSQL, the
-// timestamp written alike), its data the progress as reported and the event's sequence.
+// progressPayloadSQL is a progress event's body, built from the updated execution x for the event
+// id given: its data the progress as reported ($3) and the event's sequence.
 func progressPayloadSQL(id string) string {
-	return `jsonb_build_object(
-		'id', ` + id + `, 'type', $5::text,
-		'timestamp', to_char(x.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
-			|| rtrim(rtrim(to_char(x.updated_at AT TIME ZONE 'UTC', '.US'), '0'), '.') || 'Z',
-		'data', jsonb_build_object('execution_id', x.id, 'capability', x.capability, 'attempt', x.attempt,
-			'sequence', x.event_seq, 'progress', $3::jsonb))`
+	return execution.EventBodySQL(id, "$5::text", "x.updated_at", execution.ProgressDataSQL("x", "$3::jsonb"))
 }
 
 // progressSetSQL stores the running attempt's progress, counts the report on the attempt's row

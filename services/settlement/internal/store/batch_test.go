@@ -27,6 +27,17 @@ func failRetryable(id string, n int32) settleRequest {
 		Failure: execution.Failure{Class: execution.ClassTransient, Message: "down"}}}
 }
 
+// failRetryableBatched is failRetryable with the execution's retry policy read, as AttemptFail
+// reads it before a settlement joins a batch.
+func (b *bundle) failRetryableBatched(t *testing.T, id string, n int32) settleRequest {
+	t.Helper()
+	r := failRetryable(id, n)
+	p, err := retryPolicy(context.Background(), b.store.pool, id)
+	require.NoError(t, err)
+	r.fail.Policy = p
+	return r
+}
+
 // A batch with one loser settles the others: the loser gets its own conflict answer and moves
 // nothing; a settlement, a failed attempt that retries and one that settles, all in the same
 // transaction, each get their own answer.
@@ -41,7 +52,7 @@ func TestSettleBatchWithALoserSettlesTheOthers(t *testing.T) {
 	before, beforeAttempts := b.execution(t, stale), b.attempts(t, stale)
 
 	answers, errs, err := b.store.settleBatch(ctx, []settleRequest{
-		succeed(won, 1), succeed(stale, 1), failRetryable(retried, 1), failRetryable(exhausted, maxAttempts)})
+		succeed(won, 1), succeed(stale, 1), b.failRetryableBatched(t, retried, 1), b.failRetryableBatched(t, exhausted, maxAttempts)})
 	require.NoError(t, err)
 	require.Len(t, answers, 4)
 
@@ -84,7 +95,7 @@ func TestSettleBatchSameExecutionTwiceHasOneWinner(t *testing.T) {
 	failed := settleRequest{settle: &Outcome{ExecutionID: id, Attempt: 1, FromStatus: execution.StatusRunning,
 		Status: execution.StatusFailed, Failure: execution.Failure{Class: execution.ClassPermanent, Reason: execution.ReasonAdapterPermanent}}}
 
-	answers, errs, err := b.store.settleBatch(ctx, []settleRequest{succeed(id, 1), failed, failRetryable(id, 1)})
+	answers, errs, err := b.store.settleBatch(ctx, []settleRequest{succeed(id, 1), failed, b.failRetryableBatched(t, id, 1)})
 	require.NoError(t, err)
 	var winners int
 	for i, e := range errs {

@@ -93,27 +93,11 @@ type querier interface {
 const returned = `s.application_id, s.capability, s.mode, s.max_attempts, s.idempotency_key, s.progress,
 	s.deadline_at, s.created_at, s.updated_at, s.settled_at`
 
-// eventPayloadSQL is the completion event's body, as delivered to the application's consumer,
-// built in SQL from the settled row s (the event id is $11, the event type $12). It is what
-// eventPayload built in Go from the row read back (the same keys and values; jsonb orders the
-// keys): optional members are absent, not null; the failure's empty texts are absent; the
-// timestamp is settled_at in RFC 3339 with its fraction's trailing zeros trimmed, as Go's
-// time.RFC3339Nano writes it. data.sequence is the event's place among its execution's events
-// (after its progress events, if its capability has them): s.event_seq, which the statement's
-// update of the execution has just advanced.
-const eventPayloadSQL = `jsonb_build_object(
-		'id', $11::uuid, 'type', $12::text,
-		'timestamp', to_char(s.settled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
-			|| rtrim(rtrim(to_char(s.settled_at AT TIME ZONE 'UTC', '.US'), '0'), '.') || 'Z',
-		'data', jsonb_build_object('execution_id', s.id, 'capability', s.capability, 'mode', s.mode,
-				'status', s.status, 'attempt', s.attempt, 'sequence', s.event_seq)
-			|| CASE WHEN s.idempotency_key IS NULL THEN '{}'::jsonb
-				ELSE jsonb_build_object('idempotency_key', s.idempotency_key) END
-			|| CASE WHEN s.result IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('result', s.result) END
-			|| CASE WHEN s.failure_reason IS NULL AND s.failure_class IS NULL THEN '{}'::jsonb
-				ELSE jsonb_build_object('failure', jsonb_strip_nulls(jsonb_build_object(
-					'class', nullif(s.failure_class, ''), 'reason', nullif(s.failure_reason, ''),
-					'code', nullif(s.failure_code, ''), 'message', nullif(s.failure_message, '')))) END)`
+// completedBodySQL is the completion event's body, built from the settled row s, for the event
+// id and type given (SQL expressions).
+func completedBodySQL(id, typ string) string {
+	return execution.EventBodySQL(id, typ, "s.settled_at", execution.CompletedDataSQL("s"))
+}
 
 // settleSQL is a settlement in one statement. cur locks the execution and reads its current
 // status and attempt (FOR UPDATE waits for a concurrent settler and then sees what it wrote, so
@@ -149,7 +133,7 @@ var settleSQL = `
 		-- relay and delivery continue.
 		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at,
 			traceparent, tracestate, sequence)
-		SELECT $11::uuid, s.application_id, s.id, $12::text, ` + eventPayloadSQL + `, now(),
+		SELECT $11::uuid, s.application_id, s.id, $12::text, ` + completedBodySQL("$11::uuid", "$12::text") + `, now(),
 			s.traceparent, s.tracestate, s.event_seq
 		FROM s
 		RETURNING id
@@ -236,8 +220,8 @@ type AttemptFailure struct {
 	Failure     execution.Failure // class, code, message
 	Retryable   bool
 	RetryAfter  time.Duration
-	// Scale shrinks the retry schedule's delays (and RetryAfter) for tests and demos. It is linear
-	// (config.Common.Scale): the statement applies its factor, Scale(1h)/1h, to the schedule.
+	// Scale shrinks the retry schedule's delays (and RetryAfter) for tests and demos
+	// (config.Common.Scale).
 	Scale func(time.Duration) time.Duration
 	// Outcome closes the attempt's row: "failed" unless set (an expired lease is "timeout").
 	Outcome string
@@ -245,6 +229,14 @@ type AttemptFailure struct {
 	// in place of retry_exhausted.attempt_limit or retry_exhausted.budget: the sweeper's
 	// lease_expired.
 	ExhaustedReason string
+	// Policy is the execution's retry policy; AttemptFail reads it when nil (the sweeper claims
+	// it with the execution).
+	Policy *execution.RetryPolicy
+}
+
+// decision is a's retry decision (execution.Decide); a.Policy must be set.
+func (a AttemptFailure) decision() execution.Decision {
+	return execution.Decide(a.Attempt, *a.Policy, a.Retryable, a.RetryAfter, a.ExhaustedReason, a.Scale)
 }
 
 // AttemptFailed is what AttemptFail decided: a next attempt (NextAttemptAt set) or a settlement.
@@ -254,13 +246,20 @@ type AttemptFailed struct {
 	EventID       string
 }
 
-// AttemptFail records a failed attempt and decides what follows, in one statement: the next
-// attempt's dispatch record, due after the capability's retry delay for this attempt (or the
-// adapter's retry_after if later), or — when the failure is permanent, the ceiling is reached or
-// the next attempt would start past the deadline — the failed settlement with its event. The due
-// time and the deadline check are the database's: now() plus the delay, compared in SQL.
-// Concurrent calls (and ExecutionSettle's) are batched, as ExecutionSettle says.
+// AttemptFail records a failed attempt and what follows it, as execution.Decide decides from the
+// execution's retry policy (read first): the next attempt's dispatch record, due after the
+// decided delay, or — when the failure is permanent, the ceiling is reached or the next attempt
+// would start past the deadline — the failed settlement with its event. The due time and the
+// deadline check are the database's: now() plus the delay, compared in SQL. Concurrent calls
+// (and ExecutionSettle's) are batched, as ExecutionSettle says.
 func (s *Store) AttemptFail(ctx context.Context, a AttemptFailure) (*AttemptFailed, error) {
+	if a.Policy == nil {
+		p, err := retryPolicy(ctx, s.pool, a.ExecutionID)
+		if err != nil {
+			return nil, err
+		}
+		a.Policy = p
+	}
 	r := settleRequest{fail: &a}
 	out, err := s.batcher.Do(ctx, r)
 	if errors.Is(err, errLockWait) {
@@ -269,31 +268,52 @@ func (s *Store) AttemptFail(ctx context.Context, a AttemptFailure) (*AttemptFail
 	return out.failed, err
 }
 
-// attemptFailSQL is the retry decision in one statement. cur locks the execution (and reads the
-// latest committed version, as in settleSQL); d is the decision for the running attempt $2 —
-// reason NULL means a next attempt, due delay after now() and by the deadline; s writes it (back
-// to pending, or failed and settled); then the attempt's close, and either the next attempt's
-// dispatch record or the completion event and the relay's wake-up.
+// policyColumns are what retryPolicy and the sweeper's claim read of an execution e and its
+// capability c: the retry policy.
+const policyColumns = `e.max_attempts, c.retry_delays_ms`
+
+// retryPolicy reads an execution's retry policy. The ceiling is fixed at acceptance; the
+// schedule is the capability's as it is now, as the next attempt's due time always was.
+func retryPolicy(ctx context.Context, q querier, id string) (*execution.RetryPolicy, error) {
+	var (
+		p  execution.RetryPolicy
+		ms []int64
+	)
+	err := q.QueryRow(ctx, `SELECT `+policyColumns+`
+		FROM executions e JOIN capabilities c ON c.name = e.capability WHERE e.id = $1`, id).Scan(&p.MaxAttempts, &ms)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, ErrNotFound
+	case err != nil:
+		return nil, fmt.Errorf("read the retry policy of %s: %w", id, err)
+	}
+	p.Schedule = execution.ScheduleFromMillis(ms)
+	return &p, nil
+}
+
+// attemptFailSQL records the retry decision in one statement. cur locks the execution (and reads
+// the latest committed version, as in settleSQL); d is the decision for the running attempt $2 —
+// Decide's exhausted reason, or the budget's if the next attempt, due the delay after now(), would
+// start past the deadline, or NULL for a next attempt; s writes it (back to pending, or failed
+// and settled); then the attempt's close, and either the next attempt's dispatch record or the
+// completion event and the relay's wake-up.
 //
-// $1 id, $2 attempt, $3 retryable, $4 the delay scale, $5 the adapter's retry_after in seconds
-// (scaled), $6..$8 failure class, code, message, $9 the reason when no retry is left (NULL: the
-// standard ones), $10 the attempt's outcome, $11 event id, $12 event type, $13 notify channel.
+// $1 id, $2 attempt, $3 the decided exhausted reason (NULL: a next attempt if the deadline allows),
+// $4 the delay in seconds, $5 the reason if the deadline does not allow it, $6..$8 failure class,
+// code, message, $9 the attempt's outcome, $10 event id, $11 event type, $12 notify channel.
 // retried is the attempt-fail statement's test that it retried (Retry) rather than exhausted.
 var retried = "s.status = " + execution.Retry.ToSQL()
 
 var attemptFailSQL = `
 	WITH cur AS (
-		SELECT e.id, e.status, e.attempt, e.max_attempts, e.deadline_at,
-			greatest($4::float8 * c.retry_delays_ms[least($2::int, cardinality(c.retry_delays_ms))] / 1000.0,
-				$5::float8) AS delay
-		FROM executions e JOIN capabilities c ON c.name = e.capability
+		SELECT e.id, e.status, e.attempt, e.deadline_at
+		FROM executions e
 		WHERE e.id = $1
-		FOR UPDATE OF e
+		FOR UPDATE
 	), d AS (
-		SELECT id, delay, CASE
-			WHEN NOT $3::bool THEN '` + execution.ReasonAdapterPermanent + `'
-			WHEN attempt >= max_attempts THEN coalesce($9::text, '` + execution.ReasonAttemptLimit + `')
-			WHEN now() + make_interval(secs => delay) > deadline_at THEN coalesce($9::text, '` + execution.ReasonBudget + `')
+		SELECT id, CASE
+			WHEN $3::text IS NOT NULL THEN $3::text
+			WHEN now() + make_interval(secs => $4::float8) > deadline_at THEN $5::text
 		END AS reason
 		FROM cur
 		WHERE ` + execution.Retry.FromSQL("status") + ` AND attempt = $2
@@ -307,9 +327,9 @@ var attemptFailSQL = `
 			event_seq = e.event_seq + CASE WHEN d.reason IS NOT NULL THEN 1 ELSE 0 END
 		FROM d
 		WHERE e.id = d.id
-		RETURNING e.*, d.delay
+		RETURNING e.*
 	), att AS (
-		UPDATE execution_attempts a SET ended_at = now(), outcome = $10,
+		UPDATE execution_attempts a SET ended_at = now(), outcome = $9,
 			failure_class = CASE WHEN ` + retried + ` THEN $6 ELSE coalesce($6, a.failure_class) END,
 			failure_code = CASE WHEN ` + retried + ` THEN $7 ELSE coalesce($7, a.failure_code) END,
 			failure_message = CASE WHEN ` + retried + ` THEN $8 ELSE coalesce($8, a.failure_message) END
@@ -317,18 +337,18 @@ var attemptFailSQL = `
 		WHERE a.execution_id = s.id AND a.n = $2 AND (a.ended_at IS NULL OR ` + retried + `)
 	), dis AS (
 		INSERT INTO dispatches (execution_id, attempt, due_at)
-		SELECT s.id, $2 + 1, now() + make_interval(secs => s.delay) FROM s WHERE ` + retried + `
+		SELECT s.id, $2 + 1, now() + make_interval(secs => $4::float8) FROM s WHERE ` + retried + `
 		RETURNING due_at
 	), ev AS (
 		INSERT INTO integration_events (id, application_id, execution_id, type, payload, next_attempt_at,
 			traceparent, tracestate, sequence)
-		SELECT $11::uuid, s.application_id, s.id, $12::text, ` + eventPayloadSQL + `, now(),
+		SELECT $10::uuid, s.application_id, s.id, $11::text, ` + completedBodySQL("$10::uuid", "$11::text") + `, now(),
 			s.traceparent, s.tracestate, s.event_seq
 		FROM s
 		WHERE NOT (` + retried + `)
 		RETURNING id
 	), notified AS (
-		SELECT pg_notify($13::text, id::text) FROM ev
+		SELECT pg_notify($12::text, id::text) FROM ev
 	)
 	SELECT cur.status, cur.attempt, s.id IS NOT NULL, ` + returned + `, (SELECT count(*) FROM notified),
 		s.status, s.failure_reason, dis.due_at
@@ -336,15 +356,14 @@ var attemptFailSQL = `
 
 // attemptFailArgs are attemptFailSQL's arguments.
 func attemptFailArgs(a AttemptFailure, eventID uuid.UUID) []any {
-	f := a.Failure
-	factor := float64(a.Scale(time.Hour)) / float64(time.Hour)
-	return []any{a.ExecutionID, a.Attempt, a.Retryable, factor, a.Scale(a.RetryAfter).Seconds(),
-		nullable(f.Class), nullable(f.Code), nullable(f.Message), nullable(a.ExhaustedReason),
+	f, d := a.Failure, a.decision()
+	return []any{a.ExecutionID, a.Attempt, nullable(d.Exhausted), d.Delay.Seconds(), d.Budget,
+		nullable(f.Class), nullable(f.Code), nullable(f.Message),
 		cmp.Or(a.Outcome, execution.StatusFailed), eventID, execution.EventTypeExecutionComplete, execution.EventsNotifyChannel}
 }
 
-// attemptFail is the retry decision. It is the only place that decides between a next attempt
-// and a failed settlement: the FailAttempt call and the sweeper both come here.
+// attemptFail records a's retry decision. It is the only place that writes one: the FailAttempt
+// call and the sweeper both come here.
 func attemptFail(ctx context.Context, q querier, a AttemptFailure) (*AttemptFailed, error) {
 	eventID, err := newEventID()
 	if err != nil {
@@ -421,12 +440,12 @@ func (s *Store) ExecutionSweep(ctx context.Context, limit int, grace time.Durati
 	var out []Swept
 	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
-			SELECT id::text, attempt, mode, deadline_at < now() - make_interval(secs => $2)
-			FROM executions
-			WHERE `+execution.Sweep.FromSQL("status")+` AND (lease_expires_at < now() - make_interval(secs => $2)
-				OR deadline_at < now() - make_interval(secs => $2))
+			SELECT e.id::text, e.attempt, e.mode, e.deadline_at < now() - make_interval(secs => $2), `+policyColumns+`
+			FROM executions e JOIN capabilities c ON c.name = e.capability
+			WHERE `+execution.Sweep.FromSQL("e.status")+` AND (e.lease_expires_at < now() - make_interval(secs => $2)
+				OR e.deadline_at < now() - make_interval(secs => $2))
 			LIMIT $1
-			FOR UPDATE SKIP LOCKED`, limit, grace.Seconds())
+			FOR UPDATE OF e SKIP LOCKED`, limit, grace.Seconds())
 		if err != nil {
 			return fmt.Errorf("claim expired executions: %w", err)
 		}
@@ -435,17 +454,22 @@ func (s *Store) ExecutionSweep(ctx context.Context, limit int, grace time.Durati
 			attempt      int32
 			mode         string
 			pastDeadline bool
+			policy       execution.RetryPolicy
 		}
 		list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimed, error) {
-			var c claimed
-			err := r.Scan(&c.id, &c.attempt, &c.mode, &c.pastDeadline)
+			var (
+				c  claimed
+				ms []int64
+			)
+			err := r.Scan(&c.id, &c.attempt, &c.mode, &c.pastDeadline, &c.policy.MaxAttempts, &ms)
+			c.policy.Schedule = execution.ScheduleFromMillis(ms)
 			return c, err
 		})
 		if err != nil {
 			return fmt.Errorf("claim expired executions: %w", err)
 		}
 		for _, c := range list {
-			a := AttemptFailure{ExecutionID: c.id, Attempt: c.attempt, Retryable: true, Scale: scale,
+			a := AttemptFailure{ExecutionID: c.id, Attempt: c.attempt, Retryable: true, Scale: scale, Policy: &c.policy,
 				Outcome: execution.AttemptTimeout, ExhaustedReason: execution.ReasonLeaseExpired,
 				Failure: execution.Failure{Class: execution.ClassTimeout,
 					Message: "the lease expired without a renewal or an outcome from the adapter"}}
