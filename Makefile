@@ -76,14 +76,15 @@ images: ## Build the one OCI image with podman, tagged localhost/integrations:<1
 .PHONY: lint
 # golangci-lint loads the packages of one module at a time, so it runs in each module of go.work
 # (pkg/gen, generated, apart) with the one configuration at the root; every module is linted
-# before the target fails.
+# before the target fails. --allow-parallel-runners: two checkouts linted at once (worktrees, a CI
+# run beside a developer's) wait for each other's cache lock instead of failing.
 lint: tools ## buf lint, gofmt, go vet, then golangci-lint (.golangci.yaml) in every module of the workspace but pkg/gen
 	bin/buf lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/gen/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/gen/'); echo "gofmt: files above need formatting"; exit 1; }
 	go vet $(PKGS)
 	@rc=0; for m in $$(go list -m -f '{{.Dir}}' | grep -vx '$(CURDIR)/pkg/gen'); do \
 		echo "golangci-lint: $${m#$(CURDIR)/}"; \
-		(cd "$$m" && $(CURDIR)/bin/golangci-lint run --config $(CURDIR)/.golangci.yaml ./...) || rc=1; \
+		(cd "$$m" && $(CURDIR)/bin/golangci-lint run --allow-parallel-runners --config $(CURDIR)/.golangci.yaml ./...) || rc=1; \
 	done; exit $$rc
 
 .PHONY: tools

@@ -40,8 +40,8 @@ type event struct {
 	// fault says what the adapter got wrong when the refusal is its fault (a wrong callback token,
 	// no credential, a missing field); "" otherwise.
 	fault string
-	// outcome is a Complete's: execution.StatusSucceeded or StatusFailed ("" if none).
-	outcome string
+	// outcome is a Complete's: execution.AttemptSucceeded or AttemptFailed ("" if none).
+	outcome execution.AttemptOutcome
 }
 
 // attempt is one attempt the check started, as the callback service knows it.
@@ -59,7 +59,7 @@ type attempt struct {
 	// Guarded by platform.mu.
 	leaseEnd time.Time
 	// ended is the execution's status once the attempt is over (completed, cancelled, swept).
-	ended     string
+	ended     execution.Status
 	completes int
 	// cancelled: the execution was cancelled while the attempt ran (cancelRule).
 	cancelled bool
@@ -127,7 +127,7 @@ func (p *platform) leaseEnd(a *attempt) time.Time {
 }
 
 // status is the execution's status as the attempt left it ("running" while it runs).
-func (p *platform) status(a *attempt) string {
+func (p *platform) status(a *attempt) execution.Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if a.ended == "" {
@@ -177,7 +177,7 @@ func invalidField(field, msg string) *refusal {
 
 func notApplicable(a *attempt, why string) *refusal {
 	return &refusal{err: apperr.New(apperr.KindAborted, reasonNotApplicable, "attempt %d is no longer applicable: %s", a.n, why).
-		With("status", a.ended).With("attempt", strconv.Itoa(int(a.n)))}
+		With("status", string(a.ended)).With("attempt", strconv.Itoa(int(a.n)))}
 }
 
 // authorizeLocked applies the refusals that come before the attempt's state, in the platform's
@@ -272,9 +272,9 @@ func (p *platform) Complete(ctx context.Context, req *adapterv1.CompleteRequest)
 	status := execution.StatusFailed
 	switch o := req.GetOutcome().(type) {
 	case *adapterv1.CompleteRequest_Succeeded:
-		ev.outcome, status = execution.StatusSucceeded, execution.StatusSucceeded
+		ev.outcome, status = execution.AttemptSucceeded, execution.StatusSucceeded
 	case *adapterv1.CompleteRequest_Failed:
-		ev.outcome = execution.StatusFailed
+		ev.outcome = execution.AttemptFailed
 		if o.Failed.GetRetryable() {
 			status = execution.StatusPending // the next attempt is scheduled
 		}

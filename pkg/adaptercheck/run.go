@@ -411,7 +411,7 @@ func (c *checker) cancelRule(ctx context.Context) Result {
 			break
 		}
 		switch {
-		case ev.method == methodComplete && ev.outcome == execution.StatusSucceeded:
+		case ev.method == methodComplete && ev.outcome == execution.AttemptSucceeded:
 			return fail(RuleCancel, "the work completed (succeeded) %s after Cancel answered stopped=true: it was not stopped (§4)", since(cancelled, ev.at))
 		case ev.method == methodRenew && ev.at.After(cancelled):
 			if renewals++; renewals > 1 {

@@ -18,13 +18,16 @@ import (
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 )
 
-// Status values as stored.
+// Status is an execution's status as stored (executions.status).
+type Status string
+
+// The execution's statuses.
 const (
-	StatusPending   = "pending"
-	StatusRunning   = "running"
-	StatusSucceeded = "succeeded"
-	StatusFailed    = "failed"
-	StatusCancelled = "cancelled"
+	StatusPending   Status = "pending"
+	StatusRunning   Status = "running"
+	StatusSucceeded Status = "succeeded"
+	StatusFailed    Status = "failed"
+	StatusCancelled Status = "cancelled"
 )
 
 // Mode values as stored.
@@ -33,11 +36,18 @@ const (
 	ModeSync  = "sync"
 )
 
-// Attempt outcomes as stored on execution_attempts (besides the final statuses succeeded, failed
-// and cancelled).
+// AttemptOutcome is how an attempt ended, as stored (execution_attempts.outcome and
+// late_outcome).
+type AttemptOutcome string
+
+// The attempt's outcomes: the adapter's answer, its acceptance of async work, a timeout, a
+// cancellation.
 const (
-	AttemptAccepted = "accepted"
-	AttemptTimeout  = "timeout"
+	AttemptSucceeded AttemptOutcome = "succeeded"
+	AttemptFailed    AttemptOutcome = "failed"
+	AttemptCancelled AttemptOutcome = "cancelled"
+	AttemptAccepted  AttemptOutcome = "accepted"
+	AttemptTimeout   AttemptOutcome = "timeout"
 )
 
 // Failure reasons (docs/architecture.md §4).
@@ -63,7 +73,7 @@ const (
 // router's relay.
 const EventsNotifyChannel = "integration_events"
 
-var statusToProto = map[string]executionv1.ExecutionStatus{
+var statusToProto = map[Status]executionv1.ExecutionStatus{
 	StatusPending:   executionv1.ExecutionStatus_EXECUTION_STATUS_PENDING,
 	StatusRunning:   executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING,
 	StatusSucceeded: executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED,
@@ -72,10 +82,10 @@ var statusToProto = map[string]executionv1.ExecutionStatus{
 }
 
 // StatusToProto maps a stored status to the API enum.
-func StatusToProto(s string) executionv1.ExecutionStatus { return statusToProto[s] }
+func StatusToProto(s Status) executionv1.ExecutionStatus { return statusToProto[s] }
 
 // StatusFromProto maps the API enum to a stored status ("" for UNSPECIFIED or unknown).
-func StatusFromProto(s executionv1.ExecutionStatus) string {
+func StatusFromProto(s executionv1.ExecutionStatus) Status {
 	for k, v := range statusToProto {
 		if v == s {
 			return k
@@ -84,8 +94,8 @@ func StatusFromProto(s executionv1.ExecutionStatus) string {
 	return ""
 }
 
-// IsFinal reports whether a stored status is settled.
-func IsFinal(s string) bool {
+// IsFinal reports whether s is settled.
+func (s Status) IsFinal() bool {
 	return s == StatusSucceeded || s == StatusFailed || s == StatusCancelled
 }
 
@@ -111,7 +121,7 @@ type Row struct {
 	ApplicationID  string
 	Capability     string
 	Mode           string
-	Status         string
+	Status         Status
 	Attempt        int32
 	MaxAttempts    int32
 	Payload        []byte
@@ -146,13 +156,13 @@ type AttemptRow struct {
 	N              int32
 	StartedAt      time.Time
 	EndedAt        *time.Time
-	Outcome        *string
+	Outcome        *AttemptOutcome
 	FailureClass   *string
 	FailureCode    *string
 	FailureMessage *string
 	// LateOutcome (succeeded or failed) is what the adapter reported after the attempt had
 	// ended, at LateAt: recorded for audit, never applied.
-	LateOutcome *string
+	LateOutcome *AttemptOutcome
 	LateAt      *time.Time
 }
 
@@ -242,11 +252,11 @@ func ts(t *time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(*t)
 }
 
-func deref(s *string) string {
+func deref[S ~string](s *S) string {
 	if s == nil {
 		return ""
 	}
-	return *s
+	return string(*s)
 }
 
 // Failure is a failure as stored: class, reason, the adapter's code and message.

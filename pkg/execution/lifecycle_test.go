@@ -19,25 +19,6 @@ import (
 // lifecycle as a table. A transition added, removed or rerouted changes this table.
 func TestTransitions(t *testing.T) {
 	t.Parallel()
-	moves := func(ts []execution.Transition) map[string][]string {
-		out := map[string][]string{}
-		for _, tr := range ts {
-			from := tr.From
-			if len(from) == 0 {
-				from = []string{"(new)"}
-			}
-			to := tr.To
-			if len(to) == 0 {
-				to = []string{"(deleted)"}
-			}
-			for _, f := range from {
-				for _, to := range to {
-					out[tr.Name] = append(out[tr.Name], f+" → "+to)
-				}
-			}
-		}
-		return out
-	}
 	require.Equal(t, map[string][]string{
 		"accept":      {"(new) → pending"},
 		"accept sync": {"(new) → running"},
@@ -64,18 +45,39 @@ func TestTransitions(t *testing.T) {
 	}, moves(execution.EventTransitions))
 
 	// No settled execution moves again, and every status is reached.
-	reached := map[string]bool{}
+	reached := map[execution.Status]bool{}
 	for _, tr := range execution.Transitions {
 		for _, f := range tr.From {
-			require.False(t, execution.IsFinal(f), "%s leaves the settled status %s", tr.Name, f)
+			require.False(t, f.IsFinal(), "%s leaves the settled status %s", tr.Name, f)
 		}
 		for _, to := range tr.To {
 			reached[to] = true
 		}
 	}
-	for _, s := range []string{execution.StatusPending, execution.StatusRunning, execution.StatusSucceeded, execution.StatusFailed, execution.StatusCancelled} {
+	for _, s := range []execution.Status{execution.StatusPending, execution.StatusRunning, execution.StatusSucceeded, execution.StatusFailed, execution.StatusCancelled} {
 		require.True(t, reached[s], "%s is reached by a transition", s)
 	}
+}
+
+// moves lists each transition's (from → to) moves.
+func moves[S execution.Status | execution.EventStatus](ts []execution.Transition[S]) map[string][]string {
+	out := map[string][]string{}
+	for _, tr := range ts {
+		from := tr.From
+		if len(from) == 0 {
+			from = []S{"(new)"}
+		}
+		to := tr.To
+		if len(to) == 0 {
+			to = []S{"(deleted)"}
+		}
+		for _, f := range from {
+			for _, to := range to {
+				out[tr.Name] = append(out[tr.Name], string(f)+" → "+string(to))
+			}
+		}
+	}
+	return out
 }
 
 func TestTransitionSQL(t *testing.T) {

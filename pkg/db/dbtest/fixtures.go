@@ -76,7 +76,7 @@ type Execution struct {
 	Mode string
 	// Status defaults to "pending". A settled status (succeeded, failed, cancelled) sets
 	// settled_at to now(), as the schema requires.
-	Status string
+	Status execution.Status
 	// Attempt is the current attempt; 0, the default, means none has started.
 	Attempt int32
 	// MaxAttempts defaults to TestMaxAttempts.
@@ -102,7 +102,7 @@ func (s *Schema) InsertExecution(t testing.TB, e Execution) string {
 	e.Application = cmp.Or(e.Application, TestApp)
 	e.Capability = cmp.Or(e.Capability, TestCapability)
 	e.Mode = cmp.Or(e.Mode, "async")
-	e.Status = cmp.Or(e.Status, "pending")
+	e.Status = cmp.Or(e.Status, execution.StatusPending)
 	e.Payload = cmp.Or(e.Payload, `{}`)
 	if e.MaxAttempts == 0 {
 		e.MaxAttempts = TestMaxAttempts
@@ -129,7 +129,7 @@ type Attempt struct {
 	N int32
 	// Outcome, if set ("failed", "succeeded", ...), ends the attempt at now(); empty leaves it
 	// open, as a running attempt is.
-	Outcome string
+	Outcome execution.AttemptOutcome
 	// FailureClass is stored if set.
 	FailureClass string
 	// CallbackTokenHash defaults to the SHA-256 of a token unique to the execution and N.
@@ -148,7 +148,7 @@ func (s *Schema) InsertAttempts(t testing.TB, executionID string, attempts ...At
 		_, err := s.Pool.Exec(context.Background(), `
 			INSERT INTO execution_attempts (execution_id, n, callback_token_hash, ended_at, outcome, failure_class)
 			VALUES ($1, $2, $3, CASE WHEN $4::text IS NOT NULL THEN now() END, $4::text, $5::text)`,
-			executionID, a.N, hash, nullString(a.Outcome), nullString(a.FailureClass))
+			executionID, a.N, hash, nullString(string(a.Outcome)), nullString(a.FailureClass))
 		require.NoError(t, err, "attempt %d of %s", a.N, executionID)
 	}
 }

@@ -63,7 +63,7 @@ func TestCallbacksRefuseUnstorableDocuments(t *testing.T) {
 	require.Contains(t, status.Convert(err).Message(), "progress:", "the field is named, not the request")
 	settles, fails := b.settlement.calls()
 	require.Zero(t, settles+fails, "settlement never called for progress")
-	require.Equal(t, execution.StatusRunning, b.status(t, id))
+	require.EqualValues(t, execution.StatusRunning, b.status(t, id))
 
 	results := map[string]*structpb.Struct{"20000 levels": deepStruct(20000)}
 	for name, raw := range unstorableDocs {

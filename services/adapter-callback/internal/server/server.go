@@ -92,11 +92,11 @@ func bearerProblem(err error) string {
 
 // withState adds the execution's current status and attempt to a refusal, for callers entitled to
 // see them: the owning adapter with a valid token.
-func withState(e *apperr.Error, status string, attempt int32) error {
-	return e.With("status", status).With("attempt", strconv.Itoa(int(attempt)))
+func withState(e *apperr.Error, status execution.Status, attempt int32) error {
+	return e.With("status", string(status)).With("attempt", strconv.Itoa(int(attempt)))
 }
 
-func notApplicable(status string, current, n int32, why string) error {
+func notApplicable(status execution.Status, current, n int32, why string) error {
 	return withState(apperr.New(apperr.KindAborted, ReasonNotApplicable, "attempt %d is no longer applicable: %s", n, why), status, current)
 }
 
@@ -186,7 +186,7 @@ func (s *Server) AcceptsUndecodable(method string) bool {
 
 // undecodableOutcome is the outcome ("succeeded", "failed") whose field of a Complete could not
 // be decoded, or "" when it is another field (the attempt's ids, its token).
-func undecodableOutcome(err error) string {
+func undecodableOutcome(err error) execution.AttemptOutcome {
 	e, ok := apperr.As(err)
 	if !ok {
 		return ""
@@ -194,9 +194,9 @@ func undecodableOutcome(err error) string {
 	field, _, _ := strings.Cut(e.Field, ".")
 	switch field {
 	case "succeeded":
-		return execution.StatusSucceeded
+		return execution.AttemptSucceeded
 	case "failed":
-		return execution.StatusFailed
+		return execution.AttemptFailed
 	}
 	return ""
 }
@@ -207,7 +207,7 @@ func undecodableOutcome(err error) string {
 // (sdk/go/outcome), and answers refusal, which names the adapter's field. Left to the adapter's
 // SDK, an adapter without it (or an SDK that gave up) left the attempt running until its lease
 // ended, and the work ran again.
-func (s *Server) invalidResult(ctx context.Context, req *adapterv1.CompleteRequest, outcome string, refusal error) error {
+func (s *Server) invalidResult(ctx context.Context, req *adapterv1.CompleteRequest, outcome execution.AttemptOutcome, refusal error) error {
 	why, field := "the platform cannot store it", ""
 	if e, ok := apperr.As(refusal); ok {
 		why, field = e.Field+": "+e.Message, e.Field
@@ -220,7 +220,7 @@ func (s *Server) invalidResult(ctx context.Context, req *adapterv1.CompleteReque
 		return s.settlementRefused(ctx, req, outcome, err)
 	}
 	s.log.Warn("adapter outcome refused; recorded as the attempt's protocol failure", log.ExecutionID(req.GetExecutionId()),
-		log.Attempt(req.GetAttempt()), zap.String("outcome", outcome), zap.String("field", field))
+		log.Attempt(req.GetAttempt()), zap.String("outcome", string(outcome)), zap.String("field", field))
 	return refusal
 }
 
@@ -328,12 +328,12 @@ func (s *Server) Complete(ctx context.Context, req *adapterv1.CompleteRequest) (
 		}
 		return nil, s.invalidResult(ctx, req, outcome, undecodable)
 	}
-	var outcome string
+	var outcome execution.AttemptOutcome
 	switch req.GetOutcome().(type) {
 	case *adapterv1.CompleteRequest_Succeeded:
-		outcome = execution.StatusSucceeded
+		outcome = execution.AttemptSucceeded
 	case *adapterv1.CompleteRequest_Failed:
-		outcome = execution.StatusFailed
+		outcome = execution.AttemptFailed
 	default:
 		return nil, apperr.Invalid("outcome", "required: succeeded or failed")
 	}
@@ -378,7 +378,7 @@ func (s *Server) Complete(ctx context.Context, req *adapterv1.CompleteRequest) (
 // settlementRefused turns the settlement service's refusal of a Complete that lost a race (the
 // sweeper, a cancellation or another outcome got there first) into a late outcome; other errors
 // become answers of this service's own (settlementError).
-func (s *Server) settlementRefused(ctx context.Context, req *adapterv1.CompleteRequest, outcome string, err error) error {
+func (s *Server) settlementRefused(ctx context.Context, req *adapterv1.CompleteRequest, outcome execution.AttemptOutcome, err error) error {
 	if !settlementLost[rpcstatus.Reason(err)] {
 		return settlementError(ctx, outcome, err)
 	}
@@ -393,9 +393,9 @@ func (s *Server) settlementRefused(ctx context.Context, req *adapterv1.CompleteR
 // outcome: settlement unreachable is UNAVAILABLE "settlement unavailable, retry" (the adapter
 // retries it); a refusal of the outcome itself names the adapter's own field (succeeded.result
 // or failed), not settlement's; anything else is our INTERNAL, logged with settlement's answer.
-func settlementError(ctx context.Context, outcome string, err error) error {
+func settlementError(ctx context.Context, outcome execution.AttemptOutcome, err error) error {
 	if status.Code(err) == codes.InvalidArgument {
-		if outcome == execution.StatusSucceeded {
+		if outcome == execution.AttemptSucceeded {
 			return apperr.Invalid("succeeded.result", "refused: must be a JSON object").Wrap(err)
 		}
 		return apperr.Invalid("failed", "refused: not a failure the platform can record").Wrap(err)
@@ -404,9 +404,9 @@ func settlementError(ctx context.Context, outcome string, err error) error {
 }
 
 // late records an outcome that came after its attempt ended and answers the refusal.
-func (s *Server) late(ctx context.Context, req *adapterv1.CompleteRequest, outcome, status string, current int32) error {
-	fields := []zap.Field{log.ExecutionID(req.GetExecutionId()), log.Attempt(req.GetAttempt()), zap.String("outcome", outcome),
-		zap.String("status", status), zap.Int32("current_attempt", current)}
+func (s *Server) late(ctx context.Context, req *adapterv1.CompleteRequest, outcome execution.AttemptOutcome, status execution.Status, current int32) error {
+	fields := []zap.Field{log.ExecutionID(req.GetExecutionId()), log.Attempt(req.GetAttempt()), zap.String("outcome", string(outcome)),
+		zap.String("status", string(status)), zap.Int32("current_attempt", current)}
 	// The refusal is the answer whether or not the audit record could be written.
 	if err := s.store.AttemptLateOutcomeSet(ctx, req.GetExecutionId(), req.GetAttempt(), outcome); err != nil {
 		s.log.Error("late outcome not recorded", append(fields, zap.Error(err))...)

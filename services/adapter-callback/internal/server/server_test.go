@@ -108,11 +108,11 @@ func token(id string, n int32) string { return fmt.Sprintf("%s/%d", id, n) }
 
 // insert inserts e with the rows of attempts 1..e.Attempt, all ended as failed but the current
 // one, which is open while the execution runs and ended with endedAs otherwise.
-func (b *bundle) insert(t *testing.T, e dbtest.Execution, endedAs string) string {
+func (b *bundle) insert(t *testing.T, e dbtest.Execution, endedAs execution.AttemptOutcome) string {
 	t.Helper()
 	id := b.schema.InsertExecution(t, e)
 	for i := int32(1); i <= e.Attempt; i++ {
-		a := dbtest.Attempt{N: i, Outcome: execution.StatusFailed, FailureClass: execution.ClassTransient}
+		a := dbtest.Attempt{N: i, Outcome: execution.AttemptFailed, FailureClass: execution.ClassTransient}
 		if i == e.Attempt {
 			a = dbtest.Attempt{N: i, Outcome: endedAs}
 		}
@@ -214,7 +214,7 @@ func TestCompleteRefusals(t *testing.T) {
 			code: codes.Unauthenticated, reason: server.ReasonInvalid},
 		{name: "wrong token for a settled execution records nothing",
 			setup: func(t *testing.T) (string, int32, string, string) {
-				id := b.insert(t, dbtest.Execution{Status: execution.StatusSucceeded, Attempt: 1}, execution.StatusSucceeded)
+				id := b.insert(t, dbtest.Execution{Status: execution.StatusSucceeded, Attempt: 1}, execution.AttemptSucceeded)
 				return id, 1, "cbt_wrong", credential
 			},
 			code: codes.Unauthenticated, reason: server.ReasonInvalid},
@@ -253,7 +253,7 @@ func TestCompleteRefusals(t *testing.T) {
 			wantLate: true},
 		{name: "execution settled",
 			setup: func(t *testing.T) (string, int32, string, string) {
-				id := b.insert(t, dbtest.Execution{Status: execution.StatusFailed, Attempt: 1}, execution.StatusFailed)
+				id := b.insert(t, dbtest.Execution{Status: execution.StatusFailed, Attempt: 1}, execution.AttemptFailed)
 				return id, 1, token(id, 1), credential
 			},
 			code: codes.Aborted, reason: server.ReasonNotApplicable,
@@ -283,7 +283,7 @@ func TestCompleteRefusals(t *testing.T) {
 			requireRefusal(t, err, tt.code, tt.reason, metadata)
 			outcome, hasTime := b.late(t, id, n)
 			if tt.wantLate {
-				require.Equal(t, execution.StatusSucceeded, outcome, "the late outcome is recorded for audit")
+				require.EqualValues(t, execution.AttemptSucceeded, outcome, "the late outcome is recorded for audit")
 				require.True(t, hasTime)
 			} else {
 				require.Empty(t, outcome, "nothing is recorded")
@@ -345,14 +345,14 @@ func TestCompleteLosingTheRaceIsALateOutcome(t *testing.T) {
 
 	requireRefusal(t, err, codes.Aborted, server.ReasonNotApplicable, map[string]string{"status": "failed", "attempt": "1"})
 	outcome, hasTime := b.late(t, id, 1)
-	require.Equal(t, execution.StatusSucceeded, outcome)
+	require.EqualValues(t, execution.AttemptSucceeded, outcome)
 	require.True(t, hasTime)
 }
 
 func TestLateOutcomeKeepsTheFirst(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, dbtest.Execution{Status: execution.StatusSucceeded, Attempt: 1}, execution.StatusSucceeded)
+	id := b.insert(t, dbtest.Execution{Status: execution.StatusSucceeded, Attempt: 1}, execution.AttemptSucceeded)
 	for _, o := range []*adapterv1.CompleteRequest{
 		{ExecutionId: id, Attempt: 1, CallbackToken: token(id, 1), Outcome: &adapterv1.CompleteRequest_Failed{Failed: &adapterv1.Failed{Class: "permanent"}}},
 		{ExecutionId: id, Attempt: 1, CallbackToken: token(id, 1), Outcome: succeeded()},
@@ -361,7 +361,7 @@ func TestLateOutcomeKeepsTheFirst(t *testing.T) {
 		requireRefusal(t, err, codes.Aborted, server.ReasonNotApplicable, map[string]string{"status": "succeeded", "attempt": "1"})
 	}
 	outcome, _ := b.late(t, id, 1)
-	require.Equal(t, execution.StatusFailed, outcome)
+	require.EqualValues(t, execution.AttemptFailed, outcome)
 }
 
 func TestRenewLease(t *testing.T) {
@@ -428,7 +428,7 @@ func TestRenewLease(t *testing.T) {
 func TestReportProgressRefusedOnceSettled(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.insert(t, dbtest.Execution{Status: execution.StatusCancelled, Attempt: 1}, execution.StatusCancelled)
+	id := b.insert(t, dbtest.Execution{Status: execution.StatusCancelled, Attempt: 1}, execution.AttemptCancelled)
 	progress, err := structpb.NewStruct(map[string]any{"percent": 50})
 	require.NoError(t, err)
 

@@ -41,7 +41,7 @@ func (s *Store) AdapterIDByCredentialHash(ctx context.Context, hash []byte) (str
 
 // Attempt is what a callback is checked against.
 type Attempt struct {
-	Status    string
+	Status    execution.Status
 	Mode      string
 	Current   int32 // the execution's current attempt
 	AdapterID string
@@ -214,7 +214,7 @@ func (s *Store) ProgressSet(ctx context.Context, id string, n int32, progress []
 // AttemptLateOutcomeSet records, for audit, an outcome the adapter reported for attempt n after
 // the attempt had ended. Only the first one is kept. It changes nothing else: a late outcome is
 // never applied.
-func (s *Store) AttemptLateOutcomeSet(ctx context.Context, id string, n int32, outcome string) error {
+func (s *Store) AttemptLateOutcomeSet(ctx context.Context, id string, n int32, outcome execution.AttemptOutcome) error {
 	if _, err := s.pool.Exec(ctx, `
 		UPDATE execution_attempts SET late_outcome = $3, late_at = now()
 		WHERE execution_id = $1 AND n = $2 AND late_outcome IS NULL`, id, n, outcome); err != nil {

@@ -332,7 +332,7 @@ var acceptedSQL = `
 			WHERE id = $1 AND ` + execution.Renew.FromSQL("status") + ` AND attempt = $2
 			RETURNING id
 		)
-		UPDATE execution_attempts SET outcome = '` + execution.AttemptAccepted + `'
+		UPDATE execution_attempts SET outcome = ` + execution.Literal(execution.AttemptAccepted) + `
 		WHERE execution_id = (SELECT id FROM e) AND n = $2`
 
 // AttemptAccepted records that the adapter took the attempt as long-running work under a lease.

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+	"github.com/integrations-platform/integrations/pkg/execution"
 )
 
 // The standard test catalog's adapter endpoint and lease, which AttemptStart reports.
@@ -35,7 +36,7 @@ func setup(t testing.TB) *bundle {
 
 // insert adds an async execution in status at attempt n, with rows for attempts 1..n, and
 // returns its id.
-func (b *bundle) insert(t testing.TB, status string, n int32) string {
+func (b *bundle) insert(t testing.TB, status execution.Status, n int32) string {
 	t.Helper()
 	id := b.schema.InsertExecution(t, dbtest.Execution{Status: status, Attempt: n, Payload: `{"n": 1}`})
 	for i := int32(1); i <= n; i++ {
@@ -133,7 +134,7 @@ func TestAttemptStartRefuses(t *testing.T) {
 
 	tests := []struct {
 		name    string
-		status  string
+		status  execution.Status
 		attempt int32 // the execution's
 		n       int32 // the message's
 	}{

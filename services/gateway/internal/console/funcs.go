@@ -45,7 +45,7 @@ var funcs = template.FuncMap{
 	// at is the class that places an element on the time axis, to the nearest percent: a
 	// class, not a style attribute, so that the Content-Security-Policy needs no inline styles.
 	"at":          func(pct float64) string { return "p" + strconv.Itoa(int(math.Round(max(0, min(100, pct))))) },
-	"status":      func(s executionv1.ExecutionStatus) string { return execution.StatusFromProto(s) },
+	"status":      func(s executionv1.ExecutionStatus) string { return string(execution.StatusFromProto(s)) },
 	"eventStatus": eventStatusName,
 	"kind":        kindName,
 	"progress": func(p *structpb.Struct) string {

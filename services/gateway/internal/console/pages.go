@@ -150,7 +150,7 @@ func (h *handler) logout(w http.ResponseWriter, r *http.Request, s *session) {
 
 type executionsData struct {
 	Filter     url.Values
-	Statuses   []string
+	Statuses   []execution.Status
 	Executions []*executionv1.Execution
 	Next       string
 }
@@ -172,7 +172,7 @@ func (h *handler) executions(w http.ResponseWriter, r *http.Request, s *session)
 		return
 	}
 	d := executionsData{Filter: q, Executions: resp.GetExecutions(),
-		Statuses: []string{execution.StatusPending, execution.StatusRunning, execution.StatusSucceeded, execution.StatusFailed, execution.StatusCancelled}}
+		Statuses: []execution.Status{execution.StatusPending, execution.StatusRunning, execution.StatusSucceeded, execution.StatusFailed, execution.StatusCancelled}}
 	if tok := resp.GetNextPageToken(); tok != "" {
 		next := url.Values{}
 		for k, v := range q {
@@ -189,7 +189,7 @@ func executionsRequest(q url.Values, s *session) (*gatewayv1.ListExecutionsReque
 	req := &gatewayv1.ListExecutionsRequest{PageSize: pageSize, PageToken: q.Get("page"),
 		Capability: strings.TrimSpace(q.Get("capability")), Query: strings.TrimSpace(q.Get("q"))}
 	if v := q.Get("status"); v != "" {
-		if req.Status = execution.StatusToProto(v); req.Status == executionv1.ExecutionStatus_EXECUTION_STATUS_UNSPECIFIED {
+		if req.Status = execution.StatusToProto(execution.Status(v)); req.Status == executionv1.ExecutionStatus_EXECUTION_STATUS_UNSPECIFIED {
 			return nil, &badInput{"status", fmt.Sprintf("%q is not a status: one of pending, running, succeeded, failed, cancelled", v)}
 		}
 	}
@@ -288,7 +288,7 @@ func (h *handler) cancelConfirm(w http.ResponseWriter, r *http.Request, s *sessi
 			st, tl.GetCapability(), tl.GetApplicationId()),
 		Action: Prefix + "executions/" + id + "/cancel", Button: "Cancel the execution", Back: Prefix + "executions/" + id,
 	}
-	if execution.IsFinal(st) {
+	if st.IsFinal() {
 		d.What, d.Nothing = fmt.Sprintf("The execution is already settled %s: it cannot be cancelled.", st), true
 	}
 	h.render(w, http.StatusOK, "confirm", view{Title: "Cancel execution", Nav: "executions", Session: s, Data: d})

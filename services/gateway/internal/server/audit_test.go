@@ -62,7 +62,7 @@ func requireEntry(t *testing.T, got auditRow, who auditRow, action, target strin
 	require.Equal(t, action, got.Action)
 	require.Equal(t, target, got.Target)
 	for k, v := range detail {
-		require.Equal(t, v, got.Detail[k], "detail %s", k)
+		require.EqualValues(t, v, got.Detail[k], "detail %s", k)
 	}
 }
 
@@ -72,8 +72,8 @@ func TestRedeliverEventIsAudited(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	addOtherApp(t, b)
-	mine, myExec := insertEvent(t, b, testEvent{status: store.EventDead, attempts: 6})
-	theirs, theirExec := insertEvent(t, b, testEvent{app: otherApp, status: store.EventDead, attempts: 6})
+	mine, myExec := insertEvent(t, b, testEvent{status: execution.EventDead, attempts: 6})
+	theirs, theirExec := insertEvent(t, b, testEvent{app: otherApp, status: execution.EventDead, attempts: 6})
 	op := AsOperator(context.Background())
 	redeliver := func(ctx context.Context, id string) func() error {
 		return func() error {
@@ -104,13 +104,13 @@ func TestRedeliverEventIsAudited(t *testing.T) {
 func TestRedeliverEventRollsBackWithoutItsEntry(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id, _ := insertEvent(t, b, testEvent{status: store.EventDead, attempts: 6})
+	id, _ := insertEvent(t, b, testEvent{status: execution.EventDead, attempts: 6})
 	bad := store.Audit{Who: store.AuditActor{Role: "nobody", ID: "x"}, Via: store.AuditViaAPI, Action: "event.redeliver", Target: id}
 	_, err := b.server.store.EventRedeliver(context.Background(), store.AnyApplication, id, &bad)
 	require.Error(t, err, "the role check refuses the entry")
 	ev, _, err := b.server.store.EventGet(context.Background(), store.AnyApplication, id)
 	require.NoError(t, err)
-	require.Equal(t, store.EventDead, ev.Status, "the redelivery went with its entry")
+	require.Equal(t, execution.EventDead, ev.Status, "the redelivery went with its entry")
 	require.Empty(t, auditLog(t, b))
 }
 
@@ -119,9 +119,9 @@ func TestRedriveEventsIsAudited(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	addOtherApp(t, b)
-	insertEvent(t, b, testEvent{status: store.EventDead, attempts: 6})
-	insertEvent(t, b, testEvent{app: otherApp, status: store.EventDead, attempts: 6})
-	insertEvent(t, b, testEvent{app: otherApp, status: store.EventDead, attempts: 6})
+	insertEvent(t, b, testEvent{status: execution.EventDead, attempts: 6})
+	insertEvent(t, b, testEvent{app: otherApp, status: execution.EventDead, attempts: 6})
+	insertEvent(t, b, testEvent{app: otherApp, status: execution.EventDead, attempts: 6})
 	op := AsOperator(context.Background())
 	redrive := func(ctx context.Context, req *gatewayv1.RedriveEventsRequest) func() error {
 		return func() error { _, err := b.server.RedriveEvents(ctx, req); return err }

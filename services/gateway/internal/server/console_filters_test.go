@@ -10,9 +10,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+	"github.com/integrations-platform/integrations/pkg/execution"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
-	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
 
 // invokeWithKey accepts an async execution of the test application with idempotency key key and
@@ -115,9 +115,9 @@ func TestRedriveEventsValidateOnlyCountsAndChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	addOtherApp(t, b)
-	dead, _ := insertEvent(t, b, testEvent{status: store.EventDead, attempts: 6, deliveries: 6, age: time.Hour})
-	insertEvent(t, b, testEvent{status: store.EventDead, attempts: 6, deliveries: 6, age: 3 * time.Hour})
-	insertEvent(t, b, testEvent{app: otherApp, status: store.EventDead, attempts: 6})
+	dead, _ := insertEvent(t, b, testEvent{status: execution.EventDead, attempts: 6, deliveries: 6, age: time.Hour})
+	insertEvent(t, b, testEvent{status: execution.EventDead, attempts: 6, deliveries: 6, age: 3 * time.Hour})
+	insertEvent(t, b, testEvent{app: otherApp, status: execution.EventDead, attempts: 6})
 	before := readState(t, b, dead)
 
 	resp, err := b.server.RedriveEvents(b.ctx, &gatewayv1.RedriveEventsRequest{ValidateOnly: true})

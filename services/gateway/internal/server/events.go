@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
+	"github.com/integrations-platform/integrations/pkg/execution"
 	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/jsonbound"
@@ -25,13 +26,13 @@ import (
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
 
-var eventStatusToProto = map[string]eventsv1.EventStatus{
-	store.EventPending:   eventsv1.EventStatus_EVENT_STATUS_PENDING,
-	store.EventDelivered: eventsv1.EventStatus_EVENT_STATUS_DELIVERED,
-	store.EventDead:      eventsv1.EventStatus_EVENT_STATUS_DEAD,
+var eventStatusToProto = map[execution.EventStatus]eventsv1.EventStatus{
+	execution.EventPending:   eventsv1.EventStatus_EVENT_STATUS_PENDING,
+	execution.EventDelivered: eventsv1.EventStatus_EVENT_STATUS_DELIVERED,
+	execution.EventDead:      eventsv1.EventStatus_EVENT_STATUS_DEAD,
 }
 
-func eventStatusFromProto(s eventsv1.EventStatus) string {
+func eventStatusFromProto(s eventsv1.EventStatus) execution.EventStatus {
 	for k, v := range eventStatusToProto {
 		if v == s {
 			return k

@@ -37,7 +37,7 @@ func addOtherApp(t *testing.T, b *bundle) {
 // relayed completion event of a new execution of TestApp, created now.
 type testEvent struct {
 	app      string
-	status   string
+	status   execution.EventStatus
 	attempts int32
 	// age puts created_at that long before now.
 	age time.Duration
@@ -51,7 +51,7 @@ func insertEvent(t *testing.T, b *bundle, e testEvent) (id, executionID string) 
 		e.app = dbtest.TestApp
 	}
 	if e.status == "" {
-		e.status = store.EventPending
+		e.status = execution.EventPending
 	}
 	executionID = b.schema.InsertExecution(t, dbtest.Execution{Application: e.app, Status: execution.StatusSucceeded, Attempt: 1})
 	u, err := uuid.NewV7()
@@ -146,9 +146,9 @@ func TestListEventsIsScopedNewestFirstAndPaginated(t *testing.T) {
 func TestListEventsFilters(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	old, _ := insertEvent(t, b, testEvent{status: store.EventDead, attempts: 6, age: 3 * time.Hour})
-	dead, _ := insertEvent(t, b, testEvent{status: store.EventDead, attempts: 6, age: time.Hour})
-	delivered, deliveredExec := insertEvent(t, b, testEvent{status: store.EventDelivered, attempts: 1})
+	old, _ := insertEvent(t, b, testEvent{status: execution.EventDead, attempts: 6, age: 3 * time.Hour})
+	dead, _ := insertEvent(t, b, testEvent{status: execution.EventDead, attempts: 6, age: time.Hour})
+	delivered, deliveredExec := insertEvent(t, b, testEvent{status: execution.EventDelivered, attempts: 1})
 	pending, _ := insertEvent(t, b, testEvent{attempts: 2})
 	now := time.Now()
 
@@ -243,7 +243,7 @@ func TestEventsOfAnotherApplicationAreNotFound(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	addOtherApp(t, b)
-	theirs, _ := insertEvent(t, b, testEvent{app: otherApp, status: store.EventDead, attempts: 6})
+	theirs, _ := insertEvent(t, b, testEvent{app: otherApp, status: execution.EventDead, attempts: 6})
 
 	_, err := b.server.GetEvent(b.ctx, &gatewayv1.GetEventRequest{Id: theirs})
 	c, _ := code(err)
@@ -260,7 +260,7 @@ func TestEventsOfAnotherApplicationAreNotFound(t *testing.T) {
 	var status string
 	require.NoError(t, b.schema.Pool.QueryRow(context.Background(),
 		`SELECT delivery_status FROM integration_events WHERE id = $1`, theirs).Scan(&status))
-	require.Equal(t, store.EventDead, status, "another application's event is untouched")
+	require.EqualValues(t, execution.EventDead, status, "another application's event is untouched")
 
 	for _, id := range []string{"nope", ""} {
 		_, err = b.server.GetEvent(b.ctx, &gatewayv1.GetEventRequest{Id: id})
@@ -295,7 +295,7 @@ func listen(t *testing.T, b *bundle) func(payload string) {
 }
 
 type eventState struct {
-	status                                      string
+	status                                      execution.EventStatus
 	attempts                                    int32
 	lastError                                   *string
 	nextAttemptAt, deadAt, deliveredAt, relayed *time.Time
@@ -319,8 +319,8 @@ func TestRedeliverEventResetsStateAndKeepsHistory(t *testing.T) {
 		name string
 		ev   testEvent
 	}{
-		{"dead", testEvent{status: store.EventDead, attempts: 6, deliveries: 6}},
-		{"delivered", testEvent{status: store.EventDelivered, attempts: 2, deliveries: 2}},
+		{"dead", testEvent{status: execution.EventDead, attempts: 6, deliveries: 6}},
+		{"delivered", testEvent{status: execution.EventDelivered, attempts: 2, deliveries: 2}},
 		{"pending between attempts", testEvent{attempts: 3, deliveries: 3}},
 	}
 	for _, tt := range tests {
@@ -340,7 +340,7 @@ func TestRedeliverEventResetsStateAndKeepsHistory(t *testing.T) {
 			require.Nil(t, e.GetDeadTime())
 			require.Nil(t, e.GetNextAttemptTime())
 			s := readState(t, b, id)
-			require.Equal(t, eventState{status: store.EventPending, deliveries: tt.ev.deliveries}, s,
+			require.Equal(t, eventState{status: execution.EventPending, deliveries: tt.ev.deliveries}, s,
 				"pending, a fresh budget, unrelayed; the history kept")
 			notified(id)
 
@@ -361,11 +361,11 @@ func TestRedriveEventsRedrivesOnlyTheApplicationsDeadEvents(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	addOtherApp(t, b)
-	oldDead, _ := insertEvent(t, b, testEvent{status: store.EventDead, attempts: 6, deliveries: 6, age: 3 * time.Hour})
-	newDead, _ := insertEvent(t, b, testEvent{status: store.EventDead, attempts: 6, deliveries: 6, age: time.Hour})
+	oldDead, _ := insertEvent(t, b, testEvent{status: execution.EventDead, attempts: 6, deliveries: 6, age: 3 * time.Hour})
+	newDead, _ := insertEvent(t, b, testEvent{status: execution.EventDead, attempts: 6, deliveries: 6, age: time.Hour})
 	pending, _ := insertEvent(t, b, testEvent{attempts: 2})
-	delivered, _ := insertEvent(t, b, testEvent{status: store.EventDelivered, attempts: 1})
-	theirs, _ := insertEvent(t, b, testEvent{app: otherApp, status: store.EventDead, attempts: 6})
+	delivered, _ := insertEvent(t, b, testEvent{status: execution.EventDelivered, attempts: 1})
+	theirs, _ := insertEvent(t, b, testEvent{app: otherApp, status: execution.EventDead, attempts: 6})
 	notified := listen(t, b)
 	before := map[string]eventState{}
 	for _, id := range []string{oldDead, pending, delivered, theirs} {
@@ -376,7 +376,7 @@ func TestRedriveEventsRedrivesOnlyTheApplicationsDeadEvents(t *testing.T) {
 
 	require.NoError(t, err)
 	require.Equal(t, int64(1), resp.GetCount(), "only the dead event created since")
-	require.Equal(t, eventState{status: store.EventPending, deliveries: 6}, readState(t, b, newDead))
+	require.Equal(t, eventState{status: execution.EventPending, deliveries: 6}, readState(t, b, newDead))
 	notified("redrive")
 	for id, s := range before {
 		require.Equal(t, s, readState(t, b, id), "event %s untouched", id)
@@ -386,8 +386,8 @@ func TestRedriveEventsRedrivesOnlyTheApplicationsDeadEvents(t *testing.T) {
 
 	require.NoError(t, err)
 	require.Equal(t, int64(1), resp.GetCount(), "the other dead event; the first is pending now")
-	require.Equal(t, store.EventPending, readState(t, b, oldDead).status)
-	require.Equal(t, store.EventDead, readState(t, b, theirs).status)
+	require.Equal(t, execution.EventPending, readState(t, b, oldDead).status)
+	require.Equal(t, execution.EventDead, readState(t, b, theirs).status)
 
 	resp, err = b.server.RedriveEvents(b.ctx, &gatewayv1.RedriveEventsRequest{})
 	require.NoError(t, err)

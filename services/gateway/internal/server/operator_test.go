@@ -13,7 +13,6 @@ import (
 	"github.com/integrations-platform/integrations/pkg/execution"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
-	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
 
 // The operator (admin token) sees every application's events, narrows the list to one
@@ -24,9 +23,9 @@ func TestOperatorEvents(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	addOtherApp(t, b)
-	mine, _ := insertEvent(t, b, testEvent{status: store.EventDead, attempts: 6})
-	theirs, _ := insertEvent(t, b, testEvent{app: otherApp, status: store.EventDead, attempts: 6})
-	insertEvent(t, b, testEvent{app: otherApp, status: store.EventDelivered})
+	mine, _ := insertEvent(t, b, testEvent{status: execution.EventDead, attempts: 6})
+	theirs, _ := insertEvent(t, b, testEvent{app: otherApp, status: execution.EventDead, attempts: 6})
+	insertEvent(t, b, testEvent{app: otherApp, status: execution.EventDelivered})
 	op := AsOperator(context.Background())
 
 	ids := func(resp *gatewayv1.ListEventsResponse) map[string]string {
@@ -42,7 +41,7 @@ func TestOperatorEvents(t *testing.T) {
 	require.Equal(t, dbtest.TestApp, ids(all)[mine], "each event names its application")
 	require.Equal(t, otherApp, ids(all)[theirs])
 	one, err := b.server.ListEvents(op, &gatewayv1.ListEventsRequest{ApplicationId: otherApp,
-		Status: eventStatusToProto[store.EventDead]})
+		Status: eventStatusToProto[execution.EventDead]})
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{theirs: otherApp}, ids(one))
 	_, err = b.server.ListEvents(op, &gatewayv1.ListEventsRequest{ApplicationId: "Not An App"})
@@ -85,7 +84,7 @@ func TestOperatorEvents(t *testing.T) {
 	require.Equal(t, codes.NotFound, c, "an application cannot redeliver another's event")
 	red, err := b.server.RedeliverEvent(op, &gatewayv1.RedeliverEventRequest{Id: mine})
 	require.NoError(t, err)
-	require.Equal(t, eventStatusToProto[store.EventPending], red.GetEvent().GetStatus())
+	require.Equal(t, eventStatusToProto[execution.EventPending], red.GetEvent().GetStatus())
 	require.Equal(t, int64(0), preview(op, ""))
 }
 

@@ -595,11 +595,11 @@ const reasonExecutionBusy = "EXECUTION_BUSY"
 // execution's status and attempt are carried over, and only when they are what they should be.
 func alreadySettled(err error) error {
 	md := rpcstatus.ErrorInfo(err).GetMetadata()
-	st := md["status"]
-	if !execution.IsFinal(st) {
+	st := execution.Status(md["status"])
+	if !st.IsFinal() {
 		return apperr.New(apperr.KindFailedPrecondition, reasonAlreadySettled, "execution already settled").Wrap(err)
 	}
-	e := apperr.New(apperr.KindFailedPrecondition, reasonAlreadySettled, "execution already settled %s", st).With("status", st)
+	e := apperr.New(apperr.KindFailedPrecondition, reasonAlreadySettled, "execution already settled %s", st).With("status", string(st))
 	if n, perr := strconv.Atoi(md["attempt"]); perr == nil && n >= 0 {
 		e = e.With("attempt", strconv.Itoa(n))
 	}
@@ -637,9 +637,9 @@ func (s *Server) CancelExecution(ctx context.Context, req *gatewayv1.CancelExecu
 		if err != nil {
 			return nil, err
 		}
-		if execution.IsFinal(row.Status) {
+		if row.Status.IsFinal() {
 			return nil, apperr.New(apperr.KindFailedPrecondition, reasonAlreadySettled, "execution already settled %s", row.Status).
-				With("status", row.Status).With("attempt", strconv.Itoa(int(row.Attempt)))
+				With("status", string(row.Status)).With("attempt", strconv.Itoa(int(row.Attempt)))
 		}
 		settled, err := s.settlement.Settle(ctx, &settlementv1.SettleRequest{
 			ExecutionId: row.ID, Attempt: row.Attempt, FromStatus: execution.StatusToProto(row.Status),
@@ -660,7 +660,7 @@ func (s *Server) CancelExecution(ctx context.Context, req *gatewayv1.CancelExecu
 			return nil, grpcx.Downstream(ctx, "settlement", err)
 		}
 		s.log.Info("execution cancelled", log.ExecutionID(row.ID), log.Attempt(row.Attempt),
-			zap.String("from_status", row.Status), log.ApplicationID(appID), log.EventID(settled.GetEventId()))
+			zap.String("from_status", string(row.Status)), log.ApplicationID(appID), log.EventID(settled.GetEventId()))
 		// The settlement is another service's transaction: the entry is written after it.
 		audit.Write(ctx, s.store, s.log, auditEntry(ctx, "execution.cancel", row.ID, map[string]any{
 			"application_id": row.ApplicationID, "attempt": row.Attempt, "from_status": row.Status}))

@@ -162,7 +162,7 @@ func TestCancelExecution(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		status  string
+		status  execution.Status
 		attempt int32
 		// wantStop: the adapter is asked to stop the attempt.
 		wantStop bool
@@ -217,7 +217,7 @@ func TestCancelExecutionRefusals(t *testing.T) {
 		require.Equal(t, codes.FailedPrecondition, c)
 		require.Equal(t, reasonAlreadySettled, reason)
 		info := rpcstatus.ErrorInfo(grpcx.ToStatus(err).Err())
-		require.Equal(t, map[string]string{"status": execution.StatusSucceeded, "attempt": "2"}, info.GetMetadata())
+		require.Equal(t, map[string]string{"status": string(execution.StatusSucceeded), "attempt": "2"}, info.GetMetadata())
 	})
 	t.Run("another application's execution", func(t *testing.T) {
 		t.Parallel()
@@ -239,7 +239,7 @@ func TestCancelExecutionLosingToACompletion(t *testing.T) {
 	b := setup(t)
 	id := b.schema.InsertExecution(t, dbtest.Execution{Status: execution.StatusRunning, Attempt: 1})
 	lost := grpcx.ToStatus(apperr.New(apperr.KindFailedPrecondition, reasonAlreadySettled, "execution already settled succeeded").
-		With("status", execution.StatusSucceeded).With("attempt", "1")).Err()
+		With("status", string(execution.StatusSucceeded)).With("attempt", "1")).Err()
 	b.settlement.errs = []error{lost}
 
 	_, err := b.server.CancelExecution(b.ctx, &gatewayv1.CancelExecutionRequest{Id: id})
@@ -247,7 +247,7 @@ func TestCancelExecutionLosingToACompletion(t *testing.T) {
 	c, reason := code(err)
 	require.Equal(t, codes.FailedPrecondition, c)
 	require.Equal(t, reasonAlreadySettled, reason, "the settlement service's refusal becomes the gateway's own")
-	require.Equal(t, execution.StatusSucceeded, rpcstatus.ErrorInfo(grpcx.ToStatus(err).Err()).GetMetadata()["status"])
+	require.EqualValues(t, execution.StatusSucceeded, rpcstatus.ErrorInfo(grpcx.ToStatus(err).Err()).GetMetadata()["status"])
 	require.Empty(t, b.adapter.requests(), "a cancellation that lost asks no adapter to stop")
 }
 
@@ -301,8 +301,8 @@ func TestGetExecutionShowsALateOutcome(t *testing.T) {
 	require.NoError(t, err)
 	attempts := resp.GetExecution().GetAttempts()
 	require.Len(t, attempts, 1)
-	require.Equal(t, execution.AttemptTimeout, attempts[0].GetOutcome())
-	require.Equal(t, execution.StatusSucceeded, attempts[0].GetLateOutcome())
+	require.EqualValues(t, execution.AttemptTimeout, attempts[0].GetOutcome())
+	require.EqualValues(t, execution.AttemptSucceeded, attempts[0].GetLateOutcome())
 	require.NotNil(t, attempts[0].GetLateTime())
 }
 

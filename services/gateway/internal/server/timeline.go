@@ -102,7 +102,7 @@ func TimelineProto(tl *store.Timeline) *gatewayv1.GetExecutionTimelineResponse {
 		}
 		if a.LateOutcome != nil && a.LateAt != nil {
 			add(*a.LateAt, gatewayv1.TimelineEntryKind_TIMELINE_ENTRY_KIND_LATE_OUTCOME, &gatewayv1.TimelineEntry{
-				Attempt: a.N, Outcome: *a.LateOutcome,
+				Attempt: a.N, Outcome: string(*a.LateOutcome),
 				Summary: fmt.Sprintf("attempt %d late outcome %s (recorded, not applied)", a.N, *a.LateOutcome),
 			})
 		}
@@ -126,7 +126,7 @@ func TimelineProto(tl *store.Timeline) *gatewayv1.GetExecutionTimelineResponse {
 			Attempt: e.Attempt, Status: execution.StatusToProto(e.Status), ErrorClass: deref(e.FailureClass),
 			Reason: deref(e.FailureReason), ErrorCode: deref(e.FailureCode), ErrorMessage: deref(e.FailureMessage),
 		}
-		en.Summary = "settled " + e.Status
+		en.Summary = "settled " + string(e.Status)
 		if en.Reason != "" {
 			en.Summary += " (" + en.Reason + ")"
 		}
@@ -134,7 +134,7 @@ func TimelineProto(tl *store.Timeline) *gatewayv1.GetExecutionTimelineResponse {
 	}
 	for _, ev := range tl.Events {
 		recorded := &gatewayv1.TimelineEntry{
-			EventId: ev.ID, EventType: ev.Type, EventSequence: ev.Sequence, DeliveryStatus: ev.Status,
+			EventId: ev.ID, EventType: ev.Type, EventSequence: ev.Sequence, DeliveryStatus: string(ev.Status),
 			Summary: fmt.Sprintf("event %s #%d recorded (%s)", ev.Type, ev.Sequence, ev.Status),
 		}
 		if len(ev.Progress) > 0 {
@@ -204,11 +204,11 @@ func structFromJSON(raw []byte) (*structpb.Struct, error) {
 	return &st, nil
 }
 
-func deref(p *string) string {
+func deref[S ~string](p *S) string {
 	if p == nil {
 		return ""
 	}
-	return *p
+	return string(*p)
 }
 
 // DurationText is a short duration as people read it: "<1 ms", "37 ms", "2.4 s". Delivery

@@ -24,7 +24,7 @@ func retriedExecution(t *testing.T, b *bundle) string {
 	_, executionID := insertEvent(t, b, testEvent{deliveries: 2})
 	b.schema.InsertAttempts(t, executionID,
 		dbtest.Attempt{N: 1, Outcome: "failed", FailureClass: execution.ClassTimeout},
-		dbtest.Attempt{N: 2, Outcome: execution.StatusSucceeded})
+		dbtest.Attempt{N: 2, Outcome: execution.AttemptSucceeded})
 	for _, q := range []string{
 		`UPDATE executions SET created_at = '2026-01-01 10:00:00Z', updated_at = '2026-01-01 10:00:06Z',
 			settled_at = '2026-01-01 10:00:06Z', attempt = 2, max_attempts = 3, idempotency_key = 'order-7',

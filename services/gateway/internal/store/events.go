@@ -13,13 +13,6 @@ import (
 	"github.com/integrations-platform/integrations/pkg/execution"
 )
 
-// Event delivery statuses as stored.
-const (
-	EventPending   = "pending"
-	EventDelivered = "delivered"
-	EventDead      = "dead"
-)
-
 // Event is an integration_events row as the events API shows it.
 type Event struct {
 	ID            string
@@ -29,7 +22,7 @@ type Event struct {
 	// Data is the event body's "data" object (JSON), nil if the body has none.
 	Data          []byte
 	CreatedAt     time.Time
-	Status        string
+	Status        execution.EventStatus
 	Attempts      int32
 	NextAttemptAt *time.Time
 	LastError     *string
@@ -70,7 +63,7 @@ type Delivery struct {
 
 // EventFilter narrows EventList.
 type EventFilter struct {
-	Status      string
+	Status      execution.EventStatus
 	ExecutionID string
 	// Since (inclusive) and Until (exclusive) bound created_at when set.
 	Since, Until *time.Time
@@ -311,7 +304,7 @@ func deadEventsWhere(applicationID string, since *time.Time) *where {
 	} else {
 		w.conds = append(w.conds, "application_id IN (SELECT id FROM applications)")
 	}
-	w.add("delivery_status = ?", EventDead)
+	w.add("delivery_status = ?", execution.EventDead)
 	if since != nil {
 		w.add("created_at >= ?", *since)
 	}

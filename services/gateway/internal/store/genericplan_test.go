@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+	"github.com/integrations-platform/integrations/pkg/execution"
 )
 
 // The list queries keep their index under a generic plan: pgx caches each statement, and after
@@ -48,9 +49,9 @@ func TestListQueriesKeepTheirIndexUnderGenericPlans(t *testing.T) {
 	add := func(name, cond string, q string, args []any) {
 		cases = append(cases, tc{name: name, query: q, args: args, cond: cond})
 	}
-	q, a := ev(EventFilter{Status: EventDead})
+	q, a := ev(EventFilter{Status: execution.EventDead})
 	add("events by status", "delivery_status", q, a)
-	q, a = ev(EventFilter{Status: EventDead, Before: midEvent})
+	q, a = ev(EventFilter{Status: execution.EventDead, Before: midEvent})
 	add("events by status, next page", "delivery_status", q, a)
 	q, a = ev(EventFilter{ExecutionID: execID})
 	add("events by execution", "execution_id", q, a)
@@ -136,6 +137,10 @@ func literals(args []any) string {
 		switch v := a.(type) {
 		case string:
 			out[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
+		case execution.EventStatus:
+			out[i] = execution.Literal(v)
+		case execution.Status:
+			out[i] = execution.Literal(v)
 		case time.Time:
 			out[i] = "'" + v.UTC().Format(time.RFC3339Nano) + "'"
 		default:

@@ -259,7 +259,7 @@ func (s *Store) Attempts(ctx context.Context, id string) ([]execution.AttemptRow
 
 // ListFilter narrows ExecutionList.
 type ListFilter struct {
-	Status     string
+	Status     execution.Status
 	Capability string
 	// CreatedAfter (inclusive) and CreatedBefore (exclusive) bound created_at when set.
 	CreatedAfter, CreatedBefore *time.Time

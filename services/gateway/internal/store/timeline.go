@@ -33,7 +33,7 @@ type TimelineEvent struct {
 	ID        string
 	Type      string
 	CreatedAt time.Time
-	Status    string
+	Status    execution.EventStatus
 	Sequence  int32
 	// Progress is an execution.progress event's report (JSON), nil for other events.
 	Progress   []byte

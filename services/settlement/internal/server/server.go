@@ -62,13 +62,13 @@ func (s *Server) Settle(ctx context.Context, req *settlementv1.SettleRequest) (*
 		return nil, apperr.NotFound("execution %s not found", o.ExecutionID)
 	case errors.As(err, &conflict):
 		s.log.Info("settlement lost", log.ExecutionID(o.ExecutionID), log.Attempt(o.Attempt),
-			zap.String("status", conflict.Status), zap.Int32("current_attempt", conflict.Attempt))
+			zap.String("status", string(conflict.Status)), zap.Int32("current_attempt", conflict.Attempt))
 		return nil, conflictError(o, conflict.Conflict)
 	case err != nil:
 		return nil, err
 	}
 	s.log.Info("execution settled", log.ExecutionID(o.ExecutionID), log.Attempt(o.Attempt),
-		zap.String("status", o.Status), zap.String("reason", o.Failure.Reason), log.EventID(settled.EventID))
+		zap.String("status", string(o.Status)), zap.String("reason", o.Failure.Reason), log.EventID(settled.EventID))
 	e, err := settled.Execution.Proto(false)
 	if err != nil {
 		return nil, err
@@ -107,7 +107,7 @@ func (s *Server) FailAttempt(ctx context.Context, req *settlementv1.FailAttemptR
 		return nil, apperr.NotFound("execution %s not found", a.ExecutionID)
 	case errors.As(err, &conflict):
 		s.log.Info("attempt failure not applicable", log.ExecutionID(a.ExecutionID), log.Attempt(a.Attempt),
-			zap.String("status", conflict.Status), zap.Int32("current_attempt", conflict.Attempt))
+			zap.String("status", string(conflict.Status)), zap.Int32("current_attempt", conflict.Attempt))
 		return nil, conflictError(store.Outcome{Attempt: a.Attempt, FromStatus: execution.StatusRunning}, conflict.Conflict)
 	case err != nil:
 		return nil, err
@@ -124,7 +124,7 @@ func (s *Server) FailAttempt(ctx context.Context, req *settlementv1.FailAttemptR
 			zap.String("class", a.Failure.Class), zap.Time("next_attempt_at", *res.NextAttemptAt))
 	} else {
 		s.log.Info("execution settled", log.ExecutionID(a.ExecutionID), log.Attempt(a.Attempt),
-			zap.String("status", res.Execution.Status), zap.String("class", a.Failure.Class),
+			zap.String("status", string(res.Execution.Status)), zap.String("class", a.Failure.Class),
 			zap.String("reason", str(res.Execution.FailureReason)), log.EventID(res.EventID))
 	}
 	return resp, nil
@@ -140,14 +140,14 @@ func str(s *string) string {
 func conflictError(o store.Outcome, c store.Conflict) error {
 	var e *apperr.Error
 	switch {
-	case execution.IsFinal(c.Status):
+	case c.Status.IsFinal():
 		e = apperr.New(apperr.KindFailedPrecondition, ReasonAlreadySettled, "execution already settled %s", c.Status)
 	case c.Attempt != o.Attempt:
 		e = apperr.New(apperr.KindAborted, ReasonStaleAttempt, "attempt %d is not current; the execution is at attempt %d", o.Attempt, c.Attempt)
 	default:
 		e = apperr.New(apperr.KindFailedPrecondition, ReasonStatusMismatch, "execution is %s, not %s", c.Status, o.FromStatus)
 	}
-	return e.With("status", c.Status).With("attempt", strconv.Itoa(int(c.Attempt)))
+	return e.With("status", string(c.Status)).With("attempt", strconv.Itoa(int(c.Attempt)))
 }
 
 func outcome(req *settlementv1.SettleRequest) (store.Outcome, error) {
@@ -162,7 +162,7 @@ func outcome(req *settlementv1.SettleRequest) (store.Outcome, error) {
 		return store.Outcome{}, apperr.Invalid("from_status", "must be PENDING or RUNNING")
 	}
 	to := execution.StatusFromProto(req.GetStatus())
-	if !execution.IsFinal(to) {
+	if !to.IsFinal() {
 		return store.Outcome{}, apperr.Invalid("status", "must be SUCCEEDED, FAILED or CANCELLED")
 	}
 	if from == execution.StatusPending && to != execution.StatusCancelled && req.GetStatus() != executionv1.ExecutionStatus_EXECUTION_STATUS_FAILED {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/batch"
 	"github.com/integrations-platform/integrations/pkg/db"
+	"github.com/integrations-platform/integrations/pkg/execution"
 )
 
 // Batching of concurrent settlements (Settle and FailAttempt calls): each batch is one pipelined
@@ -124,8 +125,9 @@ func (s *Store) settleBatch(ctx context.Context, reqs []settleRequest) ([]settle
 			continue
 		}
 		var (
-			status, reason *string
-			next           *time.Time
+			status *execution.Status
+			reason *string
+			next   *time.Time
 		)
 		a, err := scanSettled(br.QueryRow(), &status, &reason, &next)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {

@@ -22,19 +22,19 @@ import (
 type Outcome struct {
 	ExecutionID string
 	Attempt     int32
-	FromStatus  string // the status the settler read
-	Status      string // succeeded, failed or cancelled
-	Result      []byte // JSON object, for succeeded
+	FromStatus  execution.Status // the status the settler read
+	Status      execution.Status // succeeded, failed or cancelled
+	Result      []byte           // JSON object, for succeeded
 	Failure     execution.Failure
 	// AttemptOutcome closes the attempt's row; empty means Status (the sweeper's timeout is the
 	// one outcome that differs from the execution's status).
-	AttemptOutcome string
+	AttemptOutcome execution.AttemptOutcome
 }
 
 // Conflict says why a settlement changed nothing.
 type Conflict struct {
 	// Current status and attempt of the execution.
-	Status  string
+	Status  execution.Status
 	Attempt int32
 }
 
@@ -148,7 +148,7 @@ func settleArgs(o Outcome, eventID uuid.UUID) []any {
 	f := o.Failure
 	return []any{o.ExecutionID, o.Attempt, o.FromStatus, o.Status, o.Result,
 		nullable(f.Class), nullable(f.Reason), nullable(f.Code), nullable(f.Message),
-		cmp.Or(o.AttemptOutcome, o.Status), eventID, execution.EventTypeExecutionComplete, execution.EventsNotifyChannel}
+		cmp.Or(o.AttemptOutcome, execution.AttemptOutcome(o.Status)), eventID, execution.EventTypeExecutionComplete, execution.EventsNotifyChannel}
 }
 
 // settled is a settleSQL or attemptFailSQL answer.
@@ -223,8 +223,8 @@ type AttemptFailure struct {
 	// Scale shrinks the retry schedule's delays (and RetryAfter) for tests and demos
 	// (config.Common.Scale).
 	Scale func(time.Duration) time.Duration
-	// Outcome closes the attempt's row: "failed" unless set (an expired lease is "timeout").
-	Outcome string
+	// Outcome closes the attempt's row: failed unless set (an expired lease is a timeout).
+	Outcome execution.AttemptOutcome
 	// ExhaustedReason, if set, is the failure reason when a retryable failure leaves no retry,
 	// in place of retry_exhausted.attempt_limit or retry_exhausted.budget: the sweeper's
 	// lease_expired.
@@ -359,7 +359,7 @@ func attemptFailArgs(a AttemptFailure, eventID uuid.UUID) []any {
 	f, d := a.Failure, a.decision()
 	return []any{a.ExecutionID, a.Attempt, nullable(d.Exhausted), d.Delay.Seconds(), d.Budget,
 		nullable(f.Class), nullable(f.Code), nullable(f.Message),
-		cmp.Or(a.Outcome, execution.StatusFailed), eventID, execution.EventTypeExecutionComplete, execution.EventsNotifyChannel}
+		cmp.Or(a.Outcome, execution.AttemptFailed), eventID, execution.EventTypeExecutionComplete, execution.EventsNotifyChannel}
 }
 
 // attemptFail records a's retry decision. It is the only place that writes one: the FailAttempt
@@ -370,15 +370,16 @@ func attemptFail(ctx context.Context, q querier, a AttemptFailure) (*AttemptFail
 		return nil, err
 	}
 	var (
-		status, reason *string
-		next           *time.Time
+		status *execution.Status
+		reason *string
+		next   *time.Time
 	)
 	ans, err := scanSettled(q.QueryRow(ctx, attemptFailSQL, attemptFailArgs(a, eventID)...), &status, &reason, &next)
 	return attemptFailAnswer(a, eventID, ans, status, reason, next, err)
 }
 
 // attemptFailAnswer turns attemptFailSQL's answer into AttemptFail's.
-func attemptFailAnswer(a AttemptFailure, eventID uuid.UUID, ans settled, status, reason *string, next *time.Time, err error) (*AttemptFailed, error) {
+func attemptFailAnswer(a AttemptFailure, eventID uuid.UUID, ans settled, status *execution.Status, reason *string, next *time.Time, err error) (*AttemptFailed, error) {
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, ErrNotFound

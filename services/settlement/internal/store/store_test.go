@@ -124,7 +124,7 @@ func TestExecutionSettleRaceHasOneWinner(t *testing.T) {
 	ctx := context.Background()
 
 	const rounds = 20
-	winners := map[string]int{}
+	winners := map[execution.Status]int{}
 	for range rounds {
 		id := b.insertRunning(t, 1, dayFromNow())
 		outcomes := []Outcome{
@@ -195,12 +195,12 @@ func TestExecutionSettleRaceHasOneWinner(t *testing.T) {
 		require.NoError(t, json.Unmarshal(evs[0].Payload, &payload))
 		require.Equal(t, evs[0].ID, payload.ID)
 		require.Equal(t, id, payload.Data.ExecutionID)
-		require.Equal(t, want, payload.Data.Status)
+		require.EqualValues(t, want, payload.Data.Status)
 
 		att := b.attempts(t, id)
 		require.Len(t, att, 1)
 		require.NotNil(t, att[0].EndedAt)
-		require.Equal(t, want, *att[0].Outcome)
+		require.EqualValues(t, want, *att[0].Outcome)
 	}
 	t.Logf("winners over %d rounds: %v", rounds, winners)
 }
@@ -291,7 +291,7 @@ func TestAttemptFail(t *testing.T) {
 			require.Len(t, att, int(tt.attempt))
 			last := att[len(att)-1]
 			require.NotNil(t, last.EndedAt, "the attempt is closed")
-			require.Equal(t, "failed", *last.Outcome)
+			require.Equal(t, execution.AttemptFailed, *last.Outcome)
 			require.Equal(t, failure.Class, *last.FailureClass)
 
 			if tt.wantReason == "" {
@@ -328,7 +328,7 @@ func TestAttemptFail(t *testing.T) {
 				} `json:"data"`
 			}
 			require.NoError(t, json.Unmarshal(evs[0].Payload, &payload))
-			require.Equal(t, execution.StatusFailed, payload.Data.Status)
+			require.EqualValues(t, execution.StatusFailed, payload.Data.Status)
 			require.Equal(t, tt.wantReason, payload.Data.Failure.Reason)
 			require.Equal(t, failure.Class, payload.Data.Failure.Class)
 		})
@@ -421,7 +421,7 @@ func TestExecutionSettleCancellation(t *testing.T) {
 
 		require.NoError(t, err)
 		att := b.attempts(t, id)
-		require.Equal(t, execution.StatusCancelled, *att[1].Outcome)
+		require.Equal(t, execution.AttemptCancelled, *att[1].Outcome)
 		require.NotNil(t, att[1].EndedAt)
 		require.Len(t, b.events(t, id), 1)
 	})

@@ -138,7 +138,7 @@ func TestExecutionSweepSettlesWhenNoRetryIsLeft(t *testing.T) {
 				} `json:"data"`
 			}
 			require.NoError(t, json.Unmarshal(evs[0].Payload, &payload))
-			require.Equal(t, execution.StatusFailed, payload.Data.Status)
+			require.EqualValues(t, execution.StatusFailed, payload.Data.Status)
 			require.Equal(t, execution.ClassTimeout, payload.Data.Failure.Class)
 			require.Equal(t, tt.wantReason, payload.Data.Failure.Reason)
 		})

@@ -159,7 +159,7 @@ func (s *Sweeper) report(list []store.Swept) Counts {
 			c.Failed++
 			swept.WithLabelValues(OutcomeFailed).Inc()
 			s.log.Info("attempt timed out, execution settled", append(fields,
-				zap.String("status", sw.Result.Execution.Status), zap.String("reason", str(sw.Result.Execution.FailureReason)),
+				zap.String("status", string(sw.Result.Execution.Status)), zap.String("reason", str(sw.Result.Execution.FailureReason)),
 				log.EventID(sw.Result.EventID))...)
 		}
 	}

@@ -31,9 +31,9 @@ func insertExpired(t *testing.T, s *dbtest.Schema, n int32) string {
 	return id
 }
 
-func status(t *testing.T, s *dbtest.Schema, id string) string {
+func status(t *testing.T, s *dbtest.Schema, id string) execution.Status {
 	t.Helper()
-	var st string
+	var st execution.Status
 	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT status FROM executions WHERE id = $1`, id).Scan(&st))
 	return st
 }
