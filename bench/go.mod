@@ -7,6 +7,7 @@ require (
 	github.com/integrations-platform/integrations/pkg/gen v0.1.0
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/google/uuid v1.6.0
+	github.com/integrations-platform/integrations/e2e v0.0.0
 	github.com/integrations-platform/integrations/pkg v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/rabbitmq/amqp091-go v1.16.0
@@ -69,6 +70,8 @@ require (
 )
 
 replace github.com/integrations-platform/integrations/pkg => ../pkg
+
+replace github.com/integrations-platform/integrations/e2e => ../e2e
 
 replace github.com/integrations-platform/integrations/migrations => ../migrations
 

@@ -27,16 +27,16 @@ import (
 func TestAdapterRefusesCallsNotFromThePlatform(t *testing.T) {
 	s := newStack(t)
 	journal := filepath.Join(t.TempDir(), "journal")
-	s.extraEnv["dummy-adapter"] = []string{"INTEGRATIONS_DUMMY_JOURNAL=" + journal}
+	s.ProgramEnv["dummy-adapter"] = []string{"INTEGRATIONS_DUMMY_JOURNAL=" + journal}
 	s.start("settlement", "adapter-callback", "dummy-adapter", "execution-consumer", "dispatcher", "gateway")
 
 	// The platform's calls.
-	code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+	code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey,
 		[]byte(`{"mode": "MODE_SYNC", "payload": {"greeting": "signed"}}`))
 	require.Equal(t, http.StatusOK, code, "%v", body)
 	syncID, _ := execution(body)["id"].(string)
 	require.Equal(t, "EXECUTION_STATUS_SUCCEEDED", execution(body)["status"], "%v", body)
-	code, body = s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+	code, body = s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey,
 		[]byte(`{"mode": "MODE_ASYNC", "payload": {"greeting": "signed too"}}`))
 	require.Equal(t, http.StatusAccepted, code, "%v", body)
 	asyncID, _ := execution(body)["id"].(string)
@@ -47,20 +47,20 @@ func TestAdapterRefusesCallsNotFromThePlatform(t *testing.T) {
 	}, 20*time.Second, 20*time.Millisecond, "the async execution succeeds through the consumer's signed call")
 
 	// The gateway's Cancel of a running attempt carries its token too: the adapter takes it.
-	code, body = s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+	code, body = s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey,
 		[]byte(`{"mode": "MODE_ASYNC", "payload": {"dummy": {"complete_later_ms": 20000}}}`))
 	require.Equal(t, http.StatusAccepted, code, "%v", body)
 	cancelledID, _ := execution(body)["id"].(string)
 	require.Eventually(t, func() bool {
-		return strings.Contains(s.log("dummy-adapter"), cancelledID)
+		return strings.Contains(s.Log("dummy-adapter"), cancelledID)
 	}, 20*time.Second, 20*time.Millisecond, "the attempt reaches the adapter")
-	code, body = s.call(http.MethodPost, "/v1/executions/"+cancelledID+":cancel", s.apiKey, []byte(`{}`))
+	code, body = s.call(http.MethodPost, "/v1/executions/"+cancelledID+":cancel", s.APIKey, []byte(`{}`))
 	require.Equal(t, http.StatusOK, code, "%v", body)
-	require.Contains(t, s.log("gateway"), "adapter asked to stop the cancelled attempt")
-	require.NotContains(t, s.log("gateway"), "adapter did not take the cancellation")
+	require.Contains(t, s.Log("gateway"), "adapter asked to stop the cancelled attempt")
+	require.NotContains(t, s.Log("gateway"), "adapter did not take the cancellation")
 
 	// Calls that do not come from the platform.
-	conn, err := grpcx.Dial(s.addrs["dummy-adapter"])
+	conn, err := grpcx.Dial(s.Addrs["dummy-adapter"])
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	client := adapterv1.NewAdapterServiceClient(conn)
@@ -77,10 +77,10 @@ func TestAdapterRefusesCallsNotFromThePlatform(t *testing.T) {
 	for name, tok := range map[string]string{
 		"no token":                              "",
 		"another key":                           sign(strangerKey, "dummy", "forged-1", execute, forged),
-		"the platform's key, another adapter":   sign(s.platformKey, "another-adapter", "forged-1", execute, forged),
-		"the platform's key, another execution": sign(s.platformKey, "dummy", "someone-elses", execute, forged),
+		"the platform's key, another adapter":   sign(s.PlatformKey, "another-adapter", "forged-1", execute, forged),
+		"the platform's key, another execution": sign(s.PlatformKey, "dummy", "someone-elses", execute, forged),
 		// A token captured on its way to the adapter does not run other work.
-		"the platform's key, another request": sign(s.platformKey, "dummy", "forged-1", execute,
+		"the platform's key, another request": sign(s.PlatformKey, "dummy", "forged-1", execute,
 			&adapterv1.ExecuteRequest{ExecutionId: "forged-1", Attempt: 1, Capability: "dummy.other"}),
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -108,5 +108,5 @@ func TestAdapterRefusesCallsNotFromThePlatform(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []string{syncID, asyncID, cancelledID}, recv, "journal:\n%s", raw)
-	require.Contains(t, s.log("dummy-adapter"), "call refused: platform token")
+	require.Contains(t, s.Log("dummy-adapter"), "call refused: platform token")
 }

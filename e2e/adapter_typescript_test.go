@@ -60,7 +60,7 @@ capabilities:
 	require.NoError(t, catalog.Apply(context.Background(), s.schema.Pool, c))
 	s.start("settlement", "adapter-callback", "execution-consumer", "dispatcher", "gateway")
 
-	pub := s.platformKey.Public().(ed25519.PublicKey)
+	pub := s.PlatformKey.Public().(ed25519.PublicKey)
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
@@ -68,16 +68,16 @@ capabilities:
 		"ADAPTER_ID=greeter",
 		"ADAPTER_CREDENTIAL=" + credential,
 		"INTEGRATIONS_PLATFORM_PUBLIC_KEYS=" + platformtoken.EncodePublicKey(pub),
-		"INTEGRATIONS_CALLBACK_ADDR=" + s.addrs["adapter-callback"],
+		"INTEGRATIONS_CALLBACK_ADDR=" + s.Addrs["adapter-callback"],
 	}
-	if s.publicTLS {
+	if s.PublicTLS() {
 		env = append(env, "INTEGRATIONS_CALLBACK_CA_FILE="+devca.CAFile(tlsDir))
 	}
 	logPath := startNodeAdapter(t, node, env, addr)
 	adapterLog := func() string { b, _ := os.ReadFile(logPath); return string(b) }
 
 	// Sync: the answer of the call settles it.
-	code, body := s.call(http.MethodPost, "/v1/capabilities/greeter.greet:invoke", s.apiKey,
+	code, body := s.call(http.MethodPost, "/v1/capabilities/greeter.greet:invoke", s.APIKey,
 		[]byte(`{"mode": "MODE_SYNC", "payload": {"name": "Ada"}}`))
 	require.Equal(t, http.StatusOK, code, "%v\nadapter log:\n%s", body, adapterLog())
 	e := execution(body)
@@ -85,17 +85,17 @@ capabilities:
 	assert.Equal(t, map[string]any{"greeting": "Hello, Ada!"}, e["result"])
 
 	// Async: Accepted, three progress reports, the completion through the callbacks.
-	code, body = s.call(http.MethodPost, "/v1/capabilities/greeter.greet:invoke", s.apiKey,
+	code, body = s.call(http.MethodPost, "/v1/capabilities/greeter.greet:invoke", s.APIKey,
 		[]byte(`{"mode": "MODE_ASYNC", "payload": {"name": "Grace", "steps": 3, "step_ms": 100}}`))
 	require.Equal(t, http.StatusAccepted, code, "%v", body)
 	id, _ := execution(body)["id"].(string)
 	require.NotEmpty(t, id)
 	require.Eventually(t, func() bool {
-		_, body := s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+		_, body := s.call(http.MethodGet, "/v1/executions/"+id, s.APIKey, nil)
 		st, _ := execution(body)["status"].(string)
 		return st == "EXECUTION_STATUS_SUCCEEDED" || st == "EXECUTION_STATUS_FAILED"
 	}, 60*time.Second, 50*time.Millisecond, "the async execution settles\nadapter log:\n%s", adapterLog())
-	_, body = s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+	_, body = s.call(http.MethodGet, "/v1/executions/"+id, s.APIKey, nil)
 	e = execution(body)
 	require.Equal(t, "EXECUTION_STATUS_SUCCEEDED", e["status"], "%v\nadapter log:\n%s", body, adapterLog())
 	assert.Equal(t, map[string]any{"greeting": "Hello, Grace!", "steps": float64(3)}, e["result"])

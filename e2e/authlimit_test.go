@@ -7,8 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,14 +88,14 @@ func burst(n int, attempt func(i int)) {
 // failure comes back during the test, however slow the machine: answers are counted, not timed.
 func TestFailedAuthenticationsAreLimited(t *testing.T) {
 	s := newStackWith(t, timeScale, false)
-	s.extraEnv["gateway"] = []string{"INTEGRATIONS_AUTH_FAILURE_WINDOW=1h"}
+	s.ProgramEnv["gateway"] = []string{"INTEGRATIONS_AUTH_FAILURE_WINDOW=1h"}
 	s.start("gateway")
 	const n, budget = 100, 10
 
 	t.Run("REST", func(t *testing.T) {
 		attacker, other := from(t, "127.0.0.2"), from(t, "127.0.0.3")
 		get := func(c *http.Client, key string) *http.Response {
-			req, err := http.NewRequest(http.MethodGet, s.restURL+"/v1/executions", nil)
+			req, err := http.NewRequest(http.MethodGet, s.RESTURL+"/v1/executions", nil)
 			require.NoError(t, err)
 			req.Header.Set("Authorization", "Bearer "+key)
 			resp, err := c.Do(req)
@@ -114,14 +112,14 @@ func TestFailedAuthenticationsAreLimited(t *testing.T) {
 		assert.LessOrEqual(t, got.refused, budget)
 		assert.Equal(t, n-got.refused, got.limited, "the rest are 429")
 		assert.Zero(t, got.noRetryAfter, "every 429 says when (Retry-After, whole seconds)")
-		assert.Equal(t, http.StatusOK, get(other, s.apiKey).StatusCode, "the right key from another address is served")
-		assert.Equal(t, http.StatusTooManyRequests, get(attacker, s.apiKey).StatusCode,
+		assert.Equal(t, http.StatusOK, get(other, s.APIKey).StatusCode, "the right key from another address is served")
+		assert.Equal(t, http.StatusTooManyRequests, get(attacker, s.APIKey).StatusCode,
 			"the flooding address is refused before its key is checked, even a right one")
 	})
 
 	t.Run("gRPC", func(t *testing.T) {
-		attacker := gatewayv1.NewGatewayServiceClient(fromGRPC(t, s.addrs["gateway"], "127.0.0.4"))
-		other := gatewayv1.NewGatewayServiceClient(fromGRPC(t, s.addrs["gateway"], "127.0.0.5"))
+		attacker := gatewayv1.NewGatewayServiceClient(fromGRPC(t, s.Addrs["gateway"], "127.0.0.4"))
+		other := gatewayv1.NewGatewayServiceClient(fromGRPC(t, s.Addrs["gateway"], "127.0.0.5"))
 		list := func(c gatewayv1.GatewayServiceClient, key string) error {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
@@ -141,13 +139,13 @@ func TestFailedAuthenticationsAreLimited(t *testing.T) {
 		assert.LessOrEqual(t, got.refused, budget)
 		assert.Equal(t, n-got.refused, got.limited)
 		assert.Zero(t, got.noRetryAfter, "every refusal carries a RetryInfo")
-		assert.NoError(t, list(other, s.apiKey), "the right key from another address is served")
+		assert.NoError(t, list(other, s.APIKey), "the right key from another address is served")
 	})
 
 	t.Run("console sign-in", func(t *testing.T) {
 		attacker, other := from(t, "127.0.0.6"), from(t, "127.0.0.7")
 		login := func(c *http.Client, token string) *http.Response {
-			resp, err := c.PostForm(s.restURL+"/console/login", url.Values{"token": {token}})
+			resp, err := c.PostForm(s.RESTURL+"/console/login", url.Values{"token": {token}})
 			require.NoError(t, err)
 			_ = resp.Body.Close()
 			return resp
@@ -161,14 +159,14 @@ func TestFailedAuthenticationsAreLimited(t *testing.T) {
 		assert.LessOrEqual(t, got.refused, budget)
 		assert.Equal(t, n-got.refused, got.limited)
 		assert.Zero(t, got.noRetryAfter)
-		resp := login(other, s.apiKey)
+		resp := login(other, s.APIKey)
 		assert.Equal(t, http.StatusSeeOther, resp.StatusCode, "the right key from another address signs in")
 		assert.NotEmpty(t, resp.Cookies())
 		resp = login(other, adminToken)
 		assert.Equal(t, http.StatusSeeOther, resp.StatusCode, "and so does the admin token")
 	})
 
-	assert.Contains(t, s.log("gateway"), "weak admin token allowed on loopback", "the stack's short admin token is allowed on loopback, with a warning")
+	assert.Contains(t, s.Log("gateway"), "weak admin token allowed on loopback", "the stack's short admin token is allowed on loopback, with a warning")
 }
 
 // TestWeakAdminTokenStopsTheGatewayOffLoopback: a gateway listening on a non-loopback address
@@ -177,11 +175,10 @@ func TestWeakAdminTokenStopsTheGatewayOffLoopback(t *testing.T) {
 	s := newStackWith(t, timeScale, false)
 	_, port, err := net.SplitHostPort(freeAddr(t))
 	require.NoError(t, err)
-	env := append(append([]string{}, s.env...), identityEnv("gateway")...)
-	env = append(env, "INTEGRATIONS_GRPC_ADDR=0.0.0.0:"+port, "INTEGRATIONS_HTTP_ADDR="+freeAddr(t),
+	cmd, err := s.Command("gateway")
+	require.NoError(t, err)
+	cmd.Env = append(cmd.Env, "INTEGRATIONS_GRPC_ADDR=0.0.0.0:"+port, "INTEGRATIONS_HTTP_ADDR="+freeAddr(t),
 		"INTEGRATIONS_PUBLIC_PLAINTEXT=true", "INTEGRATIONS_ADMIN_TOKEN=short-admin-token")
-	cmd := exec.Command(filepath.Join(binDir, "gateway"))
-	cmd.Env = env
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()

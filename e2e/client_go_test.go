@@ -156,7 +156,7 @@ func (c *callCounter) count(method string) int {
 // goClientTransport is how a client reaches the stack's gateway: plaintext, or TLS verified
 // against the run's CA when the client-facing listeners serve TLS.
 func (s *stack) goClientTransport(t *testing.T) credentials.TransportCredentials {
-	if s.publicTLS {
+	if s.PublicTLS() {
 		return credentials.NewTLS(&tls.Config{RootCAs: caPool(t), MinVersion: tls.VersionTLS12})
 	}
 	return insecure.NewCredentials()
@@ -179,11 +179,11 @@ func TestGoClient(t *testing.T) {
 
 	// The client on a connection of the test's own (NewWithConn), whose calls it counts.
 	calls := &callCounter{n: map[string]int{}}
-	conn, err := grpc.NewClient(s.addrs["gateway"], grpc.WithTransportCredentials(s.goClientTransport(t)),
+	conn, err := grpc.NewClient(s.Addrs["gateway"], grpc.WithTransportCredentials(s.goClientTransport(t)),
 		grpc.WithChainUnaryInterceptor(calls.intercept))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	c, err := client.NewWithConn(conn, s.apiKey, client.WithPolling(50*time.Millisecond, 500*time.Millisecond))
+	c, err := client.NewWithConn(conn, s.APIKey, client.WithPolling(50*time.Millisecond, 500*time.Millisecond))
 	require.NoError(t, err)
 	settle := func(t *testing.T, id string) *client.Execution {
 		t.Helper()
@@ -196,10 +196,10 @@ func TestGoClient(t *testing.T) {
 
 	t.Run("errors name the field and say whether to retry", func(t *testing.T) {
 		opt := client.WithInsecure()
-		if s.publicTLS {
+		if s.PublicTLS() {
 			opt = client.WithTLS(&tls.Config{RootCAs: caPool(t), MinVersion: tls.VersionTLS12})
 		}
-		wrong, err := client.New(s.addrs["gateway"], "dev_"+randomHex(16), opt)
+		wrong, err := client.New(s.Addrs["gateway"], "dev_"+randomHex(16), opt)
 		require.NoError(t, err)
 		defer wrong.Close()
 		_, err = wrong.Invoke(ctx, "dummy.echo", nil)
@@ -461,13 +461,13 @@ func TestGoClient(t *testing.T) {
 		goBin, err := exec.LookPath("go")
 		require.NoError(t, err)
 		env := []string{
-			"INTEGRATIONS_GRPC_ADDR=" + s.addrs["gateway"],
-			"INTEGRATIONS_API_KEY=" + s.apiKey,
+			"INTEGRATIONS_GRPC_ADDR=" + s.Addrs["gateway"],
+			"INTEGRATIONS_API_KEY=" + s.APIKey,
 			"RECEIVER_ADDR=" + freeAddr(t),
 			"CAPABILITY=dummy.echo",
 			"INTEGRATIONS_GRPC_TLS=",
 		}
-		if s.publicTLS {
+		if s.PublicTLS() {
 			env = append(env, "INTEGRATIONS_GRPC_CA_FILE="+devca.CAFile(tlsDir))
 		}
 		rctx, cancel := context.WithTimeout(ctx, 4*time.Minute)

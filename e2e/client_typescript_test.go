@@ -53,15 +53,15 @@ func TestTypeScriptClient(t *testing.T) {
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
-		"INTEGRATIONS_URL=" + s.restURL,
-		"INTEGRATIONS_API_KEY=" + s.apiKey,
+		"INTEGRATIONS_URL=" + s.RESTURL,
+		"INTEGRATIONS_API_KEY=" + s.APIKey,
 		"INTEGRATIONS_OPENAPI_JSON=" + docPath,
 		"ECHO=dummy.echo",
 		"PROGRESS=dummy.progress",
 		// A CA for the gRPC consumer registered with ca_pem: the run's throwaway one.
 		"GRPC_CA_FILE=" + devca.CAFile(tlsDir),
 	}
-	if s.publicTLS {
+	if s.PublicTLS() {
 		env = append(env, "NODE_EXTRA_CA_CERTS="+devca.CAFile(tlsDir))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

@@ -147,7 +147,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	s.schema.ApplyCatalog(t, "applications:\n  - id: app-b\n    api_key: "+keyB+"\n")
 	s.start("settlement", "adapter-callback", "dummy-adapter", "execution-consumer", "event-router", "dispatcher", "gateway")
 	hook := newHook(t)
-	hook.register(t, s, s.apiKey)
+	hook.register(t, s, s.APIKey)
 	// The other application's receiver fails every delivery: its event dies (six attempts at the
 	// scaled delays), for the operator to redrive.
 	hookB := newHook(t)
@@ -157,17 +157,17 @@ func TestConsoleInABrowser(t *testing.T) {
 	code, resp := s.call(http.MethodPost, "/v1/capabilities/dummy.fast:invoke", keyB, []byte(`{"mode": "MODE_ASYNC", "payload": {}}`))
 	require.Equal(t, http.StatusAccepted, code, "%v", resp)
 	theirs := execution(resp)["id"].(string)
-	code, resp = s.call(http.MethodPost, "/v1/capabilities/dummy.console:invoke", s.apiKey,
+	code, resp = s.call(http.MethodPost, "/v1/capabilities/dummy.console:invoke", s.APIKey,
 		[]byte(`{"mode": "MODE_ASYNC", "idempotency_key": "console-1", "payload": {"dummy": {"fail_transient": 2, "complete_later_ms": 300}}}`))
 	require.Equal(t, http.StatusAccepted, code, "%v", resp)
 	id := execution(resp)["id"].(string)
 	receiveFor(t, hook.arrived, id)
 	require.Eventually(t, func() bool {
-		ev := s.eventOf(t, s.apiKey, id)
+		ev := s.eventOf(t, s.APIKey, id)
 		return ev != nil && ev["status"] == "EVENT_STATUS_DELIVERED"
 	}, 30*time.Second, 20*time.Millisecond, "the delivery is recorded")
 	// The REST API has the console's filters too: the admin token lists across applications.
-	code, body := s.call(http.MethodGet, "/v1/executions?query=console-&created_after="+url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)), s.apiKey, nil)
+	code, body := s.call(http.MethodGet, "/v1/executions?query=console-&created_after="+url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)), s.APIKey, nil)
 	require.Equal(t, http.StatusOK, code, "%v", body)
 	require.Len(t, body["executions"], 1)
 	assert.Equal(t, id, body["executions"].([]any)[0].(map[string]any)["id"])
@@ -175,16 +175,16 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, "%v", body)
 	require.Len(t, body["executions"], 1)
 	assert.Equal(t, theirs, body["executions"].([]any)[0].(map[string]any)["id"])
-	code, body = s.call(http.MethodGet, "/v1/executions?application_id=app-b", s.apiKey, nil)
+	code, body = s.call(http.MethodGet, "/v1/executions?application_id=app-b", s.APIKey, nil)
 	assert.Equal(t, http.StatusBadRequest, code, "an application names only itself: %v", body)
 
-	base := s.restURL
+	base := s.RESTURL
 	link := func(id string) chromedp.CSS { return chromedp.CSS(`a[href="/console/executions/` + id + `"]`) }
 
 	// Sign-in, keyboard only.
 	br.do(chromedp.Navigate(base+"/console/executions"), chromedp.WaitVisible(chromedp.ID("token")))
 	br.shot("login")
-	br.login(base, s.apiKey)
+	br.login(base, s.APIKey)
 
 	// The executions page lists the execution just made, and not the other application's.
 	br.do(chromedp.Navigate(base+"/console/executions"), chromedp.WaitVisible(link(id)))
@@ -245,12 +245,12 @@ func TestConsoleInABrowser(t *testing.T) {
 	// Cancel a running execution (the adapter would complete it in ten minutes) from its page:
 	// the confirm page, then the POST; its timeline then says cancelled. Made only now: its
 	// deadline is scaled down with the rest.
-	code, resp = s.call(http.MethodPost, "/v1/capabilities/dummy.console:invoke", s.apiKey,
+	code, resp = s.call(http.MethodPost, "/v1/capabilities/dummy.console:invoke", s.APIKey,
 		[]byte(`{"mode": "MODE_ASYNC", "idempotency_key": "cancel-me", "payload": {"dummy": {"complete_later_ms": 600000}}}`))
 	require.Equal(t, http.StatusAccepted, code, "%v", resp)
 	toCancel := execution(resp)["id"].(string)
 	require.Eventually(t, func() bool {
-		code, body := s.call(http.MethodGet, "/v1/executions/"+toCancel, s.apiKey, nil)
+		code, body := s.call(http.MethodGet, "/v1/executions/"+toCancel, s.APIKey, nil)
 		return code == http.StatusOK && execution(body)["status"] == "EXECUTION_STATUS_RUNNING"
 	}, 30*time.Second, 20*time.Millisecond, "the execution to cancel is running")
 	br.do(chromedp.Navigate(base+"/console/executions/"+toCancel), chromedp.WaitVisible(chromedp.ID("cancel")))

@@ -373,7 +373,7 @@ func TestContractNamesARenamedField(t *testing.T) {
 		defer mu.Unlock()
 		problems = append(problems, p)
 	})}
-	code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+	code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey,
 		[]byte(`{"mode": "MODE_ASYNC", "payload": {"n": 1}}`))
 	require.Equal(t, http.StatusAccepted, code, "%v", body)
 	mu.Lock()

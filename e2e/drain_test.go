@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,7 +26,7 @@ func TestSIGTERMDrainsTheExecutionConsumer(t *testing.T) {
 		sleep = 2 * time.Second
 		hard  = 10 * time.Second
 	)
-	s.extraEnv["execution-consumer"] = []string{
+	s.ProgramEnv["execution-consumer"] = []string{
 		"INTEGRATIONS_DRAIN_WINDOW=200ms",
 		"INTEGRATIONS_SHUTDOWN_SOFT_TIMEOUT=6s",
 		"INTEGRATIONS_SHUTDOWN_TIMEOUT=" + hard.String(),
@@ -41,22 +40,12 @@ func TestSIGTERMDrainsTheExecutionConsumer(t *testing.T) {
 	}, 10*time.Second, 2*time.Millisecond, "attempt 1 started: the adapter call is in flight")
 	calledAt := time.Now()
 
-	s.mu.Lock()
-	p := s.procs["execution-consumer"]
-	delete(s.procs, "execution-consumer")
-	s.mu.Unlock()
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	sent := time.Now()
-	select {
-	case <-p.done:
-	case <-time.After(hard + 5*time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		t.Fatalf("the execution-consumer did not exit within its shutdown timeout:\n%s", s.logTail("execution-consumer"))
-	}
-	took := time.Since(sent)
+	exit, err := s.Terminate("execution-consumer", hard+5*time.Second)
+	require.NoError(t, err)
+	require.True(t, exit.InTime, "the execution-consumer did not exit within its shutdown timeout:\n%s", s.LogTail("execution-consumer"))
+	took := exit.Took
 	t.Logf("exited %v after SIGTERM", took)
-	assert.True(t, p.cmd.ProcessState.Success(), "a clean exit: %v\n%s", p.cmd.ProcessState, s.logTail("execution-consumer"))
+	assert.True(t, exit.State.Success(), "a clean exit: %v\n%s", exit.State, s.LogTail("execution-consumer"))
 	assert.Less(t, took, hard, "the shutdown timeout is a bound")
 	assert.GreaterOrEqual(t, time.Since(calledAt), sleep-100*time.Millisecond,
 		"the process waited for the adapter call rather than cutting it")
@@ -64,9 +53,9 @@ func TestSIGTERMDrainsTheExecutionConsumer(t *testing.T) {
 	assert.Equal(t, 1, s.count(t, `SELECT count(*) FROM executions WHERE id = $1 AND status = 'succeeded' AND attempt = 1`, id),
 		"settled by the stopping consumer, at attempt 1")
 	assert.Equal(t, 1, s.count(t, `SELECT count(*) FROM execution_attempts WHERE execution_id = $1`, id), "no attempt spent")
-	logs := s.log("execution-consumer")
+	logs := s.Log("execution-consumer")
 	assert.NotContains(t, logs, "attempt interrupted by shutdown")
-	assert.True(t, strings.Contains(logs, "no new calls or messages taken"), "the consumer drained:\n%s", s.logTail("execution-consumer"))
+	assert.True(t, strings.Contains(logs, "no new calls or messages taken"), "the consumer drained:\n%s", s.LogTail("execution-consumer"))
 }
 
 // TestRollingRestartSpendsNoAttempt: while callers keep invoking async work that takes the adapter
@@ -95,7 +84,7 @@ func TestRollingRestartSpendsNoAttempt(t *testing.T) {
 		{"event-router", "event-router"},
 	}
 	for _, r := range restarts {
-		s.extraEnv[r.instance] = []string{"INTEGRATIONS_DRAIN_WINDOW=" + drain.String()}
+		s.ProgramEnv[r.instance] = []string{"INTEGRATIONS_DRAIN_WINDOW=" + drain.String()}
 	}
 	s.start("settlement", "adapter-callback", "dummy-adapter", "execution-consumer", "event-router", "dispatcher", "gateway")
 	s.startInstance("execution-consumer-2", "execution-consumer")
@@ -120,7 +109,7 @@ func TestRollingRestartSpendsNoAttempt(t *testing.T) {
 					return
 				case <-tick.C:
 				}
-				code, resp := s.call(http.MethodPost, "/v1/capabilities/dummy.long:invoke", s.apiKey, body)
+				code, resp := s.call(http.MethodPost, "/v1/capabilities/dummy.long:invoke", s.APIKey, body)
 				if code == http.StatusAccepted {
 					accepted.Add(1)
 					continue

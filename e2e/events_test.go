@@ -140,10 +140,10 @@ func TestEvents(t *testing.T) {
 	// 6 s: B queued behind A's hanging deliveries would wait that long, twice the bound B is held
 	// to below. Not longer: a killed router's deliveries are claimed for about as long, which the
 	// kill -9 subtest waits out (10 s cost it 7 s more than 2 s did).
-	s.env = append(s.env, "INTEGRATIONS_DELIVERY_TIMEOUT=6s")
+	s.Env = append(s.Env, "INTEGRATIONS_DELIVERY_TIMEOUT=6s")
 	s.start("settlement", "adapter-callback", "dummy-adapter", "execution-consumer", "event-router", "dispatcher", "gateway")
 	hookA, hookB := newHook(t), newHook(t)
-	hookA.register(t, s, s.apiKey)
+	hookA.register(t, s, s.APIKey)
 	hookB.register(t, s, keyB)
 
 	t.Run("the event reaches the invoking application's consumer, carrying the response, signed per Standard Webhooks", func(t *testing.T) {
@@ -164,10 +164,10 @@ func TestEvents(t *testing.T) {
 
 	t.Run("a consumer that answers 500 gets six attempts at the scaled delays, then the event is dead, listed, and a redrive delivers it", func(t *testing.T) {
 		hookA.setAnswer(func(w http.ResponseWriter) { w.WriteHeader(http.StatusInternalServerError) })
-		id := s.invokeAs(t, s.apiKey, "dummy.long", `{"n": 500}`)
+		id := s.invokeAs(t, s.APIKey, "dummy.long", `{"n": 500}`)
 		var ev map[string]any
 		require.Eventually(t, func() bool {
-			ev = s.eventOf(t, s.apiKey, id)
+			ev = s.eventOf(t, s.APIKey, id)
 			return ev != nil && ev["status"] == "EVENT_STATUS_DEAD"
 		}, 30*time.Second, 50*time.Millisecond, "dead after six attempts")
 		got := hookA.deliveriesOf(id)
@@ -180,16 +180,16 @@ func TestEvents(t *testing.T) {
 		require.Len(t, deliveries, 6, "every attempt is in the history")
 		assert.EqualValues(t, 500, deliveries[0].(map[string]any)["status_code"])
 
-		code, body := s.call(http.MethodGet, "/v1/events?status=EVENT_STATUS_DEAD", s.apiKey, nil)
+		code, body := s.call(http.MethodGet, "/v1/events?status=EVENT_STATUS_DEAD", s.APIKey, nil)
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		assert.Contains(t, fmt.Sprint(body["events"]), id, "the dead event is listed")
 
 		hookA.setAnswer(nil)
-		code, body = s.call(http.MethodPost, "/v1/events:redrive", s.apiKey, []byte(`{}`))
+		code, body = s.call(http.MethodPost, "/v1/events:redrive", s.APIKey, []byte(`{}`))
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		assert.EqualValues(t, "1", fmt.Sprint(body["count"]))
 		receiveFor(t, hookA.arrived, id)
-		require.Eventually(t, func() bool { return s.eventOf(t, s.apiKey, id)["status"] == "EVENT_STATUS_DELIVERED" },
+		require.Eventually(t, func() bool { return s.eventOf(t, s.APIKey, id)["status"] == "EVENT_STATUS_DELIVERED" },
 			10*time.Second, 20*time.Millisecond)
 		assert.Len(t, hookA.deliveriesOf(id), 7, "delivered once more, once")
 	})
@@ -209,7 +209,7 @@ func TestEvents(t *testing.T) {
 			}
 		})
 		defer hookA.setAnswer(nil)
-		id := s.invokeAs(t, s.apiKey, "dummy.long", `{"n": 503}`)
+		id := s.invokeAs(t, s.APIKey, "dummy.long", `{"n": 503}`)
 		require.Eventually(t, func() bool { return len(hookA.deliveriesOf(id)) == 2 }, 20*time.Second, 10*time.Millisecond)
 		got := hookA.deliveriesOf(id)
 		assert.GreaterOrEqual(t, got[1].At.Sub(got[0].At), 25*time.Millisecond)
@@ -220,10 +220,10 @@ func TestEvents(t *testing.T) {
 		receiveFor(t, hookB.arrived, id)
 		evB := s.eventOf(t, keyB, id)
 		require.NotNil(t, evB)
-		assert.Nil(t, s.eventOf(t, s.apiKey, id), "not listed for A")
-		code, _ := s.call(http.MethodGet, "/v1/events/"+evB["id"].(string), s.apiKey, nil)
+		assert.Nil(t, s.eventOf(t, s.APIKey, id), "not listed for A")
+		code, _ := s.call(http.MethodGet, "/v1/events/"+evB["id"].(string), s.APIKey, nil)
 		assert.Equal(t, http.StatusNotFound, code)
-		code, _ = s.call(http.MethodPost, "/v1/events/"+evB["id"].(string)+":redeliver", s.apiKey, []byte(`{}`))
+		code, _ = s.call(http.MethodPost, "/v1/events/"+evB["id"].(string)+":redeliver", s.APIKey, []byte(`{}`))
 		assert.Equal(t, http.StatusNotFound, code)
 	})
 
@@ -237,7 +237,7 @@ func TestEvents(t *testing.T) {
 		})
 		defer hookA.setAnswer(nil)
 		for i := range 12 {
-			s.invokeAs(t, s.apiKey, "dummy.long", fmt.Sprintf(`{"a": %d}`, i))
+			s.invokeAs(t, s.APIKey, "dummy.long", fmt.Sprintf(`{"a": %d}`, i))
 		}
 		// A's deliveries are in flight and hanging before B's call is made.
 		receiveAny(t, hookA.arrived)
@@ -278,11 +278,11 @@ func TestEvents(t *testing.T) {
 
 	t.Run("a webhook URL pointing at a private address is refused outside the dev profile", func(t *testing.T) {
 		strictHTTP := freeAddr(t)
-		s.extraEnv["gateway-strict"] = []string{"INTEGRATIONS_HTTP_ADDR=" + strictHTTP,
+		s.ProgramEnv["gateway-strict"] = []string{"INTEGRATIONS_HTTP_ADDR=" + strictHTTP,
 			"INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE=false", "INTEGRATIONS_WEBHOOK_ALLOW_HTTP=false"}
 		s.startInstance("gateway-strict", "gateway")
 		for _, url := range []string{"https://10.0.0.7/hook", "https://127.0.0.1/hook", "https://169.254.169.254/latest", "https://localhost/x"} {
-			req, err := http.NewRequest(http.MethodPut, s.scheme()+strictHTTP+"/v1/consumer", strings.NewReader(`{"webhook": {"url": "`+url+`"}}`))
+			req, err := http.NewRequest(http.MethodPut, s.Scheme()+strictHTTP+"/v1/consumer", strings.NewReader(`{"webhook": {"url": "`+url+`"}}`))
 			require.NoError(t, err)
 			req.Header.Set("Authorization", "Bearer "+keyB)
 			resp, err := s.http.Do(req)

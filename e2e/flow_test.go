@@ -86,7 +86,7 @@ func newReceiver(t *testing.T) *receiver {
 // register sets the receiver as the application's consumer through the API.
 func (r *receiver) register(t *testing.T, s *stack) {
 	t.Helper()
-	code, body := s.call(http.MethodPut, "/v1/consumer", s.apiKey, []byte(`{"webhook": {"url": "`+r.srv.URL+`/events"}}`))
+	code, body := s.call(http.MethodPut, "/v1/consumer", s.APIKey, []byte(`{"webhook": {"url": "`+r.srv.URL+`/events"}}`))
 	require.Equal(t, http.StatusOK, code, "%v", body)
 	secret, _ := body["signing_secret"].(string)
 	require.True(t, strings.HasPrefix(secret, "whsec_"), "signing secret %q", secret)
@@ -140,7 +140,7 @@ func TestFlow(t *testing.T) {
 	t.Run("async call answers 202 pending at attempt 0, then completes and is delivered", asyncCallDelivered(s, r))
 
 	t.Run("sync call answers the result, writes no dispatch, and still delivers the event", func(t *testing.T) {
-		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey,
 			[]byte(`{"mode": "MODE_SYNC", "payload": {"greeting": "now"}}`))
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		e := execution(body)
@@ -150,7 +150,7 @@ func TestFlow(t *testing.T) {
 		result, _ := e["result"].(map[string]any)
 		assert.Equal(t, map[string]any{"greeting": "now"}, result["echo"])
 		// The answer is the execution as GET shows it, its attempt included.
-		_, got := s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+		_, got := s.call(http.MethodGet, "/v1/executions/"+id, s.APIKey, nil)
 		attempts, _ := e["attempts"].([]any)
 		require.Len(t, attempts, 1, "the sync answer's attempts: %v", e["attempts"])
 		assert.Equal(t, execution(got)["attempts"], e["attempts"])
@@ -163,7 +163,7 @@ func TestFlow(t *testing.T) {
 	})
 
 	t.Run("a sync call whose adapter fails settles failed and is not retried", func(t *testing.T) {
-		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey,
 			[]byte(`{"mode": "MODE_SYNC", "payload": {"dummy": {"fail_transient": 3}}}`))
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		e := execution(body)
@@ -178,7 +178,7 @@ func TestFlow(t *testing.T) {
 	t.Run("the dispatches went through the broker and its consumer", dispatchesThroughBroker(s))
 
 	t.Run("long-running work is accepted, then completed through the callback API", func(t *testing.T) {
-		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey,
 			[]byte(`{"mode": "MODE_ASYNC", "payload": {"job": "export", "dummy": {"complete_later_ms": 300}}}`))
 		require.Equal(t, http.StatusAccepted, code, "%v", body)
 		id := execution(body)["id"].(string)
@@ -187,20 +187,20 @@ func TestFlow(t *testing.T) {
 		assert.Equal(t, "succeeded", data["status"])
 		result, _ := data["result"].(map[string]any)
 		assert.Equal(t, map[string]any{"job": "export"}, result["echo"])
-		_, body = s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+		_, body = s.call(http.MethodGet, "/v1/executions/"+id, s.APIKey, nil)
 		assert.Equal(t, map[string]any{"percent": float64(50)}, execution(body)["progress"], "reported progress is visible")
-		assert.Contains(t, s.log("adapter-callback"), `"attempt completed by callback"`)
+		assert.Contains(t, s.Log("adapter-callback"), `"attempt completed by callback"`)
 	})
 
 	t.Run("an idempotency key returns the original execution, and refuses another request", func(t *testing.T) {
 		req := []byte(`{"mode": "MODE_ASYNC", "payload": {"order": 42}}`)
-		code, first := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey, req, "Idempotency-Key", "order-42")
+		code, first := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey, req, "Idempotency-Key", "order-42")
 		require.Equal(t, http.StatusAccepted, code, "%v", first)
-		code, again := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey, req, "Idempotency-Key", "order-42")
+		code, again := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey, req, "Idempotency-Key", "order-42")
 		require.Equal(t, http.StatusOK, code, "a replay is not a second acceptance: %v", again)
 		assert.Equal(t, execution(first)["id"], execution(again)["id"])
 		before := s.count(t, `SELECT count(*) FROM executions`)
-		code, other := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+		code, other := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey,
 			[]byte(`{"mode": "MODE_ASYNC", "payload": {"order": 43}}`), "Idempotency-Key", "order-42")
 		assert.Equal(t, http.StatusConflict, code, "%v", other)
 		assert.Equal(t, before, s.count(t, `SELECT count(*) FROM executions`))
@@ -211,14 +211,14 @@ func TestFlow(t *testing.T) {
 	t.Run("a poison dispatch is dead-lettered, listed and redriven through the operator API", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		b, err := mq.Dial(ctx, s.brokerConfig())
+		b, err := mq.Dial(ctx, s.BrokerConfig())
 		require.NoError(t, err)
 		defer b.Close()
 		require.NoError(t, b.Declare(ctx, routes.Executions))
 		require.NoError(t, b.Publish(ctx, routes.Executions.Name, mq.Outgoing{ID: "poison-1", Body: []byte("not a dispatch")}))
 
 		admin := func(method, path, body string) (int, map[string]any) {
-			req, err := http.NewRequest(method, s.restURL+path, strings.NewReader(body))
+			req, err := http.NewRequest(method, s.RESTURL+path, strings.NewReader(body))
 			require.NoError(t, err)
 			req.Header.Set("Authorization", "Bearer "+adminToken)
 			resp, err := s.http.Do(req)
@@ -249,7 +249,7 @@ func TestFlow(t *testing.T) {
 		assert.EqualValues(t, 1, body["redriven"])
 		// Redriven, it goes through the consumer again and is rejected again.
 		require.Eventually(t, func() bool {
-			return strings.Count(s.log("execution-consumer"), `"message_id":"poison-1"`) >= 2 && slices.Contains(deadIDs(), "poison-1")
+			return strings.Count(s.Log("execution-consumer"), `"message_id":"poison-1"`) >= 2 && slices.Contains(deadIDs(), "poison-1")
 		}, 10*time.Second, 50*time.Millisecond)
 		code, _ = admin(http.MethodGet, "/api/v1/system/dead-letters?route=nope", "")
 		assert.Equal(t, http.StatusBadRequest, code)
@@ -266,15 +266,15 @@ func TestFlow(t *testing.T) {
 			code     int
 			contains string
 		}{
-			{"unknown capability", "/v1/capabilities/no.such:invoke", s.apiKey, `{"mode": "MODE_ASYNC", "payload": {}}`, 404, "no.such"},
+			{"unknown capability", "/v1/capabilities/no.such:invoke", s.APIKey, `{"mode": "MODE_ASYNC", "payload": {}}`, 404, "no.such"},
 			{"missing key", "/v1/capabilities/dummy.echo:invoke", "", `{"mode": "MODE_ASYNC", "payload": {}}`, 401, "authorization"},
 			{"wrong key", "/v1/capabilities/dummy.echo:invoke", "wrong-key-0123456789", `{"mode": "MODE_ASYNC", "payload": {}}`, 401, "API key"},
-			{"malformed JSON", "/v1/capabilities/dummy.echo:invoke", s.apiKey, `{"mode": "MODE_ASYNC", "payload": {`, 400, ""},
-			{"missing mode", "/v1/capabilities/dummy.echo:invoke", s.apiKey, `{"payload": {}}`, 400, "mode"},
-			{"unknown mode", "/v1/capabilities/dummy.echo:invoke", s.apiKey, `{"mode": "MODE_LATER", "payload": {}}`, 400, "mode"},
-			{"payload not an object", "/v1/capabilities/dummy.echo:invoke", s.apiKey, `{"mode": "MODE_ASYNC", "payload": [1]}`, 400, ""},
-			{"payload over the size limit", "/v1/capabilities/dummy.echo:invoke", s.apiKey, big, 400, "payload"},
-			{"bad execution id", "/v1/executions/not-a-uuid", s.apiKey, ``, 400, "id"},
+			{"malformed JSON", "/v1/capabilities/dummy.echo:invoke", s.APIKey, `{"mode": "MODE_ASYNC", "payload": {`, 400, ""},
+			{"missing mode", "/v1/capabilities/dummy.echo:invoke", s.APIKey, `{"payload": {}}`, 400, "mode"},
+			{"unknown mode", "/v1/capabilities/dummy.echo:invoke", s.APIKey, `{"mode": "MODE_LATER", "payload": {}}`, 400, "mode"},
+			{"payload not an object", "/v1/capabilities/dummy.echo:invoke", s.APIKey, `{"mode": "MODE_ASYNC", "payload": [1]}`, 400, ""},
+			{"payload over the size limit", "/v1/capabilities/dummy.echo:invoke", s.APIKey, big, 400, "payload"},
+			{"bad execution id", "/v1/executions/not-a-uuid", s.APIKey, ``, 400, "id"},
 		}
 		for _, c := range cases {
 			method := http.MethodPost
@@ -291,7 +291,7 @@ func TestFlow(t *testing.T) {
 	})
 
 	t.Run("an application sees only its own executions", func(t *testing.T) {
-		code, body := s.call(http.MethodGet, "/v1/executions?page_size=2", s.apiKey, nil)
+		code, body := s.call(http.MethodGet, "/v1/executions?page_size=2", s.APIKey, nil)
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		list, _ := body["executions"].([]any)
 		require.Len(t, list, 2, "page_size bounds the page")
@@ -317,7 +317,7 @@ func TestFlow(t *testing.T) {
 // TestFlowOnSTOMP run it.
 func asyncCallDelivered(s *stack, r *receiver) func(t *testing.T) {
 	return func(t *testing.T) {
-		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey,
 			[]byte(`{"mode": "MODE_ASYNC", "payload": {"greeting": "hello", "n": 1}}`))
 		require.Equal(t, http.StatusAccepted, code, "%v", body)
 		e := execution(body)
@@ -330,7 +330,7 @@ func asyncCallDelivered(s *stack, r *receiver) func(t *testing.T) {
 			"the first dispatch record is committed with the execution")
 		assert.Equal(t, 0, s.count(t, `SELECT count(*) FROM execution_attempts WHERE execution_id = $1`, id),
 			"no attempt started: the adapter was not called")
-		assert.NotContains(t, s.log("dummy-adapter"), id, "the adapter has not seen the execution")
+		assert.NotContains(t, s.Log("dummy-adapter"), id, "the adapter has not seen the execution")
 
 		s.start("dispatcher")
 		ev := r.await(t, id)
@@ -342,7 +342,7 @@ func asyncCallDelivered(s *stack, r *receiver) func(t *testing.T) {
 		result, _ := data["result"].(map[string]any)
 		assert.Equal(t, map[string]any{"greeting": "hello", "n": float64(1)}, result["echo"], "the adapter's response")
 
-		code, body = s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+		code, body = s.call(http.MethodGet, "/v1/executions/"+id, s.APIKey, nil)
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		e = execution(body)
 		assert.Equal(t, "EXECUTION_STATUS_SUCCEEDED", e["status"])
@@ -362,7 +362,7 @@ func asyncCallDelivered(s *stack, r *receiver) func(t *testing.T) {
 // TestFlowOnSTOMP run it.
 func transientFailureRetried(s *stack, r *receiver) func(t *testing.T) {
 	return func(t *testing.T) {
-		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey,
 			[]byte(`{"mode": "MODE_ASYNC", "payload": {"dummy": {"fail_transient": 2}}}`))
 		require.Equal(t, http.StatusAccepted, code, "%v", body)
 		id := execution(body)["id"].(string)
@@ -389,7 +389,7 @@ func transientFailureRetried(s *stack, r *receiver) func(t *testing.T) {
 func brokerDiagnosticAnswers(s *stack) func(t *testing.T) {
 	return func(t *testing.T) {
 		post := func(token string) (int, string) {
-			req, err := http.NewRequest(http.MethodPost, s.restURL+"/api/v1/system/mq-diagnostic", nil)
+			req, err := http.NewRequest(http.MethodPost, s.RESTURL+"/api/v1/system/mq-diagnostic", nil)
 			require.NoError(t, err)
 			if token != "" {
 				req.Header.Set("Authorization", "Bearer "+token)

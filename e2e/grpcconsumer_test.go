@@ -130,14 +130,14 @@ func assertSigned(t *testing.T, call grpcCall, secrets ...string) {
 func TestGRPCConsumer(t *testing.T) {
 	s := newStackScaled(t, eventsScale)
 	s.schema.ApplyCatalog(t, lifecycleCapabilities(s))
-	s.env = append(s.env, "INTEGRATIONS_DELIVERY_TIMEOUT=2s")
+	s.Env = append(s.Env, "INTEGRATIONS_DELIVERY_TIMEOUT=2s")
 	s.start("settlement", "adapter-callback", "dummy-adapter", "execution-consumer", "event-router", "dispatcher", "gateway")
 
 	register := func(t *testing.T, consumer map[string]any) (int, map[string]any) {
 		t.Helper()
 		b, err := json.Marshal(map[string]any{"grpc": consumer})
 		require.NoError(t, err)
-		return s.call(http.MethodPut, "/v1/consumer", s.apiKey, b)
+		return s.call(http.MethodPut, "/v1/consumer", s.APIKey, b)
 	}
 
 	t.Run("over TLS with a registered CA, every delivery signed, both secrets during a rotation", func(t *testing.T) {
@@ -150,20 +150,20 @@ func TestGRPCConsumer(t *testing.T) {
 		first := body["signing_secret"].(string)
 		c.trust(first)
 
-		id := s.invokeAs(t, s.apiKey, "dummy.long", `{"to": "grpc+tls"}`)
+		id := s.invokeAs(t, s.APIKey, "dummy.long", `{"to": "grpc+tls"}`)
 		call := c.callFor(t, id)
 		assertSigned(t, call, first)
-		require.Eventually(t, func() bool { return s.eventOf(t, s.apiKey, id)["status"] == "EVENT_STATUS_DELIVERED" },
+		require.Eventually(t, func() bool { return s.eventOf(t, s.APIKey, id)["status"] == "EVENT_STATUS_DELIVERED" },
 			30*time.Second, 50*time.Millisecond)
 
-		code, body = s.call(http.MethodPost, "/v1/consumer:rotate-secret", s.apiKey, []byte(`{}`))
+		code, body = s.call(http.MethodPost, "/v1/consumer:rotate-secret", s.APIKey, []byte(`{}`))
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		second := body["signing_secret"].(string)
 		c.trust(second) // the receiver switched at once: the old signature no longer helps it
-		id = s.invokeAs(t, s.apiKey, "dummy.long", `{"to": "grpc+tls", "after": "rotation"}`)
+		id = s.invokeAs(t, s.APIKey, "dummy.long", `{"to": "grpc+tls", "after": "rotation"}`)
 		call = c.callFor(t, id)
 		assertSigned(t, call, second, first)
-		require.Eventually(t, func() bool { return s.eventOf(t, s.apiKey, id)["status"] == "EVENT_STATUS_DELIVERED" },
+		require.Eventually(t, func() bool { return s.eventOf(t, s.APIKey, id)["status"] == "EVENT_STATUS_DELIVERED" },
 			30*time.Second, 50*time.Millisecond)
 	})
 
@@ -173,7 +173,7 @@ func TestGRPCConsumer(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		secret := body["signing_secret"].(string)
 		c.trust(secret)
-		id := s.invokeAs(t, s.apiKey, "dummy.long", `{"to": "grpc"}`)
+		id := s.invokeAs(t, s.APIKey, "dummy.long", `{"to": "grpc"}`)
 		call := c.callFor(t, id)
 		require.Len(t, call.md.Get(webhooks.HeaderSignature), 1)
 		assert.NoError(t, webhooks.VerifyDelivery(call.md, call.req, secret))
@@ -188,12 +188,12 @@ func TestGRPCConsumer(t *testing.T) {
 
 	t.Run("plaintext refused at registration where http webhooks are not allowed", func(t *testing.T) {
 		strictHTTP := freeAddr(t)
-		s.extraEnv["gateway-strict"] = []string{"INTEGRATIONS_HTTP_ADDR=" + strictHTTP, "INTEGRATIONS_WEBHOOK_ALLOW_HTTP=false"}
+		s.ProgramEnv["gateway-strict"] = []string{"INTEGRATIONS_HTTP_ADDR=" + strictHTTP, "INTEGRATIONS_WEBHOOK_ALLOW_HTTP=false"}
 		s.startInstance("gateway-strict", "gateway")
 		put := func(body string) (int, string) {
-			req, err := http.NewRequest(http.MethodPut, s.scheme()+strictHTTP+"/v1/consumer", strings.NewReader(body))
+			req, err := http.NewRequest(http.MethodPut, s.Scheme()+strictHTTP+"/v1/consumer", strings.NewReader(body))
 			require.NoError(t, err)
-			req.Header.Set("Authorization", "Bearer "+s.apiKey)
+			req.Header.Set("Authorization", "Bearer "+s.APIKey)
 			resp, err := s.http.Do(req)
 			require.NoError(t, err)
 			defer resp.Body.Close()

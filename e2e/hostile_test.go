@@ -39,17 +39,17 @@ type hostileAnswer struct {
 // dialREST opens a raw connection to the gateway's REST port, with TLS when the stack's
 // client-facing listeners serve it: for requests net/http would not send.
 func (s *stack) dialREST() (net.Conn, error) {
-	if s.publicTLS {
-		return tls.Dial("tcp", s.addrs["gateway-http"], &tls.Config{RootCAs: caPool(s.t), MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
+	if s.PublicTLS() {
+		return tls.Dial("tcp", s.Addrs["gateway-http"], &tls.Config{RootCAs: caPool(s.t), MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
 	}
-	return net.Dial("tcp", s.addrs["gateway-http"])
+	return net.Dial("tcp", s.Addrs["gateway-http"])
 }
 
 func (s *stack) hostileCall(t *testing.T, method, path, body string, headers map[string]string) hostileAnswer {
 	t.Helper()
-	req, err := http.NewRequest(method, s.restURL+path, strings.NewReader(body))
+	req, err := http.NewRequest(method, s.RESTURL+path, strings.NewReader(body))
 	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+s.apiKey)
+	req.Header.Set("Authorization", "Bearer "+s.APIKey)
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range headers {
 		req.Header.Set(k, v)
@@ -124,8 +124,8 @@ func journalRecv(t *testing.T, path, executionID string) int {
 func TestHostileInput(t *testing.T) {
 	s := newStack(t)
 	journal := filepath.Join(t.TempDir(), "journal")
-	s.extraEnv["dummy-adapter"] = []string{"INTEGRATIONS_DUMMY_JOURNAL=" + journal}
-	s.extraEnv["gateway"] = []string{"INTEGRATIONS_HTTP_READ_HEADER_TIMEOUT=1s", "INTEGRATIONS_HTTP_READ_TIMEOUT=1s"}
+	s.ProgramEnv["dummy-adapter"] = []string{"INTEGRATIONS_DUMMY_JOURNAL=" + journal}
+	s.ProgramEnv["gateway"] = []string{"INTEGRATIONS_HTTP_READ_HEADER_TIMEOUT=1s", "INTEGRATIONS_HTTP_READ_TIMEOUT=1s"}
 	// dummy.long: the dummy adapter with a lease of 1 h, 3.6 s scaled — the alternative the
 	// adapter-result subtest rules out (the lease running out and the work run again) stays far
 	// from its path on a loaded machine (dummy.echo's 5 min, 300 ms scaled, ran out there while a
@@ -203,7 +203,7 @@ func TestHostileInput(t *testing.T) {
 		require.NoError(t, err)
 		defer conn.Close()
 		_, err = fmt.Fprintf(conn, "POST /v1/capabilities/dummy.echo:invoke HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
-			"Idempotency-Key: a\x00b\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", s.apiKey)
+			"Idempotency-Key: a\x00b\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", s.APIKey)
 		require.NoError(t, err)
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		require.NoError(t, err)
@@ -219,7 +219,7 @@ func TestHostileInput(t *testing.T) {
 		require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
 		body := `{"mode":"MODE_ASYNC","payload":{"s":"` + strings.Repeat("x", 3<<20) + `"}}`
 		_, err = fmt.Fprintf(conn, "POST /v1/capabilities/dummy.echo:invoke HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
-			"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", s.apiKey, len(body), body)
+			"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", s.APIKey, len(body), body)
 		if err != nil {
 			t.Logf("the server stopped reading the body: %v", err) // it answers first
 		}
@@ -253,10 +253,10 @@ func TestHostileInput(t *testing.T) {
 	})
 
 	t.Run("gRPC: each class is INVALID_ARGUMENT naming the field, nothing written", func(t *testing.T) {
-		conn := s.dial("gateway")
+		conn := s.dialAs("gateway", "")
 		defer conn.Close()
 		client := gatewayv1.NewGatewayServiceClient(conn)
-		ctx := grpcx.WithBearer(context.Background(), s.apiKey)
+		ctx := grpcx.WithBearer(context.Background(), s.APIKey)
 		nul := &structpb.Struct{Fields: map[string]*structpb.Value{"a": structpb.NewStringValue("x\x00y")}}
 		nulKey := &structpb.Struct{Fields: map[string]*structpb.Value{"k\x00": structpb.NewBoolValue(true)}}
 		invoke := func(req *gatewayv1.InvokeCapabilityRequest) error {
@@ -313,7 +313,7 @@ func TestHostileInput(t *testing.T) {
 			require.Less(t, len(st.Message()), 600, tc.name)
 		}
 		// Two credentials: which one counted was chance.
-		_, err := client.ListExecutions(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+s.apiKey), &gatewayv1.ListExecutionsRequest{})
+		_, err := client.ListExecutions(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+s.APIKey), &gatewayv1.ListExecutionsRequest{})
 		require.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
 		require.Equal(t, before, s.rows(t), "nothing written")
 	})
@@ -323,7 +323,7 @@ func TestHostileInput(t *testing.T) {
 			t.Helper()
 			var e map[string]any
 			require.Eventually(t, func() bool {
-				code, body := s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+				code, body := s.call(http.MethodGet, "/v1/executions/"+id, s.APIKey, nil)
 				e = execution(body)
 				return code == http.StatusOK && e["status"] != "EXECUTION_STATUS_RUNNING" && e["status"] != "EXECUTION_STATUS_PENDING"
 			}, 20*time.Second, 20*time.Millisecond, "settled well before the lease (1 h, scaled 3.6 s, then retries) would have run the work again")
@@ -346,13 +346,13 @@ func TestHostileInput(t *testing.T) {
 		}
 
 		// The sync path: the caller gets the failed execution, not a 500.
-		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey,
 			[]byte(`{"mode":"MODE_SYNC","payload":{"dummy":{"result_nul":true}}}`))
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		e := execution(body)
 		require.Equal(t, "EXECUTION_STATUS_FAILED", e["status"], "%v", e)
 		require.Equal(t, 1, journalRecv(t, journal, e["id"].(string)))
-		code, body = s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+		code, body = s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey,
 			[]byte(`{"mode":"MODE_SYNC","payload":{"dummy":{"result_depth":20000}}}`))
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		e = execution(body)
@@ -365,21 +365,21 @@ func TestHostileInput(t *testing.T) {
 		// Progress with a NUL is refused; the work goes on and completes, without the progress.
 		id := s.invoke(t, "dummy.long", `{"mode":"MODE_ASYNC","payload":{"dummy":{"complete_later_ms":100,"lease_ms":60000,"progress_nul":true}}}`)
 		require.Eventually(t, func() bool {
-			_, body := s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+			_, body := s.call(http.MethodGet, "/v1/executions/"+id, s.APIKey, nil)
 			return execution(body)["status"] == "EXECUTION_STATUS_SUCCEEDED"
 		}, 10*time.Second, 20*time.Millisecond)
-		_, body = s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+		_, body = s.call(http.MethodGet, "/v1/executions/"+id, s.APIKey, nil)
 		require.Nil(t, execution(body)["progress"])
-		require.Contains(t, s.log("dummy-adapter"), "progress report failed")
+		require.Contains(t, s.Log("dummy-adapter"), "progress report failed")
 	})
 
 	t.Run("the services keep answering", func(t *testing.T) {
 		id := s.invoke(t, "dummy.echo", `{"mode":"MODE_ASYNC","payload":{"n":1}}`)
 		require.Eventually(t, func() bool {
-			_, body := s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+			_, body := s.call(http.MethodGet, "/v1/executions/"+id, s.APIKey, nil)
 			return execution(body)["status"] == "EXECUTION_STATUS_SUCCEEDED"
 		}, 10*time.Second, 20*time.Millisecond)
-		code, body := s.call(http.MethodGet, "/v1/executions?page_size=100", s.apiKey, nil)
+		code, body := s.call(http.MethodGet, "/v1/executions?page_size=100", s.APIKey, nil)
 		require.Equal(t, http.StatusOK, code)
 		list, _ := body["executions"].([]any)
 		require.NotEmpty(t, list)
@@ -388,7 +388,7 @@ func TestHostileInput(t *testing.T) {
 			require.NotContains(t, item, "payload")
 		}
 		for _, name := range []string{"gateway", "settlement", "adapter-callback", "execution-consumer"} {
-			require.NotContains(t, s.log(name), `"level":"error"`, "%s logged no error", name)
+			require.NotContains(t, s.Log(name), `"level":"error"`, "%s logged no error", name)
 		}
 	})
 }

@@ -41,7 +41,7 @@ func TestHotUpdatesOnTheHappyPath(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := c; i < n; i += callers {
-				code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+				code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey,
 					[]byte(`{"mode": "MODE_ASYNC", "payload": {"n": 1}}`))
 				assert.Equal(t, http.StatusAccepted, code, "%v", body)
 			}
@@ -51,7 +51,7 @@ func TestHotUpdatesOnTheHappyPath(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return s.count(t, `SELECT count(*) FROM integration_events WHERE delivery_status = 'delivered'`) == n
 	}, 60*time.Second, 50*time.Millisecond, "every event delivered")
-	s.stopAll()
+	s.StopAll()
 
 	ctx := context.Background()
 	upd, hot := map[string]int64{}, map[string]int64{}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	launcher "github.com/integrations-platform/integrations/e2e/stack"
 	"github.com/integrations-platform/integrations/pkg/apikey"
 )
 
@@ -34,11 +35,11 @@ func TestAPIKeyLifecycle(t *testing.T) {
 	s := newStackWith(t, timeScale, false)
 	http2 := freeAddr(t)
 	ttl := "INTEGRATIONS_GATEWAY_CACHE_TTL=" + keysCacheTTL.String()
-	s.extraEnv["gateway"] = []string{ttl}
-	s.extraEnv["gateway-2"] = []string{ttl, "INTEGRATIONS_HTTP_ADDR=" + http2}
+	s.ProgramEnv["gateway"] = []string{ttl}
+	s.ProgramEnv["gateway-2"] = []string{ttl, "INTEGRATIONS_HTTP_ADDR=" + http2}
 	s.start("gateway")
 	s.startInstance("gateway-2", "gateway")
-	replicas := []string{s.restURL, "http://" + http2}
+	replicas := []string{s.RESTURL, "http://" + http2}
 
 	ctl := buildCtl(t)
 	runCtl := func(args ...string) (string, string) {
@@ -88,7 +89,7 @@ func TestAPIKeyLifecycle(t *testing.T) {
 	assert.Contains(t, errOut, parsedB.ID)
 
 	for _, base := range replicas {
-		for _, key := range []string{keyA, keyB, s.apiKey} {
+		for _, key := range []string{keyA, keyB, s.APIKey} {
 			code, body := get(base, key)
 			require.Equal(t, http.StatusOK, code, "%s: %s", base, body)
 		}
@@ -172,15 +173,15 @@ func TestAPIKeyLifecycle(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, catalogID)
-	code, body = get(replicas[1], s.apiKey)
+	code, body = get(replicas[1], s.APIKey)
 	require.Equal(t, http.StatusOK, code, body)
 	runCtl("keys", "revoke", catalogID)
-	code, body = get(replicas[1], s.apiKey)
+	code, body = get(replicas[1], s.APIKey)
 	assert.Equal(t, http.StatusUnauthorized, code, "the revoking replica refuses the catalog key at once: %s", body)
 	assert.Contains(t, body, "API key revoked")
 	var legacy int
 	require.NoError(t, s.schema.Pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM applications WHERE api_key_hash = $1`, apikey.Hash(s.apiKey)).Scan(&legacy))
+		`SELECT count(*) FROM applications WHERE api_key_hash = $1`, apikey.Hash(s.APIKey)).Scan(&legacy))
 	assert.Zero(t, legacy, "the revoked catalog key's hash is gone from applications.api_key_hash")
 }
 
@@ -188,7 +189,7 @@ func TestAPIKeyLifecycle(t *testing.T) {
 func buildCtl(t *testing.T) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "integrationsctl")
-	build := exec.Command("go", "build", "-o", out, modulePrefix+"cmd/integrationsctl")
+	build := exec.Command("go", "build", "-o", out, launcher.ModulePrefix+"cmd/integrationsctl")
 	build.Stderr = os.Stderr
 	require.NoError(t, build.Run(), "build integrationsctl")
 	return out

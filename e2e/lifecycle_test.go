@@ -54,12 +54,12 @@ capabilities:
     adapter: dummy
     modes: [async]
     lease: 1h
-`, s.addrs["dummy-adapter"], s.adapterCredential)
+`, s.Addrs["dummy-adapter"], s.AdapterCredential)
 }
 
 func (s *stack) invoke(t *testing.T, capability, body string) string {
 	t.Helper()
-	code, resp := s.call(http.MethodPost, "/v1/capabilities/"+capability+":invoke", s.apiKey, []byte(body))
+	code, resp := s.call(http.MethodPost, "/v1/capabilities/"+capability+":invoke", s.APIKey, []byte(body))
 	require.Contains(t, []int{http.StatusOK, http.StatusAccepted}, code, "%v", resp)
 	return execution(resp)["id"].(string)
 }
@@ -70,7 +70,7 @@ func (s *stack) publishDispatch(t *testing.T, executionID string, attempt int32,
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	b, err := mq.Dial(ctx, s.brokerConfig())
+	b, err := mq.Dial(ctx, s.BrokerConfig())
 	require.NoError(t, err)
 	defer b.Close()
 	require.NoError(t, b.Declare(ctx, routes.Executions))
@@ -127,12 +127,12 @@ func TestLifecycle(t *testing.T) {
 		assert.Equal(t, "transient", failure["class"])
 	})
 
-	callbackConn := s.dial("adapter-callback")
+	callbackConn := s.dialAs("adapter-callback", "")
 	callbacks := adapterv1.NewAdapterCallbackServiceClient(callbackConn)
 
 	t.Run("refuses a sync execution, which only the gateway settles", func(t *testing.T) {
 		id := s.invoke(t, "dummy.echo", `{"mode": "MODE_SYNC", "payload": {"a": 1}}`)
-		ctx := grpcx.WithBearer(context.Background(), s.adapterCredential)
+		ctx := grpcx.WithBearer(context.Background(), s.AdapterCredential)
 		_, err := callbacks.Complete(ctx, &adapterv1.CompleteRequest{
 			ExecutionId: id, Attempt: 1, CallbackToken: "cbt_any",
 			Outcome: &adapterv1.CompleteRequest_Succeeded{Succeeded: &adapterv1.Completed{}},
@@ -203,7 +203,7 @@ func TestLifecycle(t *testing.T) {
 		data := r.await(t, id).Body["data"].(map[string]any)
 		assert.Equal(t, "succeeded", data["status"])
 		require.Eventually(t, func() bool {
-			return strings.Count(s.log("execution-consumer"), `"execution_id":"`+id+`"`) >= 3
+			return strings.Count(s.Log("execution-consumer"), `"execution_id":"`+id+`"`) >= 3
 		}, 10*time.Second, 20*time.Millisecond, "all three copies were handled")
 		assert.Equal(t, 1, s.count(t, `SELECT count(*) FROM execution_attempts WHERE execution_id = $1`, id), "exactly one attempt")
 		assert.Equal(t, 1, s.count(t, `SELECT count(*) FROM integration_events WHERE execution_id = $1`, id))
@@ -222,7 +222,7 @@ func TestLifecycle(t *testing.T) {
 			return s.count(t, `SELECT count(*) FROM dispatches WHERE execution_id = $1`, id) == 0
 		}, 10*time.Second, 20*time.Millisecond, "the leftover row is published again and deleted")
 		require.Eventually(t, func() bool {
-			return strings.Count(s.log("execution-consumer"), `"execution_id":"`+id+`"`) >= 2
+			return strings.Count(s.Log("execution-consumer"), `"execution_id":"`+id+`"`) >= 2
 		}, 10*time.Second, 20*time.Millisecond, "the second copy reached the consumer")
 		assert.Equal(t, 1, s.count(t, `SELECT count(*) FROM execution_attempts WHERE execution_id = $1`, id), "one attempt")
 	})
@@ -232,14 +232,14 @@ func TestLifecycle(t *testing.T) {
 		// loaded machine before the lease would expire.
 		id := s.invoke(t, "dummy.long", `{"mode": "MODE_ASYNC", "payload": {"export": "all", "dummy": {"complete_later_ms": 2000, "lease_ms": 900}}}`)
 		require.Eventually(t, func() bool {
-			_, body := s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+			_, body := s.call(http.MethodGet, "/v1/executions/"+id, s.APIKey, nil)
 			p, _ := execution(body)["progress"].(map[string]any)
 			return p["percent"] == float64(50) && execution(body)["status"] == "EXECUTION_STATUS_RUNNING"
 		}, 10*time.Second, 20*time.Millisecond, "progress is visible while the work runs")
 		data := r.await(t, id).Body["data"].(map[string]any)
 		assert.Equal(t, "succeeded", data["status"])
 		assert.EqualValues(t, 1, data["attempt"])
-		renewals := strings.Count(s.log("adapter-callback"), "AdapterCallbackService/RenewLease")
+		renewals := strings.Count(s.Log("adapter-callback"), "AdapterCallbackService/RenewLease")
 		assert.GreaterOrEqual(t, renewals, 3, "a 2 s task under a 900 ms lease is renewed")
 	})
 }

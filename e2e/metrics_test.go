@@ -37,7 +37,7 @@ func TestMetricsHistograms(t *testing.T) {
 	r := newReceiver(t)
 	r.register(t, s)
 
-	code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+	code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey,
 		[]byte(`{"mode": "MODE_ASYNC", "payload": {"greeting": "hello", "n": 1}}`))
 	require.Equal(t, http.StatusAccepted, code, "%v", body)
 	id, _ := execution(body)["id"].(string)
@@ -49,14 +49,14 @@ func TestMetricsHistograms(t *testing.T) {
 		// poll until they show.
 		var counts map[string]float64
 		require.Eventually(t, func() bool {
-			counts = histogramCounts(t, "http://"+s.metricsAddr(service)+"/metrics")
+			counts = histogramCounts(t, "http://"+s.Addrs[service+"-metrics"]+"/metrics")
 			for _, name := range want {
 				if counts[name] == 0 {
 					return false
 				}
 			}
 			return true
-		}, s.timeout, 20*time.Millisecond, "%s: histograms %v, have counts %v", service, want, counts)
+		}, startTimeout, 20*time.Millisecond, "%s: histograms %v, have counts %v", service, want, counts)
 		for name, n := range counts {
 			require.Positive(t, n, "%s: histogram %s exposed with no observations", service, name)
 		}

@@ -152,11 +152,11 @@ func TestProgressEvents(t *testing.T) {
 	s.schema.ApplyCatalog(t, "applications:\n  - id: app-b\n    api_key: "+keyB+"\n")
 	s.start("settlement", "adapter-callback", "dummy-adapter", "execution-consumer", "event-router", "dispatcher", "gateway")
 	fast, slow := newProgressHook(t, 0), newProgressHook(t, 250*time.Millisecond)
-	fast.register(t, s, s.apiKey)
+	fast.register(t, s, s.APIKey)
 	slow.register(t, s, keyB)
 
 	t.Run("progress events, then the completion event, in sequence order, each signed", func(t *testing.T) {
-		id := s.invokeAs(t, s.apiKey, "dummy.progress", `{"dummy": {"complete_later_ms": 2000, "progress_steps": 4}}`)
+		id := s.invokeAs(t, s.APIKey, "dummy.progress", `{"dummy": {"complete_later_ms": 2000, "progress_steps": 4}}`)
 		got := fast.awaitCompletion(t, id)
 		requireInOrder(t, got, map[string]any{"percent": 80.0, "step": 4.0})
 		// A receiver that answers at once gets every report: 400 ms apart, nothing to coalesce.
@@ -167,7 +167,7 @@ func TestProgressEvents(t *testing.T) {
 		assert.Equal(t, 5, got[4].Sequence, "the completion takes the next sequence number")
 
 		// The events API lists each with its type and sequence; the timeline shows each event.
-		code, body := s.call(http.MethodGet, "/v1/events?execution_id="+id, s.apiKey, nil)
+		code, body := s.call(http.MethodGet, "/v1/events?execution_id="+id, s.APIKey, nil)
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		types := map[string]string{}
 		for _, e := range body["events"].([]any) {
@@ -178,7 +178,7 @@ func TestProgressEvents(t *testing.T) {
 			"4": "execution.progress", "5": "execution.completed"}, types)
 		var seqs []string
 		require.Eventually(t, func() bool {
-			code, body = s.call(http.MethodGet, "/v1/executions/"+id+"/timeline", s.apiKey, nil)
+			code, body = s.call(http.MethodGet, "/v1/executions/"+id+"/timeline", s.APIKey, nil)
 			require.Equal(t, http.StatusOK, code, "%v", body)
 			seqs = nil
 			delivered := 0
@@ -210,20 +210,20 @@ func TestProgressEvents(t *testing.T) {
 	})
 
 	t.Run("a capability without progress_events, or a sync execution, delivers only the completion event", func(t *testing.T) {
-		id := s.invokeAs(t, s.apiKey, "dummy.long", `{"dummy": {"complete_later_ms": 300, "progress_steps": 3}}`)
+		id := s.invokeAs(t, s.APIKey, "dummy.long", `{"dummy": {"complete_later_ms": 300, "progress_steps": 3}}`)
 		got := fast.awaitCompletion(t, id)
 		require.Len(t, got, 1, "%+v", got)
 		assert.Equal(t, "execution.completed", got[0].Type)
 		assert.Equal(t, 1, got[0].Sequence)
 
-		code, resp := s.call(http.MethodPost, "/v1/capabilities/dummy.progress:invoke", s.apiKey,
+		code, resp := s.call(http.MethodPost, "/v1/capabilities/dummy.progress:invoke", s.APIKey,
 			[]byte(`{"mode": "MODE_SYNC", "payload": {"dummy": {"complete_later_ms": 300, "progress_steps": 3}}}`))
 		require.Equal(t, http.StatusOK, code, "%v", resp)
 		id = execution(resp)["id"].(string)
 		got = fast.awaitCompletion(t, id)
 		require.Len(t, got, 1, "%+v", got)
 		assert.Equal(t, "execution.completed", got[0].Type)
-		code, body := s.call(http.MethodGet, "/v1/events?execution_id="+id, s.apiKey, nil)
+		code, body := s.call(http.MethodGet, "/v1/events?execution_id="+id, s.APIKey, nil)
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		assert.Len(t, body["events"], 1, "no progress event was written")
 	})

@@ -70,7 +70,7 @@ func TestRecoveryAndCancellation(t *testing.T) {
 		require.Eventually(t, func() bool {
 			return s.count(t, `SELECT count(*) FROM executions WHERE id = $1 AND status = 'pending' AND attempt = 1`, id) == 1
 		}, 10*time.Second, 10*time.Millisecond, "attempt 1 failed; attempt 2 waits an hour (3.6 s scaled)")
-		code, body := s.call(http.MethodPost, "/v1/executions/"+id+":cancel", s.apiKey, []byte(`{}`))
+		code, body := s.call(http.MethodPost, "/v1/executions/"+id+":cancel", s.APIKey, []byte(`{}`))
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		assert.Equal(t, "EXECUTION_STATUS_CANCELLED", execution(body)["status"])
 		data := r.await(t, id).Body["data"].(map[string]any)
@@ -80,7 +80,7 @@ func TestRecoveryAndCancellation(t *testing.T) {
 		assert.Equal(t, 0, s.count(t, `SELECT count(*) FROM dispatches WHERE execution_id = $1`, id), "attempt 2's dispatch record went with the cancellation")
 		assert.Equal(t, 1, s.count(t, `SELECT count(*) FROM execution_attempts WHERE execution_id = $1`, id))
 
-		code, body = s.call(http.MethodPost, "/v1/executions/"+id+":cancel", s.apiKey, []byte(`{}`))
+		code, body = s.call(http.MethodPost, "/v1/executions/"+id+":cancel", s.APIKey, []byte(`{}`))
 		assert.Equal(t, http.StatusBadRequest, code, "a settled execution cannot be cancelled: %v", body)
 		code, _ = s.call(http.MethodPost, "/v1/executions/"+id+":cancel", "wrong-key-0123456789", []byte(`{}`))
 		assert.Equal(t, http.StatusUnauthorized, code)
@@ -91,14 +91,14 @@ func TestRecoveryAndCancellation(t *testing.T) {
 		// 3.6 s scaled) that a late renewal on a loaded machine does not lose.
 		id := s.invoke(t, "dummy.long", `{"mode": "MODE_ASYNC", "payload": {"dummy": {"complete_later_ms": 30000, "lease_ms": 3000}}}`)
 		require.Eventually(t, func() bool { return attemptOutcome(id, 1) == "accepted" }, 10*time.Second, 10*time.Millisecond)
-		code, body := s.call(http.MethodPost, "/v1/executions/"+id+":cancel", s.apiKey, []byte(`{}`))
+		code, body := s.call(http.MethodPost, "/v1/executions/"+id+":cancel", s.APIKey, []byte(`{}`))
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		data := r.await(t, id).Body["data"].(map[string]any)
 		assert.Equal(t, "cancelled", data["status"])
 		// The adapter's work stopped without reporting an outcome: stopped by the Cancel call, or
 		// abandoned first because a lease renewal racing the cancellation was refused.
 		require.Eventually(t, func() bool {
-			for _, line := range strings.Split(s.log("dummy-adapter"), "\n") {
+			for _, line := range strings.Split(s.Log("dummy-adapter"), "\n") {
 				if strings.Contains(line, id) && (strings.Contains(line, "background work stopped: the execution was cancelled") ||
 					strings.Contains(line, "background work abandoned: the attempt is no longer open")) {
 					return true
@@ -106,7 +106,7 @@ func TestRecoveryAndCancellation(t *testing.T) {
 			}
 			return false
 		}, 10*time.Second, 20*time.Millisecond)
-		_, body = s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+		_, body = s.call(http.MethodGet, "/v1/executions/"+id, s.APIKey, nil)
 		assert.Equal(t, "EXECUTION_STATUS_CANCELLED", execution(body)["status"])
 		assert.Equal(t, 1, s.count(t, `SELECT count(*) FROM integration_events WHERE execution_id = $1`, id))
 	})

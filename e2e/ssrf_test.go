@@ -57,12 +57,12 @@ func (a *acceptCounter) port() string {
 func TestSSRFGuard(t *testing.T) {
 	s := newStackScaled(t, eventsScale)
 	s.schema.ApplyCatalog(t, lifecycleCapabilities(s))
-	s.env = append(s.env, "INTEGRATIONS_DELIVERY_TIMEOUT=2s")
+	s.Env = append(s.Env, "INTEGRATIONS_DELIVERY_TIMEOUT=2s")
 	// The operator's deny list (here a public range) is read by both services and refused at
 	// registration like the built-in special-purpose ranges.
 	strict := []string{"INTEGRATIONS_WEBHOOK_ALLOW_PRIVATE=false", "INTEGRATIONS_WEBHOOK_DENY_CIDRS=93.184.216.0/24, 2606:4700::/32"}
-	s.extraEnv["gateway"] = strict
-	s.extraEnv["event-router"] = strict
+	s.ProgramEnv["gateway"] = strict
+	s.ProgramEnv["event-router"] = strict
 	s.start("settlement", "adapter-callback", "dummy-adapter", "execution-consumer", "event-router", "dispatcher", "gateway")
 	target := newAcceptCounter(t)
 	port := target.port()
@@ -86,13 +86,13 @@ func TestSSRFGuard(t *testing.T) {
 			"https://93.184.216.34/hook", "https://[2606:4700::1111]/hook", // INTEGRATIONS_WEBHOOK_DENY_CIDRS
 		}
 		for _, url := range urls {
-			code, body := s.call(http.MethodPut, "/v1/consumer", s.apiKey, []byte(`{"webhook": {"url": "`+url+`"}}`))
+			code, body := s.call(http.MethodPut, "/v1/consumer", s.APIKey, []byte(`{"webhook": {"url": "`+url+`"}}`))
 			assert.Equal(t, http.StatusBadRequest, code, "%s: %v", url, body)
 			assert.Contains(t, fmt.Sprint(body), "webhook.url", url)
 		}
 		for _, tg := range []string{"[::1%25lo]:" + port, "[::1%lo]:" + port, "2130706433:" + port, "localhost.:" + port,
 			"127.0.0.1:" + port, "[fe80::1%eth0]:" + port} {
-			code, body := s.call(http.MethodPut, "/v1/consumer", s.apiKey, []byte(`{"grpc": {"target": "`+tg+`"}}`))
+			code, body := s.call(http.MethodPut, "/v1/consumer", s.APIKey, []byte(`{"grpc": {"target": "`+tg+`"}}`))
 			assert.Equal(t, http.StatusBadRequest, code, "%s: %v", tg, body)
 			assert.Contains(t, fmt.Sprint(body), "grpc.target", tg)
 		}
@@ -104,7 +104,7 @@ func TestSSRFGuard(t *testing.T) {
 	t.Run("a consumer row written past registration is never dialled; the tenant sees refused_address", func(t *testing.T) {
 		// A registration through the API gives the application its signing secret, so the
 		// deliverer gets as far as dialling; then the endpoint is rewritten in the database.
-		code, body := s.call(http.MethodPut, "/v1/consumer", s.apiKey, []byte(`{"webhook": {"url": "https://hooks.example.com/in"}}`))
+		code, body := s.call(http.MethodPut, "/v1/consumer", s.APIKey, []byte(`{"webhook": {"url": "https://hooks.example.com/in"}}`))
 		require.Equal(t, http.StatusOK, code, "%v", body)
 		for _, c := range []struct{ kind, endpoint string }{
 			{"webhook", "http://127.0.0.1:" + port + "/hook"},
@@ -118,10 +118,10 @@ func TestSSRFGuard(t *testing.T) {
 			_, err := s.schema.Pool.Exec(ctx, `UPDATE applications SET consumer_kind = $1, consumer_endpoint = $2 WHERE id = 'dev-app'`,
 				c.kind, c.endpoint)
 			require.NoError(t, err)
-			id := s.invokeAs(t, s.apiKey, "dummy.long", `{"to": "loopback"}`)
+			id := s.invokeAs(t, s.APIKey, "dummy.long", `{"to": "loopback"}`)
 			var ev map[string]any
 			require.Eventually(t, func() bool {
-				ev = s.eventOf(t, s.apiKey, id)
+				ev = s.eventOf(t, s.APIKey, id)
 				return ev["status"] == "EVENT_STATUS_DEAD"
 			}, 60*time.Second, 50*time.Millisecond, "%s: the event dies after its attempts", c.endpoint)
 			assert.Equal(t, "refused_address", ev["last_error"], c.endpoint)
@@ -134,6 +134,6 @@ func TestSSRFGuard(t *testing.T) {
 			}
 		}
 		assert.Zero(t, target.accepts.Load(), "the loopback listener was never connected to")
-		assert.NotContains(t, s.log("event-router"), "panic")
+		assert.NotContains(t, s.Log("event-router"), "panic")
 	})
 }

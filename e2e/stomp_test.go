@@ -1,26 +1,26 @@
 package e2e
 
 import (
-	"bufio"
-	"net/http"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	launcher "github.com/integrations-platform/integrations/e2e/stack"
 )
 
 // TestFlowOnSTOMP runs the platform on a STOMP broker (INTEGRATIONS_BROKER=stomp, ActiveMQ from
 // scripts/deps.sh up stomp): every service's port is the STOMP provider, and RabbitMQ is out of
-// reach (see broker.env). The flow issue 15 names, with TestFlow's own checks: an async call
+// reach (see launcher.Broker). The flow issue 15 names, with TestFlow's own checks: an async call
 // completed and its webhook delivered and verified; a transient failure retried through the
 // broker's scheduled delivery and then succeeding; the broker diagnostic answered through the
 // real consumers. It fails, never skips, without INTEGRATIONS_STOMP_URL.
 func TestFlowOnSTOMP(t *testing.T) {
-	s := newStackOn(t, stompBroker(t), timeScale, os.Getenv(publicTLSEnv) == "true")
+	b, err := launcher.STOMP()
+	require.NoError(t, err)
+	s := newStackOn(t, b, timeScale, os.Getenv(publicTLSEnv) == "true")
 	// The dispatcher starts inside asyncCallDelivered, as in TestFlow.
 	s.start("settlement", "adapter-callback", "dummy-adapter", "execution-consumer", "event-router", "gateway")
 	r := newReceiver(t)
@@ -39,33 +39,13 @@ func TestFlowOnSTOMP(t *testing.T) {
 // reach, that broker can only be the STOMP one.
 func dispatchesThroughBroker(s *stack) func(t *testing.T) {
 	return func(t *testing.T) {
-		assert.GreaterOrEqual(t, mqCounter(t, "http://"+s.metricsAddr("dispatcher")+"/metrics", "executions", "confirmed"), 4.0)
+		sent, err := s.PortCounters(t.Context(), "dispatcher")
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, sent["executions/confirmed"], 4.0)
 		// The last acknowledgement may follow the settlement the test saw.
 		require.Eventually(t, func() bool {
-			return mqCounter(t, "http://"+s.metricsAddr("execution-consumer")+"/metrics", "executions", "acknowledged") >= 4
-		}, s.timeout, 20*time.Millisecond)
+			taken, err := s.PortCounters(t.Context(), "execution-consumer")
+			return err == nil && taken["executions/acknowledged"] >= 4
+		}, startTimeout, 20*time.Millisecond)
 	}
-}
-
-// mqCounter is the value of integrations_mq_messages_total{route, event} on the metrics page at
-// url (0 when the series is not there yet).
-func mqCounter(t *testing.T, url, route, event string) float64 {
-	t.Helper()
-	resp, err := http.Get(url) //nolint:gosec // the test's own listener
-	require.NoError(t, err)
-	defer func() { _ = resp.Body.Close() }()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	// The text format sorts labels by name.
-	series := `integrations_mq_messages_total{event="` + event + `",route="` + route + `"} `
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series); ok {
-			f, err := strconv.ParseFloat(strings.Fields(v)[0], 64)
-			require.NoError(t, err, sc.Text())
-			return f
-		}
-	}
-	require.NoError(t, sc.Err())
-	return 0
 }

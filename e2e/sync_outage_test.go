@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,7 +24,7 @@ func TestSyncCallThroughASettlementOutage(t *testing.T) {
 	}
 	answered := make(chan answer, 1)
 	go func() {
-		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.apiKey,
+		code, body := s.call(http.MethodPost, "/v1/capabilities/dummy.echo:invoke", s.APIKey,
 			[]byte(`{"mode": "MODE_SYNC", "payload": {"greeting": "through an outage", "dummy": {"sleep_ms": 1000}}}`),
 			"Idempotency-Key", "sync-outage-1")
 		answered <- answer{code, body}
@@ -99,7 +98,7 @@ func TestAdapterOutageSpendsNoAttempt(t *testing.T) {
 	}
 	// Each dispatch reaches the consumer, finds no adapter, and is rescheduled.
 	require.Eventually(t, func() bool {
-		return strings.Count(s.log("execution-consumer"), "attempt not spent, dispatch rescheduled") >= 2*len(ids)
+		return strings.Count(s.Log("execution-consumer"), "attempt not spent, dispatch rescheduled") >= 2*len(ids)
 	}, 30*time.Second, 50*time.Millisecond)
 	require.Zero(t, s.count(t, `SELECT count(*) FROM execution_attempts WHERE execution_id = ANY($1::uuid[])`, ids), "no attempt row")
 	require.Equal(t, len(ids), s.count(t, `SELECT count(*) FROM executions WHERE id = ANY($1::uuid[]) AND status = 'pending' AND attempt = 0`, ids))
@@ -136,7 +135,7 @@ func TestGatewaySIGTERMKeepsASyncOutcome(t *testing.T) {
 		sleep = 2500 * time.Millisecond
 		hard  = 8 * time.Second
 	)
-	s.extraEnv["gateway"] = []string{
+	s.ProgramEnv["gateway"] = []string{
 		"INTEGRATIONS_DRAIN_WINDOW=100ms",
 		"INTEGRATIONS_SHUTDOWN_SOFT_TIMEOUT=1s",
 		"INTEGRATIONS_SHUTDOWN_TIMEOUT=" + hard.String(),
@@ -148,13 +147,13 @@ func TestGatewaySIGTERMKeepsASyncOutcome(t *testing.T) {
 	answered := make(chan struct{})
 	go func() {
 		defer close(answered)
-		req, err := http.NewRequest(http.MethodPost, s.restURL+"/v1/capabilities/dummy.echo:invoke", strings.NewReader(
+		req, err := http.NewRequest(http.MethodPost, s.RESTURL+"/v1/capabilities/dummy.echo:invoke", strings.NewReader(
 			fmt.Sprintf(`{"mode": "MODE_SYNC", "payload": {"greeting": "through a deploy", "dummy": {"sleep_ms": %d}}}`, sleep.Milliseconds())))
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		req.Header.Set("Authorization", "Bearer "+s.apiKey)
+		req.Header.Set("Authorization", "Bearer "+s.APIKey)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := s.http.Do(req)
 		if err != nil {
@@ -170,22 +169,12 @@ func TestGatewaySIGTERMKeepsASyncOutcome(t *testing.T) {
 			`SELECT id::text FROM executions WHERE mode = 'sync' AND status = 'running'`).Scan(&id) == nil
 	}, 10*time.Second, 5*time.Millisecond, "the attempt is running at the adapter")
 
-	s.mu.Lock()
-	p := s.procs["gateway"]
-	delete(s.procs, "gateway")
-	s.mu.Unlock()
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	sent := time.Now()
-	select {
-	case <-p.done:
-	case <-time.After(hard + 5*time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		t.Fatalf("the gateway did not exit within its shutdown timeout:\n%s", s.logTail("gateway"))
-	}
-	took := time.Since(sent)
+	exit, err := s.Terminate("gateway", hard+5*time.Second)
+	require.NoError(t, err)
+	require.True(t, exit.InTime, "the gateway did not exit within its shutdown timeout:\n%s", s.LogTail("gateway"))
+	took := exit.Took
 	t.Logf("the gateway exited %v after SIGTERM", took.Round(time.Millisecond))
-	require.True(t, p.cmd.ProcessState.Success(), "a clean exit: %v\n%s", p.cmd.ProcessState, s.logTail("gateway"))
+	require.True(t, exit.State.Success(), "a clean exit: %v\n%s", exit.State, s.LogTail("gateway"))
 	require.Less(t, took, hard, "the shutdown timeout is a bound")
 	<-answered
 
@@ -194,7 +183,7 @@ func TestGatewaySIGTERMKeepsASyncOutcome(t *testing.T) {
 	var greeting *string
 	require.NoError(t, s.schema.Pool.QueryRow(t.Context(),
 		`SELECT status, failure_reason, result #>> '{echo,greeting}' FROM executions WHERE id = $1`, id).Scan(&status, &reason, &greeting))
-	require.Equal(t, "succeeded", status, "settled by the stopping gateway, not swept (failure reason %v):\n%s", reason, s.logTail("gateway"))
+	require.Equal(t, "succeeded", status, "settled by the stopping gateway, not swept (failure reason %v):\n%s", reason, s.LogTail("gateway"))
 	require.NotNil(t, greeting)
 	require.Equal(t, "through a deploy", *greeting)
 	require.Equal(t, 1, s.count(t, `SELECT count(*) FROM integration_events WHERE execution_id = $1`, id), "one completion event")

@@ -20,19 +20,19 @@ func TestTimelineOfARetriedExecution(t *testing.T) {
 	s.schema.ApplyCatalog(t, "applications:\n  - id: app-b\n    api_key: "+keyB+"\n")
 	s.start("settlement", "adapter-callback", "dummy-adapter", "execution-consumer", "event-router", "dispatcher", "gateway")
 	hook := newHook(t)
-	hook.register(t, s, s.apiKey)
+	hook.register(t, s, s.APIKey)
 
-	code, resp := s.call(http.MethodPost, "/v1/capabilities/dummy.fast:invoke", s.apiKey,
+	code, resp := s.call(http.MethodPost, "/v1/capabilities/dummy.fast:invoke", s.APIKey,
 		[]byte(`{"mode": "MODE_ASYNC", "idempotency_key": "timeline-1", "payload": {"dummy": {"fail_transient": 1}}}`))
 	require.Equal(t, http.StatusAccepted, code, "%v", resp)
 	id := execution(resp)["id"].(string)
 	receiveFor(t, hook.arrived, id)
 	require.Eventually(t, func() bool {
-		ev := s.eventOf(t, s.apiKey, id)
+		ev := s.eventOf(t, s.APIKey, id)
 		return ev != nil && ev["status"] == "EVENT_STATUS_DELIVERED"
 	}, 20*time.Second, 20*time.Millisecond, "the delivery is recorded")
 
-	code, body := s.call(http.MethodGet, "/v1/executions/"+id+"/timeline", s.apiKey, nil)
+	code, body := s.call(http.MethodGet, "/v1/executions/"+id+"/timeline", s.APIKey, nil)
 	require.Equal(t, http.StatusOK, code, "%v", body)
 	entries, _ := body["entries"].([]any)
 	type step struct{ kind, attempt string }

@@ -37,14 +37,14 @@ func TestTLS(t *testing.T) {
 	t.Run("async invoke completes over REST with TLS", func(t *testing.T) {
 		id := s.invoke(t, "dummy.echo", `{"mode": "MODE_ASYNC", "payload": {"over": "https"}}`)
 		require.Eventually(t, func() bool {
-			code, body := s.call(http.MethodGet, "/v1/executions/"+id, s.apiKey, nil)
+			code, body := s.call(http.MethodGet, "/v1/executions/"+id, s.APIKey, nil)
 			return code == http.StatusOK && execution(body)["status"] == "EXECUTION_STATUS_SUCCEEDED"
 		}, 20*time.Second, 20*time.Millisecond, "the execution completes")
 	})
 
 	t.Run("async invoke completes over gRPC with TLS", func(t *testing.T) {
-		gw := gatewayv1.NewGatewayServiceClient(s.dial("gateway"))
-		ctx := grpcx.WithBearer(context.Background(), s.apiKey)
+		gw := gatewayv1.NewGatewayServiceClient(s.dialAs("gateway", ""))
+		ctx := grpcx.WithBearer(context.Background(), s.APIKey)
 		payload, err := structpb.NewStruct(map[string]any{"over": "grpc+tls"})
 		require.NoError(t, err)
 		resp, err := gw.InvokeCapability(ctx, &gatewayv1.InvokeCapabilityRequest{
@@ -58,13 +58,13 @@ func TestTLS(t *testing.T) {
 	})
 
 	t.Run("plain-text clients are refused by the TLS and mTLS ports", func(t *testing.T) {
-		resp, err := http.Get("http://" + s.addrs["gateway-http"] + "/v1/executions")
+		resp, err := http.Get("http://" + s.Addrs["gateway-http"] + "/v1/executions")
 		if err == nil {
 			resp.Body.Close()
 			assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "Go's TLS server answers a plain HTTP request 400")
 		}
 		for _, name := range []string{"gateway", "adapter-callback", "settlement", "dispatcher", "execution-consumer", "event-router"} {
-			conn, err := grpcx.Dial(s.addrs[name], grpc.WithTransportCredentials(insecure.NewCredentials()))
+			conn, err := grpcx.Dial(s.Addrs[name], grpc.WithTransportCredentials(insecure.NewCredentials()))
 			require.NoError(t, err)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_, err = grpc_health_v1.NewHealthClient(conn).Check(ctx, &grpc_health_v1.HealthCheckRequest{})
@@ -89,7 +89,7 @@ func TestTLS(t *testing.T) {
 		forged, err := grpcx.NewInternal(tlsx.Files{CertFile: devca.CertFile(other, "gateway"), KeyFile: devca.KeyFile(other, "gateway"),
 			CAFile: filepath.Join(tlsDir, "ca.pem")})
 		require.NoError(t, err)
-		forgedConn, err := grpcx.Dial(s.addrs["settlement"], forged.DialOption("settlement"))
+		forgedConn, err := grpcx.Dial(s.Addrs["settlement"], forged.DialOption("settlement"))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = forgedConn.Close() })
 

@@ -126,7 +126,7 @@ func TestTracingOneTraceFromAcceptToTheReceiver(t *testing.T) {
 	rcv := newOTLPReceiver(t)
 	s := newStack(t)
 	s.schema.ApplyCatalog(t, lifecycleCapabilities(s))
-	s.env = append(s.env,
+	s.Env = append(s.Env,
 		"OTEL_EXPORTER_OTLP_ENDPOINT=http://"+rcv.addr,
 		"OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
 		"OTEL_EXPORTER_OTLP_INSECURE=true",
@@ -135,12 +135,12 @@ func TestTracingOneTraceFromAcceptToTheReceiver(t *testing.T) {
 	programs := []string{"settlement", "adapter-callback", "dummy-adapter", "execution-consumer", "event-router", "dispatcher", "gateway"}
 	s.start(programs...)
 	hook := newHook(t)
-	hook.register(t, s, s.apiKey)
+	hook.register(t, s, s.APIKey)
 
 	// dummy.long: an hour's lease (3.6 s here), so the attempt is not cut short on a loaded
 	// machine; the adapter answers Accepted, reports progress and completes through the callback
 	// API (adapter-callback → settlement).
-	id := s.invokeAs(t, s.apiKey, "dummy.long", `{"dummy": {"complete_later_ms": 100}}`)
+	id := s.invokeAs(t, s.APIKey, "dummy.long", `{"dummy": {"complete_later_ms": 100}}`)
 	d := receiveFor(t, hook.arrived, id)
 
 	want := slices.Clone(programs)

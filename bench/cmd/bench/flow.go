@@ -22,7 +22,7 @@ import (
 	"github.com/integrations-platform/integrations/bench/internal/load"
 	"github.com/integrations-platform/integrations/bench/internal/riverpeer"
 	"github.com/integrations-platform/integrations/bench/internal/riversw"
-	"github.com/integrations-platform/integrations/bench/internal/stack"
+	"github.com/integrations-platform/integrations/e2e/stack"
 )
 
 // FlowRow is one end-to-end or open-loop measurement: of the platform, or of a peer.

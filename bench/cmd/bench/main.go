@@ -1,5 +1,5 @@
 // Command bench runs the platform's benchmarks against the real stack, started as separate
-// processes (bench/internal/stack), beside the peers and the physical ceilings measured in the same
+// processes (e2e/stack), beside the peers and the physical ceilings measured in the same
 // run, and prints one table plus a JSON file in bench/results/ (issue 6).
 //
 // Scenarios (-scenarios):
@@ -53,7 +53,7 @@ import (
 	"github.com/integrations-platform/integrations/bench/internal/load"
 	"github.com/integrations-platform/integrations/bench/internal/procstat"
 	"github.com/integrations-platform/integrations/bench/internal/riversw"
-	"github.com/integrations-platform/integrations/bench/internal/stack"
+	"github.com/integrations-platform/integrations/e2e/stack"
 )
 
 type options struct {
@@ -251,7 +251,7 @@ func run() error {
 	defer func() { _ = os.RemoveAll(binDir) }()
 
 	st, err := stack.Start(ctx, stack.Config{
-		Root: o.root, BinDir: binDir, DatabaseURL: o.dbURL, AMQPURL: o.amqpURL,
+		Root: o.root, BinDir: binDir, DatabaseURL: o.dbURL, Broker: stack.Broker{URL: o.amqpURL},
 		DatabaseParams: o.dbParams, GatewayPprof: o.pprof, Pprof: o.profileAll != "", Log: os.Stderr, Without: o.without,
 		Env: append(gomaxprocsEnv(o.gomaxprocs), rateLimitEnv(o.rlOff, o.rlHold)...),
 	})

@@ -18,7 +18,7 @@ import (
 
 	"github.com/integrations-platform/integrations/bench/internal/load"
 	"github.com/integrations-platform/integrations/bench/internal/procstat"
-	"github.com/integrations-platform/integrations/bench/internal/stack"
+	"github.com/integrations-platform/integrations/e2e/stack"
 	"github.com/integrations-platform/integrations/pkg/catalog"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
@@ -159,7 +159,7 @@ func runRateLimit(ctx context.Context, o options, st *stack.Stack, rep *Report) 
 		return err
 	}
 
-	conn, err := st.DialGateway()
+	conn, err := st.Dial("gateway", "")
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/integrations-platform/integrations/bench/internal/autovac"
-	"github.com/integrations-platform/integrations/bench/internal/stack"
+	"github.com/integrations-platform/integrations/e2e/stack"
 )
 
 // Report is what a run prints and writes to bench/results/<name>-<timestamp>.json. Rows of every

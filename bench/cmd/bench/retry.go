@@ -9,7 +9,7 @@ import (
 	"github.com/integrations-platform/integrations/bench/internal/cost"
 	"github.com/integrations-platform/integrations/bench/internal/flow"
 	"github.com/integrations-platform/integrations/bench/internal/load"
-	"github.com/integrations-platform/integrations/bench/internal/stack"
+	"github.com/integrations-platform/integrations/e2e/stack"
 )
 
 // RetryResult is the retry scenario: executions whose first attempt fails retryably (the dummy

@@ -9,7 +9,7 @@ import (
 	"github.com/integrations-platform/integrations/bench/internal/flow"
 	"github.com/integrations-platform/integrations/bench/internal/load"
 	"github.com/integrations-platform/integrations/bench/internal/riversw"
-	"github.com/integrations-platform/integrations/bench/internal/stack"
+	"github.com/integrations-platform/integrations/e2e/stack"
 )
 
 // systemRiverSW names the same-work River peer's rows.

@@ -18,7 +18,7 @@ import (
 
 	"github.com/integrations-platform/integrations/bench/internal/chaos"
 	"github.com/integrations-platform/integrations/bench/internal/flagx"
-	"github.com/integrations-platform/integrations/bench/internal/stack"
+	"github.com/integrations-platform/integrations/e2e/stack"
 )
 
 func main() {

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/integrations-platform/integrations/bench/internal/load"
-	"github.com/integrations-platform/integrations/bench/internal/stack"
+	"github.com/integrations-platform/integrations/e2e/stack"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
@@ -51,7 +51,7 @@ func GRPC(st *stack.Stack) Workload {
 		Scenario: "accept", Transport: "grpc",
 		What: "GatewayService.InvokeCapability(dummy.echo, MODE_ASYNC) over one gRPC connection, answered pending",
 		Prepare: func(ctx context.Context, callers int) (load.Op, func(), error) {
-			conn, err := st.DialGateway()
+			conn, err := st.Dial("gateway", "")
 			if err != nil {
 				return nil, nil, err
 			}

@@ -24,7 +24,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/integrations-platform/integrations/bench/internal/stack"
+	"github.com/integrations-platform/integrations/e2e/stack"
 	"github.com/integrations-platform/integrations/pkg/catalog"
 )
 
@@ -187,7 +187,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		"INTEGRATIONS_EVENT_RETRY_DELAYS=1m,1m,2m,2m,2m",
 	}, cfg.Env...)
 	st, err := stack.Start(ctx, stack.Config{
-		Root: cfg.Root, BinDir: cfg.BinDir, DatabaseURL: cfg.DatabaseURL, AMQPURL: amqpURL,
+		Root: cfg.Root, BinDir: cfg.BinDir, DatabaseURL: cfg.DatabaseURL, Broker: stack.Broker{URL: amqpURL},
 		Name: "chaos", TimeScale: cfg.TimeScale, Replicas: cfg.Replicas, Log: cfg.Log,
 		DatabaseParams: url.Values{"application_name": {appName}},
 		Env:            env,
@@ -435,13 +435,7 @@ func awaitDeliveries(ctx context.Context, st *stack.Stack, seen func() int) {
 
 // applyCatalog adds the workload's capability to the stack's dev catalog.
 func applyCatalog(ctx context.Context, st *stack.Stack) error {
-	var adapterEndpoint, credential string
-	for _, e := range st.Env() {
-		if v, ok := strings.CutPrefix(e, "INTEGRATIONS_DUMMY_ADAPTER_CREDENTIAL="); ok {
-			credential = v
-		}
-	}
-	adapterEndpoint = st.Addrs["dummy-adapter"]
+	adapterEndpoint, credential := st.Addrs["dummy-adapter"], st.AdapterCredential
 	c, err := catalog.Parse([]byte(fmt.Sprintf(`
 adapters:
   - id: dummy

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/integrations-platform/integrations/bench/internal/chaos"
-	"github.com/integrations-platform/integrations/bench/internal/stack"
+	"github.com/integrations-platform/integrations/e2e/stack"
 )
 
 // TestShortForm is make chaos's short form, run by make test: a few hundred executions on two

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/integrations-platform/integrations/bench/internal/stack"
+	"github.com/integrations-platform/integrations/e2e/stack"
 )
 
 // Row is one line of the report: a count, and for an invariant or a must-show count whether it

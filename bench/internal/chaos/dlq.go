@@ -8,7 +8,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/integrations-platform/integrations/bench/internal/stack"
+	"github.com/integrations-platform/integrations/e2e/stack"
 	queuev1 "github.com/integrations-platform/integrations/pkg/gen/integrations/queue/v1"
 )
 

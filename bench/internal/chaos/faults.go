@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/integrations-platform/integrations/bench/internal/stack"
+	"github.com/integrations-platform/integrations/e2e/stack"
 )
 
 // Fault kinds, as counted in the report. A kill names its program: "kill gateway".
@@ -221,7 +221,7 @@ func (f *faults) fire(ctx context.Context, kind string) {
 		}
 		// Down for a moment, as a crashed pod is before its restart.
 		time.Sleep(200 * time.Millisecond)
-		f.count(kind, f.st.Restart(ctx, inst))
+		f.count(kind, f.st.Launch(ctx, inst))
 		f.log("%s (%s), restarted", kind, inst)
 	case kind == faultCloseBroker:
 		n, err := f.rabbit.closeConnections(ctx)
@@ -253,15 +253,15 @@ func (f *faults) rolling(ctx context.Context, timeout time.Duration) {
 				return
 			}
 			start := time.Now()
-			took, inTime, err := f.st.Terminate(inst, timeout)
+			exit, err := f.st.Terminate(inst, timeout)
 			if err == nil {
-				err = f.st.Restart(ctx, inst)
+				err = f.st.Launch(ctx, inst)
 			}
 			f.count(faultTerm, err)
 			f.mu.Lock()
-			f.terms = append(f.terms, term{instance: inst, took: took, inTime: inTime, start: start})
+			f.terms = append(f.terms, term{instance: inst, took: exit.Took, inTime: exit.InTime, start: start})
 			f.mu.Unlock()
-			f.log("SIGTERM %s: exited after %s (in time: %v), restarted", inst, took.Round(time.Millisecond), inTime)
+			f.log("SIGTERM %s: exited after %s (in time: %v), restarted", inst, exit.Took.Round(time.Millisecond), exit.InTime)
 		}
 	}
 }

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/integrations-platform/integrations/bench/internal/stack"
+	"github.com/integrations-platform/integrations/e2e/stack"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
@@ -181,7 +181,7 @@ type caller struct {
 }
 
 func newCaller(st *stack.Stack, c *calls) (*caller, error) {
-	conn, err := st.DialGateway()
+	conn, err := st.Dial("gateway", "")
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/integrations-platform/integrations/bench/internal/load"
-	"github.com/integrations-platform/integrations/bench/internal/stack"
+	"github.com/integrations-platform/integrations/e2e/stack"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
@@ -70,7 +70,7 @@ func PrepareSubmit(st *stack.Stack) (load.Submit, func(), error) {
 
 // PrepareSubmitPayload is PrepareSubmit invoking with payload (e.g. a dummy adapter script).
 func PrepareSubmitPayload(st *stack.Stack, payload map[string]any) (load.Submit, func(), error) {
-	conn, err := st.DialGateway()
+	conn, err := st.Dial("gateway", "")
 	if err != nil {
 		return nil, nil, err
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/integrations-platform/integrations/bench/internal/accept"
 	"github.com/integrations-platform/integrations/bench/internal/flow"
 	"github.com/integrations-platform/integrations/bench/internal/load"
-	"github.com/integrations-platform/integrations/bench/internal/stack"
+	"github.com/integrations-platform/integrations/e2e/stack"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 	"github.com/integrations-platform/integrations/sdk/go/adapter"
 	"github.com/integrations-platform/integrations/sdk/go/platformtoken"

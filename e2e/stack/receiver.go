@@ -2,14 +2,18 @@ package stack
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/sdk/go/webhooks"
 )
 
@@ -42,13 +46,40 @@ type Receiver struct {
 
 // NewReceiver serves a receiver on a free loopback port.
 func NewReceiver() (*Receiver, error) {
-	r := &Receiver{}
-	srv, base, err := httpServe(http.HandlerFunc(r.serve))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	r.srv, r.URL = srv, base+"/webhook"
+	r := &Receiver{URL: "http://" + l.Addr().String() + "/webhook"}
+	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = r.srv.Serve(l) }()
 	return r, nil
+}
+
+// registerReceiver serves a Receiver and registers it as the dev application's consumer through
+// the gateway's API.
+func (s *Stack) registerReceiver(ctx context.Context) error {
+	var err error
+	if s.Receiver, err = NewReceiver(); err != nil {
+		return err
+	}
+	conn, err := s.Dial("gateway", "")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := gatewayv1.NewGatewayServiceClient(conn).SetConsumer(grpcx.WithBearer(cctx, s.APIKey),
+		&gatewayv1.SetConsumerRequest{Consumer: &gatewayv1.SetConsumerRequest_Webhook{
+			Webhook: &gatewayv1.WebhookConsumer{Url: s.Receiver.URL},
+		}})
+	if err != nil {
+		return fmt.Errorf("register the webhook receiver: %w", err)
+	}
+	s.SigningSecret = resp.GetSigningSecret()
+	s.Receiver.SetSecret(s.SigningSecret)
+	return nil
 }
 
 // SetSecret sets the signing secret deliveries are verified with.

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/integrations-platform/integrations/pkg/freeport"
 )
 
 // echoName serves a listener that answers every connection with its name and a newline.
@@ -42,7 +44,7 @@ func via(t *testing.T, addr string) string {
 // backend is skipped; with none alive the client's connection is closed.
 func TestProxySpreadsAndSkipsDeadBackends(t *testing.T) {
 	a, b := echoName(t, "a"), echoName(t, "b")
-	addr, err := freeAddr()
+	addr, err := freeport.Addr()
 	require.NoError(t, err)
 	p, err := newProxy(addr, []string{a.Addr().String(), b.Addr().String()})
 	require.NoError(t, err)
