@@ -6,7 +6,6 @@ package db
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -127,16 +125,6 @@ func WithTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) e
 		return fmt.Errorf("commit transaction: %w", err)
 	}
 	return nil
-}
-
-// IsUniqueViolation reports whether err is a unique-constraint violation, optionally of the
-// named constraint.
-func IsUniqueViolation(err error, constraint string) bool {
-	var pgErr *pgconn.PgError
-	if !hasCode(err, "23505") || !errors.As(err, &pgErr) {
-		return false
-	}
-	return constraint == "" || pgErr.ConstraintName == constraint
 }
 
 // Migrate applies every pending migration of migrations.FS to the database at url, in the schema

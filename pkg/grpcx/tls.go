@@ -178,13 +178,6 @@ func (p Policy) authorize(ctx context.Context, method string) error {
 	return apperr.New(apperr.KindPermissionDenied, "CALLER_NOT_ALLOWED", "%s may not call this method", caller)
 }
 
-// PeerService is the platform service a call to an internal server comes from, by its verified
-// client certificate.
-func PeerService(ctx context.Context) (string, bool) {
-	s, err := peerService(ctx)
-	return s, err == nil
-}
-
 func peerService(ctx context.Context) (string, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.AuthInfo == nil {

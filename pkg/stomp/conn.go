@@ -55,12 +55,9 @@ const (
 type Option func(*options)
 
 type options struct {
-	send, recv   time.Duration
-	tls          *tls.Config
-	limits       Limits
-	writeTimeout time.Duration
-	host         string
-	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
+	send, recv time.Duration
+	tls        *tls.Config
+	dial       func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // WithDialer sets how the TCP connection is made (default a plain net.Dialer). The message port's
@@ -81,16 +78,9 @@ func WithHeartBeat(send, recv time.Duration) Option {
 // URL's host as the server name).
 func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
 
-// WithLimits bounds the frames read from the broker (default [DefaultLimits]).
-func WithLimits(l Limits) Option { return func(o *options) { o.limits = l } }
-
-// WithWriteTimeout bounds one frame's write (default 30 s); a write that times out ends the
-// connection, since part of the frame may be on the wire.
-func WithWriteTimeout(d time.Duration) Option { return func(o *options) { o.writeTimeout = d } }
-
-// WithHost sets CONNECT's host header, the broker's virtual host (default: the URL's path without
-// its slash, else its host name).
-func WithHost(h string) Option { return func(o *options) { o.host = h } }
+// writeTimeout bounds one frame's write; a write that times out ends the connection, since part
+// of the frame may be on the wire.
+const writeTimeout = 30 * time.Second
 
 // generations numbers connections across the process, so a delivery can name the connection it
 // came from even after a reconnect produced a new one.
@@ -110,10 +100,9 @@ type Conn struct {
 	sendEvery  time.Duration
 	recvEvery  time.Duration
 
-	wmu          sync.Mutex
-	wbuf         []byte
-	writeTimeout time.Duration
-	lastWrite    atomic.Int64 // unix nanoseconds
+	wmu       sync.Mutex
+	wbuf      []byte
+	lastWrite atomic.Int64 // unix nanoseconds
 
 	mu       sync.Mutex
 	receipts map[string]chan error
@@ -130,7 +119,7 @@ type Conn struct {
 // Dial connects to stomp://[login:passcode@]host[:port][/vhost] (stomp+ssl:// for TLS; port 61613
 // by default) and completes the CONNECT handshake for STOMP 1.2 within ctx.
 func Dial(ctx context.Context, rawURL string, opts ...Option) (*Conn, error) {
-	o := options{send: 10 * time.Second, recv: 10 * time.Second, writeTimeout: 30 * time.Second}
+	o := options{send: 10 * time.Second, recv: 10 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -172,22 +161,20 @@ func Dial(ctx context.Context, rawURL string, opts ...Option) (*Conn, error) {
 		}
 		nc = tc
 	}
-	host := o.host
-	if host == "" {
-		host = strings.TrimPrefix(u.Path, "/")
-	}
+	// CONNECT's host header, the broker's virtual host: the URL's path without its slash, else
+	// its host name.
+	host := strings.TrimPrefix(u.Path, "/")
 	if host == "" {
 		host = u.Hostname()
 	}
 	c := &Conn{
-		nc:           nc,
-		generation:   generations.Add(1),
-		writeTimeout: o.writeTimeout,
-		receipts:     make(map[string]chan error),
-		subs:         make(map[string]*Subscription),
-		done:         make(chan struct{}),
-		readerDone:   make(chan struct{}),
-		beatDone:     make(chan struct{}),
+		nc:         nc,
+		generation: generations.Add(1),
+		receipts:   make(map[string]chan error),
+		subs:       make(map[string]*Subscription),
+		done:       make(chan struct{}),
+		readerDone: make(chan struct{}),
+		beatDone:   make(chan struct{}),
 	}
 	dec, err := c.handshake(ctx, u, host, o)
 	if err != nil {
@@ -226,7 +213,7 @@ func (c *Conn) handshake(ctx context.Context, u *url.URL, host string, o options
 		return nil, fmt.Errorf("stomp: write CONNECT: %w", ctxErr(ctx, err))
 	}
 	rd := &deadlineReader{nc: c.nc}
-	dec := NewDecoder(rd, o.limits)
+	dec := NewDecoder(rd, DefaultLimits)
 	reply, err := dec.Decode()
 	if err != nil {
 		return nil, fmt.Errorf("stomp: read CONNECTED: %w", ctxErr(ctx, err))
@@ -346,9 +333,7 @@ func (c *Conn) write(f *Frame) (tried bool, err error) {
 	if cap(buf) <= 64<<10 {
 		c.wbuf = buf // keep a modest buffer for the next frame
 	}
-	if c.writeTimeout > 0 {
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.writeTimeout))
-	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	_, err = c.nc.Write(buf)
 	c.lastWrite.Store(time.Now().UnixNano())
 	if err != nil {
@@ -603,9 +588,7 @@ func (c *Conn) beatLoop() {
 func (c *Conn) writeBeat() error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if c.writeTimeout > 0 {
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.writeTimeout))
-	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	_, err := c.nc.Write([]byte{'\n'})
 	c.lastWrite.Store(time.Now().UnixNano())
 	if err != nil {

@@ -93,9 +93,6 @@ func (s script) behaviour(attempt int32) string {
 	return "echo"
 }
 
-// Handler returns the dummy adapter's handler, keeping no journal.
-func Handler(log *zap.Logger) adapter.Handler { return NewHandler(log, nil) }
-
 // NewHandler returns the dummy adapter's handler, recording every attempt it receives and every
 // piece of work it finishes in j (nil: no journal).
 func NewHandler(log *zap.Logger, j *Journal) adapter.Handler {
