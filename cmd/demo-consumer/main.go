@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -53,13 +52,6 @@ func run() error {
 	logger.Info("demo consumer listening", zap.String("addr", lis.Addr().String()))
 
 	app := lifecycle.New(logger, cfg.Shutdown())
-	app.Serve("http",
-		func() error {
-			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("serve http: %w", err)
-			}
-			return nil
-		},
-		func(ctx context.Context) error { return srv.Shutdown(ctx) })
+	app.HTTP("http", srv, lis)
 	return app.Run(context.Background())
 }

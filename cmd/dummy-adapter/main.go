@@ -86,7 +86,7 @@ func run() error {
 	if err := srv.Run(app, "grpc", cfg.Addr); err != nil {
 		return err
 	}
-	if err := metrics.Serve(app, logger, cfg.MetricsAddr); err != nil {
+	if err := metrics.Serve(app, logger, cfg.MetricsAddr, metrics.Options{}); err != nil {
 		return err
 	}
 	return app.Run(context.Background())

@@ -20,6 +20,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"sync"
@@ -119,6 +121,24 @@ func (a *App) OnDrain(name string, fn func()) {
 // graceful stop must turn into a hard one.
 func (a *App) Serve(name string, serve func() error, stop func(ctx context.Context) error) {
 	a.servers = append(a.servers, server{name, serve, stop})
+}
+
+// HTTP registers srv, serving on lis, as a server: its stop is graceful until the soft timeout,
+// then hard, since Shutdown alone leaves the requests still running.
+func (a *App) HTTP(name string, srv *http.Server, lis net.Listener) {
+	a.Serve(name,
+		func() error {
+			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serve %s: %w", name, err)
+			}
+			return nil
+		},
+		func(ctx context.Context) error {
+			if err := srv.Shutdown(ctx); err != nil {
+				return errors.Join(err, srv.Close())
+			}
+			return nil
+		})
 }
 
 // Go registers a background worker that runs until its context is cancelled, which happens once

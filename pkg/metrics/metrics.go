@@ -3,7 +3,6 @@
 package metrics
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -25,12 +24,7 @@ type Options struct {
 }
 
 // Serve exposes /metrics on addr under app. An empty addr serves nothing.
-func Serve(app *lifecycle.App, log *zap.Logger, addr string) error {
-	return ServeWith(app, log, addr, Options{})
-}
-
-// ServeWith is Serve with options.
-func ServeWith(app *lifecycle.App, log *zap.Logger, addr string, o Options) error {
+func Serve(app *lifecycle.App, log *zap.Logger, addr string, o Options) error {
 	if addr == "" {
 		if o.Pprof {
 			return errors.New("pprof needs a metrics address (INTEGRATIONS_METRICS_ADDR)")
@@ -53,20 +47,6 @@ func ServeWith(app *lifecycle.App, log *zap.Logger, addr string, o Options) erro
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	log.Info("metrics listening", zap.String("addr", lis.Addr().String()))
-	app.Serve("metrics",
-		func() error {
-			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("serve metrics: %w", err)
-			}
-			return nil
-		},
-		func(ctx context.Context) error {
-			// Graceful until ctx ends (the soft timeout), then hard: Shutdown alone leaves the
-			// requests still running.
-			if err := srv.Shutdown(ctx); err != nil {
-				return errors.Join(err, srv.Close())
-			}
-			return nil
-		})
+	app.HTTP("metrics", srv, lis)
 	return nil
 }

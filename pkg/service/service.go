@@ -169,7 +169,7 @@ func run[C Settings](ctx context.Context, name string, spec Spec, cfg C, wire Wi
 		k.App.Close(c.name, c.conn.Close)
 	}
 	k.App.Close("postgres", func() error { k.Pool.Close(); return nil })
-	if err := metrics.ServeWith(k.App, logger, k.shared.MetricsAddr, metrics.Options{Pprof: k.shared.Pprof}); err != nil {
+	if err := metrics.Serve(k.App, logger, k.shared.MetricsAddr, metrics.Options{Pprof: k.shared.Pprof}); err != nil {
 		return err
 	}
 	return k.App.Run(ctx)

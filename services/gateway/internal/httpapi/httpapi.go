@@ -82,21 +82,7 @@ func Run(ctx context.Context, app *lifecycle.App, log *zap.Logger, api gatewayv1
 	srv := &http.Server{Handler: root, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
 		WriteTimeout: cfg.WriteTimeout, IdleTimeout: cfg.IdleTimeout}
 	log.Info("rest server listening", zap.String("addr", lis.Addr().String()))
-	app.Serve("rest",
-		func() error {
-			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("serve REST: %w", err)
-			}
-			return nil
-		},
-		func(ctx context.Context) error {
-			// Graceful until ctx ends (the soft timeout), then hard: Shutdown alone leaves the
-			// requests still running.
-			if err := srv.Shutdown(ctx); err != nil {
-				return errors.Join(err, srv.Close())
-			}
-			return nil
-		})
+	app.HTTP("rest", srv, lis)
 	return nil
 }
 
