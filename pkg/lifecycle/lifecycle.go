@@ -148,6 +148,25 @@ func (a *App) Go(name string, run func(ctx context.Context) error) {
 	a.workers = append(a.workers, worker{name: name, run: func(ctx, _ context.Context) error { return run(ctx) }, plain: true})
 }
 
+// Every is the loop of a worker that passes on a schedule: it runs pass at once, then every
+// interval and whenever wake receives (nil: never), until ctx ends, and returns nil. A pass that
+// fails while ctx lives is logged as msg; the next one tries again.
+func Every(ctx context.Context, interval time.Duration, wake <-chan struct{}, log *zap.Logger, msg string, pass func(context.Context) error) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := pass(ctx); err != nil && ctx.Err() == nil {
+			log.Warn(msg, zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-wake:
+		}
+	}
+}
+
 // Drain registers a worker with two contexts: take ends after the drain window, when it must stop
 // taking new work (e.g. cancel its broker consumers); work ends at the soft timeout, when work
 // still in flight must be cancelled. run should return soon after work ends.

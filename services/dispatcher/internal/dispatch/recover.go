@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	queuev1 "github.com/integrations-platform/integrations/pkg/gen/integrations/queue/v1"
+	"github.com/integrations-platform/integrations/pkg/lifecycle"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
 	"github.com/integrations-platform/integrations/services/dispatcher/internal/store"
@@ -92,18 +93,7 @@ func (r *Recoverer) Cleared() int64 { return r.cleared.Load() }
 
 // Run passes every interval until ctx ends.
 func (r *Recoverer) Run(ctx context.Context) error {
-	t := time.NewTicker(r.interval)
-	defer t.Stop()
-	for {
-		if err := r.Pass(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("dead-lettered dispatches not checked", zap.Error(err))
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	return lifecycle.Every(ctx, r.interval, nil, r.log, "dead-lettered dispatches not checked", r.Pass)
 }
 
 // Pass looks at the head of the executions DLQ once.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/execution"
 	queuev1 "github.com/integrations-platform/integrations/pkg/gen/integrations/queue/v1"
+	"github.com/integrations-platform/integrations/pkg/lifecycle"
 	"github.com/integrations-platform/integrations/pkg/metrics"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/pkg/routes"
@@ -155,19 +156,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.opts.DeadLetters != nil {
 		go r.watchDeadLetters(ctx, wake)
 	}
-	ticker := time.NewTicker(r.opts.Interval)
-	defer ticker.Stop()
-	for {
-		if err := r.pass(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("relay pass failed", zap.Error(err))
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-		case <-wake:
-		}
-	}
+	return lifecycle.Every(ctx, r.opts.Interval, wake, r.log, "relay pass failed", r.pass)
 }
 
 // listen turns NOTIFYs into wake-ups; if the connection fails, the scheduled pass carries on
@@ -347,25 +336,16 @@ func endAll(spans []trace.Span) {
 // than in them, so that a broker in trouble cannot hold up relaying; when it released events it
 // wakes the relay, which publishes their fresh notices at once.
 func (r *Relay) watchDeadLetters(ctx context.Context, wake chan<- struct{}) {
-	t := time.NewTicker(r.opts.RecoverEvery)
-	defer t.Stop()
-	for {
+	_ = lifecycle.Every(ctx, r.opts.RecoverEvery, nil, r.log, "dead-lettered event notices not checked", func(ctx context.Context) error {
 		released, err := r.recoverDeadLetters(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			r.log.Warn("dead-lettered event notices not checked", zap.Error(err))
-		case released > 0:
+		if err == nil && released > 0 {
 			select {
 			case wake <- struct{}{}:
 			default:
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+		return err
+	})
 }
 
 // recoverDeadLetters reads the head of the events route's DLQ and settles what the database

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.uber.org/zap"
 
+	"github.com/integrations-platform/integrations/pkg/lifecycle"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/services/settlement/internal/store"
 )
@@ -82,18 +83,10 @@ func New(st *store.Store, opts Options) *Sweeper {
 
 // Run passes every interval until ctx ends.
 func (s *Sweeper) Run(ctx context.Context) error {
-	t := time.NewTicker(s.opts.Interval)
-	defer t.Stop()
-	for {
-		if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("sweep pass failed", zap.Error(err))
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	return lifecycle.Every(ctx, s.opts.Interval, nil, s.log, "sweep pass failed", func(ctx context.Context) error {
+		_, err := s.Pass(ctx)
+		return err
+	})
 }
 
 // Counts is what one pass did.
