@@ -131,59 +131,41 @@ func WithTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) e
 // its search_path names. It uses goose: versioned, transactional, with a version table, so
 // several replicas starting at once apply each migration once (goose takes a session lock).
 func Migrate(ctx context.Context, url string) ([]*goose.MigrationResult, error) {
-	provider, closeDB, err := newProvider(url)
-	if err != nil {
-		return nil, err
-	}
-	defer closeDB()
-	results, err := provider.Up(ctx)
-	if err != nil {
-		return results, fmt.Errorf("apply migrations: %w", err)
-	}
-	return results, nil
+	return withProvider(url, "apply migrations", func(p *goose.Provider) ([]*goose.MigrationResult, error) { return p.Up(ctx) })
 }
 
 // MigrateDown rolls back the most recent migration.
 func MigrateDown(ctx context.Context, url string) (*goose.MigrationResult, error) {
-	provider, closeDB, err := newProvider(url)
-	if err != nil {
-		return nil, err
-	}
-	defer closeDB()
-	res, err := provider.Down(ctx)
-	if err != nil {
-		return res, fmt.Errorf("roll back migration: %w", err)
-	}
-	return res, nil
+	return withProvider(url, "roll back migration", func(p *goose.Provider) (*goose.MigrationResult, error) { return p.Down(ctx) })
 }
 
 // MigrateDownTo rolls back every migration after version: a test of what a migration does to
 // the rows of the schema before it.
 func MigrateDownTo(ctx context.Context, url string, version int64) ([]*goose.MigrationResult, error) {
-	provider, closeDB, err := newProvider(url)
-	if err != nil {
-		return nil, err
-	}
-	defer closeDB()
-	res, err := provider.DownTo(ctx, version)
-	if err != nil {
-		return res, fmt.Errorf("roll back migrations after %d: %w", version, err)
-	}
-	return res, nil
+	return withProvider(url, fmt.Sprintf("roll back migrations after %d", version), func(p *goose.Provider) ([]*goose.MigrationResult, error) {
+		return p.DownTo(ctx, version)
+	})
 }
 
 // MigrationStatus lists every migration and whether it is applied.
 func MigrationStatus(ctx context.Context, url string) ([]*goose.MigrationStatus, error) {
+	return withProvider(url, "migration status", func(p *goose.Provider) ([]*goose.MigrationStatus, error) { return p.Status(ctx) })
+}
+
+// withProvider runs fn with a migration provider for the database at url, closed after it; fn's
+// error says what it was doing.
+func withProvider[T any](url, what string, fn func(*goose.Provider) (T, error)) (T, error) {
 	provider, closeDB, err := newProvider(url)
 	if err != nil {
-		return nil, err
+		var zero T
+		return zero, err
 	}
 	defer closeDB()
-	st, err := provider.Status(ctx)
+	res, err := fn(provider)
 	if err != nil {
-		return nil, fmt.Errorf("migration status: %w", err)
+		return res, fmt.Errorf("%s: %w", what, err)
 	}
-	return st, nil
+	return res, nil
 }
 
 // SchemaPending returns the migrations built into this binary that the database at url has not
