@@ -241,9 +241,7 @@ func (c Common) Validate() error {
 	if c.TimeScale <= 0 || c.TimeScale > 1 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_TIME_SCALE: %v must be in (0, 1]", c.TimeScale))
 	}
-	if c.DatabaseMaxConns < 0 || c.DatabaseMaxConns > 1000 {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_DATABASE_MAX_CONNS: %d must be between 0 and 1000", c.DatabaseMaxConns))
-	}
+	errs = append(errs, Between("INTEGRATIONS_DATABASE_MAX_CONNS", c.DatabaseMaxConns, 0, 1000))
 	switch {
 	case c.ShutdownTimeout <= 0:
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_SHUTDOWN_TIMEOUT: %v must be positive", c.ShutdownTimeout))
@@ -332,6 +330,47 @@ func (c Common) BrokerURL() string {
 // tests and demos run a schedule of minutes and hours in seconds.
 func (c Common) Scale(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * c.TimeScale)
+}
+
+// The checks of one setting: each is nil when the value v of the variable name is acceptable,
+// else an error naming the variable, its value and the rule. errors.Join drops the nils.
+
+// Positive refuses a v that is not above zero.
+func Positive[T int | time.Duration](name string, v T) error {
+	if v <= 0 {
+		return fmt.Errorf("%s: %v must be positive", name, v)
+	}
+	return nil
+}
+
+// AtLeast refuses a v below lo.
+func AtLeast[T int | time.Duration](name string, v, lo T) error {
+	if v < lo {
+		return fmt.Errorf("%s: %v must be at least %s", name, v, bound(lo))
+	}
+	return nil
+}
+
+// Between refuses a v outside [lo, hi].
+func Between[T int | time.Duration](name string, v, lo, hi T) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("%s: %v must be between %s and %s", name, v, bound(lo), bound(hi))
+	}
+	return nil
+}
+
+// bound is a limit as a person writes it: 24h, not 24h0m0s.
+func bound[T int | time.Duration](v T) string {
+	s := fmt.Sprint(v)
+	if _, ok := any(v).(time.Duration); ok {
+		if strings.HasSuffix(s, "m0s") {
+			s = strings.TrimSuffix(s, "0s")
+		}
+		if strings.HasSuffix(s, "h0m") {
+			s = strings.TrimSuffix(s, "0m")
+		}
+	}
+	return s
 }
 
 // Validator is implemented by settings structs that check themselves after loading.

@@ -132,3 +132,28 @@ func TestIsLoopback(t *testing.T) {
 		assert.Equal(t, want, IsLoopback(addr), addr)
 	}
 }
+
+// TestSettingChecks: a setting's check names the variable, its value and the limits as a person
+// writes them (24h, not 24h0m0s), and is nil for a value within them.
+func TestSettingChecks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{Between("V", 25*time.Hour, 100*time.Millisecond, 24*time.Hour), "V: 25h0m0s must be between 100ms and 24h"},
+		{Between("V", 0, time.Minute, 7*24*time.Hour), "V: 0s must be between 1m and 168h"},
+		{Between("V", 0, 1, 10000), "V: 0 must be between 1 and 10000"},
+		{AtLeast("V", 10*time.Millisecond, 10*time.Second), "V: 10ms must be at least 10s"},
+		{Positive("V", time.Duration(0)), "V: 0s must be positive"},
+		{Between("V", time.Hour, 0, 90*time.Minute), ""},
+		{AtLeast("V", 2, 1), ""},
+		{Positive("V", 1), ""},
+	} {
+		if tc.want == "" {
+			assert.NoError(t, tc.err)
+			continue
+		}
+		assert.EqualError(t, tc.err, tc.want)
+	}
+}

@@ -3,7 +3,6 @@ package config
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/integrations-platform/integrations/pkg/config"
@@ -35,18 +34,10 @@ func (c Config) RecoverEvery() time.Duration {
 
 // Validate checks the dispatcher's own settings.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate(), c.InternalTLS.Validate(), c.CheckInternalPlaintext(map[string]string{"INTEGRATIONS_GRPC_ADDR": c.GRPCAddr})}
-	if c.Interval <= 0 {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_DISPATCH_INTERVAL: %v must be positive", c.Interval))
-	}
-	if c.ClaimTTL < time.Second {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_DISPATCH_CLAIM_TTL: %v must be at least 1s", c.ClaimTTL))
-	}
-	if c.RecoverInterval <= 0 {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_DISPATCH_RECOVER_INTERVAL: %v must be positive", c.RecoverInterval))
-	}
-	if c.BatchSize < 1 || c.BatchSize > 10000 {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_DISPATCH_BATCH_SIZE: %d must be between 1 and 10000", c.BatchSize))
-	}
-	return errors.Join(errs...)
+	return errors.Join(c.Common.Validate(), c.InternalTLS.Validate(), c.CheckInternalPlaintext(map[string]string{"INTEGRATIONS_GRPC_ADDR": c.GRPCAddr}),
+		config.Positive("INTEGRATIONS_DISPATCH_INTERVAL", c.Interval),
+		config.AtLeast("INTEGRATIONS_DISPATCH_CLAIM_TTL", c.ClaimTTL, time.Second),
+		config.Positive("INTEGRATIONS_DISPATCH_RECOVER_INTERVAL", c.RecoverInterval),
+		config.Between("INTEGRATIONS_DISPATCH_BATCH_SIZE", c.BatchSize, 1, 10000),
+	)
 }

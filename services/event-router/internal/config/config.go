@@ -63,37 +63,25 @@ func (c Config) Validate() error {
 	if _, err := webhook.ParseDenyCIDRs(c.WebhookDenyCIDRs); err != nil {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_WEBHOOK_DENY_CIDRS: %w", err))
 	}
-	if c.EventStaleAfter < time.Second {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_EVENT_STALE_AFTER: %v must be at least 1s", c.EventStaleAfter))
-	}
-	if c.EventRecoverInterval <= 0 {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_EVENT_RECOVER_INTERVAL: %v must be positive", c.EventRecoverInterval))
-	}
-	if c.PerAppPatience < 0 || c.PerAppPatience > time.Second {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_DELIVERY_PER_APP_PATIENCE: %v must be between 0 and 1s", c.PerAppPatience))
-	}
-	if c.RelayInterval <= 0 {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_RELAY_INTERVAL: %v must be positive", c.RelayInterval))
-	}
-	if c.Concurrency < 1 || c.Concurrency > 1024 {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_DELIVERY_CONCURRENCY: %d must be between 1 and 1024", c.Concurrency))
-	}
+	errs = append(errs,
+		config.AtLeast("INTEGRATIONS_EVENT_STALE_AFTER", c.EventStaleAfter, time.Second),
+		config.Positive("INTEGRATIONS_EVENT_RECOVER_INTERVAL", c.EventRecoverInterval),
+		config.Between("INTEGRATIONS_DELIVERY_PER_APP_PATIENCE", c.PerAppPatience, 0, time.Second),
+		config.Positive("INTEGRATIONS_RELAY_INTERVAL", c.RelayInterval),
+		config.Between("INTEGRATIONS_DELIVERY_CONCURRENCY", c.Concurrency, 1, 1024),
+		config.Positive("INTEGRATIONS_DELIVERY_TIMEOUT", c.DeliveryTimeout),
+	)
 	if len(c.RetryDelays) == 0 || len(c.RetryDelays) > 20 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_EVENT_RETRY_DELAYS: %d delays; give between 1 and 20", len(c.RetryDelays)))
 	}
 	for _, d := range c.RetryDelays {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("INTEGRATIONS_EVENT_RETRY_DELAYS: %v must be positive", d))
-		}
+		errs = append(errs, config.Positive("INTEGRATIONS_EVENT_RETRY_DELAYS", d))
 	}
 	// Below the handler concurrency, so that one application's hanging consumer cannot hold
 	// every worker.
 	if c.PerAppConcurrency < 1 || c.PerAppConcurrency >= c.Concurrency {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_DELIVERY_PER_APP_CONCURRENCY: %d must be at least 1 and below INTEGRATIONS_DELIVERY_CONCURRENCY (%d)",
 			c.PerAppConcurrency, c.Concurrency))
-	}
-	if c.DeliveryTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_DELIVERY_TIMEOUT: %v must be positive", c.DeliveryTimeout))
 	}
 	return errors.Join(errs...)
 }

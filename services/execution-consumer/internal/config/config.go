@@ -3,7 +3,6 @@ package config
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/integrations-platform/integrations/pkg/config"
 	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
@@ -27,12 +26,10 @@ type Config struct {
 
 // Validate checks the consumer's own settings.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate(), c.InternalTLS.Validate(), c.CheckInternalPlaintext(map[string]string{
+	return errors.Join(c.Common.Validate(), c.InternalTLS.Validate(), c.CheckInternalPlaintext(map[string]string{
 		"INTEGRATIONS_GRPC_ADDR": c.GRPCAddr, "INTEGRATIONS_SETTLEMENT_ADDR": c.SettlementAddr, "INTEGRATIONS_DISPATCHER_ADDR": c.DispatcherAddr,
-	})}
-	if c.Concurrency < 1 || c.Concurrency > 1024 {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_CONSUMER_CONCURRENCY: %d must be between 1 and 1024", c.Concurrency))
-	}
-	errs = append(errs, c.Platform.Validate())
-	return errors.Join(errs...)
+	}),
+		config.Between("INTEGRATIONS_CONSUMER_CONCURRENCY", c.Concurrency, 1, 1024),
+		c.Platform.Validate(),
+	)
 }

@@ -157,36 +157,19 @@ func (c Config) Validate() error {
 	if _, err := webhook.ParseDenyCIDRs(c.WebhookDenyCIDRs); err != nil {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_WEBHOOK_DENY_CIDRS: %w", err))
 	}
-	if c.MaxPayloadBytes < 1024 || c.MaxPayloadBytes > 64<<20 {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_MAX_PAYLOAD_BYTES: %d must be between 1024 and 67108864", c.MaxPayloadBytes))
-	}
-	if c.SecretRotationOverlap < 0 || c.SecretRotationOverlap > 30*24*time.Hour {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_SECRET_ROTATION_OVERLAP: %v must be between 0s and 720h", c.SecretRotationOverlap))
-	}
-	if c.ConsoleSessionTTL < time.Minute || c.ConsoleSessionTTL > 7*24*time.Hour {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_CONSOLE_SESSION_TTL: %v must be between 1m and 168h", c.ConsoleSessionTTL))
-	}
-	if c.CacheTTL < 0 || c.CacheTTL > time.Hour {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_GATEWAY_CACHE_TTL: %v must be between 0s and 1h", c.CacheTTL))
-	}
-	errs = append(errs, c.Platform.Validate())
-	for _, t := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"INTEGRATIONS_HTTP_READ_HEADER_TIMEOUT", c.HTTPReadHeaderTimeout}, {"INTEGRATIONS_HTTP_READ_TIMEOUT", c.HTTPReadTimeout},
-		{"INTEGRATIONS_HTTP_WRITE_TIMEOUT", c.HTTPWriteTimeout}, {"INTEGRATIONS_HTTP_IDLE_TIMEOUT", c.HTTPIdleTimeout},
-	} {
-		if t.v < 100*time.Millisecond || t.v > time.Hour {
-			errs = append(errs, fmt.Errorf("%s: %v must be between 100ms and 1h", t.name, t.v))
-		}
-	}
-	if c.AuthFailureBurst < 1 || c.AuthFailureBurst > 1000 {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_AUTH_FAILURE_BURST: %d must be between 1 and 1000", c.AuthFailureBurst))
-	}
-	if c.AuthFailureWindow < 100*time.Millisecond || c.AuthFailureWindow > 24*time.Hour {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_AUTH_FAILURE_WINDOW: %v must be between 100ms and 24h", c.AuthFailureWindow))
-	}
+	errs = append(errs,
+		config.Between("INTEGRATIONS_MAX_PAYLOAD_BYTES", c.MaxPayloadBytes, 1024, 64<<20),
+		config.Between("INTEGRATIONS_SECRET_ROTATION_OVERLAP", c.SecretRotationOverlap, 0, 30*24*time.Hour),
+		config.Between("INTEGRATIONS_CONSOLE_SESSION_TTL", c.ConsoleSessionTTL, time.Minute, 7*24*time.Hour),
+		config.Between("INTEGRATIONS_GATEWAY_CACHE_TTL", c.CacheTTL, 0, time.Hour),
+		c.Platform.Validate(),
+		config.Between("INTEGRATIONS_HTTP_READ_HEADER_TIMEOUT", c.HTTPReadHeaderTimeout, 100*time.Millisecond, time.Hour),
+		config.Between("INTEGRATIONS_HTTP_READ_TIMEOUT", c.HTTPReadTimeout, 100*time.Millisecond, time.Hour),
+		config.Between("INTEGRATIONS_HTTP_WRITE_TIMEOUT", c.HTTPWriteTimeout, 100*time.Millisecond, time.Hour),
+		config.Between("INTEGRATIONS_HTTP_IDLE_TIMEOUT", c.HTTPIdleTimeout, 100*time.Millisecond, time.Hour),
+		config.Between("INTEGRATIONS_AUTH_FAILURE_BURST", c.AuthFailureBurst, 1, 1000),
+		config.Between("INTEGRATIONS_AUTH_FAILURE_WINDOW", c.AuthFailureWindow, 100*time.Millisecond, 24*time.Hour),
+	)
 	if _, err := c.CheckAdminToken(); err != nil {
 		errs = append(errs, err)
 	}
@@ -204,22 +187,14 @@ func (c Config) validateRateLimits() []error {
 			errs = append(errs, fmt.Errorf("%s: %s", name, problem))
 		}
 	}
-	burst := func(name string, v int) {
-		if v < 1 || v > catalog.MaxBurst {
-			errs = append(errs, fmt.Errorf("%s: %d must be between 1 and %d", name, v, catalog.MaxBurst))
-		}
-	}
 	rate("INTEGRATIONS_RATE_LIMIT_INVOKES", c.RateLimitInvokes)
-	burst("INTEGRATIONS_RATE_LIMIT_INVOKE_BURST", c.RateLimitInvokeBurst)
 	rate("INTEGRATIONS_RATE_LIMIT_READS", c.RateLimitReads)
-	burst("INTEGRATIONS_RATE_LIMIT_READ_BURST", c.RateLimitReadBurst)
-	if c.RateLimitRefusalDelay < 0 || c.RateLimitRefusalDelay > 5*time.Second {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY: %v must be between 0s and 5s", c.RateLimitRefusalDelay))
-	}
-	// A beat is bounded by the interval: under a second, a busy Postgres fails beats that
-	// would have succeeded, and the count errs high for nothing.
-	if c.RateLimitHeartbeat < time.Second || c.RateLimitHeartbeat > time.Minute {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_RATE_LIMIT_HEARTBEAT: %v must be between 1s and 1m", c.RateLimitHeartbeat))
-	}
-	return errs
+	return append(errs,
+		config.Between("INTEGRATIONS_RATE_LIMIT_INVOKE_BURST", c.RateLimitInvokeBurst, 1, catalog.MaxBurst),
+		config.Between("INTEGRATIONS_RATE_LIMIT_READ_BURST", c.RateLimitReadBurst, 1, catalog.MaxBurst),
+		config.Between("INTEGRATIONS_RATE_LIMIT_REFUSAL_DELAY", c.RateLimitRefusalDelay, 0, 5*time.Second),
+		// A beat is bounded by the interval: under a second, a busy Postgres fails beats that
+		// would have succeeded, and the count errs high for nothing.
+		config.Between("INTEGRATIONS_RATE_LIMIT_HEARTBEAT", c.RateLimitHeartbeat, time.Second, time.Minute),
+	)
 }

@@ -30,12 +30,9 @@ type Config struct {
 func (c Config) Validate() error {
 	errs := []error{c.Common.Validate(), c.InternalTLS.Validate(), c.CheckInternalPlaintext(map[string]string{
 		"INTEGRATIONS_GRPC_ADDR": c.GRPCAddr, "INTEGRATIONS_DISPATCHER_ADDR": c.DispatcherAddr,
-	})}
+	}), config.Positive("INTEGRATIONS_SWEEP_INTERVAL", c.SweepInterval)}
 	if c.SweepGrace < 0 {
 		errs = append(errs, fmt.Errorf("INTEGRATIONS_SWEEP_GRACE: %v must not be negative", c.SweepGrace))
-	}
-	if c.SweepInterval <= 0 {
-		errs = append(errs, fmt.Errorf("INTEGRATIONS_SWEEP_INTERVAL: %v must be positive", c.SweepInterval))
 	}
 	return errors.Join(errs...)
 }
