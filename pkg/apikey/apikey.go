@@ -57,9 +57,6 @@ type Key struct {
 	Token string
 }
 
-// DisplayPrefix is what listings show of the key: its prefix and id, never the secret.
-func (k Key) DisplayPrefix() string { return Prefix + k.ID }
-
 // Generate returns a new key from crypto/rand.
 func Generate() (Key, error) {
 	id, err := randomBase62(IDLen)

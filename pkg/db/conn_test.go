@@ -183,11 +183,6 @@ func TestPoolHealthCheckPeriod(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool2.Close)
 	require.Equal(t, 2*time.Second, pool2.Config().HealthCheckPeriod, "the URL's setting wins")
-
-	pool3, err := db.Open(ctx, dbtest.BaseURL(), db.HealthCheckPeriod(time.Second))
-	require.NoError(t, err)
-	t.Cleanup(pool3.Close)
-	require.Equal(t, time.Second, pool3.Config().HealthCheckPeriod)
 }
 
 func TestWithTxRollsBackAndCommits(t *testing.T) {

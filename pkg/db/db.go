@@ -50,16 +50,6 @@ func AsyncCommit() Option {
 // cut are replaced within seconds, not pgx's minute.
 const DefaultHealthCheckPeriod = 5 * time.Second
 
-// HealthCheckPeriod sets how often the pool checks its idle connections; 0 keeps what the URL says
-// (pool_health_check_period) or DefaultHealthCheckPeriod.
-func HealthCheckPeriod(d time.Duration) Option {
-	return func(c *pgxpool.Config) {
-		if d > 0 {
-			c.HealthCheckPeriod = d
-		}
-	}
-}
-
 // Open returns a pool for url and checks that the database answers.
 //
 // The pool never hands out a connection it can tell is dead: on every acquire it peeks at the
@@ -68,7 +58,7 @@ func HealthCheckPeriod(d time.Duration) Option {
 // one if every idle one is dead. So a burst of terminated backends costs reconnects, not failed
 // statements. pgx itself pings a connection idle for over a second before handing it out, which
 // also catches a peer that vanished without closing; the health check replaces idle connections
-// every HealthCheckPeriod.
+// every DefaultHealthCheckPeriod, or the URL's pool_health_check_period.
 func Open(ctx context.Context, url string, opts ...Option) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {

@@ -103,15 +103,6 @@ func WithTraceparent(ctx context.Context, traceparent, tracestate string) contex
 	return w3c.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent, "tracestate": tracestate})
 }
 
-// SpanContextOf is the span context a stored traceparent (and tracestate) name; the zero
-// SpanContext (not valid) for an empty or malformed one.
-func SpanContextOf(traceparent, tracestate string) trace.SpanContext {
-	if traceparent == "" {
-		return trace.SpanContext{}
-	}
-	return trace.SpanContextFromContext(WithTraceparent(context.Background(), traceparent, tracestate))
-}
-
 // InjectHTTP writes ctx's W3C trace context (traceparent, tracestate) into an outgoing request's
 // headers, e.g. a webhook's, so that the receiver can continue the trace; nothing when ctx has
 // none. No baggage: the platform passes none on.

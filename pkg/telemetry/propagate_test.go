@@ -45,7 +45,7 @@ func TestTracestateIsBounded(t *testing.T) {
 	}
 	huge := strings.Join(entries, ",")
 	require.Greater(t, len(huge), 3000)
-	sc := SpanContextOf(callerTraceparent, huge)
+	sc := trace.SpanContextFromContext(WithTraceparent(context.Background(), callerTraceparent, huge))
 	require.True(t, sc.IsValid())
 	ts := sc.TraceState().String()
 	assert.LessOrEqual(t, len(ts), maxTracestate)

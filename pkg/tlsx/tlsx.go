@@ -263,7 +263,7 @@ func ServerConfig(src *Source) *tls.Config {
 // valid one through — health probes present none — so that the authorization interceptor
 // (grpcx.Policy) can answer it UNAUTHENTICATED, a status the caller can act on, rather than a
 // transport failure; the interceptor refuses every method but health to a caller whose
-// certificate ClientService does not accept. Verification happens once per connection.
+// certificate VerifyClient does not accept. Verification happens once per connection.
 func MutualServerConfig(src *Source) *tls.Config {
 	cfg := base()
 	cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
@@ -321,41 +321,8 @@ func ClientConfig(src *Source, peer string) *tls.Config {
 	return cfg
 }
 
-// SelfClientConfig is a client's of the Source's own server (a service calling its own port):
-// it accepts exactly the certificate the Source holds, whatever address it dials.
-func SelfClientConfig(src *Source) *tls.Config {
-	cfg := base()
-	cfg.InsecureSkipVerify = true // the pin below is the verification
-	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-		own := src.Certificate()
-		if own == nil || len(cs.PeerCertificates) == 0 || !cs.PeerCertificates[0].Equal(mustLeaf(own)) {
-			return errors.New("tlsx: the server is not presenting this process's own certificate")
-		}
-		return nil
-	}
-	return cfg
-}
-
-func mustLeaf(c *tls.Certificate) *x509.Certificate {
-	if c.Leaf != nil {
-		return c.Leaf
-	}
-	leaf, err := x509.ParseCertificate(c.Certificate[0])
-	if err != nil {
-		return &x509.Certificate{}
-	}
-	return leaf
-}
-
-// ErrNoClientCertificate is ClientService's error for a client that presented none.
+// ErrNoClientCertificate is VerifyClient's error for a client that presented none.
 var ErrNoClientCertificate = errors.New("no client certificate")
-
-// ClientService verifies the client certificate of a connection against the Source's CA (for
-// client authentication) and returns the platform service its SPIFFE ID names.
-func ClientService(src *Source, cs tls.ConnectionState) (string, error) {
-	id, err := VerifyClient(src, cs)
-	return id.Service, err
-}
 
 // ClientIdentity is a verified client certificate's identity and the end of its validity.
 type ClientIdentity struct {

@@ -80,8 +80,8 @@ func serve(t *testing.T, cfg *tls.Config, src ...*tlsx.Source) (string, <-chan s
 				peers <- "handshake failed"
 			} else if len(src) == 0 {
 				peers <- "unchecked"
-			} else if name, err := tlsx.ClientService(src[0], tc.ConnectionState()); err == nil {
-				peers <- name
+			} else if id, err := tlsx.VerifyClient(src[0], tc.ConnectionState()); err == nil {
+				peers <- id.Service
 			} else if errors.Is(err, tlsx.ErrNoClientCertificate) {
 				peers <- "anonymous"
 			} else {
@@ -295,30 +295,6 @@ func TestServiceOf(t *testing.T) {
 }
 
 func urlParse(s string) (*url.URL, error) { return url.Parse(s) }
-
-// TestSelfClientConfig: a process's call to its own client-facing port accepts exactly the
-// certificate its Source serves, by whatever address it dials, and no other.
-func TestSelfClientConfig(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := devca.Ensure(dir, "gateway")
-	require.NoError(t, err)
-	files := tlsx.Files{CertFile: devca.CertFile(dir, devca.Public), KeyFile: devca.KeyFile(dir, devca.Public)}
-	src, err := tlsx.NewSource(files, tlsx.CheckInterval(0))
-	require.NoError(t, err)
-	addr, peers := serve(t, tlsx.ServerConfig(src))
-	_, err = served(t, addr, tlsx.SelfClientConfig(src))
-	require.NoError(t, err)
-	<-peers
-
-	// Another certificate of the same CA, for the same names, is not this process's own.
-	other := filepath.Join(t.TempDir(), "other")
-	require.NoError(t, ca.IssueTo(other+".pem", other+"-key.pem", "gateway"))
-	otherSrc, err := tlsx.NewSource(tlsx.Files{CertFile: other + ".pem", KeyFile: other + "-key.pem"})
-	require.NoError(t, err)
-	_, err = served(t, addr, tlsx.SelfClientConfig(otherSrc))
-	assert.ErrorContains(t, err, "not presenting this process's own certificate")
-	<-peers
-}
 
 // FuzzServiceOf: whatever a certificate's URI SAN says, an identity is accepted only in its one
 // spelling, ID(name), as parsed: x509 hands the SAN over as a *url.URL, whose scheme url.Parse

@@ -85,12 +85,6 @@ func NewRecoverer(st *store.Store, dlq DeadLetterQueue, log *zap.Logger, interva
 	return &Recoverer{store: st, dlq: dlq, log: log, interval: interval}
 }
 
-// Redriven is how many dead-lettered dispatches this recoverer sent back.
-func (r *Recoverer) Redriven() int64 { return r.redriven.Load() }
-
-// Cleared is how many dead-lettered dispatches this recoverer discarded as explained.
-func (r *Recoverer) Cleared() int64 { return r.cleared.Load() }
-
 // Run passes every interval until ctx ends.
 func (r *Recoverer) Run(ctx context.Context) error {
 	return lifecycle.Every(ctx, r.interval, nil, r.log, "dead-lettered dispatches not checked", r.Pass)

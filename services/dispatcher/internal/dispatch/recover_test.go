@@ -22,6 +22,12 @@ import (
 	"github.com/integrations-platform/integrations/services/dispatcher/internal/store"
 )
 
+// Redriven is how many dead-lettered dispatches this recoverer sent back.
+func (r *Recoverer) Redriven() int64 { return r.redriven.Load() }
+
+// Cleared is how many dead-lettered dispatches this recoverer discarded as explained.
+func (r *Recoverer) Cleared() int64 { return r.cleared.Load() }
+
 // TestDeadLetteredDispatchIsSentBack: dispatches dead-lettered while the consumer could not do
 // its work (here, a handler that fails until the "database" is back). Once it works again, the
 // recoverer sends back the one whose attempt can still start — it reaches the consumer in well

@@ -97,15 +97,10 @@ func New(limits func(ctx context.Context, app string) (Limits, error), replicas 
 	return &Limiter{limits: limits, replicas: replicas, now: time.Now, buckets: newTable[bucketKey]()}
 }
 
-// Allow takes a token from the application's bucket of kind k, or says when to come back. An
-// error is the limits' read failing.
-func (l *Limiter) Allow(ctx context.Context, app string, k Kind) (Decision, error) {
-	return l.Take(ctx, app, k, 0)
-}
-
-// Take is Allow that, when the bucket's next token comes within within, reserves it for the
-// call: the call is admitted with Wait, the time until then, and must wait it before it runs.
-// The tokens reserved at once are bounded by rate × within, so the callers waiting are too.
+// Take takes a token from the application's bucket of kind k, or says when to come back; when the
+// bucket's next token comes within within, it reserves it for the call: the call is admitted with
+// Wait, the time until then, and must wait it before it runs. The tokens reserved at once are
+// bounded by rate × within, so the callers waiting are too. An error is the limits' read failing.
 func (l *Limiter) Take(ctx context.Context, app string, k Kind, within time.Duration) (Decision, error) {
 	return l.decide(ctx, app, k, within, true)
 }

@@ -11,6 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// Allow is Take with nothing reserved: a token now, or when to come back.
+func (l *Limiter) Allow(ctx context.Context, app string, k Kind) (Decision, error) {
+	return l.Take(ctx, app, k, 0)
+}
+
 // fixed is a limiter over fixed limits per application and a replica count the test sets, on a
 // clock the test moves.
 type fixed struct {

@@ -60,9 +60,6 @@ func replicaID() string {
 	return host + "-" + hex.EncodeToString(b)
 }
 
-// ID is this replica's row in gateway_replicas.
-func (r *Replicas) ID() string { return r.id }
-
 // Count is the number of live replicas, this one included (at least 1).
 func (r *Replicas) Count() int { return int(r.live.Load()) }
 

@@ -17,6 +17,9 @@ import (
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 )
 
+// ID is this replica's row in gateway_replicas.
+func (r *Replicas) ID() string { return r.id }
+
 var defaults = Limits{Invoke: Limit{PerSecond: 100, Burst: 200}, Read: Limit{PerSecond: 300, Burst: 400}}
 
 func TestSourceFillsUnsetLimitsWithTheDefaults(t *testing.T) {
