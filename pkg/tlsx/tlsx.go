@@ -299,21 +299,10 @@ func ClientConfig(src *Source, peer string) *tls.Config {
 		if len(cs.PeerCertificates) == 0 {
 			return errors.New("tlsx: the server presented no certificate")
 		}
-		pool := src.Pool()
-		if pool == nil {
-			return errors.New("tlsx: no CA to verify the server with")
-		}
-		inter := x509.NewCertPool()
-		for _, c := range cs.PeerCertificates[1:] {
-			inter.AddCert(c)
-		}
-		leaf := cs.PeerCertificates[0]
-		if _, err := leaf.Verify(x509.VerifyOptions{
-			Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		}); err != nil {
+		if _, err := verifyChain(src, cs.PeerCertificates, x509.ExtKeyUsageServerAuth); err != nil {
 			return fmt.Errorf("tlsx: server certificate: %w", err)
 		}
-		if len(leaf.URIs) != 1 || leaf.URIs[0].String() != want {
+		if leaf := cs.PeerCertificates[0]; len(leaf.URIs) != 1 || leaf.URIs[0].String() != want {
 			return fmt.Errorf("tlsx: the server is not %s (a platform certificate has exactly one URI SAN, its identity; this one has %d)", want, len(leaf.URIs))
 		}
 		return nil
@@ -339,21 +328,11 @@ func VerifyClient(src *Source, cs tls.ConnectionState) (ClientIdentity, error) {
 	if len(cs.PeerCertificates) == 0 {
 		return ClientIdentity{}, ErrNoClientCertificate
 	}
-	pool := src.Pool()
-	if pool == nil {
-		return ClientIdentity{}, errors.New("no CA to verify the client certificate with")
-	}
-	inter := x509.NewCertPool()
-	for _, c := range cs.PeerCertificates[1:] {
-		inter.AddCert(c)
-	}
-	leaf := cs.PeerCertificates[0]
-	chains, err := leaf.Verify(x509.VerifyOptions{
-		Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	})
+	chains, err := verifyChain(src, cs.PeerCertificates, x509.ExtKeyUsageClientAuth)
 	if err != nil {
 		return ClientIdentity{}, fmt.Errorf("client certificate: %w", err)
 	}
+	leaf := cs.PeerCertificates[0]
 	name, err := IdentityOf(leaf)
 	if err != nil {
 		return ClientIdentity{}, fmt.Errorf("client certificate: %w", err)
@@ -365,6 +344,19 @@ func VerifyClient(src *Source, cs tls.ConnectionState) (ClientIdentity, error) {
 		}
 	}
 	return id, nil
+}
+
+// verifyChain verifies a peer's chain (its leaf first) against the Source's CA, for usage.
+func verifyChain(src *Source, certs []*x509.Certificate, usage x509.ExtKeyUsage) ([][]*x509.Certificate, error) {
+	pool := src.Pool()
+	if pool == nil {
+		return nil, errors.New("no CA to verify it with")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	return certs[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}})
 }
 
 // IdentityOf returns the platform service a certificate names: it must have exactly one URI
