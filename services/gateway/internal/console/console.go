@@ -218,9 +218,6 @@ func (h *handler) session(r *http.Request) (*session, error) {
 		if h.cfg.AdminToken == "" || subtle.ConstantTimeCompare(s.AdminHash, adminHash(h.cfg.AdminToken)) != 1 {
 			return nil, errNoSession
 		}
-		if err := h.checkNotEnded(r.Context(), s); err != nil {
-			return nil, err
-		}
 	case roleApplication:
 		if s.Key == nil {
 			return nil, errNoSession
@@ -229,25 +226,18 @@ func (h *handler) session(r *http.Request) (*session, error) {
 		if err != nil || app != s.Application {
 			return nil, errNoSession
 		}
-		if err := h.checkNotEnded(r.Context(), s); err != nil {
-			return nil, err
-		}
 	default:
 		return nil, errNoSession
 	}
+	// A session signed out of is no session; an error when that cannot be read.
+	ended, err := h.cfg.Store.ConsoleSessionEnded(r.Context(), s.ID)
+	switch {
+	case err != nil:
+		return nil, err
+	case ended:
+		return nil, errNoSession
+	}
 	return s, nil
-}
-
-// checkNotEnded is errNoSession for a session signed out of, an error when that cannot be read.
-func (h *handler) checkNotEnded(ctx context.Context, s *session) error {
-	ended, err := h.cfg.Store.ConsoleSessionEnded(ctx, s.ID)
-	if err != nil {
-		return err
-	}
-	if ended {
-		return errNoSession
-	}
-	return nil
 }
 
 // as is ctx as the session's principal calls the gateway service.

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -171,17 +172,19 @@ func (h *handler) executions(w http.ResponseWriter, r *http.Request, s *session)
 		h.failAPI(w, r, s, err)
 		return
 	}
-	d := executionsData{Filter: q, Executions: resp.GetExecutions(),
+	d := executionsData{Filter: q, Executions: resp.GetExecutions(), Next: nextPage("executions", q, resp.GetNextPageToken()),
 		Statuses: []execution.Status{execution.StatusPending, execution.StatusRunning, execution.StatusSucceeded, execution.StatusFailed, execution.StatusCancelled}}
-	if tok := resp.GetNextPageToken(); tok != "" {
-		next := url.Values{}
-		for k, v := range q {
-			next[k] = v
-		}
-		next.Set("page", tok)
-		d.Next = Prefix + "executions?" + next.Encode()
-	}
 	h.render(w, http.StatusOK, "executions", view{Title: "Executions", Nav: "executions", Session: s, Data: d})
+}
+
+// nextPage is the link to the list page after this one, q's filters kept; none without a token.
+func nextPage(page string, q url.Values, token string) string {
+	if token == "" {
+		return ""
+	}
+	next := maps.Clone(q)
+	next.Set("page", token)
+	return Prefix + page + "?" + next.Encode()
 }
 
 // executionsRequest reads the executions page's filters.
@@ -232,14 +235,8 @@ type timelineData struct {
 }
 
 func (h *handler) timeline(w http.ResponseWriter, r *http.Request, s *session) {
-	id := r.PathValue("id")
-	if uuid.Validate(id) != nil {
-		h.fail(w, r, s, http.StatusBadRequest, "id: not an execution id")
-		return
-	}
-	tl, err := h.cfg.API.GetExecutionTimeline(as(r.Context(), s), &gatewayv1.GetExecutionTimelineRequest{Id: id})
-	if err != nil {
-		h.failAPI(w, r, s, err)
+	tl, ok := h.getTimeline(w, r, s)
+	if !ok {
 		return
 	}
 	d := timelineData{Timeline: tl}
@@ -256,13 +253,12 @@ func (h *handler) timeline(w http.ResponseWriter, r *http.Request, s *session) {
 			d.Rows = append(d.Rows, row)
 		}
 	}
-	h.render(w, http.StatusOK, "timeline", view{Title: "Execution " + id, Nav: "executions", Session: s, Data: d})
+	h.render(w, http.StatusOK, "timeline", view{Title: "Execution " + r.PathValue("id"), Nav: "executions", Session: s, Data: d})
 }
 
-// --- cancel ---
-
-// cancellable is what the cancel pages read of an execution: its timeline's header.
-func (h *handler) cancellable(w http.ResponseWriter, r *http.Request, s *session) (*gatewayv1.GetExecutionTimelineResponse, bool) {
+// getTimeline is the timeline of the execution the path names: the timeline page's, and the cancel
+// pages' (its header).
+func (h *handler) getTimeline(w http.ResponseWriter, r *http.Request, s *session) (*gatewayv1.GetExecutionTimelineResponse, bool) {
 	id := r.PathValue("id")
 	if uuid.Validate(id) != nil {
 		h.fail(w, r, s, http.StatusBadRequest, "id: not an execution id")
@@ -276,8 +272,10 @@ func (h *handler) cancellable(w http.ResponseWriter, r *http.Request, s *session
 	return tl, true
 }
 
+// --- cancel ---
+
 func (h *handler) cancelConfirm(w http.ResponseWriter, r *http.Request, s *session) {
-	tl, ok := h.cancellable(w, r, s)
+	tl, ok := h.getTimeline(w, r, s)
 	if !ok {
 		return
 	}
@@ -348,15 +346,7 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request, s *session) {
 		h.failAPI(w, r, s, err)
 		return
 	}
-	d := eventsData{Filter: q, Events: resp.GetEvents()}
-	if tok := resp.GetNextPageToken(); tok != "" {
-		next := url.Values{}
-		for k, v := range q {
-			next[k] = v
-		}
-		next.Set("page", tok)
-		d.Next = Prefix + "events?" + next.Encode()
-	}
+	d := eventsData{Filter: q, Events: resp.GetEvents(), Next: nextPage("events", q, resp.GetNextPageToken())}
 	h.render(w, http.StatusOK, "events", view{Title: "Events", Nav: "events", Session: s, Data: d})
 }
 
