@@ -10,6 +10,7 @@
 package adaptercheck
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
@@ -203,9 +204,7 @@ func (c Config) withDefaults() Config {
 	def(&c.LeaseGrace, DefaultLeaseGrace)
 	def(&c.Deadline, DefaultDeadline)
 	def(&c.Wait, DefaultWait)
-	if c.LongCapability == "" {
-		c.LongCapability = c.Capability
-	}
+	c.LongCapability = cmp.Or(c.LongCapability, c.Capability)
 	if c.Payload == nil {
 		c.Payload = &structpb.Struct{}
 	}

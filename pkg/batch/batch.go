@@ -13,6 +13,7 @@
 package batch
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -77,9 +78,7 @@ func New[Req, Resp any](fn Func[Req, Resp], opts Options) *Batcher[Req, Resp] {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 1
 	}
-	if opts.Name == "" {
-		opts.Name = "batch"
-	}
+	opts.Name = cmp.Or(opts.Name, "batch")
 	return &Batcher[Req, Resp]{fn: fn, opts: opts}
 }
 

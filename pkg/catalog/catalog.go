@@ -8,6 +8,7 @@ package catalog
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -564,10 +565,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, c *Catalog, opts ...ApplyOpt
 	}
 	return db.WithTx(ctx, pool, func(tx pgx.Tx) error {
 		for _, a := range c.Applications {
-			name := a.Name
-			if name == "" {
-				name = a.ID
-			}
+			name := cmp.Or(a.Name, a.ID)
 			if _, err := tx.Exec(ctx, `
 				INSERT INTO applications (id, name, api_key_hash) VALUES ($1, $2, $3)
 				ON CONFLICT (id) DO UPDATE SET name = excluded.name, api_key_hash = excluded.api_key_hash, updated_at = now()`,
@@ -590,10 +588,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, c *Catalog, opts ...ApplyOpt
 			}
 		}
 		for _, a := range c.Adapters {
-			name := a.Name
-			if name == "" {
-				name = a.ID
-			}
+			name := cmp.Or(a.Name, a.ID)
 			if _, err := tx.Exec(ctx, `
 				INSERT INTO adapters (id, name, endpoint, credential_hash) VALUES ($1, $2, $3, $4)
 				ON CONFLICT (id) DO UPDATE SET name = excluded.name, endpoint = excluded.endpoint,
@@ -612,10 +607,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, c *Catalog, opts ...ApplyOpt
 					delays = append(delays, d.Milliseconds())
 				}
 			}
-			maxAttempts := cp.MaxAttempts
-			if maxAttempts == 0 {
-				maxAttempts = DefaultMaxAttempts
-			}
+			maxAttempts := cmp.Or(cp.MaxAttempts, DefaultMaxAttempts)
 			modes := slices.Clone(cp.Modes)
 			slices.Sort(modes)
 			modes = slices.Compact(modes)

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -60,9 +61,7 @@ func checkPostgresTLS(dsn string, getenv func(string) string) error {
 	if mode == "verify-full" || mode == "verify-ca" {
 		return nil
 	}
-	if mode == "" {
-		mode = "prefer (the default)"
-	}
+	mode = cmp.Or(mode, "prefer (the default)")
 	return fmt.Errorf("the host %q is not a loopback address and sslmode is %s, which does not verify the server: "+
 		"set sslmode=verify-full (with sslrootcert for a private CA), %s", safetext.Truncate(remote, 100), safetext.Truncate(mode, 40), plaintextHint)
 }

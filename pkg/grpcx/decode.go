@@ -1,6 +1,7 @@
 package grpcx
 
 import (
+	"cmp"
 	"context"
 	"strings"
 	"sync"
@@ -128,10 +129,7 @@ func decodeFailure(req any) error {
 		return nil
 	}
 	note := v.(decodeNote)
-	field := note.field
-	if field == "" {
-		field = "request"
-	}
+	field := cmp.Or(note.field, "request")
 	return apperr.Invalid(field, "not a well-formed message: %s", safetext.Truncate(note.err.Error(), 256))
 }
 

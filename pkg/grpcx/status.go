@@ -1,6 +1,7 @@
 package grpcx
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -121,10 +122,7 @@ func typedStatus(e *apperr.Error) *status.Status {
 		}})
 	}
 	if e.Reason != "" {
-		domain := e.Domain
-		if domain == "" {
-			domain = ErrorDomain
-		}
+		domain := cmp.Or(e.Domain, ErrorDomain)
 		details = append(details, &errdetails.ErrorInfo{Reason: e.Reason, Domain: domain, Metadata: e.Metadata})
 	}
 	if retryable[e.Kind] || e.RetryAfter > 0 {

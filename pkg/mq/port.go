@@ -1,6 +1,7 @@
 package mq
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -189,9 +190,7 @@ func newPort(cfg Config, provider string) (*port, error) {
 	if cfg.TimeScale < 0 {
 		return nil, fmt.Errorf("mq: Config.TimeScale %v is negative", cfg.TimeScale)
 	}
-	if cfg.TimeScale == 0 {
-		cfg.TimeScale = 1
-	}
+	cfg.TimeScale = cmp.Or(cfg.TimeScale, 1)
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}

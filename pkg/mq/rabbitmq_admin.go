@@ -1,6 +1,7 @@
 package mq
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -302,12 +303,8 @@ func deadLetterOf(d *amqp.Delivery) DeadLetter {
 	dl := deadLetterFrom(d.MessageId, d.Body, d.Headers)
 	str := func(k string) string { s, _ := d.Headers[k].(string); return s }
 	// Dead-lettered by the broker (x-delivery-limit): its headers say why and when.
-	if dl.Reason == "" {
-		dl.Reason = str("x-first-death-reason")
-	}
-	if dl.SourceQueue == "" {
-		dl.SourceQueue = str("x-first-death-queue")
-	}
+	dl.Reason = cmp.Or(dl.Reason, str("x-first-death-reason"))
+	dl.SourceQueue = cmp.Or(dl.SourceQueue, str("x-first-death-queue"))
 	if dl.DeadAt.IsZero() {
 		if deaths, ok := d.Headers["x-death"].([]any); ok && len(deaths) > 0 {
 			if death, ok := deaths[0].(amqp.Table); ok {

@@ -1,6 +1,7 @@
 package mq
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -92,10 +93,7 @@ func (b *stompDriver) deadLetters(ctx context.Context, q dlqRef, limit int) ([]D
 	}
 	out := make([]DeadLetter, len(msgs))
 	for i, m := range msgs {
-		id := stompValue(m.Headers, hdrSTOMPID)
-		if id == "" {
-			id = m.MessageID
-		}
+		id := cmp.Or(stompValue(m.Headers, hdrSTOMPID), m.MessageID)
 		out[i] = deadLetterFrom(id, m.Body, fromSTOMP(m.Headers))
 	}
 	return out, nil
@@ -179,16 +177,10 @@ func (b *stompDriver) redrive(ctx context.Context, q dlqRef, ids []string) (int,
 		return 0, err
 	}
 	return b.takeDLQ(ctx, q.dlq, ids, func(m *stomp.Message) error {
-		id := stompValue(m.Headers, hdrSTOMPID)
-		if id == "" {
-			id = m.MessageID
-		}
+		id := cmp.Or(stompValue(m.Headers, hdrSTOMPID), m.MessageID)
 		h := fromSTOMP(m.Headers)
 		redriveHeaders(h)
-		ct := stompValue(m.Headers, "content-type")
-		if ct == "" {
-			ct = defaultContentType
-		}
+		ct := cmp.Or(stompValue(m.Headers, "content-type"), defaultContentType)
 		hs, err := b.sendHeaders(id, ct, h, 0, time.Now())
 		if err != nil {
 			return fmt.Errorf("message %q: %w", id, err)

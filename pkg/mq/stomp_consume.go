@@ -1,6 +1,7 @@
 package mq
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -92,10 +93,7 @@ func (s *stompStream) delivery(m *stomp.Message) delivery {
 	l := s.l
 	route := l.c.top.route
 	h := fromSTOMP(m.Headers)
-	id := stompValue(m.Headers, hdrSTOMPID)
-	if id == "" {
-		id = m.MessageID // a message the port did not publish
-	}
+	id := cmp.Or(stompValue(m.Headers, hdrSTOMPID), m.MessageID) // a message the port did not publish
 	key := stompValue(m.Headers, hdrSTOMPSend)
 	if key == "" {
 		key = "message-id:" + m.MessageID

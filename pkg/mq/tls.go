@@ -1,6 +1,7 @@
 package mq
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -35,9 +36,7 @@ func newAMQPTLS(rawURL string) (*amqpTLS, error) {
 		return nil, nil
 	}
 	t := &amqpTLS{serverName: uri.ServerName}
-	if t.serverName == "" {
-		t.serverName = uri.Host
-	}
+	t.serverName = cmp.Or(t.serverName, uri.Host)
 	if (uri.CertFile == "") != (uri.KeyFile == "") {
 		return nil, errors.New("mq: amqps URL: certfile and keyfile go together")
 	}
@@ -76,9 +75,7 @@ func newSTOMPTLS(u *url.URL) (*amqpTLS, error) {
 		return nil, nil
 	}
 	t := &amqpTLS{serverName: q.Get("server_name_indication")}
-	if t.serverName == "" {
-		t.serverName = u.Hostname()
-	}
+	t.serverName = cmp.Or(t.serverName, u.Hostname())
 	if (files.CertFile == "") != (files.KeyFile == "") {
 		return nil, errors.New("mq: stomp+ssl URL: certfile and keyfile go together")
 	}

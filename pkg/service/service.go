@@ -24,6 +24,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -178,10 +179,7 @@ func run[C Settings](ctx context.Context, name string, spec Spec, cfg C, wire Wi
 // openDependencies opens the Postgres pool, warns if its server runs without autovacuum, and
 // dials the broker when the Spec names routes, declaring them.
 func (k *Kit) openDependencies(ctx context.Context, spec Spec) error {
-	maxConns := k.shared.DatabaseMaxConns
-	if maxConns == 0 {
-		maxConns = spec.MaxConns
-	}
+	maxConns := cmp.Or(k.shared.DatabaseMaxConns, spec.MaxConns)
 	opts := []db.Option{db.MaxConns(maxConns)}
 	if spec.AsyncCommit {
 		opts = append(opts, db.AsyncCommit())
@@ -214,10 +212,7 @@ func (k *Kit) loadIdentities(name string, spec Spec, cfg Settings) error {
 	}
 	k.Internal = internal
 	if !internal.Enabled() {
-		warning := spec.PlaintextWarning
-		if warning == "" {
-			warning = "any local process may call this service"
-		}
+		warning := cmp.Or(spec.PlaintextWarning, "any local process may call this service")
 		k.Log.Warn("internal mTLS is off (INTEGRATIONS_INTERNAL_PLAINTEXT): " + warning)
 	}
 	if public, ok := cfg.(interface {

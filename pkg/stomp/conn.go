@@ -1,6 +1,7 @@
 package stomp
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -151,9 +152,7 @@ func Dial(ctx context.Context, rawURL string, opts ...Option) (*Conn, error) {
 		if cfg == nil {
 			cfg = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
-		if cfg.ServerName == "" {
-			cfg.ServerName = u.Hostname()
-		}
+		cfg.ServerName = cmp.Or(cfg.ServerName, u.Hostname())
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			_ = nc.Close()
@@ -163,10 +162,7 @@ func Dial(ctx context.Context, rawURL string, opts ...Option) (*Conn, error) {
 	}
 	// CONNECT's host header, the broker's virtual host: the URL's path without its slash, else
 	// its host name.
-	host := strings.TrimPrefix(u.Path, "/")
-	if host == "" {
-		host = u.Hostname()
-	}
+	host := cmp.Or(strings.TrimPrefix(u.Path, "/"), u.Hostname())
 	c := &Conn{
 		nc:         nc,
 		generation: generations.Add(1),

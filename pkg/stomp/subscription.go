@@ -1,6 +1,7 @@
 package stomp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strconv"
@@ -60,9 +61,7 @@ type Subscription struct {
 // RECEIPT does not come (an error wrapping [ErrOutcomeUnknown]), an UNSUBSCRIBE follows it, so
 // the broker keeps no subscription the caller was told failed.
 func (c *Conn) Subscribe(ctx context.Context, dest string, o SubscribeOptions) (*Subscription, error) {
-	if o.Ack == "" {
-		o.Ack = AckClientIndividual
-	}
+	o.Ack = cmp.Or(o.Ack, AckClientIndividual)
 	s := &Subscription{
 		ID:          c.nextID("s"),
 		Destination: dest,
@@ -144,10 +143,7 @@ func (c *Conn) dispatch(f *Frame) {
 		Body:         f.Body,
 		Generation:   c.generation,
 	}
-	m.AckID = f.Value("ack")
-	if m.AckID == "" {
-		m.AckID = m.MessageID
-	}
+	m.AckID = cmp.Or(f.Value("ack"), m.MessageID)
 	s.mu.Lock()
 	if !s.ended {
 		s.queue = append(s.queue, m)

@@ -104,9 +104,7 @@ func (s *Schema) InsertExecution(t testing.TB, e Execution) string {
 	e.Mode = cmp.Or(e.Mode, "async")
 	e.Status = cmp.Or(e.Status, execution.StatusPending)
 	e.Payload = cmp.Or(e.Payload, `{}`)
-	if e.MaxAttempts == 0 {
-		e.MaxAttempts = TestMaxAttempts
-	}
+	e.MaxAttempts = cmp.Or(e.MaxAttempts, TestMaxAttempts)
 	reqHash := sha256.Sum256([]byte(e.Payload))
 	// Default times are taken from the database's clock, like the services' own.
 	_, err := s.Pool.Exec(context.Background(), `

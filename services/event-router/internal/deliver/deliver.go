@@ -15,6 +15,7 @@
 package deliver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -242,10 +243,7 @@ func (d *Deliverer) deliverClaimed(ctx context.Context, ev *store.Delivery, logg
 	var logErr string
 	if res.err != nil {
 		logErr = safetext.Error(res.err, maxErrorLen)
-		a.Err = webhook.PublicCategory(res.category)
-		if a.Err == "" {
-			a.Err = webhook.CategoryOther
-		}
+		a.Err = cmp.Or(webhook.PublicCategory(res.category), webhook.CategoryOther)
 		a.Outcome = "dead"
 		if attempt < d.maxAttempts() {
 			a.Outcome = "pending"

@@ -5,6 +5,7 @@
 package attempt
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -245,9 +246,7 @@ const settleTimeout = 10 * time.Second
 // on meanwhile) is done; one that could not be made is retried through the port (mq.Fail), and
 // past the port's budget the sweeper still settles it (no dispatch record waits).
 func (h *Handler) pastDeadline(ctx context.Context, logger *zap.Logger, id string, n int32, class string) mq.Result {
-	if class == "" {
-		class = execution.ClassTimeout
-	}
+	class = cmp.Or(class, execution.ClassTimeout)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	_, err := h.settlement.Settle(sctx, &settlementv1.SettleRequest{

@@ -5,6 +5,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"embed"
@@ -81,9 +82,7 @@ type handler struct {
 
 // Handler returns the console, to be mounted at Prefix.
 func Handler(cfg Config) (http.Handler, error) {
-	if cfg.SessionTTL == 0 {
-		cfg.SessionTTL = DefaultSessionTTL
-	}
+	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, DefaultSessionTTL)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,10 +48,7 @@ func writeRateLimited(w http.ResponseWriter, err error) bool {
 	if !errors.As(err, &e) || e.Kind != apperr.KindResourceExhausted || e.Reason == "" || e.RetryAfter <= 0 || e.Field != "" {
 		return false
 	}
-	domain := e.Domain
-	if domain == "" {
-		domain = grpcx.ErrorDomain
-	}
+	domain := cmp.Or(e.Domain, grpcx.ErrorDomain)
 	body, jerr := json.Marshal(restStatus{Code: codes.ResourceExhausted, Message: e.Message, Details: []any{
 		restErrorInfo{Type: "type.googleapis.com/google.rpc.ErrorInfo", Reason: e.Reason, Domain: domain, Metadata: e.Metadata},
 		restRetryInfo{Type: "type.googleapis.com/google.rpc.RetryInfo", RetryDelay: protoDuration(e.RetryAfter)},
