@@ -25,11 +25,7 @@ func (b *rabbitDriver) deadLetters(ctx context.Context, q dlqRef, limit int) (_ 
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if cerr := done(); cerr != nil && err == nil {
-			err = cerr
-		}
-	}()
+	defer done(&err)
 	dlq := q.dlq
 	var out []DeadLetter
 	var last uint64
@@ -63,10 +59,7 @@ func (b *rabbitDriver) deadLetters(ctx context.Context, q dlqRef, limit int) (_ 
 // a second at most, for those it did not see — an operator's redrive of what they just listed
 // found nothing on a loaded machine (issue 22).
 func (b *rabbitDriver) redrive(ctx context.Context, q dlqRef, ids []string) (moved int, err error) {
-	want := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
-	}
+	want := idSet(ids)
 	for wait := redriveLookAgain; ; wait *= 2 {
 		n, seen, err := b.redriveWalk(ctx, q, want)
 		moved += n
@@ -82,6 +75,15 @@ func (b *rabbitDriver) redrive(ctx context.Context, q dlqRef, ids []string) (mov
 		case <-time.After(wait):
 		}
 	}
+}
+
+// idSet is ids as a set.
+func idSet(ids []string) map[string]bool {
+	set := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	return set
 }
 
 // redriveLookAgain is how long Redrive waits before it looks again for selected dead letters it
@@ -100,11 +102,7 @@ func (b *rabbitDriver) redriveWalk(ctx context.Context, q dlqRef, want map[strin
 	if err != nil {
 		return 0, nil, err
 	}
-	defer func() {
-		if cerr := done(); cerr != nil && err == nil {
-			err = cerr
-		}
-	}()
+	defer done(&err)
 	if _, err := ch.QueueDeclarePassive(dlq, true, false, false, false, nil); err != nil {
 		return 0, nil, fmt.Errorf("check %q: %w", dlq, err)
 	}
@@ -186,19 +184,12 @@ func (b *rabbitDriver) discard(ctx context.Context, q dlqRef, ids []string) (rem
 		return 0, nil
 	}
 	dlq := q.dlq
-	want := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
-	}
+	want := idSet(ids)
 	ch, done, err := b.dlqChannel(ctx)
 	if err != nil {
 		return 0, err
 	}
-	defer func() {
-		if cerr := done(); cerr != nil && err == nil {
-			err = cerr
-		}
-	}()
+	defer done(&err)
 	if _, err := ch.QueueDeclarePassive(dlq, true, false, false, false, nil); err != nil {
 		return 0, fmt.Errorf("check %q: %w", dlq, err)
 	}
@@ -257,28 +248,28 @@ func walkDLQ(ch *amqp.Channel, dlq string) func() (amqp.Delivery, bool, error) {
 
 // dlqChannel opens a channel for reading a DLQ on the consuming connection (basic.get is a
 // consumer's operation, and must not stall behind a blocked publishing connection). ctx ending
-// closes the channel, which ends a waiting basic.get. done closes it in any case, and reports
-// whether the broker had closed it first (a 404, or a 406 for a bad delivery tag: a bug).
-func (b *rabbitDriver) dlqChannel(ctx context.Context) (*amqp.Channel, func() error, error) {
+// closes the channel, which ends a waiting basic.get. done closes it in any case, and sets *err,
+// if it is nil, when the broker had closed it first (a 404, or a 406 for a bad delivery tag: a
+// bug).
+func (b *rabbitDriver) dlqChannel(ctx context.Context) (ch *amqp.Channel, done func(err *error), err error) {
 	conn, err := b.consumeConn(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	ch, err := conn.Channel()
+	ch, err = conn.Channel()
 	if err != nil {
 		return nil, nil, fmt.Errorf("open channel: %w", err)
 	}
 	// Buffered: amqp091-go sends at most one error, then closes the channel.
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 	stop := context.AfterFunc(ctx, func() { ch.Close() }) //nolint:errcheck // cancellation
-	return ch, func() error {
+	return ch, func(err *error) {
 		stop()
 		// Synchronous (close-ok), so an error the broker sent for an earlier method has arrived.
 		ch.Close() //nolint:errcheck // whatever it held is requeued on close
-		if e, ok := <-closes; ok && e != nil {
-			return fmt.Errorf("channel closed by the broker: %w", e)
+		if e, ok := <-closes; ok && e != nil && *err == nil {
+			*err = fmt.Errorf("channel closed by the broker: %w", e)
 		}
-		return nil
 	}, nil
 }
 
