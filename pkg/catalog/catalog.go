@@ -227,15 +227,20 @@ func (c *Catalog) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	seen := map[string]bool{}
+	// unique checks an entry's name (the field at where) against pattern and the names of its
+	// kind before it.
+	unique := func(where, kind, name string, pattern *regexp.Regexp) {
+		if !pattern.MatchString(name) {
+			bad("%s: %q must match %s", where, name, pattern)
+		}
+		if seen[kind+":"+name] {
+			bad("%s: %q appears twice", where, name)
+		}
+		seen[kind+":"+name] = true
+	}
 	for i, a := range c.Applications {
 		where := fmt.Sprintf("applications[%d]", i)
-		if !idPattern.MatchString(a.ID) {
-			bad("%s.id: %q must match %s", where, a.ID, idPattern)
-		}
-		if seen["app:"+a.ID] {
-			bad("%s.id: %q appears twice", where, a.ID)
-		}
-		seen["app:"+a.ID] = true
+		unique(where+".id", "app", a.ID, idPattern)
 		if p := jsonbound.Problem(a.Name); p != "" {
 			bad("%s.name: %s", where, p)
 		}
@@ -255,13 +260,7 @@ func (c *Catalog) Validate() error {
 	}
 	for i, a := range c.Adapters {
 		where := fmt.Sprintf("adapters[%d]", i)
-		if !idPattern.MatchString(a.ID) {
-			bad("%s.id: %q must match %s", where, a.ID, idPattern)
-		}
-		if seen["adapter:"+a.ID] {
-			bad("%s.id: %q appears twice", where, a.ID)
-		}
-		seen["adapter:"+a.ID] = true
+		unique(where+".id", "adapter", a.ID, idPattern)
 		if a.Endpoint == "" {
 			bad("%s.endpoint: required (host:port of the adapter's gRPC server)", where)
 		} else if p := jsonbound.Problem(a.Endpoint); p != "" {
@@ -273,13 +272,7 @@ func (c *Catalog) Validate() error {
 	}
 	for i, cp := range c.Capabilities {
 		where := fmt.Sprintf("capabilities[%d]", i)
-		if !namePattern.MatchString(cp.Name) {
-			bad("%s.name: %q must match %s", where, cp.Name, namePattern)
-		}
-		if seen["cap:"+cp.Name] {
-			bad("%s.name: %q appears twice", where, cp.Name)
-		}
-		seen["cap:"+cp.Name] = true
+		unique(where+".name", "cap", cp.Name, namePattern)
 		if !seen["adapter:"+cp.Adapter] {
 			bad("%s.adapter: %q is not an adapter of this catalog", where, cp.Adapter)
 		}
@@ -565,11 +558,10 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, c *Catalog, opts ...ApplyOpt
 	}
 	return db.WithTx(ctx, pool, func(tx pgx.Tx) error {
 		for _, a := range c.Applications {
-			name := cmp.Or(a.Name, a.ID)
 			if _, err := tx.Exec(ctx, `
 				INSERT INTO applications (id, name, api_key_hash) VALUES ($1, $2, $3)
 				ON CONFLICT (id) DO UPDATE SET name = excluded.name, api_key_hash = excluded.api_key_hash, updated_at = now()`,
-				a.ID, name, hashOf(a.APIKey, a.APIKeySHA256)); err != nil {
+				a.ID, cmp.Or(a.Name, a.ID), hashOf(a.APIKey, a.APIKeySHA256)); err != nil {
 				return fmt.Errorf("apply application %s: %w", a.ID, err)
 			}
 			if err := applyAPIKey(ctx, tx, a); err != nil {
@@ -588,12 +580,11 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, c *Catalog, opts ...ApplyOpt
 			}
 		}
 		for _, a := range c.Adapters {
-			name := cmp.Or(a.Name, a.ID)
 			if _, err := tx.Exec(ctx, `
 				INSERT INTO adapters (id, name, endpoint, credential_hash) VALUES ($1, $2, $3, $4)
 				ON CONFLICT (id) DO UPDATE SET name = excluded.name, endpoint = excluded.endpoint,
 					credential_hash = excluded.credential_hash, updated_at = now()`,
-				a.ID, name, a.Endpoint, hashOf(a.Credential, a.CredentialSHA256)); err != nil {
+				a.ID, cmp.Or(a.Name, a.ID), a.Endpoint, hashOf(a.Credential, a.CredentialSHA256)); err != nil {
 				return fmt.Errorf("apply adapter %s: %w", a.ID, err)
 			}
 		}
