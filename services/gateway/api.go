@@ -60,7 +60,7 @@ func wireAPI(ctx context.Context, k *service.Kit, cfg svcconfig.Config) (*api, e
 		// A call over its limit is held (and one waiting for its token waits): the bound per
 		// connection keeps one connection firing calls without waiting from piling them up.
 		MaxConcurrentStreams: 1000,
-		Interceptors:         []grpc.UnaryServerInterceptor{server.GuardedAuthInterceptor(st, a.fails, cfg.AdminToken), a.gate.Interceptor()},
+		Interceptors:         []grpc.UnaryServerInterceptor{server.AuthInterceptor(st, a.fails, cfg.AdminToken), a.gate.Interceptor()},
 	})
 	a.gw = server.New(st, adapters,
 		dispatcherv1.NewDispatcherServiceClient(dispatcherConn), settlementv1.NewSettlementServiceClient(settlementConn),

@@ -50,7 +50,7 @@ func setup(t *testing.T) *bundle {
 
 	log := zaptest.NewLogger(t)
 	st := store.New(pool).WithCache(time.Minute) // as main.go: the calls below fail in their handlers, not at the key lookup
-	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: log, Interceptors: []grpc.UnaryServerInterceptor{server.AuthInterceptor(st)}})
+	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: log, Interceptors: []grpc.UnaryServerInterceptor{server.AuthInterceptor(st, nil, "")}})
 	// NewServer starts the server's call goroutines; only its interceptor chain is used here.
 	t.Cleanup(srv.Stop)
 	adapters := adaptercall.NewPool()

@@ -51,7 +51,7 @@ func rateLimitAnswers429(t *testing.T, precheck bool) {
 		return handler(ctx, req)
 	}
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: log, Interceptors: []grpc.UnaryServerInterceptor{
-		counter, server.AuthInterceptor(st), gate.Interceptor()}})
+		counter, server.AuthInterceptor(st, nil, ""), gate.Interceptor()}})
 	// NewServer starts the server's call goroutines; only its interceptor chain is used here.
 	t.Cleanup(srv.Stop)
 	adapters := adaptercall.NewPool()

@@ -49,22 +49,15 @@ func isOperator(ctx context.Context) bool {
 // Lookups are cached (INTEGRATIONS_GATEWAY_CACHE_TTL): a revoked key keeps working on a replica
 // for at most that long. A key's use is recorded asynchronously (store.Touch).
 //
-// adminToken (the deployment's INTEGRATIONS_ADMIN_TOKEN; none or empty: no operator) is also
-// taken, for the operator's calls that span applications (operatorMethods) and for nothing else.
-func AuthInterceptor(st *store.Store, adminToken ...string) grpc.UnaryServerInterceptor {
-	admin := ""
-	if len(adminToken) > 0 {
-		admin = adminToken[0]
-	}
-	return GuardedAuthInterceptor(st, nil, admin)
-}
-
-// GuardedAuthInterceptor is AuthInterceptor with failed authentications limited by fails (nil:
-// not limited) per source address — the call's TCP peer — and presented key id: a source or key
-// id over its limit is refused RESOURCE_EXHAUSTED with a RetryInfo before its token is verified
-// (docs/decisions.md, "Failed authentications are limited (issue 23)"). A REST call, served in
-// process, carries its HTTP connection's peer (ratelimit.WithSource).
-func GuardedAuthInterceptor(st *store.Store, fails *ratelimit.Failures, admin string) grpc.UnaryServerInterceptor {
+// admin (the deployment's INTEGRATIONS_ADMIN_TOKEN; empty: no operator) is also taken, for the
+// operator's calls that span applications (operatorMethods) and for nothing else.
+//
+// Failed authentications are limited by fails (nil: not limited) per source address — the call's
+// TCP peer — and presented key id: a source or key id over its limit is refused
+// RESOURCE_EXHAUSTED with a RetryInfo before its token is verified (docs/decisions.md, "Failed
+// authentications are limited (issue 23)"). A REST call, served in process, carries its HTTP
+// connection's peer (ratelimit.WithSource).
+func AuthInterceptor(st *store.Store, fails *ratelimit.Failures, admin string) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if _, ok := info.Server.(*Server); !ok {
 			return handler(ctx, req)

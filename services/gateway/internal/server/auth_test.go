@@ -24,7 +24,7 @@ func callAuth(t *testing.T, st *store.Store, authorization string) (string, erro
 	t.Helper()
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", authorization))
 	var app string
-	_, err := AuthInterceptor(st)(ctx, nil, &grpc.UnaryServerInfo{Server: &Server{}},
+	_, err := AuthInterceptor(st, nil, "")(ctx, nil, &grpc.UnaryServerInfo{Server: &Server{}},
 		func(ctx context.Context, _ any) (any, error) { app = applicationID(ctx); return nil, nil })
 	return app, err
 }

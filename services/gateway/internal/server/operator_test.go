@@ -101,7 +101,7 @@ func TestOperatorCancelsAnyApplicationsExecution(t *testing.T) {
 	require.Equal(t, codes.NotFound, c, "another application's execution")
 	require.Empty(t, b.settlement.requests())
 
-	auth := AuthInterceptor(b.server.store, "the-admin-token")
+	auth := AuthInterceptor(b.server.store, nil, "the-admin-token")
 	call := func(method string, req any, h grpc.UnaryHandler) (any, error) {
 		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer the-admin-token"))
 		return auth(ctx, req, &grpc.UnaryServerInfo{Server: b.server, FullMethod: method}, h)

@@ -21,10 +21,25 @@ import (
 const ReasonRateLimited = "RATE_LIMITED"
 
 // MaxHeldPerApplication bounds the calls of one application held at once before their refusal
-// (see RateLimitInterceptor): past it, a call over the limit is refused at once.
+// (see RateGate.Interceptor): past it, a call over the limit is refused at once.
 const MaxHeldPerApplication = 64
 
-// RateLimitInterceptor counts every GatewayService call against its application's limits (issue
+// RateGate applies the rate limits: Interceptor's on gRPC calls, and Precheck's on REST requests
+// before they are proxied. The two share the count of calls held per application.
+type RateGate struct {
+	l       *ratelimit.Limiter
+	hold    time.Duration
+	maxHeld int
+	held    sync.Map // application id → *atomic.Int64, the calls held now
+}
+
+// NewRateGate returns a gate on l holding refused calls for hold, at most maxHeld per
+// application at once (see Interceptor).
+func NewRateGate(l *ratelimit.Limiter, hold time.Duration, maxHeld int) *RateGate {
+	return &RateGate{l: l, hold: hold, maxHeld: maxHeld}
+}
+
+// Interceptor counts every GatewayService call against its application's limits (issue
 // 11): InvokeCapability, sync or async, against the invoke limit; every other call against the
 // read limit — the reads proper (GetExecution, ListExecutions, GetEvent, ListEvents) and the
 // management calls (CancelExecution, SetConsumer, RotateSigningSecret, RedeliverEvent,
@@ -41,26 +56,6 @@ const MaxHeldPerApplication = 64
 // refuse, whose cost (the transports', ~80 µs of CPU a refusal) fell on every application. Each
 // held call keeps its goroutine and request, so at most maxHeld of an application's are held at
 // once; the others are refused at once. 0 refuses at once.
-func RateLimitInterceptor(l *ratelimit.Limiter, hold time.Duration, maxHeld int) grpc.UnaryServerInterceptor {
-	return NewRateGate(l, hold, maxHeld).Interceptor()
-}
-
-// RateGate applies the rate limits: RateLimitInterceptor's on gRPC calls, and Precheck's on REST
-// requests before they are proxied. The two share the count of calls held per application.
-type RateGate struct {
-	l       *ratelimit.Limiter
-	hold    time.Duration
-	maxHeld int
-	held    sync.Map // application id → *atomic.Int64, the calls held now
-}
-
-// NewRateGate returns a gate on l holding refused calls for hold, at most maxHeld per
-// application at once (see RateLimitInterceptor).
-func NewRateGate(l *ratelimit.Limiter, hold time.Duration, maxHeld int) *RateGate {
-	return &RateGate{l: l, hold: hold, maxHeld: maxHeld}
-}
-
-// Interceptor is RateLimitInterceptor.
 func (g *RateGate) Interceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		app := applicationID(ctx)

@@ -79,7 +79,7 @@ func startGatewayHolding(t *testing.T, s *dbtest.Schema, heartbeat, hold time.Du
 		Invoke: ratelimit.Limit{PerSecond: 1000, Burst: 1000}, Read: ratelimit.Limit{PerSecond: 1000, Burst: 1000},
 	}, time.Minute).Limits, replicas.Count)
 	srv := grpcx.NewServer(grpcx.ServerConfig{Logger: log, Interceptors: []grpc.UnaryServerInterceptor{
-		server.AuthInterceptor(st), server.RateLimitInterceptor(limiter, hold, maxHeld)}})
+		server.AuthInterceptor(st, nil, ""), server.NewRateGate(limiter, hold, maxHeld).Interceptor()}})
 	adapters := adaptercall.NewPool()
 	t.Cleanup(func() { _ = adapters.Close() })
 	box, err := secret.NewBox("INTEGRATIONS_SECRET_KEY", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")

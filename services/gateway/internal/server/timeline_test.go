@@ -150,7 +150,7 @@ func TestGetExecutionTimelineAuthorisation(t *testing.T) {
 
 	// Through the interceptor: another application's key gets NOT_FOUND, the admin token reads
 	// both applications' timelines and nothing else.
-	auth := AuthInterceptor(b.server.store, "the-admin-token")
+	auth := AuthInterceptor(b.server.store, nil, "the-admin-token")
 	call := func(token, method string, req any, h grpc.UnaryHandler) error {
 		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
 		_, err := auth(ctx, req, &grpc.UnaryServerInfo{Server: b.server, FullMethod: method}, h)
