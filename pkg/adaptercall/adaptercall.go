@@ -133,23 +133,10 @@ func (p *Pool) withToken(ctx context.Context, a Adapter, method, executionID str
 // SetConnectWait changes how long Execute waits for a ready connection (tests use it).
 func (p *Pool) SetConnectWait(d time.Duration) { p.connectWait = d }
 
-func (p *Pool) client(endpoint string) (adapterv1.AdapterServiceClient, error) {
+// endpoint is the adapter's at target, its connection made on first use.
+func (p *Pool) endpoint(target string) (*endpoint, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ep, err := p.endpointLocked(endpoint)
-	if err != nil {
-		return nil, err
-	}
-	return adapterv1.NewAdapterServiceClient(ep.conn), nil
-}
-
-func (p *Pool) endpoint(endpoint string) (*endpoint, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.endpointLocked(endpoint)
-}
-
-func (p *Pool) endpointLocked(target string) (*endpoint, error) {
 	ep, ok := p.conns[target]
 	if !ok {
 		ep = &endpoint{}
@@ -452,7 +439,7 @@ func transportMessage(err error) string {
 // best effort: an adapter may not implement it (UNIMPLEMENTED), and the execution is settled
 // whatever it answers. It reports whether the adapter found running work to stop.
 func (p *Pool) Cancel(ctx context.Context, a Adapter, executionID string, attempt int32) (bool, error) {
-	cli, err := p.client(a.Endpoint)
+	ep, err := p.endpoint(a.Endpoint)
 	if err != nil {
 		return false, err
 	}
@@ -461,7 +448,7 @@ func (p *Pool) Cancel(ctx context.Context, a Adapter, executionID string, attemp
 	if err != nil {
 		return false, fmt.Errorf("cancel attempt %d of %s: %w", attempt, executionID, err)
 	}
-	resp, err := cli.Cancel(ctx, req)
+	resp, err := adapterv1.NewAdapterServiceClient(ep.conn).Cancel(ctx, req)
 	if err != nil {
 		return false, fmt.Errorf("cancel attempt %d of %s at the adapter: %w", attempt, executionID, err)
 	}
