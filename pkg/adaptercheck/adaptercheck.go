@@ -205,9 +205,7 @@ func (c Config) withDefaults() Config {
 	def(&c.Deadline, DefaultDeadline)
 	def(&c.Wait, DefaultWait)
 	c.LongCapability = cmp.Or(c.LongCapability, c.Capability)
-	if c.Payload == nil {
-		c.Payload = &structpb.Struct{}
-	}
+	c.Payload = cmp.Or(c.Payload, &structpb.Struct{})
 	return c
 }
 

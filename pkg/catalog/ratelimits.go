@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -68,9 +69,7 @@ func checkRateLimits(r *RateLimits) []string {
 
 // applyRateLimits stores the application's limits; nil (none declared) stores the defaults (NULL).
 func applyRateLimits(ctx context.Context, tx pgx.Tx, appID string, r *RateLimits) error {
-	if r == nil {
-		r = &RateLimits{}
-	}
+	r = cmp.Or(r, &RateLimits{})
 	if _, err := tx.Exec(ctx, `
 		UPDATE applications SET invokes_per_second = $2, invoke_burst = $3, reads_per_second = $4, read_burst = $5
 		WHERE id = $1`, appID, r.InvokesPerSecond, r.InvokeBurst, r.ReadsPerSecond, r.ReadBurst); err != nil {

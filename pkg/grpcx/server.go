@@ -4,6 +4,7 @@
 package grpcx
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -90,10 +91,7 @@ const logMessageMax = 512
 // the refusal of a request that could not be decoded (decode.go), error mapping (ToStatus), the
 // caller's identity (Policy, on an internal port), then cfg.Interceptors.
 func NewServer(cfg ServerConfig) *Server {
-	log := cfg.Logger
-	if log == nil {
-		log = zap.NewNop()
-	}
+	log := cmp.Or(cfg.Logger, zap.NewNop())
 	// A request that could not be decoded is refused before anything else reads it; the
 	// caller's identity (Policy) is checked next, before the service's own interceptors.
 	chain := []grpc.UnaryServerInterceptor{recoveryInterceptor(log), loggingInterceptor(log), decodeInterceptor, errorInterceptor(log)}

@@ -191,9 +191,7 @@ func newPort(cfg Config, provider string) (*port, error) {
 		return nil, fmt.Errorf("mq: Config.TimeScale %v is negative", cfg.TimeScale)
 	}
 	cfg.TimeScale = cmp.Or(cfg.TimeScale, 1)
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, zap.NewNop())
 	metric, err := newMetric(cfg.Registerer)
 	if err != nil {
 		return nil, err

@@ -148,10 +148,7 @@ func Dial(ctx context.Context, rawURL string, opts ...Option) (*Conn, error) {
 		return nil, fmt.Errorf("stomp: dial %s: %w", addr, err)
 	}
 	if u.Scheme == "stomp+ssl" {
-		cfg := o.tls.Clone()
-		if cfg == nil {
-			cfg = &tls.Config{MinVersion: tls.VersionTLS12}
-		}
+		cfg := cmp.Or(o.tls.Clone(), &tls.Config{MinVersion: tls.VersionTLS12})
 		cfg.ServerName = cmp.Or(cfg.ServerName, u.Hostname())
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {

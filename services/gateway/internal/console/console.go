@@ -86,9 +86,7 @@ func Handler(cfg Config) (http.Handler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, zap.NewNop())
 	h := &handler{cfg: cfg, pages: map[string]*template.Template{}, mux: http.NewServeMux()}
 	names, err := fs.Glob(templateFS, "templates/*.html")
 	if err != nil {

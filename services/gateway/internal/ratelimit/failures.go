@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"net"
@@ -49,9 +50,7 @@ type Failures struct {
 // NewFailures limits each source address and key id to burst failed authentications at once,
 // refilled at burst per window, across replicas (replicas counts the live ones, at least 1).
 func NewFailures(burst int, window time.Duration, replicas func() int, log *zap.Logger) *Failures {
-	if log == nil {
-		log = zap.NewNop()
-	}
+	log = cmp.Or(log, zap.NewNop())
 	return &Failures{
 		limit:    Limit{PerSecond: float64(burst) / window.Seconds(), Burst: burst},
 		replicas: replicas, now: time.Now, log: log,

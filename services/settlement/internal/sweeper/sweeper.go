@@ -6,6 +6,7 @@
 package sweeper
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -75,9 +76,7 @@ func New(st *store.Store, opts Options) *Sweeper {
 	if opts.Nudge == nil {
 		opts.Nudge = func() {}
 	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
+	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
 	return &Sweeper{store: st, opts: opts, log: opts.Logger}
 }
 
