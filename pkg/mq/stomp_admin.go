@@ -38,7 +38,7 @@ func (b *stompDriver) browse(ctx context.Context, queue, selector string, limit 
 			if !ok {
 				return nil, fmt.Errorf("browse %q: connection ended: %w", queue, conn.Err())
 			}
-			if stompValue(m.Headers, "browser") == "end" {
+			if m.Value("browser") == "end" {
 				return out, nil
 			}
 			out = append(out, m)
@@ -93,7 +93,7 @@ func (b *stompDriver) deadLetters(ctx context.Context, q dlqRef, limit int) ([]D
 	}
 	out := make([]DeadLetter, len(msgs))
 	for i, m := range msgs {
-		id := cmp.Or(stompValue(m.Headers, hdrSTOMPID), m.MessageID)
+		id := cmp.Or(m.Value(hdrSTOMPID), m.MessageID)
 		out[i] = deadLetterFrom(id, m.Body, fromSTOMP(m.Headers))
 	}
 	return out, nil
@@ -177,10 +177,10 @@ func (b *stompDriver) redrive(ctx context.Context, q dlqRef, ids []string) (int,
 		return 0, err
 	}
 	return b.takeDLQ(ctx, q.dlq, ids, func(m *stomp.Message) error {
-		id := cmp.Or(stompValue(m.Headers, hdrSTOMPID), m.MessageID)
+		id := cmp.Or(m.Value(hdrSTOMPID), m.MessageID)
 		h := fromSTOMP(m.Headers)
 		redriveHeaders(h)
-		ct := cmp.Or(stompValue(m.Headers, "content-type"), defaultContentType)
+		ct := cmp.Or(m.Value("content-type"), defaultContentType)
 		hs, err := b.sendHeaders(id, ct, h, 0, time.Now())
 		if err != nil {
 			return fmt.Errorf("message %q: %w", id, err)
@@ -256,7 +256,7 @@ func (b *stompDriver) roundTrip(ctx context.Context, queue string, timeout time.
 		return 0, nil, fmt.Errorf("round trip: probe publish to %s: %w", queue, err)
 	}
 	return awaitAnswer(ctx, s.C(), start, timeout, func(m *stomp.Message) ([]byte, bool) {
-		return m.Body, stompValue(m.Headers, hdrSTOMPProbe) == id
+		return m.Body, m.Value(hdrSTOMPProbe) == id
 	})
 }
 

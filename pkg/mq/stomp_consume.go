@@ -93,14 +93,14 @@ func (s *stompStream) delivery(m *stomp.Message) delivery {
 	l := s.l
 	route := l.c.top.route
 	h := fromSTOMP(m.Headers)
-	id := cmp.Or(stompValue(m.Headers, hdrSTOMPID), m.MessageID) // a message the port did not publish
-	key := stompValue(m.Headers, hdrSTOMPSend)
+	id := cmp.Or(m.Value(hdrSTOMPID), m.MessageID) // a message the port did not publish
+	key := m.Value(hdrSTOMPSend)
 	if key == "" {
 		key = "message-id:" + m.MessageID
 	}
-	requeued := stompValue(m.Headers, hdrSTOMPRequeued)
-	redelivered := stompValue(m.Headers, "redelivered") == "true" || requeued != ""
-	j := &stompDelivery{s: s, m: m, h: h, key: key, gen: m.Generation, isProbe: stompValue(m.Headers, hdrSTOMPProbe)}
+	requeued := m.Value(hdrSTOMPRequeued)
+	redelivered := m.Value("redelivered") == "true" || requeued != ""
+	j := &stompDelivery{s: s, m: m, h: h, key: key, gen: m.Generation, isProbe: m.Value(hdrSTOMPProbe)}
 	if requeued != "" {
 		// A count; "true" from a port that did not count yet is one.
 		j.returned = 1
@@ -108,7 +108,7 @@ func (s *stompStream) delivery(m *stomp.Message) delivery {
 			j.returned = n
 		}
 	}
-	if ms, err := strconv.ParseInt(stompValue(m.Headers, hdrSTOMPDue), 10, 64); err == nil {
+	if ms, err := strconv.ParseInt(m.Value(hdrSTOMPDue), 10, 64); err == nil {
 		j.at = time.UnixMilli(ms)
 	}
 	if j.isProbe == "" {
@@ -157,7 +157,7 @@ func (j *stompDelivery) stale() bool {
 }
 
 func (j *stompDelivery) contentType() string {
-	if ct := stompValue(j.m.Headers, "content-type"); ct != "" {
+	if ct := j.m.Value("content-type"); ct != "" {
 		return ct
 	}
 	return defaultContentType
@@ -389,7 +389,7 @@ func (l *stompLink) requeueCopy(j *stompDelivery) error {
 // any more is answered into the void.
 func (l *stompLink) answerProbe(ctx context.Context, d delivery, counters Counters) {
 	j := d.(*stompDelivery)
-	replyTo := stompValue(j.m.Headers, "reply-to")
+	replyTo := j.m.Value("reply-to")
 	if replyTo == "" || j.stale() {
 		return
 	}

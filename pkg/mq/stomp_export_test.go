@@ -84,7 +84,7 @@ func stompDepth(t *testing.T, url, queue string) int {
 		select {
 		case m, ok := <-s.C():
 			require.True(t, ok, "browse %s: connection ended: %v", queue, c.Err())
-			if stompValue(m.Headers, "browser") == "end" {
+			if m.Value("browser") == "end" {
 				return n
 			}
 			n++

@@ -175,15 +175,5 @@ func fromSTOMP(hs []stomp.Header) map[string]any {
 	return out
 }
 
-// stompValue is the first value of a header of a delivery.
-func stompValue(hs []stomp.Header, key string) string {
-	for _, h := range hs {
-		if h.Key == key {
-			return h.Value
-		}
-	}
-	return ""
-}
-
 // selectorString quotes s as a JMS selector string literal (” doubles a quote).
 func selectorString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

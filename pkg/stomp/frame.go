@@ -27,14 +27,7 @@ type Frame struct {
 }
 
 // Get returns the value of the first header named key, as STOMP 1.2 says of repeated headers.
-func (f *Frame) Get(key string) (string, bool) {
-	for _, h := range f.Headers {
-		if h.Key == key {
-			return h.Value, true
-		}
-	}
-	return "", false
-}
+func (f *Frame) Get(key string) (string, bool) { return header(f.Headers, key) }
 
 // Value is Get without the presence flag.
 func (f *Frame) Value(key string) string {

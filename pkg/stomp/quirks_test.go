@@ -18,12 +18,6 @@ func dlqOf(t *testing.T, c *Conn, testID string) *Subscription {
 	return subscribe(t, c, "/queue/ActiveMQ.DLQ", SubscribeOptions{Selector: "test_id = '" + testID + "'"})
 }
 
-func header(t *testing.T, m *Message, key string) string {
-	t.Helper()
-	v, _ := m.Header(key)
-	return v
-}
-
 // NACK is not a redelivery on Classic: a persistent message goes straight to ActiveMQ.DLQ (no
 // redelivery policy, no count), a non-persistent one is dropped. The live consumer never sees it
 // again.
@@ -45,7 +39,7 @@ func TestQuirkNackDeadLettersOrDrops(t *testing.T) {
 	d := dlqOf(t, c, q)
 	m := recv(t, d, 5*time.Second)
 	require.Equal(t, "persistent", string(m.Body))
-	require.Equal(t, q, header(t, m, "original-destination"))
+	require.Equal(t, q, m.Value("original-destination"))
 	require.Equal(t, ids["persistent"], m.MessageID, "the dead letter keeps its message-id")
 	require.NoError(t, c.Ack(testCtx(t, 5*time.Second), m.AckID))
 	noMessage(t, d, 500*time.Millisecond) // the non-persistent one is gone
@@ -71,7 +65,7 @@ func TestQuirkAckInAbortedTransaction(t *testing.T) {
 	c2 := dial(t, u)
 	again := recv(t, subscribe(t, c2, q, SubscribeOptions{}), 5*time.Second)
 	require.Equal(t, "tx", string(again.Body))
-	require.Equal(t, "true", header(t, again, "redelivered"))
+	require.Equal(t, "true", again.Value("redelivered"))
 	require.Equal(t, m.MessageID, again.MessageID)
 }
 
@@ -87,11 +81,11 @@ func TestQuirkUnackedRedeliveredOnUnsubscribeAndDisconnect(t *testing.T) {
 	send(t, c, q, "held", Header{"persistent", "true"})
 	s := subscribe(t, c, q, SubscribeOptions{})
 	first := recv(t, s, 5*time.Second)
-	require.Empty(t, header(t, first, "redelivered"), "a first delivery has no redelivered header")
+	require.Empty(t, first.Value("redelivered"), "a first delivery has no redelivered header")
 	require.NoError(t, s.Unsubscribe(testCtx(t, 5*time.Second)))
 
 	m := recv(t, subscribe(t, c, q, SubscribeOptions{}), 5*time.Second)
-	require.Equal(t, "true", header(t, m, "redelivered"), "after UNSUBSCRIBE")
+	require.Equal(t, "true", m.Value("redelivered"), "after UNSUBSCRIBE")
 	require.Equal(t, first.MessageID, m.MessageID)
 	require.NotEqual(t, first.AckID, m.AckID, "a new ack id per delivery")
 	require.NoError(t, c.Close(testCtx(t, 5*time.Second)))
@@ -99,7 +93,7 @@ func TestQuirkUnackedRedeliveredOnUnsubscribeAndDisconnect(t *testing.T) {
 	for i := range 8 { // past ActiveMQ's default maximumRedeliveries (6)
 		ci := dial(t, u)
 		m = recv(t, subscribe(t, ci, q, SubscribeOptions{}), 5*time.Second)
-		require.Equal(t, "true", header(t, m, "redelivered"), "after disconnect %d", i+1)
+		require.Equal(t, "true", m.Value("redelivered"), "after disconnect %d", i+1)
 		require.Equal(t, first.MessageID, m.MessageID)
 		require.NoError(t, ci.Close(testCtx(t, 5*time.Second)))
 	}
@@ -130,13 +124,13 @@ func TestQuirkTimestampFormats(t *testing.T) {
 	s := subscribe(t, c, q, SubscribeOptions{})
 	m := recv(t, s, 5*time.Second)
 	require.Equal(t, "fresh", string(m.Body), "the past-expires message was dropped")
-	require.Equal(t, strconv.FormatInt(future, 10), header(t, m, "expires"))
-	ts, err := strconv.ParseInt(header(t, m, "timestamp"), 10, 64)
+	require.Equal(t, strconv.FormatInt(future, 10), m.Value("expires"))
+	ts, err := strconv.ParseInt(m.Value("timestamp"), 10, 64)
 	require.NoError(t, err, "timestamp is epoch milliseconds")
 	require.InDelta(t, before.UnixMilli(), ts, float64(time.Minute.Milliseconds()))
 	m = recv(t, s, 5*time.Second)
 	require.Equal(t, "plain", string(m.Body))
-	require.Equal(t, "0", header(t, m, "expires"), "no expiry is expires:0")
+	require.Equal(t, "0", m.Value("expires"), "no expiry is expires:0")
 	noMessage(t, s, 300*time.Millisecond) // nothing of the ISO-8601 sends arrived
 }
 
@@ -155,7 +149,7 @@ func TestQuirkArtemisScheduleHeaderIgnored(t *testing.T) {
 	send(t, c, q, "artemis", Header{"_AMQ_SCHED_DELIVERY", at})
 	m := recv(t, s, 30*time.Second) // well before the minute it asked for
 	require.Less(t, time.Since(start), 30*time.Second)
-	require.Equal(t, at, header(t, m, "_AMQ_SCHED_DELIVERY"))
+	require.Equal(t, at, m.Value("_AMQ_SCHED_DELIVERY"))
 }
 
 // browser:true lists a queue without consuming it, and ends the listing with a MESSAGE carrying
@@ -179,7 +173,7 @@ func TestQuirkBrowseAndSelector(t *testing.T) {
 		ids[k] = m.MessageID
 	}
 	end := recv(t, b, 5*time.Second)
-	require.Equal(t, "end", header(t, end, "browser"))
+	require.Equal(t, "end", end.Value("browser"))
 	require.Empty(t, end.Body)
 	require.NoError(t, b.Unsubscribe(testCtx(t, 5*time.Second)))
 

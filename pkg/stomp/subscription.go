@@ -21,9 +21,19 @@ type Message struct {
 	Generation uint64
 }
 
-// Header returns the first header named key.
-func (m *Message) Header(key string) (string, bool) {
-	for _, h := range m.Headers {
+// Header returns the value of the first header named key.
+func (m *Message) Header(key string) (string, bool) { return header(m.Headers, key) }
+
+// Value is Header without the presence flag.
+func (m *Message) Value(key string) string {
+	v, _ := m.Header(key)
+	return v
+}
+
+// header is the value of the first of hs named key: STOMP 1.2 says the first of repeated headers
+// counts.
+func header(hs []Header, key string) (string, bool) {
+	for _, h := range hs {
 		if h.Key == key {
 			return h.Value, true
 		}
