@@ -117,7 +117,8 @@ generate: tools ## Regenerate pkg/gen from proto/ (buf lint first), the OpenAPI 
 	bin/buf lint
 	rm -rf pkg/gen/integrations pkg/gen/gw bin/openapiv2
 	bin/buf generate
-	bin/buf build --exclude-source-info -o bin/openapiv2/image.binpb
+	# With source info: the enums the overlay names are described by their comments.
+	bin/buf build -o bin/openapiv2/image.binpb
 	@mkdir -p $(dir $(OPENAPI_DOC))
 	bin/openapi3gen -swagger bin/openapiv2/integrations.swagger.json -descriptors bin/openapiv2/image.binpb \
 		-overlay $(OPENAPI_OVERLAY) -out $(OPENAPI_DOC)

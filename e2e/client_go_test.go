@@ -366,6 +366,18 @@ func TestGoClient(t *testing.T) {
 		require.NotNil(t, event)
 		require.Equal(t, webhooks.TypeExecutionCompleted, event.GetType())
 		require.Empty(t, event.GetDeliveries(), "lists leave the attempts out")
+		// The data typed, as settlement's statement wrote the body: the Struct's values.
+		data := client.CompletedData(event)
+		require.NotNil(t, event.GetExecutionCompleted(), "the gateway sends the typed data")
+		require.Equal(t, first.GetId(), data.GetExecutionId())
+		require.Equal(t, "dummy.echo", data.GetCapability())
+		require.Equal(t, "succeeded", data.GetStatus())
+		require.Equal(t, event.GetData().GetFields()["mode"].GetStringValue(), data.GetMode())
+		require.EqualValues(t, event.GetData().GetFields()["attempt"].GetNumberValue(), data.GetAttempt())
+		require.EqualValues(t, event.GetSequence(), data.GetSequence())
+		require.Equal(t, first.GetIdempotencyKey(), data.GetIdempotencyKey())
+		require.Nil(t, data.GetResult(), "lists leave the result out")
+		require.Nil(t, client.ProgressData(event))
 
 		// Its delivery was received above; the event says so once the router has recorded it.
 		require.Eventually(t, func() bool {
@@ -448,6 +460,8 @@ func TestGoClient(t *testing.T) {
 		require.NoError(t, err)
 		call := consumer.callFor(t, e.GetId())
 		require.Equal(t, webhooks.TypeExecutionCompleted, call.req.GetType())
+		require.Equal(t, e.GetId(), call.req.GetExecutionCompleted().GetExecutionId(), "the delivery's data, typed")
+		require.Equal(t, "succeeded", call.req.GetExecutionCompleted().GetStatus())
 		require.NoError(t, webhooks.VerifyDelivery(call.md, call.req, secret))
 		require.NoError(t, webhooks.VerifyDelivery(call.md, call.req, previous), "still in the rotation's overlap")
 		assertSigned(t, call, secret, previous) // and with the reference library, one signature per secret

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -222,7 +223,32 @@ func (c *contract) check(req *http.Request, reqBody []byte, resp *http.Response,
 		return fmt.Sprintf("contract: %s (%s): the answer is not as the document says:\n%s\nanswer: %s",
 			name, exchange, describe(err), clip(respBody))
 	}
+	if err := c.checkErrorInfo(respBody); err != nil {
+		return fmt.Sprintf("contract: %s (%s): a refusal's ErrorInfo is not as the document says:\n%s\nanswer: %s",
+			name, exchange, describe(err), clip(respBody))
+	}
 	return ""
+}
+
+// checkErrorInfo holds a refusal's google.rpc.ErrorInfo details to the document's ErrorInfo
+// schema: above all, its reason is one of ErrorReason, the enum every reason the platform sends
+// is declared in. An answer that is no refusal passes.
+func (c *contract) checkErrorInfo(body []byte) error {
+	var refusal struct {
+		Details []map[string]any `json:"details"`
+	}
+	if json.Unmarshal(body, &refusal) != nil {
+		return nil
+	}
+	schema := c.doc.Components.Schemas["ErrorInfo"].Value
+	for _, d := range refusal.Details {
+		if d["@type"] == "type.googleapis.com/google.rpc.ErrorInfo" {
+			if err := schema.VisitJSON(d, openapi3.MultiErrors()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // checkWebhook validates a delivery the suite received against the document's webhook of its
@@ -384,4 +410,19 @@ func TestContractNamesARenamedField(t *testing.T) {
 	// The answer's field the document does not declare, and the one it declares that is missing.
 	require.Contains(t, problems[0], `field execution: property "max_attempts" is unsupported`)
 	require.Contains(t, problems[0], `field execution.maxAttempts: property "maxAttempts" is missing`)
+}
+
+// TestContractHoldsReasonsToTheEnum is the ErrorInfo check's own: a reason the document's
+// ErrorReason does not declare fails, one it declares passes.
+func TestContractHoldsReasonsToTheEnum(t *testing.T) {
+	c := suiteContract(t)
+	refusal := func(reason string) []byte {
+		return []byte(`{"code": 9, "message": "no", "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+			"reason": "` + reason + `", "domain": "integrations", "metadata": {"status": "EXECUTION_STATUS_SUCCEEDED"}}]}`)
+	}
+	require.NoError(t, c.checkErrorInfo(refusal("ALREADY_SETTLED")))
+	err := c.checkErrorInfo(refusal("ALREADY_DONE"))
+	require.Error(t, err)
+	t.Logf("the check's report: %s", describe(err))
+	require.NoError(t, c.checkErrorInfo([]byte(`{"execution": {}}`)), "an answer that is no refusal")
 }

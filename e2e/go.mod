@@ -6,7 +6,7 @@ require (
 	github.com/chromedp/chromedp v0.23.1
 	github.com/getkin/kin-openapi v0.153.0
 	github.com/integrations-platform/integrations/pkg v0.0.0
-	github.com/integrations-platform/integrations/pkg/gen v0.1.0
+	github.com/integrations-platform/integrations/pkg/gen v0.2.0
 	github.com/integrations-platform/integrations/sdk/go v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0

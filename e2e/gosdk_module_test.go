@@ -10,18 +10,23 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/mod/modfile"
 	"golang.org/x/mod/module"
 	modzip "golang.org/x/mod/zip"
 )
 
-// goSDKRelease is the version the outside module requires: the release the repository's tags
-// name (sdk/go/v0.1.0, pkg/gen/v0.1.0), which sdk/go's go.mod requires of pkg/gen.
-const goSDKRelease = "v0.1.0"
+// goSDKRelease is the version the outside module requires of the SDK, which the test publishes
+// from the working tree: the release in the making (its tag sdk/go/v0.2.0 once cut).
+const goSDKRelease = "v0.2.0"
+
+// genModule is the generated types' module, which sdk/go requires at the version its go.mod names
+// (genRelease).
+const genModule = "github.com/integrations-platform/integrations/pkg/gen"
 
 // The modules a Go adapter or client outside this repository requires, and where they live here.
 var publishedModules = map[string]string{
 	sdkModule: "../sdk/go",
-	"github.com/integrations-platform/integrations/pkg/gen": "../pkg/gen",
+	genModule: "../pkg/gen",
 }
 
 // forbiddenInSDKGraph are the module paths (and those below them) an adapter must not be made to depend on:
@@ -75,16 +80,20 @@ func main() {
 `
 
 // outsideClient is a client application's use of the same module, in the same outside module:
-// the client SDK and the webhook helper, compiled with the adapter (its graph is the module's).
+// the client SDK and the webhook helper, compiled with the adapter (its graph is the module's),
+// and what they read of pkg/gen since v0.1.0 (typed event data, ErrorReason).
 const outsideClient = `package main
 
 import (
 	"github.com/integrations-platform/integrations/sdk/go/client"
+	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
 	"github.com/integrations-platform/integrations/sdk/go/webhooks"
 )
 
 var (
 	_ = client.New
+	_ = client.CompletedData
+	_ = rpcstatus.ErrorReason
 	_ = webhooks.Verifier{}
 )
 `
@@ -95,6 +104,11 @@ var (
 // sdk/go and pkg/gen): sdk/go's go.mod must stand on its own (its replace of pkg/gen is ignored
 // outside, as Go ignores a dependency's replaces), and the module graph the adapter gets holds
 // none of the platform's database, broker, migration or exporter libraries.
+//
+// pkg/gen is published at the version sdk/go's go.mod requires (genRelease): from its tag when
+// the repository has one, so that an SDK that came to need a change made since fails here as it
+// would for its users; from the working tree when that version is not tagged yet — the next
+// release, which the require names once the SDK needs a change of pkg/gen not yet released.
 func TestGoSDKOutsideTheWorkspace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a module from scratch")
@@ -102,8 +116,10 @@ func TestGoSDKOutsideTheWorkspace(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	require.NoError(t, err, "the go command")
 	proxy := t.TempDir()
+	gen := genRelease(t)
+	versions := map[string]string{sdkModule: goSDKRelease, genModule: gen}
 	for path, dir := range publishedModules {
-		publish(t, proxy, path, dir)
+		publish(t, proxy, path, dir, versions[path])
 	}
 
 	work := t.TempDir()
@@ -146,7 +162,7 @@ func TestGoSDKOutsideTheWorkspace(t *testing.T) {
 		}
 	}
 	require.True(t, graph["github.com/integrations-platform/integrations/sdk/go@"+goSDKRelease], "%v", graph)
-	require.True(t, graph["github.com/integrations-platform/integrations/pkg/gen@"+goSDKRelease], "%v", graph)
+	require.True(t, graph[genModule+"@"+gen], "%v", graph)
 	for node := range graph {
 		path, _, _ := strings.Cut(node, "@")
 		for _, bad := range forbiddenInSDKGraph {
@@ -160,30 +176,47 @@ func TestGoSDKOutsideTheWorkspace(t *testing.T) {
 // sdkModule is the module the test builds as it is now.
 const sdkModule = "github.com/integrations-platform/integrations/sdk/go"
 
-// releaseTag answers the tag that releases the module at dir as goSDKRelease (pkg/gen/v0.1.0 for
-// ../pkg/gen) when the repository has it.
-func releaseTag(t *testing.T, dir string) (string, bool) {
+// genRelease is the version of pkg/gen that sdk/go's go.mod requires.
+func genRelease(t *testing.T) string {
 	t.Helper()
-	tag := strings.TrimPrefix(dir, "../") + "/" + goSDKRelease
+	path := filepath.Join(publishedModules[sdkModule], "go.mod")
+	text, err := os.ReadFile(path)
+	require.NoError(t, err)
+	f, err := modfile.ParseLax(path, text, nil)
+	require.NoError(t, err)
+	for _, r := range f.Require {
+		if r.Mod.Path == genModule {
+			return r.Mod.Version
+		}
+	}
+	require.FailNow(t, "sdk/go's go.mod does not require "+genModule)
+	return ""
+}
+
+// releaseTag answers the tag that releases the module at dir as version (pkg/gen/v0.2.0 for
+// ../pkg/gen) when the repository has it.
+func releaseTag(t *testing.T, dir, version string) (string, bool) {
+	t.Helper()
+	tag := strings.TrimPrefix(dir, "../") + "/" + version
 	err := exec.Command("git", "-C", "..", "rev-parse", "-q", "--verify", "refs/tags/"+tag).Run()
 	return tag, err == nil
 }
 
 func publishedModule(path string) bool { _, ok := publishedModules[path]; return ok }
 
-// publish puts the module at dir into the file proxy at proxy as version goSDKRelease: its zip
-// (made by golang.org/x/mod/zip, as the Go module mirror makes one from a tag), go.mod and info.
-func publish(t *testing.T, proxy, path, dir string) {
+// publish puts the module at dir into the file proxy at proxy as version: its zip (made by
+// golang.org/x/mod/zip, as the Go module mirror makes one from a tag), go.mod and info.
+func publish(t *testing.T, proxy, path, dir, version string) {
 	t.Helper()
 	escaped, err := module.EscapePath(path)
 	require.NoError(t, err)
 	at := filepath.Join(proxy, filepath.FromSlash(escaped), "@v")
 	require.NoError(t, os.MkdirAll(at, 0o755))
-	v := module.Version{Path: path, Version: goSDKRelease}
-	zf, err := os.Create(filepath.Join(at, goSDKRelease+".zip"))
+	v := module.Version{Path: path, Version: version}
+	zf, err := os.Create(filepath.Join(at, version+".zip"))
 	require.NoError(t, err)
 	var mod []byte
-	if tag, ok := releaseTag(t, dir); ok && dir != publishedModules[sdkModule] {
+	if tag, ok := releaseTag(t, dir, version); ok && dir != publishedModules[sdkModule] {
 		// What sdk/go requires is released: the module as the tag has it, not the working tree,
 		// so that an SDK that came to need a change made since fails here as it would for users.
 		require.NoError(t, modzip.CreateFromVCS(zf, v, "..", tag, strings.TrimPrefix(dir, "../")), "module zip of %s at %s", dir, tag)
@@ -192,15 +225,15 @@ func publish(t *testing.T, proxy, path, dir string) {
 		mod = out
 		t.Logf("%s from the tag %s", path, tag)
 	} else {
-		// The SDK itself, as it is now (and what it requires, before its first tag).
+		// The SDK itself, as it is now (and what it requires, before that version's tag).
 		require.NoError(t, modzip.CreateFromDir(zf, v, dir), "module zip of %s", dir)
 		mod, err = os.ReadFile(filepath.Join(dir, "go.mod"))
 		require.NoError(t, err)
 	}
 	require.NoError(t, zf.Close())
-	require.NoError(t, os.WriteFile(filepath.Join(at, goSDKRelease+".mod"), mod, 0o600))
-	info, err := json.Marshal(map[string]string{"Version": goSDKRelease, "Time": time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC).Format(time.RFC3339)})
+	require.NoError(t, os.WriteFile(filepath.Join(at, version+".mod"), mod, 0o600))
+	info, err := json.Marshal(map[string]string{"Version": version, "Time": time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC).Format(time.RFC3339)})
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(at, goSDKRelease+".info"), info, 0o600))
-	require.NoError(t, os.WriteFile(filepath.Join(at, "list"), []byte(goSDKRelease+"\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(at, version+".info"), info, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(at, "list"), []byte(version+"\n"), 0o600))
 }

@@ -6,7 +6,7 @@ replace github.com/integrations-platform/integrations/migrations => ../migration
 
 require (
 	github.com/integrations-platform/integrations/sdk/go v0.1.0
-	github.com/integrations-platform/integrations/pkg/gen v0.1.0
+	github.com/integrations-platform/integrations/pkg/gen v0.2.0
 	github.com/caarlos0/env/v11 v11.4.2
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/golang-jwt/jwt/v5 v5.3.1

@@ -9,7 +9,7 @@ require (
 
 require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
-	github.com/integrations-platform/integrations/pkg/gen v0.1.0 // indirect
+	github.com/integrations-platform/integrations/pkg/gen v0.2.0 // indirect
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.44.0 // indirect

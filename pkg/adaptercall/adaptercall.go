@@ -162,9 +162,11 @@ func (p *Pool) endpoint(target string) (*endpoint, error) {
 // (platformtoken.Check).
 const (
 	TokenRefusedDomain   = platformtoken.RefusalDomain
-	TokenRefusedReason   = platformtoken.RefusalReason
 	TokenRefusedCheckKey = platformtoken.RefusalCheckKey
 )
+
+// TokenRefusedReason is the marker's reason (errorsv1.ErrorReason_PLATFORM_TOKEN_REFUSED).
+var TokenRefusedReason = platformtoken.RefusalReason
 
 // IsTokenRefusal reports whether err (an adapter's answer, possibly wrapped) is an adapter's
 // refusal of the platform's token: UNAUTHENTICATED with the well-formed TokenRefusedReason marker

@@ -14,14 +14,8 @@ import (
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
-)
-
-// The reasons of the callback service's refusals, as services/adapter-callback answers them
-// (docs/adapter-protocol.md §5, "Refusals of a callback").
-const (
-	reasonInvalid       = "INVALID_CALLBACK"     // UNAUTHENTICATED
-	reasonNotApplicable = "NO_LONGER_APPLICABLE" // ABORTED
 )
 
 // Callback methods, as events name them.
@@ -168,7 +162,7 @@ type refusal struct {
 }
 
 func invalidCallback(msg string) *refusal {
-	return &refusal{err: apperr.New(apperr.KindUnauthenticated, reasonInvalid, "%s", msg), fault: msg}
+	return &refusal{err: apperr.New(apperr.KindUnauthenticated, errorsv1.ErrorReason_INVALID_CALLBACK.String(), "%s", msg), fault: msg}
 }
 
 func invalidField(field, msg string) *refusal {
@@ -176,7 +170,7 @@ func invalidField(field, msg string) *refusal {
 }
 
 func notApplicable(a *attempt, why string) *refusal {
-	return &refusal{err: apperr.New(apperr.KindAborted, reasonNotApplicable, "attempt %d is no longer applicable: %s", a.n, why).
+	return &refusal{err: apperr.New(apperr.KindAborted, errorsv1.ErrorReason_NO_LONGER_APPLICABLE.String(), "attempt %d is no longer applicable: %s", a.n, why).
 		With("status", string(a.ended)).With("attempt", strconv.Itoa(int(a.n)))}
 }
 
@@ -291,7 +285,7 @@ func (p *platform) Complete(ctx context.Context, req *adapterv1.CompleteRequest)
 	a.completes++
 	if a.loseAnswer && a.completes == 1 {
 		// Applied, and answered as an outage: to the adapter, an answer lost on the way.
-		return nil, p.answer(a, ev, &refusal{err: apperr.New(apperr.KindUnavailable, grpcx.ReasonUnavailable, "settlement unavailable, retry")})
+		return nil, p.answer(a, ev, &refusal{err: apperr.New(apperr.KindUnavailable, errorsv1.ErrorReason_UNAVAILABLE.String(), "settlement unavailable, retry")})
 	}
 	return &adapterv1.CompleteResponse{Status: execution.StatusToProto(status)}, p.answer(a, ev, nil)
 }

@@ -10,6 +10,8 @@ import (
 	"net"
 	"syscall"
 	"time"
+
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 )
 
 // Kind is the class of an error as a client sees it.
@@ -36,7 +38,8 @@ type Error struct {
 	Kind Kind
 	// Field names the request field at fault, for KindInvalidArgument.
 	Field string
-	// Reason is a machine-readable UPPER_SNAKE reason, e.g. ALREADY_SETTLED.
+	// Reason is the machine-readable reason of the status's ErrorInfo, one of
+	// integrations.errors.v1.ErrorReason as its String() spells it, e.g. ALREADY_SETTLED.
 	Reason string
 	// Domain is the domain of the reason's ErrorInfo; empty is the project's (grpcx.ErrorDomain).
 	// Set only where a reason belongs to a protocol of its own that other implementations answer
@@ -68,10 +71,11 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Invalid reports a bad request field.
 func Invalid(field, format string, args ...any) *Error {
-	return &Error{Kind: KindInvalidArgument, Field: field, Reason: "INVALID_ARGUMENT", Message: fmt.Sprintf(format, args...)}
+	return &Error{Kind: KindInvalidArgument, Field: field, Reason: errorsv1.ErrorReason_INVALID_ARGUMENT.String(), Message: fmt.Sprintf(format, args...)}
 }
 
-// New returns an error of the given kind and reason.
+// New returns an error of the given kind and reason: an ErrorReason's String(), e.g.
+// errorsv1.ErrorReason_ALREADY_SETTLED.String().
 func New(kind Kind, reason, format string, args ...any) *Error {
 	return &Error{Kind: kind, Reason: reason, Message: fmt.Sprintf(format, args...)}
 }
@@ -80,17 +84,17 @@ func New(kind Kind, reason, format string, args ...any) *Error {
 // serve the request now: nothing is wrong with it, and the caller should try again. err is the
 // cause, for logs.
 func Unavailable(err error, format string, args ...any) *Error {
-	return New(KindUnavailable, "UNAVAILABLE", format, args...).Wrap(err)
+	return New(KindUnavailable, errorsv1.ErrorReason_UNAVAILABLE.String(), format, args...).Wrap(err)
 }
 
 // NotFound reports that a resource does not exist or is not visible to the caller.
 func NotFound(format string, args ...any) *Error {
-	return New(KindNotFound, "NOT_FOUND", format, args...)
+	return New(KindNotFound, errorsv1.ErrorReason_NOT_FOUND.String(), format, args...)
 }
 
 // Unauthenticated reports missing or wrong credentials.
 func Unauthenticated(format string, args ...any) *Error {
-	return New(KindUnauthenticated, "UNAUTHENTICATED", format, args...)
+	return New(KindUnauthenticated, errorsv1.ErrorReason_UNAUTHENTICATED.String(), format, args...)
 }
 
 // With returns a copy of e carrying metadata key=value.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	"github.com/integrations-platform/integrations/pkg/db"
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
 	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
@@ -42,14 +43,6 @@ var kindCodes = map[apperr.Kind]codes.Code{
 // when the error gave none (a rate limit gives its bucket's delay): errdetails.RetryInfo for gRPC callers, Retry-After for REST ones. A connection lost to a
 // restart or a failover is usually back within it.
 const DefaultRetryDelay = time.Second
-
-// The reasons of the statuses ToStatus makes from errors that are not typed.
-const (
-	ReasonUnavailable      = "UNAVAILABLE"
-	ReasonInternal         = "INTERNAL"
-	ReasonCancelled        = "CANCELLED"
-	ReasonDeadlineExceeded = "DEADLINE_EXCEEDED"
-)
 
 // ToStatus maps an error to the gRPC status the caller sees. This is the one place where errors
 // become status codes; every status it makes carries an ErrorInfo of ErrorDomain, so that a
@@ -82,24 +75,24 @@ func ToStatus(err error) *status.Status {
 	}
 	switch {
 	case errors.Is(err, context.Canceled):
-		return typedStatus(apperr.New(apperr.KindCanceled, ReasonCancelled, "request cancelled"))
+		return typedStatus(apperr.New(apperr.KindCanceled, errorsv1.ErrorReason_CANCELLED.String(), "request cancelled"))
 	case errors.Is(err, context.DeadlineExceeded):
-		return typedStatus(apperr.New(apperr.KindDeadlineExceeded, ReasonDeadlineExceeded, "deadline exceeded"))
+		return typedStatus(apperr.New(apperr.KindDeadlineExceeded, errorsv1.ErrorReason_DEADLINE_EXCEEDED.String(), "deadline exceeded"))
 	case dependencyFailure(err):
-		return typedStatus(apperr.New(apperr.KindUnavailable, ReasonUnavailable, "service temporarily unavailable, retry"))
+		return typedStatus(apperr.New(apperr.KindUnavailable, errorsv1.ErrorReason_UNAVAILABLE.String(), "service temporarily unavailable, retry"))
 	}
 	var downstream interface{ GRPCStatus() *status.Status }
 	if errors.As(err, &downstream) {
 		switch downstream.GRPCStatus().Code() {
 		case codes.Unavailable, codes.ResourceExhausted:
-			return typedStatus(apperr.New(apperr.KindUnavailable, ReasonUnavailable, "a dependency is unavailable, retry"))
+			return typedStatus(apperr.New(apperr.KindUnavailable, errorsv1.ErrorReason_UNAVAILABLE.String(), "a dependency is unavailable, retry"))
 		case codes.Canceled:
-			return typedStatus(apperr.New(apperr.KindCanceled, ReasonCancelled, "request cancelled"))
+			return typedStatus(apperr.New(apperr.KindCanceled, errorsv1.ErrorReason_CANCELLED.String(), "request cancelled"))
 		case codes.DeadlineExceeded:
-			return typedStatus(apperr.New(apperr.KindDeadlineExceeded, ReasonDeadlineExceeded, "deadline exceeded"))
+			return typedStatus(apperr.New(apperr.KindDeadlineExceeded, errorsv1.ErrorReason_DEADLINE_EXCEEDED.String(), "deadline exceeded"))
 		}
 	}
-	return typedStatus(apperr.New(apperr.KindInternal, ReasonInternal, "internal error"))
+	return typedStatus(apperr.New(apperr.KindInternal, errorsv1.ErrorReason_INTERNAL.String(), "internal error"))
 }
 
 // retryable are the kinds whose status advises a delay before trying again.
@@ -166,7 +159,7 @@ func Downstream(ctx context.Context, service string, err error) error {
 		e.RetryAfter = rpcstatus.StatusRetryDelay(st)
 		return e
 	default:
-		return apperr.New(apperr.KindInternal, ReasonInternal, "internal error").Wrap(fmt.Errorf("call %s: %w", service, err))
+		return apperr.New(apperr.KindInternal, errorsv1.ErrorReason_INTERNAL.String(), "internal error").Wrap(fmt.Errorf("call %s: %w", service, err))
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/mq"
 	"github.com/integrations-platform/integrations/sdk/go/platformtoken"
@@ -95,7 +96,7 @@ func TestToStatusKeepsTheCauseOut(t *testing.T) {
 		require.Equal(t, codes.Internal, st.Code())
 		require.Equal(t, "internal error", st.Message())
 		require.Len(t, st.Details(), 1, "only the ErrorInfo that marks the status as ours")
-		require.Equal(t, grpcx.ReasonInternal, rpcstatus.Reason(st.Err()))
+		require.Equal(t, errorsv1.ErrorReason_INTERNAL.String(), rpcstatus.Reason(st.Err()))
 		require.Zero(t, rpcstatus.RetryDelay(st.Err()), "a bug is not retried")
 	})
 	t.Run("typed error with a cause, wrapped", func(t *testing.T) {
@@ -161,7 +162,7 @@ func TestToStatusDependencyFailures(t *testing.T) {
 			t.Parallel()
 			st := grpcx.ToStatus(fmt.Errorf("accept execution: %w", tt.err))
 			require.Equal(t, codes.Unavailable, st.Code(), "%v", tt.err)
-			require.Equal(t, grpcx.ReasonUnavailable, rpcstatus.Reason(st.Err()))
+			require.Equal(t, errorsv1.ErrorReason_UNAVAILABLE.String(), rpcstatus.Reason(st.Err()))
 			require.Equal(t, grpcx.DefaultRetryDelay, rpcstatus.RetryDelay(st.Err()))
 			require.NotContains(t, st.Message(), "accept execution")
 			require.NotContains(t, st.Message(), "127.0.0.1")
@@ -189,11 +190,11 @@ func TestToStatusDoesNotPassADownstreamStatusThrough(t *testing.T) {
 		want   codes.Code
 		reason string
 	}{
-		{"unreachable", status.New(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp 127.0.0.1:9094: connect: connection refused\""), codes.Unavailable, grpcx.ReasonUnavailable},
-		{"overloaded", status.New(codes.ResourceExhausted, "too many requests at 127.0.0.1:9094"), codes.Unavailable, grpcx.ReasonUnavailable},
-		{"a refusal of a field the client never sent", refused, codes.Internal, grpcx.ReasonInternal},
-		{"a reason of the other service", settled, codes.Internal, grpcx.ReasonInternal},
-		{"its own bug", status.New(codes.Internal, "internal error"), codes.Internal, grpcx.ReasonInternal},
+		{"unreachable", status.New(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp 127.0.0.1:9094: connect: connection refused\""), codes.Unavailable, errorsv1.ErrorReason_UNAVAILABLE.String()},
+		{"overloaded", status.New(codes.ResourceExhausted, "too many requests at 127.0.0.1:9094"), codes.Unavailable, errorsv1.ErrorReason_UNAVAILABLE.String()},
+		{"a refusal of a field the client never sent", refused, codes.Internal, errorsv1.ErrorReason_INTERNAL.String()},
+		{"a reason of the other service", settled, codes.Internal, errorsv1.ErrorReason_INTERNAL.String()},
+		{"its own bug", status.New(codes.Internal, "internal error"), codes.Internal, errorsv1.ErrorReason_INTERNAL.String()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	"github.com/integrations-platform/integrations/pkg/safetext"
 	"github.com/integrations-platform/integrations/pkg/tlsx"
 )
@@ -173,9 +174,9 @@ func (p Policy) authorize(ctx context.Context, method string) error {
 		}
 	}
 	if !listed {
-		return apperr.New(apperr.KindPermissionDenied, "METHOD_NOT_ALLOWED", "no platform service may call this method")
+		return apperr.New(apperr.KindPermissionDenied, errorsv1.ErrorReason_METHOD_NOT_ALLOWED.String(), "no platform service may call this method")
 	}
-	return apperr.New(apperr.KindPermissionDenied, "CALLER_NOT_ALLOWED", "%s may not call this method", caller)
+	return apperr.New(apperr.KindPermissionDenied, errorsv1.ErrorReason_CALLER_NOT_ALLOWED.String(), "%s may not call this method", caller)
 }
 
 func peerService(ctx context.Context) (string, error) {

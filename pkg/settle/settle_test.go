@@ -18,6 +18,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	"github.com/integrations-platform/integrations/pkg/execution"
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
@@ -42,7 +43,7 @@ func TestPlatformStatusesClassify(t *testing.T) {
 		{"result refused", st(apperr.Invalid("result", "not a JSON object: NaN")), outcome.ClassResultRefused},
 		{"other field refused", st(apperr.Invalid("execution_id", "not a UUID")), outcome.ClassRefused},
 		{"unauthenticated", st(apperr.Unauthenticated("bad token")), outcome.ClassRefused},
-		{"unavailable", st(apperr.New(apperr.KindUnavailable, grpcx.ReasonUnavailable, "down")), outcome.Retry},
+		{"unavailable", st(apperr.New(apperr.KindUnavailable, errorsv1.ErrorReason_UNAVAILABLE.String(), "down")), outcome.Retry},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -9,7 +9,7 @@ replace github.com/integrations-platform/integrations/pkg/gen => ../../pkg/gen
 require (
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/golang-jwt/jwt/v5 v5.3.1
-	github.com/integrations-platform/integrations/pkg/gen v0.1.0
+	github.com/integrations-platform/integrations/pkg/gen v0.2.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0

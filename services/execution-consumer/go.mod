@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/integrations-platform/integrations/sdk/go v0.1.0
-	github.com/integrations-platform/integrations/pkg/gen v0.1.0
+	github.com/integrations-platform/integrations/pkg/gen v0.2.0
 	github.com/google/uuid v1.6.0
 	github.com/integrations-platform/integrations/pkg v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0

@@ -7,8 +7,10 @@
 // message, so that every schema is named after its message; which fields the gateway always sends
 // (its marshaler sets EmitDefaultValues: every scalar, enum, list and map field outside a oneof is
 // present in an answer, so it is required in every schema an answer reaches); which are
-// google.protobuf.Struct (free-form objects) or Duration (a string of seconds). Operation ids are
-// the RPC's name in lowerCamelCase. The overlay (see the file's own comments) is merged last.
+// google.protobuf.Struct (free-form objects) or Duration (a string of seconds); and the enums the
+// overlay names that no operation reaches (the ErrorInfo reasons), with their values' comments.
+// Operation ids are the RPC's name in lowerCamelCase. The overlay (see the file's own comments) is
+// merged last.
 //
 //	openapi3gen -swagger bin/openapiv2/integrations.swagger.json -descriptors bin/openapiv2/image.binpb \
 //	    -overlay proto/integrations/gateway/v1/openapi.yaml -out pkg/gen/openapi/integrations.openapi.yaml
@@ -76,7 +78,7 @@ func run(swaggerPath, descPath, overlayPath, out string) error {
 	if err != nil {
 		return fmt.Errorf("find %s: %w", service, err)
 	}
-	if err := build(doc, svc.(protoreflect.ServiceDescriptor), &ov); err != nil {
+	if err := build(doc, files, svc.(protoreflect.ServiceDescriptor), &ov); err != nil {
 		return err
 	}
 	text, err := render(doc)
@@ -146,6 +148,11 @@ type overlay struct {
 	// Paths are served beside the API (not by grpc-gateway): added as written.
 	Paths    obj `yaml:"paths"`
 	Webhooks obj `yaml:"webhooks"`
+	// Enums are proto enums, by full name, declared as schemas although no operation's message
+	// reaches them (a refusal's ErrorInfo.reason is a string on the wire): each is a string
+	// schema named after the enum, its values those sent (not the zero value), its description
+	// the enum's comment and each value's.
+	Enums []string `yaml:"enums"`
 }
 
 type operation struct {
@@ -168,7 +175,7 @@ type success struct {
 type obj = map[string]any
 
 // build turns the converted document into ours.
-func build(doc obj, svc protoreflect.ServiceDescriptor, ov *overlay) error {
+func build(doc obj, files *protoregistry.Files, svc protoreflect.ServiceDescriptor, ov *overlay) error {
 	doc["openapi"] = "3.1.0"
 	doc["info"] = ov.Info
 	doc["servers"] = ov.Servers
@@ -213,7 +220,26 @@ func build(doc obj, svc protoreflect.ServiceDescriptor, ov *overlay) error {
 		}
 		paths[name] = v
 	}
-	// The schemas: those the operations reached, renamed, then the overlay's.
+	// The schemas: those the operations reached, renamed, the enums the overlay names, then the
+	// overlay's.
+	for _, full := range ov.Enums {
+		d, err := files.FindDescriptorByName(protoreflect.FullName(full))
+		if err != nil {
+			return fmt.Errorf("overlay: enum %s: %w", full, err)
+		}
+		ed, ok := d.(protoreflect.EnumDescriptor)
+		if !ok {
+			return fmt.Errorf("overlay: %s is not an enum", full)
+		}
+		name := string(ed.Name())
+		if err := n.claim(name, name, full); err != nil {
+			return err
+		}
+		if _, dup := n.out[name]; dup {
+			return fmt.Errorf("overlay: enum %s: an operation reaches it already", full)
+		}
+		n.out[name] = enumSchema(ed)
+	}
 	for name, v := range asObj(ov.Components["schemas"]) {
 		if cur, ok := n.out[name].(obj); ok {
 			mergeSchema(cur, v.(obj))
@@ -458,6 +484,34 @@ func (n *namer) enum(ref string, ed protoreflect.EnumDescriptor) error {
 		return nil
 	}
 	return fmt.Errorf("no schema %s", gen)
+}
+
+// enumSchema is the string schema of an enum the overlay names: its values but the zero one
+// (never sent), and a description of the enum's comment followed by a line per value with its
+// comment, as protoc-gen-openapiv2 describes the enums it reaches.
+func enumSchema(ed protoreflect.EnumDescriptor) obj {
+	locs := ed.ParentFile().SourceLocations()
+	var values []any
+	var lines []string
+	for i := range ed.Values().Len() {
+		v := ed.Values().Get(i)
+		if v.Number() == 0 {
+			continue
+		}
+		values = append(values, string(v.Name()))
+		lines = append(lines, fmt.Sprintf("- %s — %s", v.Name(), strings.Join(strings.Fields(locs.ByDescriptor(v).LeadingComments), " ")))
+	}
+	desc := strings.TrimSpace(trimComment(locs.ByDescriptor(ed).LeadingComments))
+	return obj{"type": "string", "enum": values, "description": desc + "\n\n" + strings.Join(lines, "\n")}
+}
+
+// trimComment is a proto comment's text without the space each line starts with.
+func trimComment(c string) string {
+	lines := strings.Split(c, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimPrefix(l, " ")
+	}
+	return strings.Join(lines, "\n")
 }
 
 // claim records that the generated schema gen is ours as name, standing for full.

@@ -27,6 +27,10 @@ type (
 	// Event is one event of the application (execution.completed, execution.progress) with its
 	// delivery state.
 	Event = eventsv1.Event
+	// ExecutionCompletedData is an execution.completed event's data (CompletedData reads it).
+	ExecutionCompletedData = eventsv1.ExecutionCompletedData
+	// ExecutionProgressData is an execution.progress event's data (ProgressData reads it).
+	ExecutionProgressData = eventsv1.ExecutionProgressData
 	// Timeline is what happened to an execution, oldest first.
 	Timeline = gatewayv1.GetExecutionTimelineResponse
 	// ListExecutionsRequest filters List: status, capability, created_after, created_before,

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
 )
 
@@ -72,8 +73,9 @@ func (e *Error) Field() string {
 // outcome was not recorded by the call's deadline: the provider work is done or under way, the
 // execution settles on its own, and ExecutionID names it. Such a call must not be made again —
 // without an IdempotencyKey that runs the work a second time: read the execution (Get) or wait for
-// it (WaitForSettlement); InvokeAndWait does so itself.
-const ReasonOutcomePending = "OUTCOME_PENDING"
+// it (WaitForSettlement); InvokeAndWait does so itself. It is
+// errorsv1.ErrorReason_OUTCOME_PENDING's name: the reasons are that enum's values.
+var ReasonOutcomePending = errorsv1.ErrorReason_OUTCOME_PENDING.String()
 
 // ExecutionID is the execution the refusal is about, from its ErrorInfo metadata ("execution_id",
 // as OUTCOME_PENDING carries it), or "".

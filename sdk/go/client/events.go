@@ -4,9 +4,11 @@ import (
 	"context"
 	"iter"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
+	"github.com/integrations-platform/integrations/sdk/go/webhooks"
 )
 
 // ListEvents iterates over the application's events that filter selects (nil: all), newest
@@ -112,4 +114,41 @@ func (c *Client) RotateSecret(ctx context.Context) (*SecretRotation, error) {
 		return nil, wrap(ctx, "rotate signing secret", err)
 	}
 	return resp, nil
+}
+
+// CompletedData is an execution.completed event's data, typed: the event's execution_completed,
+// or, from a gateway that sends only the untyped data (v0.1), data read into the same message.
+// nil for an event of another type, or whose data does not read as one.
+func CompletedData(e *Event) *ExecutionCompletedData {
+	if d := e.GetExecutionCompleted(); d != nil {
+		return d
+	}
+	d, _ := untypedData(e).(*ExecutionCompletedData)
+	return d
+}
+
+// ProgressData is an execution.progress event's data, typed, as CompletedData reads a
+// completion's.
+func ProgressData(e *Event) *ExecutionProgressData {
+	if d := e.GetExecutionProgress(); d != nil {
+		return d
+	}
+	d, _ := untypedData(e).(*ExecutionProgressData)
+	return d
+}
+
+// untypedData is e's data (the Struct) read into the message of its type, or nil.
+func untypedData(e *Event) proto.Message {
+	if e.GetData() == nil {
+		return nil
+	}
+	raw, err := protojson.Marshal(e.GetData())
+	if err != nil {
+		return nil
+	}
+	m, err := webhooks.TypedData(e.GetType(), raw)
+	if err != nil {
+		return nil
+	}
+	return m
 }

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
 )
 
@@ -75,8 +76,9 @@ const (
 )
 
 // Reasons (ErrorInfo.reason) that say the execution or attempt has moved on.
-var movedOnReasons = map[string]bool{
-	"ALREADY_SETTLED": true, "STALE_ATTEMPT": true, "STATUS_MISMATCH": true, "NO_LONGER_APPLICABLE": true,
+var movedOnReasons = map[errorsv1.ErrorReason]bool{
+	errorsv1.ErrorReason_ALREADY_SETTLED: true, errorsv1.ErrorReason_STALE_ATTEMPT: true,
+	errorsv1.ErrorReason_STATUS_MISMATCH: true, errorsv1.ErrorReason_NO_LONGER_APPLICABLE: true,
 }
 
 // Classify applies the rules to a gRPC status error (a plain context error counts as
@@ -85,7 +87,7 @@ func Classify(err error) Class {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return Retry
 	}
-	if movedOnReasons[rpcstatus.Reason(err)] {
+	if movedOnReasons[rpcstatus.ErrorReason(err)] {
 		return ClassMovedOn
 	}
 	switch status.Code(err) {

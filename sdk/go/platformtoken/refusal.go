@@ -7,6 +7,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 )
 
 // The refusal marker: the google.rpc.ErrorInfo with which an adapter that refuses the platform's
@@ -18,9 +20,11 @@ import (
 // another language answers it too.
 const (
 	RefusalDomain   = "integrations.platform"
-	RefusalReason   = "PLATFORM_TOKEN_REFUSED"
 	RefusalCheckKey = "check"
 )
+
+// RefusalReason is the marker's reason: errorsv1.ErrorReason_PLATFORM_TOKEN_REFUSED's name.
+var RefusalReason = errorsv1.ErrorReason_PLATFORM_TOKEN_REFUSED.String()
 
 // RefusalStatus is an adapter's answer to a call whose token Verify refused with err: code
 // UNAUTHENTICATED, err's text as the message (it never quotes the token), and the marker naming

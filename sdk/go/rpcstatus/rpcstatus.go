@@ -9,11 +9,21 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/status"
+
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 )
 
 // Reason returns the ErrorInfo reason carried by a status error, or "".
 func Reason(err error) string {
 	return ErrorInfo(err).GetReason()
+}
+
+// ErrorReason returns the ErrorInfo reason carried by a status error as the platform's
+// integrations.errors.v1.ErrorReason, or ERROR_REASON_UNSPECIFIED when it carries none or one the
+// enum does not name (a newer platform's, another service's): compare it with the enum's values
+// rather than with strings.
+func ErrorReason(err error) errorsv1.ErrorReason {
+	return errorsv1.ErrorReason(errorsv1.ErrorReason_value[Reason(err)])
 }
 
 // ErrorInfo returns the ErrorInfo detail carried by a status error, or nil.

@@ -40,8 +40,12 @@ func delivery(t *testing.T, ts time.Time, secrets ...string) (metadata.MD, *even
 	data, err := structpb.NewStruct(map[string]any{"execution_id": "ex-1", "status": "succeeded",
 		"result": map[string]any{"echo": "hé"}, "sequence": 2})
 	require.NoError(t, err)
+	result, err := structpb.NewStruct(map[string]any{"echo": "hé"})
+	require.NoError(t, err)
 	req := &eventsv1.DeliverRequest{Id: "evt-1", Type: "execution.completed",
-		Time: timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)), Data: data, Body: []byte(body), Sequence: 2}
+		Time: timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)), Data: data, Body: []byte(body), Sequence: 2,
+		TypedData: &eventsv1.DeliverRequest_ExecutionCompleted{ExecutionCompleted: &eventsv1.ExecutionCompletedData{
+			ExecutionId: "ex-1", Status: "succeeded", Result: result, Sequence: 2}}}
 	return metadata.Pairs(webhooks.HeaderID, "evt-1", webhooks.HeaderTimestamp, timestamp(ts),
 		webhooks.HeaderSignature, sigs), req
 }
@@ -77,6 +81,11 @@ func TestVerifyDelivery(t *testing.T) {
 	require.ErrorIs(t, webhooks.VerifyDelivery(md, req, current), webhooks.ErrUnverified)
 	require.NoError(t, webhooks.Verifier{Secrets: []string{current}, Tolerance: 10 * time.Minute}.VerifyDelivery(md, req))
 	require.NoError(t, webhooks.Verifier{Secrets: []string{current}, Now: func() time.Time { return now.Add(-6 * time.Minute) }}.VerifyDelivery(md, req))
+
+	// A router before v0.2 sets no typed data: the request verifies without it.
+	md, req = delivery(t, now, current)
+	req.TypedData = nil
+	require.NoError(t, webhooks.VerifyDelivery(md, req, current))
 }
 
 // TestVerifyDeliveryRefusesTampering: the body, the metadata and each typed field are held to what was
@@ -109,6 +118,10 @@ func TestVerifyDeliveryRefusesTampering(t *testing.T) {
 			r.Data.Fields["status"] = structpb.NewStringValue("failed")
 		}},
 		{"no data", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.Data = nil }},
+		{"typed data", func(_ metadata.MD, r *eventsv1.DeliverRequest) { r.GetExecutionCompleted().Status = "failed" }},
+		{"typed data of another type", func(_ metadata.MD, r *eventsv1.DeliverRequest) {
+			r.TypedData = &eventsv1.DeliverRequest_ExecutionProgress{ExecutionProgress: &eventsv1.ExecutionProgressData{ExecutionId: "ex-1", Sequence: 2}}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -240,8 +240,8 @@ func VerifyDelivery(md metadata.MD, req *eventsv1.DeliverRequest, secrets ...str
 
 // VerifyDelivery checks an EventConsumerService Deliver call: md its incoming metadata, signed as
 // a webhook is over req.body (see Verify), webhook-id equal to req.id, and req's typed fields
-// (type, time, sequence, data) equal to its body's, so that after it every field of the request is
-// as the platform sent it. Its errors wrap ErrUnverified (or ErrSecret).
+// (type, time, sequence, data, and execution_completed or execution_progress when set) equal to
+// its body's, so that after it every field of the request is as the platform sent it. Its errors wrap ErrUnverified (or ErrSecret).
 func (v Verifier) VerifyDelivery(md metadata.MD, req *eventsv1.DeliverRequest) error {
 	id, err := v.verify(md.Get(HeaderID), md.Get(HeaderTimestamp), md.Get(HeaderSignature), req.GetBody())
 	if err != nil {
@@ -386,6 +386,9 @@ func fieldsOfBody(req *eventsv1.DeliverRequest) error {
 	}
 	if !proto.Equal(req.GetData(), want) && !(len(data) == 0 && len(req.GetData().GetFields()) == 0) {
 		return differs("data")
+	}
+	if !typedDataOfBody(req, req.GetType(), body.Data) {
+		return differs("typed data")
 	}
 	return nil
 }

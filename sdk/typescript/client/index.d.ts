@@ -24,6 +24,17 @@ export type SetConsumerRequest = S['SetConsumerRequest'];
 export type SetConsumerResponse = S['SetConsumerResponse'];
 export type RotateSigningSecretResponse = S['RotateSigningSecretResponse'];
 export type Status = S['Status'];
+/** A refusal's google.rpc.ErrorInfo detail. */
+export type ErrorInfo = S['ErrorInfo'];
+/**
+ * Every reason an ErrorInfo carries, with when it is sent and whether to retry (the proto enum
+ * integrations.errors.v1.ErrorReason, through the OpenAPI document).
+ */
+export type ErrorReason = S['ErrorReason'];
+/** An execution.completed event's data (Event.execution_completed, a webhook body's data). */
+export type ExecutionCompletedData = S['ExecutionCompletedData'];
+/** An execution.progress event's data (Event.execution_progress, a webhook body's data). */
+export type ExecutionProgressData = S['ExecutionProgressData'];
 export type ExecutionCompletedEvent = S['ExecutionCompletedEvent'];
 export type ExecutionProgressEvent = S['ExecutionProgressEvent'];
 /** A webhook body: what verifyWebhook answers. Switch on `type`. */
@@ -110,8 +121,11 @@ export declare class IntegrationsError extends Error {
   /** The gRPC code (3 INVALID_ARGUMENT, 5 NOT_FOUND, 16 UNAUTHENTICATED, ...); 0 when the body was not a Status. */
   readonly code: number;
   readonly details: S['Any'][];
-  /** The ErrorInfo's reason (IDEMPOTENCY_KEY_REUSED, ALREADY_SETTLED, ...). */
-  readonly reason: string | undefined;
+  /**
+   * The ErrorInfo's reason (IDEMPOTENCY_KEY_REUSED, ALREADY_SETTLED, ...), one of ErrorReason (a
+   * newer platform may send one this version does not list: then read the status and code).
+   */
+  readonly reason: ErrorReason | undefined;
   /** The fields a BadRequest names. */
   readonly fieldViolations: { field: string; description: string }[];
   /** How long the server asked to wait (Retry-After, or the RetryInfo), in ms. */

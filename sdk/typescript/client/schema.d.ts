@@ -405,7 +405,8 @@ export interface components {
         /**
          * @description A detail of a refusal, as google.protobuf.Any in JSON: its type in `@type`
          *     (type.googleapis.com/google.rpc.BadRequest, .ErrorInfo, .RetryInfo) and that message's
-         *     fields beside it.
+         *     fields beside it. An ErrorInfo is as the ErrorInfo schema says: its reason one of
+         *     ErrorReason.
          */
         Any: {
             "@type": string;
@@ -462,6 +463,23 @@ export interface components {
         CancelExecutionBody: Record<string, never>;
         CancelExecutionResponse: {
             execution: components["schemas"]["Execution"];
+        };
+        /**
+         * @description CompletionFailure is why an execution settled failed or cancelled, as the completion event's
+         *     body carries it: a text that is empty is absent (unset).
+         */
+        CompletionFailure: {
+            /** @description The adapter's error class: transient, permanent, timeout, unavailable, ... */
+            class?: string;
+            /** @description The adapter's own error code, if it gave one. */
+            code?: string;
+            /** @description For people; never the request payload. */
+            message?: string;
+            /**
+             * @description Why the execution settled so: adapter.permanent, retry_exhausted.attempt_limit,
+             *     retry_exhausted.budget, lease_expired, cancelled.
+             */
+            reason?: string;
         };
         /** @description A created key, with the key itself (shown this once). */
         CreatedApiKey: {
@@ -525,6 +543,64 @@ export interface components {
              */
             time: string;
         };
+        /**
+         * @description The google.rpc.ErrorInfo detail of a refusal (one of its details): the machine-readable
+         *     reason beside the code, the domain, and metadata the reason defines.
+         */
+        ErrorInfo: {
+            /** @constant */
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo";
+            /** @description "integrations", the platform's. */
+            domain: string;
+            /** @description What the reason says more, e.g. ALREADY_SETTLED's "status" and "attempt", RATE_LIMITED's "limit". */
+            metadata?: {
+                [key: string]: string;
+            };
+            reason: components["schemas"]["ErrorReason"];
+        };
+        /**
+         * @description ErrorReason is every reason a google.rpc.ErrorInfo detail of the platform carries (AIP-193):
+         *     the machine-readable word beside a status's code, read by programs where the code alone says
+         *     too little (ALREADY_SETTLED and STATUS_MISMATCH are both FAILED_PRECONDITION). The reason is
+         *     the value's name, as ErrorReason's String() spells it in Go; the number is never sent.
+         *
+         *     Every reason's domain is "integrations" (the platform's services' answers), but
+         *     PLATFORM_TOKEN_REFUSED's: "integrations.platform", the adapter protocol's refusal marker,
+         *     which adapters send. A REST answer carries the same ErrorInfo in its details.
+         *
+         *     "Retry" below is the advice to the caller: whether the same call may be made again. A call
+         *     that changes something (an invocation, a cancellation) is repeated only with the same
+         *     Idempotency-Key where it takes one. A reason not known to a client is read by its code.
+         *
+         *     - INVALID_ARGUMENT — INVALID_ARGUMENT: a request field is wrong; a google.rpc.BadRequest names it. Retry: no, not unchanged.
+         *     - NOT_FOUND — NOT_FOUND: no such capability, execution or event visible to the caller. Retry: no.
+         *     - UNAUTHENTICATED — UNAUTHENTICATED: the API key, admin token or client certificate is missing, unknown, expired or revoked. Retry: no, not with the same credential.
+         *     - UNAVAILABLE — UNAVAILABLE: a database, broker or internal service could not serve the call now; a RetryInfo (REST: Retry-After) says when to try again. Retry: yes, after the delay.
+         *     - INTERNAL — INTERNAL: a bug, logged with its cause. Retry: may succeed, but report it.
+         *     - CANCELLED — CANCELLED: the caller cancelled the call. Retry: the caller's choice.
+         *     - DEADLINE_EXCEEDED — DEADLINE_EXCEEDED: the call's deadline passed before it was answered. Retry: yes (an invocation with the same Idempotency-Key).
+         *     - ALREADY_SETTLED — FAILED_PRECONDITION: the execution is already final (succeeded, failed or cancelled); metadata "status" and "attempt" say how it settled. Sent by the settlement service to a losing settler and by the gateway to a cancellation of a settled execution. Retry: no; an outcome reporter takes it as "moved on", final and not an error.
+         *     - STALE_ATTEMPT — ABORTED: the outcome is for an attempt that is no longer the current one (a later attempt started). Sent by the settlement service. Retry: no ("moved on").
+         *     - STATUS_MISMATCH — FAILED_PRECONDITION: the execution is not in the status the settlement expected (e.g. it went back to pending for a retry). Sent by the settlement service. Retry: no ("moved on"; the gateway's cancel reads the execution again itself).
+         *     - NO_LONGER_APPLICABLE — ABORTED: a callback for an attempt that has ended (settled, superseded, swept, cancelled); metadata "status" and "attempt" give the execution's current state, and an outcome is kept as the attempt's late outcome. Sent by adapter-callback. Retry: no: stop the work, send nothing more.
+         *     - EXECUTION_BUSY — ABORTED: a cancellation found the execution changing (attempts starting or failing) on every read. Sent by the gateway. Retry: yes.
+         *     - IDEMPOTENCY_KEY_REUSED — ALREADY_EXISTS (REST 409): the Idempotency-Key was used before with another request. Retry: no; use a new key for a new request.
+         *     - OUTCOME_PENDING — UNAVAILABLE with a RetryInfo: a sync invocation's attempt ran but its outcome was not recorded by the call's deadline; metadata "execution_id" names the execution, which settles on its own. Retry: no, not the invocation (without the same key the work runs again): read the execution or wait for it.
+         *     - ADAPTER_UNAVAILABLE — UNAVAILABLE: a sync invocation's adapter could not be reached; nothing was sent to it and the execution was not kept. Retry: yes, with the same Idempotency-Key.
+         *     - SHUTTING_DOWN — UNAVAILABLE: this gateway replica is shutting down and takes no new sync invocations. Retry: yes; another replica answers.
+         *     - RATE_LIMITED — RESOURCE_EXHAUSTED (REST 429 with Retry-After): over the application's rate limit; metadata "limit" says which ("invoke" or "read"). Retry: yes, after the RetryInfo's delay.
+         *     - TOO_MANY_AUTH_FAILURES — RESOURCE_EXHAUSTED (REST 429 with Retry-After): authentication failed too often from this address or with this key id; metadata "limit" says which ("source" or "key"). Retry: yes, after the delay, with a right credential.
+         *     - OPERATOR_READ_ONLY — PERMISSION_DENIED (REST 403): the admin token made a call only an application's API key may make. Retry: no; make it with the application's key.
+         *     - SIGNING_SECRET_UNREADABLE — FAILED_PRECONDITION: the application's signing secret was sealed with a key this deployment does not hold (INTEGRATIONS_SECRET_KEY, INTEGRATIONS_SECRET_KEY_PREVIOUS). Retry: no; rotate the secret (POST /v1/consumer:rotate-secret) or configure the key.
+         *     - INVALID_CALLBACK — UNAUTHENTICATED: no or an unknown adapter credential, an unknown attempt, or a wrong callback token. Retry: no: the attempt is not the caller's.
+         *     - FOREIGN_EXECUTION — PERMISSION_DENIED: the execution belongs to another adapter. Retry: no.
+         *     - SYNC_EXECUTION — FAILED_PRECONDITION: a callback for a sync execution, which only the gateway settles. Retry: no.
+         *     - METHOD_NOT_ALLOWED — PERMISSION_DENIED: no platform service may call this method. Retry: no (a deployment error).
+         *     - CALLER_NOT_ALLOWED — PERMISSION_DENIED: the calling service (its certificate's name) may not call this method. Retry: no (a deployment error).
+         *     - PLATFORM_TOKEN_REFUSED — UNAUTHENTICATED, sent by an adapter before doing anything (before the integrations-received header): it refused the platform's token; metadata "check" names the check that failed (docs/adapter-protocol.md §8). Retry: the platform retries the call as for an unreachable adapter, spending no attempt, until the execution's deadline — but for the check "replayed", whose work may have run: that attempt is spent.
+         * @enum {string}
+         */
+        ErrorReason: "INVALID_ARGUMENT" | "NOT_FOUND" | "UNAUTHENTICATED" | "UNAVAILABLE" | "INTERNAL" | "CANCELLED" | "DEADLINE_EXCEEDED" | "ALREADY_SETTLED" | "STALE_ATTEMPT" | "STATUS_MISMATCH" | "NO_LONGER_APPLICABLE" | "EXECUTION_BUSY" | "IDEMPOTENCY_KEY_REUSED" | "OUTCOME_PENDING" | "ADAPTER_UNAVAILABLE" | "SHUTTING_DOWN" | "RATE_LIMITED" | "TOO_MANY_AUTH_FAILURES" | "OPERATOR_READ_ONLY" | "SIGNING_SECRET_UNREADABLE" | "INVALID_CALLBACK" | "FOREIGN_EXECUTION" | "SYNC_EXECUTION" | "METHOD_NOT_ALLOWED" | "CALLER_NOT_ALLOWED" | "PLATFORM_TOKEN_REFUSED";
         /** @description Event is one event for an application, e.g. an execution's completion, with its delivery state. */
         Event: {
             /** @description The application the event belongs to (the API's answers only; not set on a delivery). */
@@ -539,7 +615,8 @@ export interface components {
             /**
              * @description The delivered body's data, as delivered: an ExecutionCompletedData or
              *     ExecutionProgressData (see the webhooks). Its status and mode are spelled as the
-             *     webhook spells them ("succeeded", "async"), not as the API's enums.
+             *     webhook spells them ("succeeded", "async"), not as the API's enums. Kept for v0.1
+             *     clients: execution_completed or execution_progress holds the same values, typed.
              */
             data?: {
                 [key: string]: unknown;
@@ -550,8 +627,10 @@ export interface components {
             delivered_time?: string;
             /** @description Every delivery attempt, oldest first. Only filled when reading one event. */
             deliveries: components["schemas"]["DeliveryAttempt"][];
+            execution_completed?: components["schemas"]["ExecutionCompletedData"];
             /** @description The execution the event is about. */
             execution_id: string;
+            execution_progress?: components["schemas"]["ExecutionProgressData"];
             /** @description Time-ordered UUID (v7). Stable across attempts and redeliveries: the receiver's dedup key. */
             id: string;
             /** @description The last failed attempt's error. */
@@ -622,35 +701,47 @@ export interface components {
             /** Format: date-time */
             update_time: string;
         };
+        /**
+         * @description ExecutionCompletedData is an execution.completed event's "data": how the execution settled.
+         *     Its fields are the webhook body's, spelled as the body spells them (mode and status in lower
+         *     case, not as the API's enums; an absent member is an unset field), so that a body's data reads
+         *     into it with protojson.
+         */
         ExecutionCompletedData: {
-            /** @description The number of attempts started. */
+            /**
+             * Format: int32
+             * @description The number of attempts started.
+             */
             attempt: number;
+            /** @description The capability invoked. */
             capability: string;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The execution that settled.
+             */
             execution_id: string;
-            /** @description Why it failed (when failed or cancelled); empty texts are left out. */
-            failure?: {
-                class?: string;
-                code?: string;
-                message?: string;
-                reason?: string;
-            };
+            failure?: components["schemas"]["CompletionFailure"];
             /** @description The invocation's Idempotency-Key, when it had one. */
             idempotency_key?: string;
             /**
-             * @description The execution's mode, spelled in lower case (the API's MODE_ASYNC, MODE_SYNC).
+             * @description "async" or "sync": the execution's mode as the body spells it (the API's MODE_ASYNC,
+             *     MODE_SYNC).
              * @enum {string}
              */
             mode: "async" | "sync";
-            /** @description The adapter's response, when succeeded. */
+            /** @description The adapter's response, when succeeded (not in ListEvents' answers). */
             result?: {
                 [key: string]: unknown;
             };
-            /** @description The event's place among its execution's events (1, 2, ...): the completion event is the last. */
+            /**
+             * Format: int32
+             * @description The event's place among its execution's events (1, 2, ...): the completion event is the
+             *     last.
+             */
             sequence: number;
             /**
-             * @description How the execution settled, spelled in lower case (the API's EXECUTION_STATUS_SUCCEEDED,
-             *     _FAILED, _CANCELLED).
+             * @description "succeeded", "failed" or "cancelled": how the execution settled, as the body spells it (the
+             *     API's EXECUTION_STATUS_SUCCEEDED, _FAILED, _CANCELLED).
              * @enum {string}
              */
             status: "succeeded" | "failed" | "cancelled";
@@ -670,17 +761,32 @@ export interface components {
             /** @constant */
             type: "execution.completed";
         };
+        /**
+         * @description ExecutionProgressData is an execution.progress event's "data": progress an execution's adapter
+         *     reported (capabilities with progress_events). Its fields are the webhook body's, as for
+         *     ExecutionCompletedData.
+         */
         ExecutionProgressData: {
-            /** @description The attempt that reported it. */
+            /**
+             * Format: int32
+             * @description The attempt that reported it.
+             */
             attempt: number;
+            /** @description The capability invoked. */
             capability: string;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The execution the progress is about.
+             */
             execution_id: string;
             /** @description The progress as the adapter reported it. */
             progress: {
                 [key: string]: unknown;
             };
-            /** @description The event's place among its execution's events: apply only a higher one than you have. */
+            /**
+             * Format: int32
+             * @description The event's place among its execution's events: apply only a higher one than you have.
+             */
             sequence: number;
         };
         ExecutionProgressEvent: {

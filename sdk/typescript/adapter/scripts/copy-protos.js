@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 const pkg = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
 const repo = path.join(pkg, '..', '..', '..', 'proto');
 for (const file of ['integrations/adapter/v1/adapter.proto', 'integrations/adapter/v1/callback.proto',
-  'integrations/execution/v1/execution.proto']) {
+  'integrations/execution/v1/execution.proto', 'integrations/errors/v1/errors.proto']) {
   mkdirSync(path.dirname(path.join(pkg, 'proto', file)), { recursive: true });
   cpSync(path.join(repo, file), path.join(pkg, 'proto', file));
 }

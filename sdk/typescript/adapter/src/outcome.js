@@ -9,7 +9,7 @@
 //   - INVALID_ARGUMENT on the result is "result refused": report a protocol failure instead;
 //   - anything else is a refusal for good.
 import grpc from '@grpc/grpc-js';
-import { decodeStatus } from './proto.js';
+import { decodeStatus, errorReason } from './proto.js';
 import { STATUS_DETAILS_KEY } from './refusal.js';
 
 export const Verdict = Object.freeze({
@@ -19,7 +19,7 @@ export const Verdict = Object.freeze({
 /** The least time an outcome is retried for, when the lease is about to end or is over. */
 export const DELIVER_FLOOR_MS = 10_000;
 
-const movedOnReasons = new Set(['ALREADY_SETTLED', 'STALE_ATTEMPT', 'STATUS_MISMATCH', 'NO_LONGER_APPLICABLE']);
+const movedOnReasons = new Set(['ALREADY_SETTLED', 'STALE_ATTEMPT', 'STATUS_MISMATCH', 'NO_LONGER_APPLICABLE'].map(errorReason));
 const { status } = grpc;
 const retryCodes = new Set([status.UNAVAILABLE, status.DEADLINE_EXCEEDED, status.RESOURCE_EXHAUSTED, status.ABORTED,
   status.INTERNAL, status.UNKNOWN, status.CANCELLED]);

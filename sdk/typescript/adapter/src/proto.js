@@ -60,6 +60,25 @@ export function callbackService() {
   return adapterPackage()['integrations.adapter.v1.AdapterCallbackService'];
 }
 
+let reasons;
+
+/**
+ * errorReason answers name when the platform's ErrorReason enum
+ * (integrations/errors/v1/errors.proto, loaded once from protoDir()) declares it, and throws
+ * otherwise: the reasons the SDK compares or sends are the proto's, and a name that drifts from
+ * it fails at load, not on the wire.
+ */
+export function errorReason(name) {
+  if (!reasons) {
+    const root = protobuf.loadSync(path.join(protoDir(), 'integrations', 'errors', 'v1', 'errors.proto'));
+    reasons = root.lookupEnum('integrations.errors.v1.ErrorReason').values;
+  }
+  if (!Object.hasOwn(reasons, name) || reasons[name] === 0) {
+    throw new Error(`integrations adapter SDK: ${name} is not a reason of integrations.errors.v1.ErrorReason`);
+  }
+  return name;
+}
+
 /** Decodes protobuf wire bytes of an ExecuteRequest or CancelRequest as the server does. */
 export function decodeRequest(type, bytes) {
   const svc = adapterService();

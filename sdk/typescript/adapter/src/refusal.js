@@ -3,10 +3,10 @@
 // grpc-status-details-bin trailer, answered before integrations-received.
 import grpc from '@grpc/grpc-js';
 import { Check, TokenRefusedError } from './token.js';
-import { ErrorInfo, Status, decodeStatus, typeURL } from './proto.js';
+import { ErrorInfo, Status, decodeStatus, errorReason, typeURL } from './proto.js';
 
 export const REFUSAL_DOMAIN = 'integrations.platform';
-export const REFUSAL_REASON = 'PLATFORM_TOKEN_REFUSED';
+export const REFUSAL_REASON = errorReason('PLATFORM_TOKEN_REFUSED');
 export const REFUSAL_CHECK_KEY = 'check';
 /** The trailer rich gRPC errors travel in. */
 export const STATUS_DETAILS_KEY = 'grpc-status-details-bin';

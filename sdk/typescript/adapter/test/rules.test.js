@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import grpc from '@grpc/grpc-js';
-import { ErrorInfo, BadRequest, Status, typeURL } from '../src/proto.js';
+import { ErrorInfo, BadRequest, Status, errorReason, typeURL } from '../src/proto.js';
 import { report, classify, Verdict, DELIVER_FLOOR_MS } from '../src/outcome.js';
 import { renewLoop, deliver, attemptGone, MIN_RENEW_EVERY_MS } from '../src/server.js';
 
@@ -41,6 +41,15 @@ test('classify: which answers are retried, which end the report', () => {
   assert.equal(classify(grpcError(s.INVALID_ARGUMENT, { field: 'attempt', details: 'result' })), 'refused', 'a field named: the field decides');
   assert.equal(classify(grpcError(s.UNAUTHENTICATED, { reason: 'INVALID_CALLBACK' })), 'refused');
   assert.equal(classify(grpcError(s.PERMISSION_DENIED, { reason: 'FOREIGN_EXECUTION' })), 'refused');
+});
+
+test('errorReason: the reasons are the proto enum\'s (integrations.errors.v1.ErrorReason)', () => {
+  for (const reason of ['ALREADY_SETTLED', 'NO_LONGER_APPLICABLE', 'PLATFORM_TOKEN_REFUSED']) {
+    assert.equal(errorReason(reason), reason);
+  }
+  for (const name of ['ALREADY_DONE', 'already_settled', 'ERROR_REASON_UNSPECIFIED', 'toString']) {
+    assert.throws(() => errorReason(name), /not a reason/, name);
+  }
 });
 
 test('report: retried with backoff from 100 ms by 1.5 up to 2 s, until the lease, never a count of tries', async () => {

@@ -1,6 +1,9 @@
 // Compiled by test/typecheck.test.js with tsc --noEmit: what a TypeScript user writes against the
 // package must type-check with the generated types (a field renamed in the document breaks here).
-import { Client, IntegrationsError, isSettled, verifyWebhook, type Execution, type WebhookEvent } from '../index.js';
+import {
+  Client, IntegrationsError, isSettled, verifyWebhook, type ErrorReason, type Execution, type ExecutionCompletedData,
+  type ExecutionProgressData, type WebhookEvent,
+} from '../index.js';
 
 export async function usage(baseUrl: string, apiKey: string, body: string, headers: Headers, secret: string) {
   const client = new Client({ baseUrl, apiKey });
@@ -28,6 +31,11 @@ export async function usage(baseUrl: string, apiKey: string, body: string, heade
   }
   const ev = await client.getEvent('e');
   const codes: number[] = ev.deliveries.map((d) => d.status_code);
+  const completed: ExecutionCompletedData | undefined = ev.execution_completed;
+  const settledAs: 'succeeded' | 'failed' | 'cancelled' | undefined = completed?.status;
+  const progressData: ExecutionProgressData | undefined = ev.execution_progress;
+  void settledAs;
+  void progressData;
   const { signing_secret } = await client.setConsumer({ webhook: { url: 'https://example.com/hook' } });
   const rotated = await client.rotateSigningSecret();
   const until: string | undefined = rotated.previous_secret_expire_time;
@@ -39,6 +47,10 @@ export async function usage(baseUrl: string, apiKey: string, body: string, heade
     if (err instanceof IntegrationsError && err.retryable) {
       const ms: number | undefined = err.retryAfterMs;
       void ms;
+    }
+    if (err instanceof IntegrationsError && err.reason === 'ALREADY_SETTLED') {
+      const reason: ErrorReason = err.reason;
+      void reason;
     }
   }
   const event: WebhookEvent = verifyWebhook(body, headers, [signing_secret, secret]);

@@ -28,6 +28,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
@@ -35,14 +36,6 @@ import (
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/secret"
 	"github.com/integrations-platform/integrations/services/adapter-callback/internal/store"
-)
-
-// Refusal reasons, each with its own gRPC code.
-const (
-	ReasonInvalid       = "INVALID_CALLBACK"     // UNAUTHENTICATED
-	ReasonForeign       = "FOREIGN_EXECUTION"    // PERMISSION_DENIED
-	ReasonNotApplicable = "NO_LONGER_APPLICABLE" // ABORTED
-	ReasonSync          = "SYNC_EXECUTION"       // FAILED_PRECONDITION
 )
 
 type adapterKey struct{}
@@ -70,11 +63,11 @@ func AuthInterceptor(st *store.Store) grpc.UnaryServerInterceptor {
 		}
 		cred, err := grpcx.BearerToken(ctx)
 		if err != nil {
-			return nil, apperr.New(apperr.KindUnauthenticated, ReasonInvalid, "%s", bearerProblem(err))
+			return nil, apperr.New(apperr.KindUnauthenticated, errorsv1.ErrorReason_INVALID_CALLBACK.String(), "%s", bearerProblem(err))
 		}
 		id, err := st.AdapterIDByCredentialHash(ctx, secret.Hash(cred))
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, apperr.New(apperr.KindUnauthenticated, ReasonInvalid, "unknown adapter credential")
+			return nil, apperr.New(apperr.KindUnauthenticated, errorsv1.ErrorReason_INVALID_CALLBACK.String(), "unknown adapter credential")
 		}
 		if err != nil {
 			return nil, err
@@ -97,7 +90,7 @@ func withState(e *apperr.Error, status execution.Status, attempt int32) error {
 }
 
 func notApplicable(status execution.Status, current, n int32, why string) error {
-	return withState(apperr.New(apperr.KindAborted, ReasonNotApplicable, "attempt %d is no longer applicable: %s", n, why), status, current)
+	return withState(apperr.New(apperr.KindAborted, errorsv1.ErrorReason_NO_LONGER_APPLICABLE.String(), "attempt %d is no longer applicable: %s", n, why), status, current)
 }
 
 // authorize applies the refusals that do not depend on the attempt still running, and returns
@@ -107,7 +100,7 @@ func (s *Server) authorize(ctx context.Context, id string, n int32, token string
 	if err := checkAttemptRef(id, n); err != nil {
 		return nil, err
 	}
-	invalid := apperr.New(apperr.KindUnauthenticated, ReasonInvalid, "unknown execution, attempt or callback token")
+	invalid := apperr.New(apperr.KindUnauthenticated, errorsv1.ErrorReason_INVALID_CALLBACK.String(), "unknown execution, attempt or callback token")
 	a, err := s.store.AttemptGet(ctx, id, n)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, invalid
@@ -117,13 +110,13 @@ func (s *Server) authorize(ctx context.Context, id string, n int32, token string
 	}
 	adapterID, _ := ctx.Value(adapterKey{}).(string)
 	if a.AdapterID != adapterID {
-		return nil, apperr.New(apperr.KindPermissionDenied, ReasonForeign, "execution belongs to another adapter")
+		return nil, apperr.New(apperr.KindPermissionDenied, errorsv1.ErrorReason_FOREIGN_EXECUTION.String(), "execution belongs to another adapter")
 	}
 	tokenOK := subtle.ConstantTimeCompare(secret.Hash(token), a.TokenHash) == 1
 	if a.Mode == execution.ModeSync {
 		// Refused whatever the token, since no callback could apply to it; the execution's
 		// state is told only to a caller that proves the attempt's token.
-		refusal := apperr.New(apperr.KindFailedPrecondition, ReasonSync, "sync executions are settled by the gateway only")
+		refusal := apperr.New(apperr.KindFailedPrecondition, errorsv1.ErrorReason_SYNC_EXECUTION.String(), "sync executions are settled by the gateway only")
 		if !tokenOK {
 			return nil, refusal
 		}
@@ -306,7 +299,9 @@ func (s *Server) ReportProgress(ctx context.Context, req *adapterv1.ReportProgre
 }
 
 // The settlement service's reasons for a settlement that changed nothing: the attempt is over.
-var settlementLost = map[string]bool{"ALREADY_SETTLED": true, "STALE_ATTEMPT": true, "STATUS_MISMATCH": true}
+var settlementLost = map[errorsv1.ErrorReason]bool{
+	errorsv1.ErrorReason_ALREADY_SETTLED: true, errorsv1.ErrorReason_STALE_ATTEMPT: true, errorsv1.ErrorReason_STATUS_MISMATCH: true,
+}
 
 // Complete implements AdapterCallbackService.Complete: a success settles the execution; a
 // failure goes to the retry schedule. An outcome for an attempt that is over — the execution
@@ -351,7 +346,7 @@ func (s *Server) Complete(ctx context.Context, req *adapterv1.CompleteRequest) (
 			FromStatus: executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING,
 			Status:     executionv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, Result: o.Succeeded.GetResult(),
 		})
-		if err != nil && status.Code(err) == codes.InvalidArgument && !settlementLost[rpcstatus.Reason(err)] {
+		if err != nil && status.Code(err) == codes.InvalidArgument && !settlementLost[rpcstatus.ErrorReason(err)] {
 			// Settlement refused the result itself: the adapter's protocol failure too.
 			return nil, s.invalidResult(ctx, req, outcome, apperr.Invalid("succeeded.result", "refused: must be a JSON object").Wrap(err))
 		}
@@ -379,7 +374,7 @@ func (s *Server) Complete(ctx context.Context, req *adapterv1.CompleteRequest) (
 // sweeper, a cancellation or another outcome got there first) into a late outcome; other errors
 // become answers of this service's own (settlementError).
 func (s *Server) settlementRefused(ctx context.Context, req *adapterv1.CompleteRequest, outcome execution.AttemptOutcome, err error) error {
-	if !settlementLost[rpcstatus.Reason(err)] {
+	if !settlementLost[rpcstatus.ErrorReason(err)] {
 		return settlementError(ctx, outcome, err)
 	}
 	a, rerr := s.store.AttemptGet(ctx, req.GetExecutionId(), req.GetAttempt())

@@ -24,6 +24,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
@@ -199,56 +200,56 @@ func TestCompleteRefusals(t *testing.T) {
 				id := b.running(t)
 				return id, 1, token(id, 1), "not-a-credential"
 			},
-			code: codes.Unauthenticated, reason: server.ReasonInvalid},
+			code: codes.Unauthenticated, reason: errorsv1.ErrorReason_INVALID_CALLBACK.String()},
 		{name: "no credential",
 			setup: func(t *testing.T) (string, int32, string, string) {
 				id := b.running(t)
 				return id, 1, token(id, 1), ""
 			},
-			code: codes.Unauthenticated, reason: server.ReasonInvalid},
+			code: codes.Unauthenticated, reason: errorsv1.ErrorReason_INVALID_CALLBACK.String()},
 		{name: "wrong token",
 			setup: func(t *testing.T) (string, int32, string, string) {
 				id := b.running(t)
 				return id, 1, "cbt_wrong", credential
 			},
-			code: codes.Unauthenticated, reason: server.ReasonInvalid},
+			code: codes.Unauthenticated, reason: errorsv1.ErrorReason_INVALID_CALLBACK.String()},
 		{name: "wrong token for a settled execution records nothing",
 			setup: func(t *testing.T) (string, int32, string, string) {
 				id := b.insert(t, dbtest.Execution{Status: execution.StatusSucceeded, Attempt: 1}, execution.AttemptSucceeded)
 				return id, 1, "cbt_wrong", credential
 			},
-			code: codes.Unauthenticated, reason: server.ReasonInvalid},
+			code: codes.Unauthenticated, reason: errorsv1.ErrorReason_INVALID_CALLBACK.String()},
 		{name: "unknown attempt",
 			setup: func(t *testing.T) (string, int32, string, string) {
 				id := b.running(t)
 				return id, 2, token(id, 2), credential
 			},
-			code: codes.Unauthenticated, reason: server.ReasonInvalid},
+			code: codes.Unauthenticated, reason: errorsv1.ErrorReason_INVALID_CALLBACK.String()},
 		{name: "another adapter's execution",
 			setup: func(t *testing.T) (string, int32, string, string) {
 				id := b.insert(t, dbtest.Execution{Capability: "other.cap", Status: execution.StatusRunning, Attempt: 1}, "")
 				return id, 1, token(id, 1), credential
 			},
-			code: codes.PermissionDenied, reason: server.ReasonForeign},
+			code: codes.PermissionDenied, reason: errorsv1.ErrorReason_FOREIGN_EXECUTION.String()},
 		{name: "sync execution",
 			setup: func(t *testing.T) (string, int32, string, string) {
 				id := b.insert(t, dbtest.Execution{Mode: execution.ModeSync, MaxAttempts: 1, Status: execution.StatusRunning, Attempt: 1}, "")
 				return id, 1, token(id, 1), credential
 			},
-			code: codes.FailedPrecondition, reason: server.ReasonSync,
+			code: codes.FailedPrecondition, reason: errorsv1.ErrorReason_SYNC_EXECUTION.String(),
 			metadata: func(string) map[string]string { return map[string]string{"status": "running", "attempt": "1"} }},
 		{name: "sync execution with a wrong token",
 			setup: func(t *testing.T) (string, int32, string, string) {
 				id := b.insert(t, dbtest.Execution{Mode: execution.ModeSync, MaxAttempts: 1, Status: execution.StatusRunning, Attempt: 1}, "")
 				return id, 1, "cbt_wrong", credential
 			},
-			code: codes.FailedPrecondition, reason: server.ReasonSync},
+			code: codes.FailedPrecondition, reason: errorsv1.ErrorReason_SYNC_EXECUTION.String()},
 		{name: "attempt superseded",
 			setup: func(t *testing.T) (string, int32, string, string) {
 				id := b.insert(t, dbtest.Execution{Status: execution.StatusRunning, Attempt: 2}, "")
 				return id, 1, token(id, 1), credential
 			},
-			code: codes.Aborted, reason: server.ReasonNotApplicable,
+			code: codes.Aborted, reason: errorsv1.ErrorReason_NO_LONGER_APPLICABLE.String(),
 			metadata: func(string) map[string]string { return map[string]string{"status": "running", "attempt": "2"} },
 			wantLate: true},
 		{name: "execution settled",
@@ -256,7 +257,7 @@ func TestCompleteRefusals(t *testing.T) {
 				id := b.insert(t, dbtest.Execution{Status: execution.StatusFailed, Attempt: 1}, execution.AttemptFailed)
 				return id, 1, token(id, 1), credential
 			},
-			code: codes.Aborted, reason: server.ReasonNotApplicable,
+			code: codes.Aborted, reason: errorsv1.ErrorReason_NO_LONGER_APPLICABLE.String(),
 			metadata: func(string) map[string]string { return map[string]string{"status": "failed", "attempt": "1"} },
 			wantLate: true},
 		{name: "lease expired and swept: the next attempt is scheduled",
@@ -264,7 +265,7 @@ func TestCompleteRefusals(t *testing.T) {
 				id := b.insert(t, dbtest.Execution{Status: execution.StatusPending, Attempt: 1}, execution.AttemptTimeout)
 				return id, 1, token(id, 1), credential
 			},
-			code: codes.Aborted, reason: server.ReasonNotApplicable,
+			code: codes.Aborted, reason: errorsv1.ErrorReason_NO_LONGER_APPLICABLE.String(),
 			metadata: func(string) map[string]string { return map[string]string{"status": "pending", "attempt": "1"} },
 			wantLate: true},
 	}
@@ -343,7 +344,7 @@ func TestCompleteLosingTheRaceIsALateOutcome(t *testing.T) {
 
 	_, err := b.client.Complete(authed(credential), &adapterv1.CompleteRequest{ExecutionId: id, Attempt: 1, CallbackToken: token(id, 1), Outcome: succeeded()})
 
-	requireRefusal(t, err, codes.Aborted, server.ReasonNotApplicable, map[string]string{"status": "failed", "attempt": "1"})
+	requireRefusal(t, err, codes.Aborted, errorsv1.ErrorReason_NO_LONGER_APPLICABLE.String(), map[string]string{"status": "failed", "attempt": "1"})
 	outcome, hasTime := b.late(t, id, 1)
 	require.EqualValues(t, execution.AttemptSucceeded, outcome)
 	require.True(t, hasTime)
@@ -358,7 +359,7 @@ func TestLateOutcomeKeepsTheFirst(t *testing.T) {
 		{ExecutionId: id, Attempt: 1, CallbackToken: token(id, 1), Outcome: succeeded()},
 	} {
 		_, err := b.client.Complete(authed(credential), o)
-		requireRefusal(t, err, codes.Aborted, server.ReasonNotApplicable, map[string]string{"status": "succeeded", "attempt": "1"})
+		requireRefusal(t, err, codes.Aborted, errorsv1.ErrorReason_NO_LONGER_APPLICABLE.String(), map[string]string{"status": "succeeded", "attempt": "1"})
 	}
 	outcome, _ := b.late(t, id, 1)
 	require.EqualValues(t, execution.AttemptFailed, outcome)
@@ -408,13 +409,13 @@ func TestRenewLease(t *testing.T) {
 		t.Parallel()
 		id := b.insert(t, dbtest.Execution{Status: execution.StatusRunning, Attempt: 1, LeaseExpiresAt: time.Now().Add(-time.Second)}, "")
 		_, err := b.client.RenewLease(authed(credential), &adapterv1.RenewLeaseRequest{ExecutionId: id, Attempt: 1, CallbackToken: token(id, 1)})
-		requireRefusal(t, err, codes.Aborted, server.ReasonNotApplicable, map[string]string{"status": "running", "attempt": "1"})
+		requireRefusal(t, err, codes.Aborted, errorsv1.ErrorReason_NO_LONGER_APPLICABLE.String(), map[string]string{"status": "running", "attempt": "1"})
 	})
 	t.Run("deadline passed", func(t *testing.T) {
 		t.Parallel()
 		id := b.insert(t, dbtest.Execution{Status: execution.StatusRunning, Attempt: 1, Deadline: time.Now().Add(-time.Second)}, "")
 		_, err := b.client.RenewLease(authed(credential), &adapterv1.RenewLeaseRequest{ExecutionId: id, Attempt: 1, CallbackToken: token(id, 1)})
-		requireRefusal(t, err, codes.Aborted, server.ReasonNotApplicable, map[string]string{"status": "running", "attempt": "1"})
+		requireRefusal(t, err, codes.Aborted, errorsv1.ErrorReason_NO_LONGER_APPLICABLE.String(), map[string]string{"status": "running", "attempt": "1"})
 	})
 	t.Run("negative", func(t *testing.T) {
 		t.Parallel()
@@ -435,7 +436,7 @@ func TestReportProgressRefusedOnceSettled(t *testing.T) {
 	_, err = b.client.ReportProgress(authed(credential), &adapterv1.ReportProgressRequest{ExecutionId: id, Attempt: 1,
 		CallbackToken: token(id, 1), Progress: progress})
 
-	requireRefusal(t, err, codes.Aborted, server.ReasonNotApplicable, map[string]string{"status": "cancelled", "attempt": "1"})
+	requireRefusal(t, err, codes.Aborted, errorsv1.ErrorReason_NO_LONGER_APPLICABLE.String(), map[string]string{"status": "cancelled", "attempt": "1"})
 	outcome, _ := b.late(t, id, 1)
 	require.Empty(t, outcome, "progress is not an outcome")
 }

@@ -230,36 +230,52 @@ func (c *grpcClients) deliver(ctx context.Context, t grpcTarget, secrets []strin
 }
 
 // deliverRequest is the event as Deliver carries it: the webhook body's id, type, timestamp,
-// data and data.sequence, and the body itself, byte for byte.
+// data (as a Struct, and typed by the event's type) and data.sequence, and the body itself, byte
+// for byte.
 func deliverRequest(ev *store.Delivery) (*eventsv1.DeliverRequest, error) {
 	var body struct {
-		Type      string         `json:"type"`
-		Timestamp *time.Time     `json:"timestamp"`
-		Data      map[string]any `json:"data"`
-	}
-	var seq struct {
-		Data struct {
-			Sequence int32 `json:"sequence"`
-		} `json:"data"`
+		Type      string          `json:"type"`
+		Timestamp *time.Time      `json:"timestamp"`
+		Data      json.RawMessage `json:"data"`
 	}
 	if err := json.Unmarshal(ev.Payload, &body); err != nil {
 		return nil, fmt.Errorf("decode event body: %w", err)
 	}
+	var fields map[string]any
 	// data.sequence again, as a number of its own: in data it is a Struct's float.
-	if err := json.Unmarshal(ev.Payload, &seq); err != nil {
-		return nil, fmt.Errorf("decode event sequence: %w", err)
+	var seq struct {
+		Sequence int32 `json:"sequence"`
 	}
-	data, err := structpb.NewStruct(body.Data)
+	if len(body.Data) > 0 {
+		if err := json.Unmarshal(body.Data, &fields); err != nil {
+			return nil, fmt.Errorf("decode event data: %w", err)
+		}
+		if err := json.Unmarshal(body.Data, &seq); err != nil {
+			return nil, fmt.Errorf("decode event sequence: %w", err)
+		}
+	}
+	data, err := structpb.NewStruct(fields)
 	if err != nil {
 		return nil, fmt.Errorf("event data: %w", err)
 	}
 	req := &eventsv1.DeliverRequest{Id: ev.EventID, Type: ev.Type, Time: timestamppb.New(ev.CreatedAt), Data: data, Body: ev.Payload,
-		Sequence: seq.Data.Sequence}
+		Sequence: seq.Sequence}
 	if body.Type != "" {
 		req.Type = body.Type
 	}
 	if body.Timestamp != nil {
 		req.Time = timestamppb.New(*body.Timestamp)
+	}
+	// The same data typed, as webhooks.VerifyDelivery holds it to the body.
+	typed, err := webhooks.TypedData(req.GetType(), body.Data)
+	if err != nil {
+		return nil, err
+	}
+	switch m := typed.(type) {
+	case *eventsv1.ExecutionCompletedData:
+		req.TypedData = &eventsv1.DeliverRequest_ExecutionCompleted{ExecutionCompleted: m}
+	case *eventsv1.ExecutionProgressData:
+		req.TypedData = &eventsv1.DeliverRequest_ExecutionProgress{ExecutionProgress: m}
 	}
 	return req, nil
 }

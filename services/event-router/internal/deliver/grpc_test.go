@@ -23,12 +23,16 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
 	"github.com/integrations-platform/integrations/pkg/tlsx/devca"
 	"github.com/integrations-platform/integrations/pkg/webhook"
 	"github.com/integrations-platform/integrations/sdk/go/webhooks"
+	"github.com/integrations-platform/integrations/services/event-router/internal/store"
 )
 
 // plain is a plaintext gRPC consumer at addr.
@@ -167,6 +171,11 @@ func TestGRPCConsumer(t *testing.T) {
 	assert.Equal(t, int32(1), req.GetSequence(), "data.sequence, as a field of its own")
 	assert.Equal(t, string(payload), string(req.GetBody()), "the exact body a webhook would get")
 	assert.Equal(t, "succeeded", req.GetData().GetFields()["status"].GetStringValue())
+	typed := req.GetExecutionCompleted()
+	assert.Equal(t, "succeeded", typed.GetStatus(), "the data, typed")
+	assert.Equal(t, int32(1), typed.GetSequence())
+	assert.Equal(t, req.GetData().GetFields()["execution_id"].GetStringValue(), typed.GetExecutionId())
+	assert.True(t, proto.Equal(req.GetData().GetFields()["result"].GetStructValue(), typed.GetResult()))
 	assert.WithinDuration(t, time.Now(), req.GetTime().AsTime(), time.Minute)
 	for i, call := range got {
 		assert.Equal(t, []string{id}, call.md.Get(webhooks.HeaderID), "call %d", i+1)
@@ -246,4 +255,54 @@ func otherSecret(t *testing.T) string {
 	s, err := webhooks.NewSecret()
 	require.NoError(t, err)
 	return s
+}
+
+// sameData asserts that a typed data message says what the Struct says: written as JSON by its
+// field names (its zero values too: a stored body has every member that is not optional), it
+// reads back as the same object.
+func sameData(t *testing.T, data *structpb.Struct, typed proto.Message) {
+	t.Helper()
+	require.NotNil(t, typed, "typed data")
+	raw, err := protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true}.Marshal(typed)
+	require.NoError(t, err)
+	back := &structpb.Struct{}
+	require.NoError(t, protojson.Unmarshal(raw, back))
+	assert.True(t, proto.Equal(data, back), "typed %s\nstruct %s", raw, protojson.Format(data))
+}
+
+// TestDeliverRequestTypedData: Deliver's typed data carries the values of its Struct data, for
+// bodies as settlement and adapter-callback build them (members absent when unset, the failure's
+// empty texts absent); a member the message does not know is skipped.
+func TestDeliverRequestTypedData(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, typ, data string
+	}{
+		{"succeeded", "execution.completed", `{"execution_id": "0190aaaa-0000-7000-8000-000000000001", "capability": "dummy.echo",
+			"mode": "async", "status": "succeeded", "attempt": 1, "sequence": 3, "idempotency_key": "k-1", "result": {"echo": {"n": [1, 2]}}}`},
+		{"failed", "execution.completed", `{"execution_id": "0190aaaa-0000-7000-8000-000000000001", "capability": "dummy.echo",
+			"mode": "sync", "status": "failed", "attempt": 2, "sequence": 1, "failure": {"class": "permanent", "reason": "adapter.permanent", "message": "no"}}`},
+		{"progress", "execution.progress", `{"execution_id": "0190aaaa-0000-7000-8000-000000000001", "capability": "dummy.echo",
+			"attempt": 1, "sequence": 2, "progress": {"pct": 40, "step": "upload"}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			body := `{"id": "evt-1", "type": "` + tc.typ + `", "timestamp": "2026-01-02T03:04:05Z", "data": ` + tc.data + `}`
+			req, err := deliverRequest(&store.Delivery{EventID: "evt-1", Type: tc.typ, CreatedAt: time.Now(), Payload: []byte(body)})
+			require.NoError(t, err)
+			typed := proto.Message(req.GetExecutionCompleted())
+			if tc.typ == "execution.progress" {
+				typed = req.GetExecutionProgress()
+				require.Nil(t, req.GetExecutionCompleted())
+			}
+			sameData(t, req.GetData(), typed)
+		})
+	}
+
+	// A member added by a later release: the typed data skips it, the Struct keeps it.
+	body := `{"id": "evt-1", "type": "execution.completed", "data": {"execution_id": "e", "status": "succeeded", "sequence": 1, "later": true}}`
+	req, err := deliverRequest(&store.Delivery{EventID: "evt-1", Type: "execution.completed", CreatedAt: time.Now(), Payload: []byte(body)})
+	require.NoError(t, err)
+	assert.Equal(t, "succeeded", req.GetExecutionCompleted().GetStatus())
+	assert.True(t, req.GetData().GetFields()["later"].GetBoolValue())
 }

@@ -15,12 +15,8 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/apikey"
 	"github.com/integrations-platform/integrations/pkg/apperr"
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 )
-
-// ReasonAuthFailures is the ErrorInfo reason of an authentication refused because its source
-// address, or the key id it presented, failed too often; its metadata "limit" says which
-// ("source" or "key").
-const ReasonAuthFailures = "TOO_MANY_AUTH_FAILURES"
 
 // Failures limits failed authentications (issue 23) — of the gRPC and REST APIs, the console's
 // sign-in and the operator endpoints, which all authenticate through Guard — per source address
@@ -60,9 +56,10 @@ func NewFailures(burst int, window time.Duration, replicas func() int, log *zap.
 
 // Guard runs auth, the verification of token presented from src, unless src or the token's key
 // id failed too often: then it returns the refusal (RESOURCE_EXHAUSTED, reason
-// ReasonAuthFailures, RetryAfter: when a token is back) without calling auth. auth's error is a
-// failure when it is apperr.KindUnauthenticated; any other error (Postgres unreachable, a token
-// right but for another use) counts as nothing. A nil Failures runs auth.
+// TOO_MANY_AUTH_FAILURES with metadata "limit": "source" or "key", RetryAfter: when a token is
+// back) without calling auth. auth's error is a failure when it is apperr.KindUnauthenticated;
+// any other error (Postgres unreachable, a token right but for another use) counts as nothing. A
+// nil Failures runs auth.
 func (f *Failures) Guard(ctx context.Context, src netip.Addr, token string, auth func() error) error {
 	if f == nil {
 		return auth()
@@ -229,7 +226,7 @@ func authLimited(limit string, retryAfter time.Duration) *apperr.Error {
 	if limit == "key" {
 		msg = "too many failed authentications with this API key's id from addresses that failed, retry later"
 	}
-	e := apperr.New(apperr.KindResourceExhausted, ReasonAuthFailures, "%s", msg).With("limit", limit)
+	e := apperr.New(apperr.KindResourceExhausted, errorsv1.ErrorReason_TOO_MANY_AUTH_FAILURES.String(), "%s", msg).With("limit", limit)
 	e.RetryAfter = max(retryAfter, time.Millisecond)
 	return e
 }

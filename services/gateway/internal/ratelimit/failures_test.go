@@ -14,6 +14,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/apikey"
 	"github.com/integrations-platform/integrations/pkg/apperr"
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 )
 
 var (
@@ -44,7 +45,7 @@ func (t *tally) add(err error) {
 		t.ok++
 	case e != nil && e.Kind == apperr.KindUnauthenticated:
 		t.unauthenticated++
-	case e != nil && e.Kind == apperr.KindResourceExhausted && e.Reason == ReasonAuthFailures:
+	case e != nil && e.Kind == apperr.KindResourceExhausted && e.Reason == errorsv1.ErrorReason_TOO_MANY_AUTH_FAILURES.String():
 		t.limited++
 		t.retryAfter, t.limit = e.RetryAfter, e.Metadata["limit"]
 	default:

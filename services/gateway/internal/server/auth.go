@@ -9,6 +9,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/apikey"
 	"github.com/integrations-platform/integrations/pkg/apperr"
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/services/gateway/internal/audit"
@@ -81,7 +82,7 @@ func AuthInterceptor(st *store.Store, fails *ratelimit.Failures, admin string) g
 		}
 		if operator {
 			if !operatorMethods[info.FullMethod] {
-				return nil, apperr.New(apperr.KindPermissionDenied, "OPERATOR_READ_ONLY", "the admin token reads executions and events, redelivers events and cancels executions only; call %s with an application's API key", info.FullMethod)
+				return nil, apperr.New(apperr.KindPermissionDenied, errorsv1.ErrorReason_OPERATOR_READ_ONLY.String(), "the admin token reads executions and events, redelivers events and cancels executions only; call %s with an application's API key", info.FullMethod)
 			}
 			return handler(context.WithValue(ctx, operatorKey{}, true), req)
 		}

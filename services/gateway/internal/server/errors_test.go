@@ -16,6 +16,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
 	"github.com/integrations-platform/integrations/pkg/execution"
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
@@ -72,7 +73,7 @@ func TestInvokeSyncSettlementRefusalInTheGatewaysWords(t *testing.T) {
 
 			st := requireOwnWords(t, err)
 			require.Equal(t, codes.Internal, st.Code(), "%v", err)
-			require.Equal(t, grpcx.ReasonInternal, rpcstatus.Reason(st.Err()))
+			require.Equal(t, errorsv1.ErrorReason_INTERNAL.String(), rpcstatus.Reason(st.Err()))
 			require.NotContains(t, fmt.Sprint(st.Proto()), "from_status")
 		})
 	}
@@ -94,14 +95,14 @@ func TestCancelExecutionSettlementErrorsInTheGatewaysWords(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := b.schema.InsertExecution(t, dbtest.Execution{Status: execution.StatusPending})
-		moved := grpcx.ToStatus(apperr.New(apperr.KindAborted, reasonStaleAttempt, "attempt 0 is not current; the execution is at attempt 3")).Err()
+		moved := grpcx.ToStatus(apperr.New(apperr.KindAborted, errorsv1.ErrorReason_STALE_ATTEMPT.String(), "attempt 0 is not current; the execution is at attempt 3")).Err()
 		for range cancelTries {
 			b.settlement.errs = append(b.settlement.errs, moved)
 		}
 		_, err := b.server.CancelExecution(b.ctx, &gatewayv1.CancelExecutionRequest{Id: id})
 		st := requireOwnWords(t, err)
 		require.Equal(t, codes.Aborted, st.Code())
-		require.Equal(t, reasonExecutionBusy, rpcstatus.Reason(st.Err()))
+		require.Equal(t, errorsv1.ErrorReason_EXECUTION_BUSY.String(), rpcstatus.Reason(st.Err()))
 		require.NotContains(t, st.Message(), "attempt 3")
 		require.Len(t, b.settlement.requests(), cancelTries)
 	})
@@ -109,12 +110,12 @@ func TestCancelExecutionSettlementErrorsInTheGatewaysWords(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := b.schema.InsertExecution(t, dbtest.Execution{Status: execution.StatusRunning, Attempt: 1})
-		b.settlement.errs = []error{grpcx.ToStatus(apperr.New(apperr.KindFailedPrecondition, reasonAlreadySettled, "at 127.0.0.1:9094").
+		b.settlement.errs = []error{grpcx.ToStatus(apperr.New(apperr.KindFailedPrecondition, errorsv1.ErrorReason_ALREADY_SETTLED.String(), "at 127.0.0.1:9094").
 			With("status", "dial tcp 127.0.0.1:9094").With("host", "db-7")).Err()}
 		_, err := b.server.CancelExecution(b.ctx, &gatewayv1.CancelExecutionRequest{Id: id})
 		st := requireOwnWords(t, err)
 		require.Equal(t, codes.FailedPrecondition, st.Code())
-		require.Equal(t, reasonAlreadySettled, rpcstatus.Reason(st.Err()))
+		require.Equal(t, errorsv1.ErrorReason_ALREADY_SETTLED.String(), rpcstatus.Reason(st.Err()))
 		require.Empty(t, rpcstatus.ErrorInfo(st.Err()).GetMetadata())
 		require.False(t, strings.Contains(st.Message(), "db-7"))
 	})

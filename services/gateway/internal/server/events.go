@@ -57,6 +57,17 @@ func eventProto(e *store.Event) (*eventsv1.Event, error) {
 			return nil, fmt.Errorf("decode data of event %s: %w", e.ID, err)
 		}
 	}
+	// The same data typed by the event's type (data is kept for v0.1 clients).
+	typed, err := webhooks.TypedData(e.Type, e.Data)
+	if err != nil {
+		return nil, fmt.Errorf("decode data of event %s: %w", e.ID, err)
+	}
+	switch m := typed.(type) {
+	case *eventsv1.ExecutionCompletedData:
+		out.TypedData = &eventsv1.Event_ExecutionCompleted{ExecutionCompleted: m}
+	case *eventsv1.ExecutionProgressData:
+		out.TypedData = &eventsv1.Event_ExecutionProgress{ExecutionProgress: m}
+	}
 	return out, nil
 }
 

@@ -11,6 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
@@ -43,6 +46,9 @@ type testEvent struct {
 	age time.Duration
 	// deliveries inserts attempt rows 1..n.
 	deliveries int
+	// typ and data (a format with %q for the execution id) are the event's type and body's data;
+	// empty: a succeeded execution's completion.
+	typ, data string
 }
 
 func insertEvent(t *testing.T, b *bundle, e testEvent) (id, executionID string) {
@@ -57,17 +63,20 @@ func insertEvent(t *testing.T, b *bundle, e testEvent) (id, executionID string) 
 	u, err := uuid.NewV7()
 	require.NoError(t, err)
 	id = u.String()
-	payload := fmt.Sprintf(`{"id": %q, "type": "execution.completed", "timestamp": "2025-01-01T00:00:00Z",
-		"data": {"execution_id": %q, "status": "succeeded", "result": {"n": 1}}}`, id, executionID)
+	if e.typ == "" {
+		e.typ, e.data = execution.EventTypeExecutionComplete, `{"execution_id": %q, "status": "succeeded", "result": {"n": 1}}`
+	}
+	payload := fmt.Sprintf(`{"id": %q, "type": %q, "timestamp": "2025-01-01T00:00:00Z", "data": %s}`,
+		id, e.typ, fmt.Sprintf(e.data, executionID))
 	_, err = b.schema.Pool.Exec(context.Background(), `
 		INSERT INTO integration_events (id, application_id, execution_id, type, payload, created_at, relayed_at,
 			delivery_status, attempts, last_error, next_attempt_at, delivered_at, dead_at)
-		VALUES ($1, $2, $3, 'execution.completed', $4, now() - make_interval(secs => $5), now(), $6::text, $7,
+		VALUES ($1, $2, $3, $8, $4, now() - make_interval(secs => $5), now(), $6::text, $7,
 			CASE WHEN $6::text <> 'delivered' AND $7 > 0 THEN 'http_status' END,
 			CASE WHEN $6::text = 'pending' AND $7 > 0 THEN now() + interval '5 minutes' END,
 			CASE WHEN $6::text = 'delivered' THEN now() END,
 			CASE WHEN $6::text = 'dead' THEN now() END)`,
-		id, e.app, executionID, payload, e.age.Seconds(), e.status, e.attempts)
+		id, e.app, executionID, payload, e.age.Seconds(), e.status, e.attempts, e.typ)
 	require.NoError(t, err)
 	for n := 1; n <= e.deliveries; n++ {
 		_, err := b.schema.Pool.Exec(context.Background(), `
@@ -140,7 +149,69 @@ func TestListEventsIsScopedNewestFirstAndPaginated(t *testing.T) {
 	require.Equal(t, eventsv1.EventStatus_EVENT_STATUS_PENDING, e.GetStatus())
 	require.Equal(t, "succeeded", e.GetData().GetFields()["status"].GetStringValue(), "data is the body's data object")
 	require.NotContains(t, e.GetData().GetFields(), "result", "a list leaves the result out (GetEvent has it)")
+	require.Equal(t, "succeeded", e.GetExecutionCompleted().GetStatus(), "the data, typed")
+	require.Nil(t, e.GetExecutionCompleted().GetResult(), "the typed data leaves it out too")
 	require.Empty(t, e.GetDeliveries(), "a list carries no attempts")
+}
+
+// sameData asserts that an event's typed data (execution_completed or execution_progress, as its
+// type says) says what its Struct data says: written as JSON by its field names (its zero values too:
+// a stored body has every member that is not optional), it reads back as the same object.
+func sameData(t *testing.T, e *eventsv1.Event) {
+	t.Helper()
+	typed := proto.Message(e.GetExecutionCompleted())
+	if e.GetType() == execution.EventTypeExecutionProgress {
+		typed = e.GetExecutionProgress()
+		require.Nil(t, e.GetExecutionCompleted())
+	}
+	require.NotNil(t, typed, "typed data of a %s event", e.GetType())
+	raw, err := protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true}.Marshal(typed)
+	require.NoError(t, err)
+	back := &structpb.Struct{}
+	require.NoError(t, protojson.Unmarshal(raw, back))
+	require.True(t, proto.Equal(e.GetData(), back), "typed %s\nstruct %s", raw, protojson.Format(e.GetData()))
+}
+
+// TestEventDataIsTyped: GetEvent and ListEvents answer each event's data typed by its type as
+// well as as a Struct, the same values, for bodies as settlement and adapter-callback store them
+// (members absent when unset, the failure's empty texts absent, a member a later release adds).
+func TestEventDataIsTyped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, ev := range []testEvent{
+		{typ: execution.EventTypeExecutionComplete, data: `{"execution_id": %q, "capability": "dummy.echo", "mode": "async",
+			"status": "succeeded", "attempt": 1, "sequence": 3, "idempotency_key": "k-1", "result": {"echo": {"n": [1, 2]}}}`},
+		{typ: execution.EventTypeExecutionComplete, data: `{"execution_id": %q, "capability": "dummy.echo", "mode": "sync",
+			"status": "cancelled", "attempt": 0, "sequence": 1, "failure": {"reason": "cancelled", "message": "cancelled by the operator"}}`},
+		{typ: execution.EventTypeExecutionProgress, data: `{"execution_id": %q, "capability": "dummy.echo", "attempt": 2,
+			"sequence": 2, "progress": {"pct": 40, "step": "upload"}}`},
+	} {
+		id, executionID := insertEvent(t, b, ev)
+		resp, err := b.server.GetEvent(b.ctx, &gatewayv1.GetEventRequest{Id: id})
+		require.NoError(t, err)
+		sameData(t, resp.GetEvent())
+		if d := resp.GetEvent().GetExecutionCompleted(); d != nil {
+			require.Equal(t, executionID, d.GetExecutionId())
+			require.Equal(t, "dummy.echo", d.GetCapability())
+		} else {
+			require.Equal(t, int32(2), resp.GetEvent().GetExecutionProgress().GetAttempt())
+			require.Equal(t, "upload", resp.GetEvent().GetExecutionProgress().GetProgress().GetFields()["step"].GetStringValue())
+		}
+	}
+	list, err := b.server.ListEvents(b.ctx, &gatewayv1.ListEventsRequest{})
+	require.NoError(t, err)
+	require.Len(t, list.GetEvents(), 3)
+	for _, e := range list.GetEvents() {
+		sameData(t, e)
+	}
+
+	// A member the typed message does not know is skipped there and kept in data.
+	id, _ := insertEvent(t, b, testEvent{typ: execution.EventTypeExecutionComplete,
+		data: `{"execution_id": %q, "status": "succeeded", "sequence": 1, "later": {"x": 1}}`})
+	resp, err := b.server.GetEvent(b.ctx, &gatewayv1.GetEventRequest{Id: id})
+	require.NoError(t, err)
+	require.Equal(t, "succeeded", resp.GetEvent().GetExecutionCompleted().GetStatus())
+	require.Contains(t, resp.GetEvent().GetData().GetFields(), "later")
 }
 
 func TestListEventsFilters(t *testing.T) {

@@ -11,14 +11,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/integrations-platform/integrations/pkg/apperr"
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/services/gateway/internal/ratelimit"
 	"github.com/integrations-platform/integrations/services/gateway/internal/store"
 )
-
-// ReasonRateLimited is the ErrorInfo reason of a call refused by an application's rate limit;
-// its metadata "limit" says which ("invoke" or "read").
-const ReasonRateLimited = "RATE_LIMITED"
 
 // MaxHeldPerApplication bounds the calls of one application held at once before their refusal
 // (see RateGate.Interceptor): past it, a call over the limit is refused at once.
@@ -156,7 +153,7 @@ func wait(ctx context.Context, d time.Duration) bool {
 // RateLimited is the refusal of a call over its application's limit: it names the limit (the
 // application's whole limit, whatever this replica's share) and advises the bucket's delay.
 func RateLimited(kind ratelimit.Kind, d ratelimit.Decision) *apperr.Error {
-	e := apperr.New(apperr.KindResourceExhausted, ReasonRateLimited,
+	e := apperr.New(apperr.KindResourceExhausted, errorsv1.ErrorReason_RATE_LIMITED.String(),
 		"%s rate limit of %s/s for this application exceeded, retry later", kind,
 		strconv.FormatFloat(d.Limit.PerSecond, 'g', -1, 64)).With("limit", kind.String())
 	e.RetryAfter = d.RetryAfter

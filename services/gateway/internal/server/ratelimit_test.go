@@ -23,6 +23,7 @@ import (
 
 	"github.com/integrations-platform/integrations/pkg/adaptercall"
 	"github.com/integrations-platform/integrations/pkg/db/dbtest"
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	"github.com/integrations-platform/integrations/pkg/grpcx"
 	"github.com/integrations-platform/integrations/pkg/secret"
@@ -139,7 +140,7 @@ func TestRateLimitRefusalCarriesRetryInfoAndNamesTheLimit(t *testing.T) {
 	require.Greater(t, delay, time.Duration(0))
 	require.LessOrEqual(t, delay, 25*time.Millisecond, "at 40/s the next token is at most 25ms away")
 	require.NotNil(t, info)
-	require.Equal(t, server.ReasonRateLimited, info.GetReason())
+	require.Equal(t, errorsv1.ErrorReason_RATE_LIMITED.String(), info.GetReason())
 	require.Equal(t, "read", info.GetMetadata()["limit"])
 
 	// Invokes have their own bucket (1/s, burst 1): the first invoke is admitted (and refused

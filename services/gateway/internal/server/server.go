@@ -33,6 +33,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/execution"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
 	dispatcherv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/dispatcher/v1"
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
@@ -126,7 +127,7 @@ type Server struct {
 
 // errSyncStopping answers a sync call that arrives once the gateway stopped taking them.
 func errSyncStopping() error {
-	return apperr.New(apperr.KindUnavailable, "SHUTTING_DOWN",
+	return apperr.New(apperr.KindUnavailable, errorsv1.ErrorReason_SHUTTING_DOWN.String(),
 		"this gateway replica is shutting down and takes no new sync calls; retry, another replica answers")
 }
 
@@ -334,7 +335,7 @@ func (s *Server) withdrawSync(ctx context.Context, row *execution.Row) (_ *gatew
 // adapterUnavailable is the answer to a sync call whose adapter could not be reached: retryable,
 // and nothing of the call was kept.
 func adapterUnavailable() error {
-	return apperr.New(apperr.KindUnavailable, "ADAPTER_UNAVAILABLE",
+	return apperr.New(apperr.KindUnavailable, errorsv1.ErrorReason_ADAPTER_UNAVAILABLE.String(),
 		"the capability's adapter could not be reached and nothing was sent to it; the execution was not kept, retry with the same Idempotency-Key")
 }
 
@@ -414,7 +415,7 @@ func (s *Server) reportSync(ctx context.Context, row *execution.Row, deadline ti
 // outcomePending is the answer to a sync call whose attempt ended but whose outcome the settlement
 // service has not recorded yet: retryable, and where to read the outcome.
 func outcomePending(id string) error {
-	return apperr.New(apperr.KindUnavailable, "OUTCOME_PENDING",
+	return apperr.New(apperr.KindUnavailable, errorsv1.ErrorReason_OUTCOME_PENDING.String(),
 		"the attempt ended but its outcome is not recorded yet; read it at /v1/executions/%s or retry with the same Idempotency-Key", id).
 		With("execution_id", id)
 }
@@ -488,7 +489,7 @@ func (s *Server) response(row *execution.Row, e *executionv1.Execution) (*gatewa
 
 func acceptError(err error) error {
 	if errors.Is(err, store.ErrIdempotencyReused) {
-		return apperr.New(apperr.KindAlreadyExists, "IDEMPOTENCY_KEY_REUSED",
+		return apperr.New(apperr.KindAlreadyExists, errorsv1.ErrorReason_IDEMPOTENCY_KEY_REUSED.String(),
 			"idempotency key already used for a different request")
 	}
 	return err
@@ -580,26 +581,15 @@ func (s *Server) GetExecution(ctx context.Context, req *gatewayv1.GetExecutionRe
 	return &gatewayv1.GetExecutionResponse{Execution: e}, nil
 }
 
-// The settlement service's reasons for a settlement that changed nothing (ErrorInfo.reason).
-const (
-	reasonAlreadySettled = "ALREADY_SETTLED"
-	reasonStaleAttempt   = "STALE_ATTEMPT"
-	reasonStatusMismatch = "STATUS_MISMATCH"
-)
-
-// reasonExecutionBusy: a cancellation found the execution moving (attempts starting or
-// failing) on every read.
-const reasonExecutionBusy = "EXECUTION_BUSY"
-
 // alreadySettled is the gateway's ALREADY_SETTLED made from the settlement service's: only the
 // execution's status and attempt are carried over, and only when they are what they should be.
 func alreadySettled(err error) error {
 	md := rpcstatus.ErrorInfo(err).GetMetadata()
 	st := execution.Status(md["status"])
 	if !st.IsFinal() {
-		return apperr.New(apperr.KindFailedPrecondition, reasonAlreadySettled, "execution already settled").Wrap(err)
+		return apperr.New(apperr.KindFailedPrecondition, errorsv1.ErrorReason_ALREADY_SETTLED.String(), "execution already settled").Wrap(err)
 	}
-	e := apperr.New(apperr.KindFailedPrecondition, reasonAlreadySettled, "execution already settled %s", st).With("status", string(st))
+	e := apperr.New(apperr.KindFailedPrecondition, errorsv1.ErrorReason_ALREADY_SETTLED.String(), "execution already settled %s", st).With("status", string(st))
 	if n, perr := strconv.Atoi(md["attempt"]); perr == nil && n >= 0 {
 		e = e.With("attempt", strconv.Itoa(n))
 	}
@@ -638,7 +628,7 @@ func (s *Server) CancelExecution(ctx context.Context, req *gatewayv1.CancelExecu
 			return nil, err
 		}
 		if row.Status.IsFinal() {
-			return nil, apperr.New(apperr.KindFailedPrecondition, reasonAlreadySettled, "execution already settled %s", row.Status).
+			return nil, apperr.New(apperr.KindFailedPrecondition, errorsv1.ErrorReason_ALREADY_SETTLED.String(), "execution already settled %s", row.Status).
 				With("status", string(row.Status)).With("attempt", strconv.Itoa(int(row.Attempt)))
 		}
 		settled, err := s.settlement.Settle(ctx, &settlementv1.SettleRequest{
@@ -646,15 +636,17 @@ func (s *Server) CancelExecution(ctx context.Context, req *gatewayv1.CancelExecu
 			Status:  executionv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED,
 			Failure: execution.Failure{Reason: execution.ReasonCancelled, Message: "cancelled by " + by}.Proto(),
 		})
-		switch reason := rpcstatus.Reason(err); {
+		reason := rpcstatus.ErrorReason(err)
+		moving := reason == errorsv1.ErrorReason_STALE_ATTEMPT || reason == errorsv1.ErrorReason_STATUS_MISMATCH
+		switch {
 		case err == nil:
-		case (reason == reasonStaleAttempt || reason == reasonStatusMismatch) && try < cancelTries:
+		case moving && try < cancelTries:
 			continue
-		case reason == reasonAlreadySettled:
+		case reason == errorsv1.ErrorReason_ALREADY_SETTLED:
 			// A completion won the race: the same answer as for an execution found settled.
 			return nil, alreadySettled(err)
-		case reason == reasonStaleAttempt || reason == reasonStatusMismatch:
-			return nil, apperr.New(apperr.KindAborted, reasonExecutionBusy,
+		case moving:
+			return nil, apperr.New(apperr.KindAborted, errorsv1.ErrorReason_EXECUTION_BUSY.String(),
 				"the execution kept changing while it was being cancelled; retry").Wrap(err)
 		default:
 			return nil, grpcx.Downstream(ctx, "settlement", err)
@@ -826,7 +818,7 @@ func (s *Server) SetConsumer(ctx context.Context, req *gatewayv1.SetConsumerRequ
 	if errors.Is(err, secret.ErrUnknownKey) {
 		// The application's secret was sealed with a key this deployment no longer holds (a
 		// rotated-out key, another environment's database): say so and how to recover.
-		return nil, apperr.New(apperr.KindFailedPrecondition, "SIGNING_SECRET_UNREADABLE",
+		return nil, apperr.New(apperr.KindFailedPrecondition, errorsv1.ErrorReason_SIGNING_SECRET_UNREADABLE.String(),
 			"the application's signing secret was sealed with a key that is not configured "+
 				"(INTEGRATIONS_SECRET_KEY, INTEGRATIONS_SECRET_KEY_PREVIOUS); issue a new one with POST /v1/consumer:rotate-secret")
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/integrations-platform/integrations/pkg/execution"
 	"github.com/integrations-platform/integrations/pkg/freeport"
 	adapterv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/adapter/v1"
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	gatewayv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/gateway/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
@@ -215,7 +216,7 @@ func TestCancelExecutionRefusals(t *testing.T) {
 		_, err := b.server.CancelExecution(b.ctx, &gatewayv1.CancelExecutionRequest{Id: id})
 		c, reason := code(err)
 		require.Equal(t, codes.FailedPrecondition, c)
-		require.Equal(t, reasonAlreadySettled, reason)
+		require.Equal(t, errorsv1.ErrorReason_ALREADY_SETTLED.String(), reason)
 		info := rpcstatus.ErrorInfo(grpcx.ToStatus(err).Err())
 		require.Equal(t, map[string]string{"status": string(execution.StatusSucceeded), "attempt": "2"}, info.GetMetadata())
 	})
@@ -238,7 +239,7 @@ func TestCancelExecutionLosingToACompletion(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	id := b.schema.InsertExecution(t, dbtest.Execution{Status: execution.StatusRunning, Attempt: 1})
-	lost := grpcx.ToStatus(apperr.New(apperr.KindFailedPrecondition, reasonAlreadySettled, "execution already settled succeeded").
+	lost := grpcx.ToStatus(apperr.New(apperr.KindFailedPrecondition, errorsv1.ErrorReason_ALREADY_SETTLED.String(), "execution already settled succeeded").
 		With("status", string(execution.StatusSucceeded)).With("attempt", "1")).Err()
 	b.settlement.errs = []error{lost}
 
@@ -246,7 +247,7 @@ func TestCancelExecutionLosingToACompletion(t *testing.T) {
 
 	c, reason := code(err)
 	require.Equal(t, codes.FailedPrecondition, c)
-	require.Equal(t, reasonAlreadySettled, reason, "the settlement service's refusal becomes the gateway's own")
+	require.Equal(t, errorsv1.ErrorReason_ALREADY_SETTLED.String(), reason, "the settlement service's refusal becomes the gateway's own")
 	require.EqualValues(t, execution.StatusSucceeded, rpcstatus.ErrorInfo(grpcx.ToStatus(err).Err()).GetMetadata()["status"])
 	require.Empty(t, b.adapter.requests(), "a cancellation that lost asks no adapter to stop")
 }
@@ -256,7 +257,7 @@ func TestCancelExecutionReadsAgainWhenTheExecutionMoved(t *testing.T) {
 	b := setup(t)
 	id := b.schema.InsertExecution(t, dbtest.Execution{Status: execution.StatusPending})
 	// Between the read and the settlement, attempt 1 started.
-	moved := grpcx.ToStatus(apperr.New(apperr.KindAborted, reasonStaleAttempt, "attempt 0 is not current")).Err()
+	moved := grpcx.ToStatus(apperr.New(apperr.KindAborted, errorsv1.ErrorReason_STALE_ATTEMPT.String(), "attempt 0 is not current")).Err()
 	b.settlement.errs = []error{moved}
 	_, err := b.schema.Pool.Exec(context.Background(), `UPDATE executions SET status = 'running', attempt = 1 WHERE id = $1`, id)
 	require.NoError(t, err)
@@ -319,7 +320,7 @@ func TestInvokeSyncSettledMeanwhile(t *testing.T) {
 			WHERE id = $1`, in.GetExecutionId())
 		require.NoError(t, err)
 	}
-	b.settlement.errs = []error{grpcx.ToStatus(apperr.New(apperr.KindFailedPrecondition, reasonAlreadySettled,
+	b.settlement.errs = []error{grpcx.ToStatus(apperr.New(apperr.KindFailedPrecondition, errorsv1.ErrorReason_ALREADY_SETTLED.String(),
 		"execution already settled cancelled")).Err()}
 
 	resp, err := b.server.InvokeCapability(b.ctx, &gatewayv1.InvokeCapabilityRequest{

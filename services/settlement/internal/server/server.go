@@ -14,19 +14,13 @@ import (
 	"github.com/integrations-platform/integrations/pkg/apperr"
 	"github.com/integrations-platform/integrations/pkg/execution"
 	dispatcherv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/dispatcher/v1"
+	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	executionv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/execution/v1"
 	settlementv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/settlement/v1"
 	"github.com/integrations-platform/integrations/pkg/jsonbound"
 	"github.com/integrations-platform/integrations/pkg/log"
 	"github.com/integrations-platform/integrations/pkg/nudge"
 	"github.com/integrations-platform/integrations/services/settlement/internal/store"
-)
-
-// Reasons a settlement changed nothing.
-const (
-	ReasonAlreadySettled = "ALREADY_SETTLED"
-	ReasonStaleAttempt   = "STALE_ATTEMPT"
-	ReasonStatusMismatch = "STATUS_MISMATCH"
 )
 
 // Server is the SettlementService.
@@ -141,11 +135,11 @@ func conflictError(o store.Outcome, c store.Conflict) error {
 	var e *apperr.Error
 	switch {
 	case c.Status.IsFinal():
-		e = apperr.New(apperr.KindFailedPrecondition, ReasonAlreadySettled, "execution already settled %s", c.Status)
+		e = apperr.New(apperr.KindFailedPrecondition, errorsv1.ErrorReason_ALREADY_SETTLED.String(), "execution already settled %s", c.Status)
 	case c.Attempt != o.Attempt:
-		e = apperr.New(apperr.KindAborted, ReasonStaleAttempt, "attempt %d is not current; the execution is at attempt %d", o.Attempt, c.Attempt)
+		e = apperr.New(apperr.KindAborted, errorsv1.ErrorReason_STALE_ATTEMPT.String(), "attempt %d is not current; the execution is at attempt %d", o.Attempt, c.Attempt)
 	default:
-		e = apperr.New(apperr.KindFailedPrecondition, ReasonStatusMismatch, "execution is %s, not %s", c.Status, o.FromStatus)
+		e = apperr.New(apperr.KindFailedPrecondition, errorsv1.ErrorReason_STATUS_MISMATCH.String(), "execution is %s, not %s", c.Status, o.FromStatus)
 	}
 	return e.With("status", string(c.Status)).With("attempt", strconv.Itoa(int(c.Attempt)))
 }

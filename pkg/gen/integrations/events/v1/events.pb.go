@@ -181,7 +181,8 @@ type Event struct {
 	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	// The execution the event is about.
 	ExecutionId string `protobuf:"bytes,3,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
-	// The event body's "data" object, as delivered.
+	// The event body's "data" object, as delivered. Kept for v0.1 clients: execution_completed or
+	// execution_progress holds the same values, typed.
 	Data       *structpb.Struct       `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	Status     EventStatus            `protobuf:"varint,6,opt,name=status,proto3,enum=integrations.events.v1.EventStatus" json:"status,omitempty"`
@@ -200,6 +201,13 @@ type Event struct {
 	Sequence int32 `protobuf:"varint,13,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// The application the event belongs to (the API's answers only; not set on a delivery).
 	ApplicationId string `protobuf:"bytes,14,opt,name=application_id,json=applicationId,proto3" json:"application_id,omitempty"`
+	// The event body's "data" object, typed by the event's type: the same values as data.
+	//
+	// Types that are valid to be assigned to TypedData:
+	//
+	//	*Event_ExecutionCompleted
+	//	*Event_ExecutionProgress
+	TypedData     isEvent_TypedData `protobuf_oneof:"typed_data"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -332,6 +340,332 @@ func (x *Event) GetApplicationId() string {
 	return ""
 }
 
+func (x *Event) GetTypedData() isEvent_TypedData {
+	if x != nil {
+		return x.TypedData
+	}
+	return nil
+}
+
+func (x *Event) GetExecutionCompleted() *ExecutionCompletedData {
+	if x != nil {
+		if x, ok := x.TypedData.(*Event_ExecutionCompleted); ok {
+			return x.ExecutionCompleted
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetExecutionProgress() *ExecutionProgressData {
+	if x != nil {
+		if x, ok := x.TypedData.(*Event_ExecutionProgress); ok {
+			return x.ExecutionProgress
+		}
+	}
+	return nil
+}
+
+type isEvent_TypedData interface {
+	isEvent_TypedData()
+}
+
+type Event_ExecutionCompleted struct {
+	// An execution.completed event's data.
+	ExecutionCompleted *ExecutionCompletedData `protobuf:"bytes,15,opt,name=execution_completed,json=executionCompleted,proto3,oneof"`
+}
+
+type Event_ExecutionProgress struct {
+	// An execution.progress event's data.
+	ExecutionProgress *ExecutionProgressData `protobuf:"bytes,16,opt,name=execution_progress,json=executionProgress,proto3,oneof"`
+}
+
+func (*Event_ExecutionCompleted) isEvent_TypedData() {}
+
+func (*Event_ExecutionProgress) isEvent_TypedData() {}
+
+// ExecutionCompletedData is an execution.completed event's "data": how the execution settled.
+// Its fields are the webhook body's, spelled as the body spells them (mode and status in lower
+// case, not as the API's enums; an absent member is an unset field), so that a body's data reads
+// into it with protojson.
+type ExecutionCompletedData struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The execution that settled.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// The capability invoked.
+	Capability string `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
+	// "async" or "sync": the execution's mode as the body spells it (the API's MODE_ASYNC,
+	// MODE_SYNC).
+	Mode string `protobuf:"bytes,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	// "succeeded", "failed" or "cancelled": how the execution settled, as the body spells it (the
+	// API's EXECUTION_STATUS_SUCCEEDED, _FAILED, _CANCELLED).
+	Status string `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	// The number of attempts started.
+	Attempt int32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The event's place among its execution's events (1, 2, ...): the completion event is the
+	// last.
+	Sequence int32 `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// The invocation's Idempotency-Key, when it had one.
+	IdempotencyKey *string `protobuf:"bytes,7,opt,name=idempotency_key,json=idempotencyKey,proto3,oneof" json:"idempotency_key,omitempty"`
+	// The adapter's response, when succeeded (not in ListEvents' answers).
+	Result *structpb.Struct `protobuf:"bytes,8,opt,name=result,proto3" json:"result,omitempty"`
+	// Why the execution failed or was cancelled.
+	Failure       *CompletionFailure `protobuf:"bytes,9,opt,name=failure,proto3" json:"failure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutionCompletedData) Reset() {
+	*x = ExecutionCompletedData{}
+	mi := &file_integrations_events_v1_events_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutionCompletedData) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutionCompletedData) ProtoMessage() {}
+
+func (x *ExecutionCompletedData) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_events_v1_events_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutionCompletedData.ProtoReflect.Descriptor instead.
+func (*ExecutionCompletedData) Descriptor() ([]byte, []int) {
+	return file_integrations_events_v1_events_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ExecutionCompletedData) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *ExecutionCompletedData) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+func (x *ExecutionCompletedData) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *ExecutionCompletedData) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ExecutionCompletedData) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ExecutionCompletedData) GetSequence() int32 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *ExecutionCompletedData) GetIdempotencyKey() string {
+	if x != nil && x.IdempotencyKey != nil {
+		return *x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *ExecutionCompletedData) GetResult() *structpb.Struct {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *ExecutionCompletedData) GetFailure() *CompletionFailure {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+// CompletionFailure is why an execution settled failed or cancelled, as the completion event's
+// body carries it: a text that is empty is absent (unset).
+type CompletionFailure struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The adapter's error class: transient, permanent, timeout, unavailable, ...
+	Class *string `protobuf:"bytes,1,opt,name=class,proto3,oneof" json:"class,omitempty"`
+	// Why the execution settled so: adapter.permanent, retry_exhausted.attempt_limit,
+	// retry_exhausted.budget, lease_expired, cancelled.
+	Reason *string `protobuf:"bytes,2,opt,name=reason,proto3,oneof" json:"reason,omitempty"`
+	// The adapter's own error code, if it gave one.
+	Code *string `protobuf:"bytes,3,opt,name=code,proto3,oneof" json:"code,omitempty"`
+	// For people; never the request payload.
+	Message       *string `protobuf:"bytes,4,opt,name=message,proto3,oneof" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompletionFailure) Reset() {
+	*x = CompletionFailure{}
+	mi := &file_integrations_events_v1_events_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompletionFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompletionFailure) ProtoMessage() {}
+
+func (x *CompletionFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_events_v1_events_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompletionFailure.ProtoReflect.Descriptor instead.
+func (*CompletionFailure) Descriptor() ([]byte, []int) {
+	return file_integrations_events_v1_events_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CompletionFailure) GetClass() string {
+	if x != nil && x.Class != nil {
+		return *x.Class
+	}
+	return ""
+}
+
+func (x *CompletionFailure) GetReason() string {
+	if x != nil && x.Reason != nil {
+		return *x.Reason
+	}
+	return ""
+}
+
+func (x *CompletionFailure) GetCode() string {
+	if x != nil && x.Code != nil {
+		return *x.Code
+	}
+	return ""
+}
+
+func (x *CompletionFailure) GetMessage() string {
+	if x != nil && x.Message != nil {
+		return *x.Message
+	}
+	return ""
+}
+
+// ExecutionProgressData is an execution.progress event's "data": progress an execution's adapter
+// reported (capabilities with progress_events). Its fields are the webhook body's, as for
+// ExecutionCompletedData.
+type ExecutionProgressData struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The execution the progress is about.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// The capability invoked.
+	Capability string `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
+	// The attempt that reported it.
+	Attempt int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The event's place among its execution's events: apply only a higher one than you have.
+	Sequence int32 `protobuf:"varint,4,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// The progress as the adapter reported it.
+	Progress      *structpb.Struct `protobuf:"bytes,5,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutionProgressData) Reset() {
+	*x = ExecutionProgressData{}
+	mi := &file_integrations_events_v1_events_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutionProgressData) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutionProgressData) ProtoMessage() {}
+
+func (x *ExecutionProgressData) ProtoReflect() protoreflect.Message {
+	mi := &file_integrations_events_v1_events_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutionProgressData.ProtoReflect.Descriptor instead.
+func (*ExecutionProgressData) Descriptor() ([]byte, []int) {
+	return file_integrations_events_v1_events_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ExecutionProgressData) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *ExecutionProgressData) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+func (x *ExecutionProgressData) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ExecutionProgressData) GetSequence() int32 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *ExecutionProgressData) GetProgress() *structpb.Struct {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
 type DeliverRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The event id: the receiver's dedup key (the webhook-id of a webhook delivery).
@@ -341,7 +675,8 @@ type DeliverRequest struct {
 	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	// The event's time (the webhook body's "timestamp").
 	Time *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
-	// The event body's "data" object.
+	// The event body's "data" object. Kept for v0.1 receivers: execution_completed or
+	// execution_progress holds the same values, typed.
 	Data *structpb.Struct `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
 	// The exact JSON body a webhook consumer would receive, byte for byte: what webhook-signature
 	// signs. The other fields are read from it, for convenience, and are not signed themselves.
@@ -349,14 +684,22 @@ type DeliverRequest struct {
 	// The event's place among its execution's events (1, 2, ...; data.sequence). Events of one
 	// execution are delivered in this order; after a retry or a redelivery an older one may come
 	// again, so a receiver keeps the highest it has applied per execution and ignores lower ones.
-	Sequence      int32 `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Sequence int32 `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// The event body's "data" object, typed by the event's type: the same values as data, read
+	// from body as data is (not signed themselves).
+	//
+	// Types that are valid to be assigned to TypedData:
+	//
+	//	*DeliverRequest_ExecutionCompleted
+	//	*DeliverRequest_ExecutionProgress
+	TypedData     isDeliverRequest_TypedData `protobuf_oneof:"typed_data"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeliverRequest) Reset() {
 	*x = DeliverRequest{}
-	mi := &file_integrations_events_v1_events_proto_msgTypes[2]
+	mi := &file_integrations_events_v1_events_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +711,7 @@ func (x *DeliverRequest) String() string {
 func (*DeliverRequest) ProtoMessage() {}
 
 func (x *DeliverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_integrations_events_v1_events_proto_msgTypes[2]
+	mi := &file_integrations_events_v1_events_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +724,7 @@ func (x *DeliverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverRequest.ProtoReflect.Descriptor instead.
 func (*DeliverRequest) Descriptor() ([]byte, []int) {
-	return file_integrations_events_v1_events_proto_rawDescGZIP(), []int{2}
+	return file_integrations_events_v1_events_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DeliverRequest) GetId() string {
@@ -426,6 +769,49 @@ func (x *DeliverRequest) GetSequence() int32 {
 	return 0
 }
 
+func (x *DeliverRequest) GetTypedData() isDeliverRequest_TypedData {
+	if x != nil {
+		return x.TypedData
+	}
+	return nil
+}
+
+func (x *DeliverRequest) GetExecutionCompleted() *ExecutionCompletedData {
+	if x != nil {
+		if x, ok := x.TypedData.(*DeliverRequest_ExecutionCompleted); ok {
+			return x.ExecutionCompleted
+		}
+	}
+	return nil
+}
+
+func (x *DeliverRequest) GetExecutionProgress() *ExecutionProgressData {
+	if x != nil {
+		if x, ok := x.TypedData.(*DeliverRequest_ExecutionProgress); ok {
+			return x.ExecutionProgress
+		}
+	}
+	return nil
+}
+
+type isDeliverRequest_TypedData interface {
+	isDeliverRequest_TypedData()
+}
+
+type DeliverRequest_ExecutionCompleted struct {
+	// An execution.completed event's data.
+	ExecutionCompleted *ExecutionCompletedData `protobuf:"bytes,7,opt,name=execution_completed,json=executionCompleted,proto3,oneof"`
+}
+
+type DeliverRequest_ExecutionProgress struct {
+	// An execution.progress event's data.
+	ExecutionProgress *ExecutionProgressData `protobuf:"bytes,8,opt,name=execution_progress,json=executionProgress,proto3,oneof"`
+}
+
+func (*DeliverRequest_ExecutionCompleted) isDeliverRequest_TypedData() {}
+
+func (*DeliverRequest_ExecutionProgress) isDeliverRequest_TypedData() {}
+
 type DeliverResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -434,7 +820,7 @@ type DeliverResponse struct {
 
 func (x *DeliverResponse) Reset() {
 	*x = DeliverResponse{}
-	mi := &file_integrations_events_v1_events_proto_msgTypes[3]
+	mi := &file_integrations_events_v1_events_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +832,7 @@ func (x *DeliverResponse) String() string {
 func (*DeliverResponse) ProtoMessage() {}
 
 func (x *DeliverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_integrations_events_v1_events_proto_msgTypes[3]
+	mi := &file_integrations_events_v1_events_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +845,7 @@ func (x *DeliverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverResponse.ProtoReflect.Descriptor instead.
 func (*DeliverResponse) Descriptor() ([]byte, []int) {
-	return file_integrations_events_v1_events_proto_rawDescGZIP(), []int{3}
+	return file_integrations_events_v1_events_proto_rawDescGZIP(), []int{6}
 }
 
 var File_integrations_events_v1_events_proto protoreflect.FileDescriptor
@@ -474,7 +860,7 @@ const file_integrations_events_v1_events_proto_rawDesc = "" +
 	"statusCode\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x125\n" +
 	"\bduration\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12#\n" +
-	"\rresponse_body\x18\x06 \x01(\tR\fresponseBody\"\x80\x05\n" +
+	"\rresponse_body\x18\x06 \x01(\tR\fresponseBody\"\xd1\x06\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12!\n" +
@@ -494,14 +880,53 @@ const file_integrations_events_v1_events_proto_rawDesc = "" +
 	"deliveries\x18\f \x03(\v2'.integrations.events.v1.DeliveryAttemptR\n" +
 	"deliveries\x12\x1a\n" +
 	"\bsequence\x18\r \x01(\x05R\bsequence\x12%\n" +
-	"\x0eapplication_id\x18\x0e \x01(\tR\rapplicationId\"\xc1\x01\n" +
+	"\x0eapplication_id\x18\x0e \x01(\tR\rapplicationId\x12a\n" +
+	"\x13execution_completed\x18\x0f \x01(\v2..integrations.events.v1.ExecutionCompletedDataH\x00R\x12executionCompleted\x12^\n" +
+	"\x12execution_progress\x18\x10 \x01(\v2-.integrations.events.v1.ExecutionProgressDataH\x00R\x11executionProgressB\f\n" +
+	"\n" +
+	"typed_data\"\xf5\x02\n" +
+	"\x16ExecutionCompletedData\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x02 \x01(\tR\n" +
+	"capability\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\tR\x04mode\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\tR\x06status\x12\x18\n" +
+	"\aattempt\x18\x05 \x01(\x05R\aattempt\x12\x1a\n" +
+	"\bsequence\x18\x06 \x01(\x05R\bsequence\x12,\n" +
+	"\x0fidempotency_key\x18\a \x01(\tH\x00R\x0eidempotencyKey\x88\x01\x01\x12/\n" +
+	"\x06result\x18\b \x01(\v2\x17.google.protobuf.StructR\x06result\x12C\n" +
+	"\afailure\x18\t \x01(\v2).integrations.events.v1.CompletionFailureR\afailureB\x12\n" +
+	"\x10_idempotency_key\"\xad\x01\n" +
+	"\x11CompletionFailure\x12\x19\n" +
+	"\x05class\x18\x01 \x01(\tH\x00R\x05class\x88\x01\x01\x12\x1b\n" +
+	"\x06reason\x18\x02 \x01(\tH\x01R\x06reason\x88\x01\x01\x12\x17\n" +
+	"\x04code\x18\x03 \x01(\tH\x02R\x04code\x88\x01\x01\x12\x1d\n" +
+	"\amessage\x18\x04 \x01(\tH\x03R\amessage\x88\x01\x01B\b\n" +
+	"\x06_classB\t\n" +
+	"\a_reasonB\a\n" +
+	"\x05_codeB\n" +
+	"\n" +
+	"\b_message\"\xc5\x01\n" +
+	"\x15ExecutionProgressData\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x02 \x01(\tR\n" +
+	"capability\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x1a\n" +
+	"\bsequence\x18\x04 \x01(\x05R\bsequence\x123\n" +
+	"\bprogress\x18\x05 \x01(\v2\x17.google.protobuf.StructR\bprogress\"\x92\x03\n" +
 	"\x0eDeliverRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12.\n" +
 	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12+\n" +
 	"\x04data\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x04data\x12\x12\n" +
 	"\x04body\x18\x05 \x01(\fR\x04body\x12\x1a\n" +
-	"\bsequence\x18\x06 \x01(\x05R\bsequence\"\x11\n" +
+	"\bsequence\x18\x06 \x01(\x05R\bsequence\x12a\n" +
+	"\x13execution_completed\x18\a \x01(\v2..integrations.events.v1.ExecutionCompletedDataH\x00R\x12executionCompleted\x12^\n" +
+	"\x12execution_progress\x18\b \x01(\v2-.integrations.events.v1.ExecutionProgressDataH\x00R\x11executionProgressB\f\n" +
+	"\n" +
+	"typed_data\"\x11\n" +
 	"\x0fDeliverResponse*x\n" +
 	"\vEventStatus\x12\x1c\n" +
 	"\x18EVENT_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -524,36 +949,46 @@ func file_integrations_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_integrations_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_integrations_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_integrations_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_integrations_events_v1_events_proto_goTypes = []any{
-	(EventStatus)(0),              // 0: integrations.events.v1.EventStatus
-	(*DeliveryAttempt)(nil),       // 1: integrations.events.v1.DeliveryAttempt
-	(*Event)(nil),                 // 2: integrations.events.v1.Event
-	(*DeliverRequest)(nil),        // 3: integrations.events.v1.DeliverRequest
-	(*DeliverResponse)(nil),       // 4: integrations.events.v1.DeliverResponse
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
-	(*structpb.Struct)(nil),       // 7: google.protobuf.Struct
+	(EventStatus)(0),               // 0: integrations.events.v1.EventStatus
+	(*DeliveryAttempt)(nil),        // 1: integrations.events.v1.DeliveryAttempt
+	(*Event)(nil),                  // 2: integrations.events.v1.Event
+	(*ExecutionCompletedData)(nil), // 3: integrations.events.v1.ExecutionCompletedData
+	(*CompletionFailure)(nil),      // 4: integrations.events.v1.CompletionFailure
+	(*ExecutionProgressData)(nil),  // 5: integrations.events.v1.ExecutionProgressData
+	(*DeliverRequest)(nil),         // 6: integrations.events.v1.DeliverRequest
+	(*DeliverResponse)(nil),        // 7: integrations.events.v1.DeliverResponse
+	(*timestamppb.Timestamp)(nil),  // 8: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 9: google.protobuf.Duration
+	(*structpb.Struct)(nil),        // 10: google.protobuf.Struct
 }
 var file_integrations_events_v1_events_proto_depIdxs = []int32{
-	5,  // 0: integrations.events.v1.DeliveryAttempt.time:type_name -> google.protobuf.Timestamp
-	6,  // 1: integrations.events.v1.DeliveryAttempt.duration:type_name -> google.protobuf.Duration
-	7,  // 2: integrations.events.v1.Event.data:type_name -> google.protobuf.Struct
-	5,  // 3: integrations.events.v1.Event.create_time:type_name -> google.protobuf.Timestamp
+	8,  // 0: integrations.events.v1.DeliveryAttempt.time:type_name -> google.protobuf.Timestamp
+	9,  // 1: integrations.events.v1.DeliveryAttempt.duration:type_name -> google.protobuf.Duration
+	10, // 2: integrations.events.v1.Event.data:type_name -> google.protobuf.Struct
+	8,  // 3: integrations.events.v1.Event.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 4: integrations.events.v1.Event.status:type_name -> integrations.events.v1.EventStatus
-	5,  // 5: integrations.events.v1.Event.next_attempt_time:type_name -> google.protobuf.Timestamp
-	5,  // 6: integrations.events.v1.Event.delivered_time:type_name -> google.protobuf.Timestamp
-	5,  // 7: integrations.events.v1.Event.dead_time:type_name -> google.protobuf.Timestamp
+	8,  // 5: integrations.events.v1.Event.next_attempt_time:type_name -> google.protobuf.Timestamp
+	8,  // 6: integrations.events.v1.Event.delivered_time:type_name -> google.protobuf.Timestamp
+	8,  // 7: integrations.events.v1.Event.dead_time:type_name -> google.protobuf.Timestamp
 	1,  // 8: integrations.events.v1.Event.deliveries:type_name -> integrations.events.v1.DeliveryAttempt
-	5,  // 9: integrations.events.v1.DeliverRequest.time:type_name -> google.protobuf.Timestamp
-	7,  // 10: integrations.events.v1.DeliverRequest.data:type_name -> google.protobuf.Struct
-	3,  // 11: integrations.events.v1.EventConsumerService.Deliver:input_type -> integrations.events.v1.DeliverRequest
-	4,  // 12: integrations.events.v1.EventConsumerService.Deliver:output_type -> integrations.events.v1.DeliverResponse
-	12, // [12:13] is the sub-list for method output_type
-	11, // [11:12] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	3,  // 9: integrations.events.v1.Event.execution_completed:type_name -> integrations.events.v1.ExecutionCompletedData
+	5,  // 10: integrations.events.v1.Event.execution_progress:type_name -> integrations.events.v1.ExecutionProgressData
+	10, // 11: integrations.events.v1.ExecutionCompletedData.result:type_name -> google.protobuf.Struct
+	4,  // 12: integrations.events.v1.ExecutionCompletedData.failure:type_name -> integrations.events.v1.CompletionFailure
+	10, // 13: integrations.events.v1.ExecutionProgressData.progress:type_name -> google.protobuf.Struct
+	8,  // 14: integrations.events.v1.DeliverRequest.time:type_name -> google.protobuf.Timestamp
+	10, // 15: integrations.events.v1.DeliverRequest.data:type_name -> google.protobuf.Struct
+	3,  // 16: integrations.events.v1.DeliverRequest.execution_completed:type_name -> integrations.events.v1.ExecutionCompletedData
+	5,  // 17: integrations.events.v1.DeliverRequest.execution_progress:type_name -> integrations.events.v1.ExecutionProgressData
+	6,  // 18: integrations.events.v1.EventConsumerService.Deliver:input_type -> integrations.events.v1.DeliverRequest
+	7,  // 19: integrations.events.v1.EventConsumerService.Deliver:output_type -> integrations.events.v1.DeliverResponse
+	19, // [19:20] is the sub-list for method output_type
+	18, // [18:19] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_integrations_events_v1_events_proto_init() }
@@ -561,13 +996,23 @@ func file_integrations_events_v1_events_proto_init() {
 	if File_integrations_events_v1_events_proto != nil {
 		return
 	}
+	file_integrations_events_v1_events_proto_msgTypes[1].OneofWrappers = []any{
+		(*Event_ExecutionCompleted)(nil),
+		(*Event_ExecutionProgress)(nil),
+	}
+	file_integrations_events_v1_events_proto_msgTypes[2].OneofWrappers = []any{}
+	file_integrations_events_v1_events_proto_msgTypes[3].OneofWrappers = []any{}
+	file_integrations_events_v1_events_proto_msgTypes[5].OneofWrappers = []any{
+		(*DeliverRequest_ExecutionCompleted)(nil),
+		(*DeliverRequest_ExecutionProgress)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_integrations_events_v1_events_proto_rawDesc), len(file_integrations_events_v1_events_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
