@@ -166,7 +166,7 @@ const (
 )
 
 // TokenRefusedReason is the marker's reason (errorsv1.ErrorReason_PLATFORM_TOKEN_REFUSED).
-var TokenRefusedReason = platformtoken.RefusalReason
+const TokenRefusedReason = platformtoken.RefusalReason
 
 // IsTokenRefusal reports whether err (an adapter's answer, possibly wrapped) is an adapter's
 // refusal of the platform's token: UNAUTHENTICATED with the well-formed TokenRefusedReason marker

@@ -40,6 +40,19 @@ func (p *port) noteDeclared() {
 	}
 }
 
+// writeCopy writes a retry or dead-letter copy to queue with write, between the copySending and
+// copySent hooks, and returns what write returned: the wait for the broker's confirm (or RECEIPT).
+func writeCopy[W any](h *testHooks, queue string, write func() W) W {
+	if h.copySending != nil {
+		h.copySending(queue)
+	}
+	w := write()
+	if h.copySent != nil {
+		h.copySent(queue)
+	}
+	return w
+}
+
 func (p *port) hooks() *testHooks {
 	if p.cfg.hooks == nil {
 		return noHooks

@@ -104,14 +104,7 @@ func (b *rabbitDriver) publishCopy(ctx context.Context, exchange, key string, pu
 	if err != nil {
 		return err
 	}
-	h := b.hooks()
-	if h.copySending != nil {
-		h.copySending(key)
-	}
-	f := p.send(ctx, exchange, key, pub)
-	if h.copySent != nil {
-		h.copySent(key)
-	}
+	f := writeCopy(b.hooks(), key, func() flight { return p.send(ctx, exchange, key, pub) })
 	return p.await(ctx, []flight{f})[0]
 }
 

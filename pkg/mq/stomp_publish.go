@@ -115,13 +115,6 @@ func (b *stompDriver) sendCopy(ctx context.Context, destination string, hs []sto
 	if err != nil {
 		return err
 	}
-	h := b.hooks()
-	if h.copySending != nil {
-		h.copySending(destination)
-	}
-	r := conn.SendAsync(destination, hs, body)
-	if h.copySent != nil {
-		h.copySent(destination)
-	}
+	r := writeCopy(b.hooks(), destination, func() *stomp.Receipt { return conn.SendAsync(destination, hs, body) })
 	return r.Wait(ctx)
 }

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 	"github.com/integrations-platform/integrations/sdk/go/rpcstatus"
 )
 
@@ -74,8 +73,9 @@ func (e *Error) Field() string {
 // execution settles on its own, and ExecutionID names it. Such a call must not be made again —
 // without an IdempotencyKey that runs the work a second time: read the execution (Get) or wait for
 // it (WaitForSettlement); InvokeAndWait does so itself. It is
-// errorsv1.ErrorReason_OUTCOME_PENDING's name: the reasons are that enum's values.
-var ReasonOutcomePending = errorsv1.ErrorReason_OUTCOME_PENDING.String()
+// errorsv1.ErrorReason_OUTCOME_PENDING's name: the reasons are that enum's values
+// (TestReasonOutcomePendingIsTheEnums holds it to the enum).
+const ReasonOutcomePending = "OUTCOME_PENDING"
 
 // ExecutionID is the execution the refusal is about, from its ErrorInfo metadata ("execution_id",
 // as OUTCOME_PENDING carries it), or "".

@@ -7,8 +7,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	errorsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/errors/v1"
 )
 
 // The refusal marker: the google.rpc.ErrorInfo with which an adapter that refuses the platform's
@@ -23,8 +21,9 @@ const (
 	RefusalCheckKey = "check"
 )
 
-// RefusalReason is the marker's reason: errorsv1.ErrorReason_PLATFORM_TOKEN_REFUSED's name.
-var RefusalReason = errorsv1.ErrorReason_PLATFORM_TOKEN_REFUSED.String()
+// RefusalReason is the marker's reason: errorsv1.ErrorReason_PLATFORM_TOKEN_REFUSED's name
+// (TestRefusalReasonIsTheEnums holds it to the enum).
+const RefusalReason = "PLATFORM_TOKEN_REFUSED"
 
 // RefusalStatus is an adapter's answer to a call whose token Verify refused with err: code
 // UNAUTHENTICATED, err's text as the message (it never quotes the token), and the marker naming

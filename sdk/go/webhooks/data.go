@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	eventsv1 "github.com/integrations-platform/integrations/pkg/gen/integrations/events/v1"
 )
@@ -58,5 +59,33 @@ func typedDataOfBody(req *eventsv1.DeliverRequest, typ string, data []byte) bool
 		return true
 	}
 	want, err := TypedData(typ, data)
-	return err == nil && want != nil && proto.Equal(got, want)
+	return err == nil && want != nil && proto.Equal(known(got), want)
+}
+
+// known is a copy of m without the fields this build does not know — a later router's, kept from
+// the wire as unknown fields — which the body's reading (TypedData) skips too.
+func known(m proto.Message) proto.Message {
+	c := proto.Clone(m)
+	dropUnknown(c.ProtoReflect())
+	return c
+}
+
+func dropUnknown(m protoreflect.Message) {
+	m.SetUnknown(nil)
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			for i := range v.List().Len() {
+				dropUnknown(v.List().Get(i).Message())
+			}
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				dropUnknown(mv.Message())
+				return true
+			})
+		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
+			dropUnknown(v.Message())
+		}
+		return true
+	})
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -85,6 +86,20 @@ func TestVerifyDelivery(t *testing.T) {
 	// A router before v0.2 sets no typed data: the request verifies without it.
 	md, req = delivery(t, now, current)
 	req.TypedData = nil
+	require.NoError(t, webhooks.VerifyDelivery(md, req, current))
+
+	// A later router's typed data carries a field this build does not know (kept as an unknown
+	// field, as the wire brings it); the body's reading skips it too: the request verifies.
+	md, req = delivery(t, now, current)
+	completed := req.GetExecutionCompleted()
+	require.NotNil(t, completed)
+	wire, err := proto.Marshal(completed)
+	require.NoError(t, err)
+	wire = protowire.AppendString(protowire.AppendTag(wire, 999, protowire.BytesType), "from a later release")
+	later := &eventsv1.ExecutionCompletedData{}
+	require.NoError(t, proto.Unmarshal(wire, later))
+	require.NotEmpty(t, later.ProtoReflect().GetUnknown())
+	req.TypedData = &eventsv1.DeliverRequest_ExecutionCompleted{ExecutionCompleted: later}
 	require.NoError(t, webhooks.VerifyDelivery(md, req, current))
 }
 

@@ -88,6 +88,11 @@ func (s *Store) settleBatch(ctx context.Context, reqs []settleRequest) ([]settle
 	}
 	slices.SortStableFunc(order, func(i, j int) int { return cmp.Compare(reqs[i].executionID(), reqs[j].executionID()) })
 
+	for _, r := range reqs {
+		if r.fail != nil && r.fail.Policy == nil {
+			return nil, nil, fmt.Errorf("settle a batch: the failed attempt of %s came without its retry policy", r.fail.ExecutionID)
+		}
+	}
 	eventIDs := make([]uuid.UUID, len(reqs))
 	b := &pgx.Batch{}
 	b.Queue(lockTimeoutSQL, s.lockTimeoutArg())
