@@ -253,10 +253,14 @@ func TestWaitForSettlement(t *testing.T) {
 
 	t.Run("the context ends first", func(t *testing.T) {
 		t.Parallel()
-		g := &gateway{gets: []func() (*gatewayv1.GetExecutionResponse, error){execution(executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING)}}
+		// The caller's deadline passes as the second read arrives: after a first read was
+		// answered, however long a loaded machine takes over it (a 50 ms timeout could end
+		// before the first answer, leaving nothing read).
+		ctx := newExpiring()
+		running := execution(executionv1.ExecutionStatus_EXECUTION_STATUS_RUNNING)
+		g := &gateway{gets: []func() (*gatewayv1.GetExecutionResponse, error){running,
+			func() (*gatewayv1.GetExecutionResponse, error) { ctx.expire(); return running() }}}
 		c, _ := setup(t, g, client.WithPolling(time.Millisecond, 2*time.Millisecond))
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		defer cancel()
 		e, err := c.WaitForSettlement(ctx, "ex-1")
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.False(t, client.IsRetryable(err), "the caller's deadline is the caller's choice")
@@ -462,6 +466,31 @@ func TestErrors(t *testing.T) {
 type lateContext struct{ context.Context }
 
 func (lateContext) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// expiring is a context whose deadline passes when expire is called: a caller's deadline reached
+// at a point of the test's choosing, not after an interval a loaded machine can overrun.
+type expiring struct {
+	context.Context
+	once sync.Once
+	done chan struct{}
+}
+
+func newExpiring() *expiring {
+	return &expiring{Context: context.Background(), done: make(chan struct{})}
+}
+
+func (c *expiring) expire() { c.once.Do(func() { close(c.done) }) }
+
+func (c *expiring) Done() <-chan struct{} { return c.done }
+
+func (c *expiring) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
 
 func withDetails(t *testing.T, st *status.Status, details ...protoadapt.MessageV1) *status.Status {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 
@@ -130,11 +131,29 @@ func TestAcceptBatchLostConnectionFailsEveryCallerAndWritesNothing(t *testing.T)
 		_, _, err := st.acceptBatch(ctx, []NewExecution{fresh, blocked})
 		done <- err
 	}()
-	require.Eventually(t, func() bool {
+	// The batch's wait on the held key is the event awaited; a batch that ended first (it could
+	// not have written the held key) fails the test with its error, and a wait not seen within the
+	// generous bound with what the batch's backends were doing.
+	waiting := func() bool {
 		var n int
 		err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n)
 		return err == nil && n == 1
-	}, 10*time.Second, 5*time.Millisecond, "the batch waits on the held key")
+	}
+	for deadline := time.Now().Add(30 * time.Second); !waiting(); {
+		select {
+		case err := <-done:
+			require.FailNow(t, "the batch ended before it waited on the held key", "%v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			rows, err := s.Pool.Query(ctx, `SELECT coalesce(state, ''), coalesce(wait_event_type, ''), coalesce(wait_event, ''), query
+				FROM pg_stat_activity WHERE application_name = $1`, app)
+			require.NoError(t, err)
+			backends, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ State, WaitType, Wait, Query string }])
+			require.NoError(t, err)
+			require.FailNow(t, "the batch never waited on the held key", "its backends: %+v", backends)
+		}
+	}
 	_, err = s.Pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, app)
 	require.NoError(t, err)
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -139,6 +140,16 @@ func TestBrokerActionsAreAudited(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
 	require.NoError(t, b.Declare(ctx, routes.Executions))
+	declared := time.Now()
+	// The scope's queues go with the test: each run left thirteen quorum queues behind, and a
+	// broker holding hundreds of them ran out of file descriptors (1024 by default), so that new
+	// connections timed out in their handshake — every test dialling it failed on a loaded
+	// machine that had run this suite a few dozen times. Not right after declaring them (see
+	// pkg/mq deadLetterVia): a second after.
+	t.Cleanup(func() {
+		time.Sleep(time.Until(declared.Add(time.Second)))
+		assert.NoError(t, b.DeleteRoutes(context.Background(), routes.Executions))
+	})
 
 	code, out := a.do(http.MethodPost, RedrivePath, `{"route": "executions", "ids": ["a", "b"]}`)
 	require.Equal(t, http.StatusOK, code, "%v", out)
