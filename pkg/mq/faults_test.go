@@ -42,7 +42,8 @@ func rabbitmqctl(t *testing.T, ctx context.Context, args ...string) (string, err
 }
 
 // closeFromBroker closes, on the broker's side, the connection whose client-provided name is name
-// (see Broker.dial): one rabbitmqctl call to find its pid, one to close it (~1 s each).
+// (see Broker.dial): one rabbitmqctl call to find its pid, one to close it (~1 s each idle, over
+// 10 s each on a loaded two-core machine: ctx must allow for it).
 func closeFromBroker(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
 	out, err := rabbitmqctl(t, ctx, "list_connections", "-q", "--no-table-headers", "pid", "client_properties")
